@@ -1,0 +1,384 @@
+"""VERDICT: VERification via Disagreement-Informed Coupled Thresholding.
+
+Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
+Disagreement-Aware Consensus", ECCV 2026. This module implements:
+
+- the coordination-game consensus (the agents' utility and its fixed point), in closed form;
+- the consensus confidence s̄*, the dispersion Δ* and the dual acceptance test;
+- the fallback ranking by s̄* − Δ*;
+- the aggregation baselines of the results table and the ablations (no filter, no ranking,
+  raw averages), with the definitions fixed below because the paper gives none;
+- the step-wise loop: propose n candidates, score each with m judges, select, extend.
+
+Pure NumPy and the standard library. It imports no other module of this project, so the file
+can be copied alone into another code base.
+
+Two statements of the paper are wrong and are implemented as the mathematics says (the tests
+pin both): the consensus does NOT preserve the plain mean unless all λ are equal (it preserves
+Σ λ_i s_i), and Proposition 1's second example has Δ* = 0.0181, not ≈ 0.04 (0.0444 is the raw
+dispersion).
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+STUBBORNNESS = (1.5, 1.0, 0.8)  # λ_V, λ_L, λ_C: visual, logical, contextual (paper, hyperparameters)
+JUDGES = ("visual", "logical", "contextual")  # the order of STUBBORNNESS
+RULES = ("verdict", "mean", "min", "max", "majority", "variance", "raw-dual", "no-filter", "no-rank")
+FINAL_ANSWER = r"(?i)final answer\s*:"  # default test for "this step ends the chain"
+TRACE_FORMAT = "verdict-trace/1"
+
+
+# ----------------------------------------------------------------------------- guards
+
+def _check_lam(lam, m: int) -> np.ndarray:
+    """λ as a float vector of length m, every entry finite and > 0."""
+    lam = np.asarray(lam, dtype=float)
+    if lam.ndim != 1 or lam.shape[0] != m:
+        raise ValueError(f"lam must have one stubbornness per judge (m={m}), got shape {lam.shape}")
+    if m < 2:  # the game needs at least one other agent to agree with
+        raise ValueError(f"need at least m=2 judges, got m={m}")
+    if not np.all(np.isfinite(lam)) or np.any(lam <= 0):  # λ ≤ 0 breaks uniqueness
+        raise ValueError(f"every stubbornness must be finite and > 0, got lam={lam.tolist()}")
+    return lam
+
+
+def _check_scores(s_hat, ndim: int | None = None) -> np.ndarray:
+    """Raw scores as floats in [0, 1]; NaN is allowed and means the judge abstained."""
+    s_hat = np.asarray(s_hat, dtype=float)
+    if s_hat.ndim == 0 or (ndim is not None and s_hat.ndim != ndim):
+        want = f"[n, m]" if ndim == 2 else "[..., m]"
+        raise ValueError(f"scores must have shape {want}, got shape {s_hat.shape}")
+    if s_hat.shape[-1] < 2:  # a single judge has nobody to disagree with
+        raise ValueError(f"need at least m=2 judges, got m={s_hat.shape[-1]}")
+    if s_hat.size and not np.isnan(s_hat.max()) and s_hat.min() >= 0 and s_hat.max() <= 1:
+        return s_hat  # fast path: no abstention, everything in range
+    bad = s_hat[~np.isnan(s_hat) & ~((s_hat >= 0) & (s_hat <= 1))]
+    if bad.size:  # out of range or ±inf: never clamped, it is a bug in the judge
+        raise ValueError(f"scores must lie in [0, 1] (NaN = abstain), got {bad[0]!r}")
+    return s_hat
+
+
+def _nanmean(x: np.ndarray) -> np.ndarray:
+    """Mean over the last axis of the non-NaN entries; NaN where a row has none.  [..., m] -> [...]"""
+    answered = ~np.isnan(x)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(answered, x, 0.0).sum(-1) / answered.sum(-1)
+
+
+# ----------------------------------------------------------------------------- consensus
+
+def consensus_matrix(lam=STUBBORNNESS) -> np.ndarray:
+    """The matrix M with s* = M ŝ, for m = len(lam) judges who all answered.  -> [m, m]
+
+    M = A⁻¹ diag(λ) where A_ii = 1 + λ_i and A_ij = −1/(m−1) (the paper's m×m system).
+    Every row sums to 1, so a constant score vector is a fixed point.
+    """
+    lam = _check_lam(lam, len(np.atleast_1d(lam)))
+    return consensus(np.eye(len(lam)), lam).T  # column j is the response to ŝ = e_j
+
+
+def consensus(s_hat, lam=STUBBORNNESS) -> np.ndarray:
+    """Consensus scores s*: the unique Nash equilibrium of the judges' coordination game.  [..., m] -> [..., m]
+
+    Agent i maximises u_i = −(s_i − s̄_{−i})² − λ_i (s_i − ŝ_i)², s̄_{−i} = (1/(m−1)) Σ_{j≠i} s_j,
+    so at the fixed point (1 + λ_i) s_i − (1/(m−1)) Σ_{j≠i} s_j = λ_i ŝ_i.
+
+    Closed form (Sherman–Morrison, O(m) per row): with c = 1/(m−1) and a_i = 1 + λ_i + c,
+        S = Σ_j s_j = (Σ_i λ_i ŝ_i / a_i) / (1 − c Σ_i 1/a_i),    s_i = (λ_i ŝ_i + c S) / a_i.
+    The denominator is > 0 for every λ > 0, so the solution exists and is unique.
+
+    Abstentions: a NaN in ŝ removes that judge from its row's game. The row is solved over the
+    m' judges that answered (their own λ, c = 1/(m'−1)); the abstainer's s* is NaN. With m' = 1
+    there is nobody to agree with and s* = ŝ; with m' = 0 the row is all NaN.
+    Invariant (not the plain mean, see erratum 1): Σ_i λ_i s*_i = Σ_i λ_i ŝ_i.
+    """
+    s_hat = _check_scores(s_hat)
+    m = s_hat.shape[-1]
+    lam = _check_lam(lam, m)
+    if s_hat.size and not np.isnan(s_hat.max()):  # every judge answered: one c for all rows
+        c = 1.0 / (m - 1)
+        a = 1.0 + lam + c                                  # [m]
+        S = (s_hat @ (lam / a)) / (1.0 - c * np.sum(1.0 / a))  # [..., m] -> [...]
+        return s_hat * (lam / a) + (c / a) * S[..., None]  # [..., m]
+    answered = ~np.isnan(s_hat)                            # [..., m]
+    k = answered.sum(-1, keepdims=True)                    # [..., 1] judges that answered
+    c = 1.0 / np.maximum(k - 1, 1)                         # [..., 1] (k < 2 handled below)
+    a = 1.0 + lam + c                                      # [..., m]
+    x = np.where(answered, s_hat, 0.0)                     # [..., m] abstainers contribute 0
+    S = (x * lam / a).sum(-1, keepdims=True) / (1.0 - c * np.where(answered, 1.0 / a, 0.0).sum(-1, keepdims=True))
+    s_star = np.where(answered, (lam * x + c * S) / a, np.nan)  # [..., m]
+    return np.where(k < 2, s_hat, s_star)                  # m' ≤ 1: no game, keep ŝ (or NaN)
+
+
+def dispersion(s) -> np.ndarray:
+    """Δ = (1/m) Σ_i |s_i − s̄|, the mean absolute deviation over the last axis.  [..., m] -> [...]
+
+    NaN entries (abstentions) are left out; a row with no answer gives NaN.
+    """
+    s = np.asarray(s, dtype=float)
+    return _nanmean(np.abs(s - _nanmean(s)[..., None]))
+
+
+# ----------------------------------------------------------------------------- selection
+
+@dataclass(frozen=True)
+class Selection:
+    """One step's decision over n candidates scored by m judges.
+
+    `consensus`, `mean` and `dispersion` are always VERDICT's s*, s̄* and Δ*, whatever the rule,
+    so traces of different rules can be compared. `accepted` is the rule's own filter.
+    """
+    index: int              # the chosen candidate
+    fallback: bool          # True when no candidate passed the rule's filter
+    verified: bool          # False when no candidate had 2 or more answering judges
+    accepted: np.ndarray    # [n] bool
+    consensus: np.ndarray   # [n, m] s*, NaN where the judge abstained
+    mean: np.ndarray        # [n] s̄*
+    dispersion: np.ndarray  # [n] Δ*
+
+
+def _best(*keys: np.ndarray) -> int:
+    """Index of the lexicographic maximum of keys (first key most significant). NaN ranks
+    last; ties go to the lowest index."""
+    n = len(keys[0])
+    cols = [np.arange(n)] + [-np.nan_to_num(np.asarray(k, float), nan=-np.inf) for k in reversed(keys)]
+    return int(np.lexsort(cols)[0])
+
+
+def select(s_hat, lam=STUBBORNNESS, tau: float = 0.6, eps: float = 0.1, rule: str = "verdict") -> Selection:
+    """Choose one of n candidates from their raw scores ŝ.  [n, m] -> Selection
+
+    verdict   : accept iff s̄* > τ and Δ* < ε; take the accepted one with the highest s̄*;
+                if none is accepted, the highest s̄* − Δ* (the fallback).
+    mean      : the highest raw mean.
+    min       : the highest minimum raw score.
+    max       : the highest maximum raw score.
+    majority  : the most judges with a raw score above τ; ties broken by the raw mean.
+    variance  : among candidates with raw variance below ε² (std below ε), the highest raw mean;
+                if none qualifies, the highest raw mean overall.
+    raw-dual  : VERDICT's dual rule on the raw scores (raw mean > τ, raw Δ < ε; fallback mean − Δ).
+    no-filter : the highest s̄*, with no filter.
+    no-rank   : the first accepted candidate in sampling order (VERDICT's filter), else the first.
+
+    Abstention (NaN): every statistic uses only the judges that answered. A candidate with fewer
+    than 2 answers is never accepted and ranks after every candidate with 2 or more. Ties go to
+    the lowest index.
+    """
+    s_hat = _check_scores(s_hat, ndim=2)
+    n, m = s_hat.shape
+    if n == 0:  # nothing to choose from
+        raise ValueError("select needs at least one candidate, got n=0")
+    lam = _check_lam(lam, m)
+    if not (math.isfinite(tau) and math.isfinite(eps)):
+        raise ValueError(f"tau and eps must be finite, got tau={tau!r}, eps={eps!r}")
+    if rule not in RULES:
+        raise ValueError(f"unknown rule {rule!r}; expected one of {', '.join(RULES)}")
+
+    answered = ~np.isnan(s_hat)                          # [n, m]
+    verified = answered.sum(1) >= 2                      # [n]
+    s_star = consensus(s_hat, lam)                       # [n, m]
+    mean, disp = _nanmean(s_star), dispersion(s_star)    # [n], [n]
+    dual = verified & (mean > tau) & (disp < eps)        # [n]
+    raw_mean, raw_disp = _nanmean(s_hat), dispersion(s_hat)  # [n], [n]
+
+    keys: tuple
+    if rule == "verdict":
+        accepted = dual
+        keys = (mean,) if accepted.any() else (mean - disp,)
+    elif rule == "raw-dual":
+        accepted = verified & (raw_mean > tau) & (raw_disp < eps)
+        keys = (raw_mean,) if accepted.any() else (raw_mean - raw_disp,)
+    elif rule == "variance":
+        with np.errstate(invalid="ignore"):
+            accepted = verified & (_nanmean((s_hat - raw_mean[:, None]) ** 2) < eps ** 2)
+        keys = (raw_mean,)
+    elif rule == "no-rank":
+        accepted = dual
+        keys = ()
+    else:  # rules with no filter: every verified candidate is eligible
+        accepted = verified
+        keys = {
+            "mean": (raw_mean,),
+            "min": (np.where(answered, s_hat, np.inf).min(1),),
+            "max": (np.where(answered, s_hat, -np.inf).max(1),),
+            "majority": ((s_hat > tau).sum(1), raw_mean),
+            "no-filter": (mean,),
+        }[rule]
+    index = _best(verified, accepted, *keys)
+    return Selection(index=index, fallback=not accepted.any(), verified=bool(verified.any()),
+                     accepted=accepted, consensus=s_star, mean=mean, dispersion=disp)
+
+
+# ----------------------------------------------------------------------------- the loop
+
+@dataclass(frozen=True)
+class Config:
+    """Every knob of a run, with the paper's values (shared across all six benchmarks).
+
+    `final` is a regular expression; a chosen step in which it is found (re.search) ends the chain.
+    The default matches "Final answer:" in any case.
+    """
+    lam: tuple = STUBBORNNESS
+    n: int = 3
+    tau: float = 0.6
+    eps: float = 0.1
+    rule: str = "verdict"
+    max_steps: int = 8
+    temperature: float = 0.8
+    top_p: float = 0.6
+    final: str = FINAL_ANSWER
+
+    def __post_init__(self):
+        object.__setattr__(self, "lam", tuple(float(x) for x in _check_lam(self.lam, len(self.lam))))
+        if not (isinstance(self.n, int) and self.n >= 1):
+            raise ValueError(f"n must be an integer >= 1, got n={self.n!r}")
+        if not (isinstance(self.max_steps, int) and self.max_steps >= 1):
+            raise ValueError(f"max_steps must be an integer >= 1, got max_steps={self.max_steps!r}")
+        for name in ("tau", "eps", "temperature", "top_p"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be finite, got {name}={getattr(self, name)!r}")
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {self.temperature!r}, {self.top_p!r}")
+        if self.rule not in RULES:
+            raise ValueError(f"unknown rule {self.rule!r}; expected one of {', '.join(RULES)}")
+        try:
+            re.compile(self.final)
+        except re.error as e:
+            raise ValueError(f"final is not a valid regular expression: {self.final!r} ({e})") from None
+
+
+@dataclass(frozen=True)
+class State:
+    """What every proposer and judge sees: the question, its images, the steps chosen so far.
+
+    `images` holds whatever the caller passed (paths, bytes, PIL images); this module never
+    opens them.
+    """
+    question: str
+    images: tuple = ()
+    steps: tuple = ()
+
+    def extend(self, step: str) -> "State":
+        return replace(self, steps=self.steps + (step,))
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One step of the loop: the candidates, their raw scores ŝ and the decision."""
+    candidates: tuple       # [n] str
+    s_hat: np.ndarray       # [n, m], NaN = abstained
+    selection: Selection
+
+    @property
+    def chosen(self) -> str:
+        return self.candidates[self.selection.index]
+
+    @property
+    def abstentions(self) -> int:
+        return int(np.isnan(self.s_hat).sum())
+
+    def to_dict(self) -> dict:
+        sel = self.selection
+        return {
+            "candidates": list(self.candidates),
+            "s_hat": _jsonable(self.s_hat),
+            "consensus": _jsonable(sel.consensus),
+            "mean": _jsonable(sel.mean),
+            "dispersion": _jsonable(sel.dispersion),
+            "accepted": [bool(x) for x in sel.accepted],
+            "index": sel.index,
+            "fallback": sel.fallback,
+            "verified": sel.verified,
+            "abstentions": self.abstentions,
+        }
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A whole chain. `stopped` is "final" (a final answer was chosen) or "max_steps".
+
+    `meta` carries what the caller adds (model names, call counts, judge-mode artefacts).
+    """
+    question: str
+    steps: tuple            # [T] StepRecord
+    config: Config
+    stopped: str
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def chain(self) -> list:
+        return [r.chosen for r in self.steps]
+
+    @property
+    def answer(self) -> str | None:
+        """The text after the final-answer marker in the last chosen step, if the chain ended there."""
+        if self.stopped != "final":
+            return None
+        last = self.steps[-1].chosen
+        return last[re.search(self.config.final, last).end():].strip()
+
+    def totals(self) -> dict:
+        fallbacks = sum(r.selection.fallback for r in self.steps)
+        return {
+            "steps": len(self.steps),
+            "fallbacks": fallbacks,
+            "fallback_rate": fallbacks / len(self.steps) if self.steps else 0.0,
+            "abstentions": sum(r.abstentions for r in self.steps),
+            "judge_calls": sum(r.s_hat.size for r in self.steps),
+        }
+
+    def to_dict(self) -> dict:
+        """A JSON-serialisable dict; NaN becomes null."""
+        return {
+            "format": TRACE_FORMAT,
+            "question": self.question,
+            "config": asdict(self.config),
+            "steps": [r.to_dict() for r in self.steps],
+            "chain": self.chain,
+            "answer": self.answer,
+            "stopped": self.stopped,
+            "totals": self.totals(),
+            "meta": self.meta,
+        }
+
+
+def _jsonable(x: np.ndarray) -> list:
+    return [None if v != v else v for v in x.tolist()] if x.ndim == 1 else [_jsonable(r) for r in x]
+
+
+def run(question: str, propose: Callable[[State, int], Sequence[str]], judges: Sequence[Callable[[State, str], float]],
+        config: Config = Config(), image: Any = None, map_fn: Callable[..., Iterable] = map) -> Trace:
+    """The step-wise loop: at each step propose n candidates, score each with every judge,
+    select with `config.rule`, extend the chain. Stops when the chosen step matches
+    `config.final` or after `config.max_steps` steps.
+
+    propose(state, n) -> list of candidate steps (at least one).
+    judge(state, step) -> float in [0, 1], or NaN to abstain. judges are in the order of lam.
+    image: None, one image, or a list/tuple of images, passed through in State.images.
+    map_fn(f, items): runs the n×m judge calls; pass a thread pool's map to overlap them.
+    Its results must come back in the order of `items` (as map and Executor.map do).
+    """
+    if len(judges) != len(config.lam):  # one stubbornness per judge
+        raise ValueError(f"got {len(judges)} judges but {len(config.lam)} stubbornness values in config.lam")
+    images = () if image is None else tuple(image) if isinstance(image, (list, tuple)) else (image,)
+    state = State(question, images)
+    records = []
+    for _ in range(config.max_steps):
+        candidates = tuple(propose(state, config.n))
+        if not candidates or not all(isinstance(c, str) for c in candidates):
+            raise ValueError(f"propose must return a non-empty list of strings, got {candidates!r}")
+        calls = [(c, j) for c in candidates for j in judges]          # candidate-major: [n·m]
+        scores = list(map_fn(lambda cj: cj[1](state, cj[0]), calls))
+        s_hat = np.array(scores, dtype=float).reshape(len(candidates), len(judges))  # [n, m]
+        sel = select(s_hat, config.lam, config.tau, config.eps, config.rule)
+        records.append(StepRecord(candidates, s_hat, sel))
+        state = state.extend(candidates[sel.index])
+        if re.search(config.final, candidates[sel.index]):
+            return Trace(question, tuple(records), config, "final")
+    return Trace(question, tuple(records), config, "max_steps")
