@@ -338,7 +338,7 @@ class Trace:
         return {
             "format": TRACE_FORMAT,
             "question": self.question,
-            "config": asdict(self.config),
+            "config": {**asdict(self.config), "lam": list(self.config.lam)},
             "steps": [r.to_dict() for r in self.steps],
             "chain": self.chain,
             "answer": self.answer,
