@@ -1,0 +1,376 @@
+"""When does the coupled consensus beat plain averaging? A Monte-Carlo study of VERDICT's selection.
+
+Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
+Disagreement-Aware Consensus", ECCV 2026. The paper credits its gain over the Mean baseline
+(+0.68 to +2.57 points) to the disagreement-aware consensus, dual acceptance and fallback ranking,
+and reports a stubbornness sensitivity (a 2.90 pp range for λ_V). This module asks under which
+structures of judge error the consensus chooses better than the mean, and under which worse. It
+runs every rule of verdict.RULES, plus "lam-mean" (the highest Σ λ_i ŝ_i / Σ λ_i over the judges
+that answered, no filter), on synthetic steps whose truth is known. Nothing here is a real judge.
+
+The world (one trial = one step; every parameter is a field of Scenario, defaults in brackets):
+  n = 3 candidates, each correct independently with probability p_correct [0.5];
+  m = 3 judges V, L, C with stubbornness lam [(1.5, 1.0, 0.8)], tau [0.6], eps [0.1];
+  judge j's raw score of candidate i is  ŝ_ij = μ_i + sigma · (√rho · z_i + √(1 − rho) · e_ij),
+  μ_i = mu1 [0.72] on a correct step and mu0 [0.45] on a wrong one, z_i and e_ij ~ N(0, 1),
+  then clipped to [0, 1] (a judge's scale is bounded, and verdict rejects scores outside it).
+
+The five noise models, each the world above with one knob turned (sigma = 0.15 unless swept):
+  1. iid        sigma: the judges' noise sd, independent across judges (rho = 0).
+  2. fooled-X   p_fool: on a wrong step, judge X (fooled: 0 = V, 1 = L, 2 = C) is fooled with
+                probability p_fool and scores it around mu_fool [0.9] instead of mu0 (same noise).
+  3. correlated rho: the weight of a noise component z_i shared by all judges of a candidate
+                ("agreement bias", as in SGV); two judges' noise has correlation rho.
+  4. miscal     judge `miscal` [0 = V] reports 0.5 + kappa · (ŝ − 0.5) + delta before clipping:
+                a constant offset delta [0], or a scale compressed towards 0.5 by kappa [1] < 1.
+  5. abstain    q: each judge independently returns NaN (abstains) with probability q [0].
+
+Measures, per rule: accuracy = P(the chosen candidate is correct | some candidate is correct);
+acceptance = the fraction of candidates passing the rule's filter (rules without a filter accept
+every candidate with 2 or more answers); fallback = the fraction of steps where none passes.
+Each is the mean over `seeds` independent seeds of `trials` steps, ± the 95% Student-t half-width
+over seeds. All rules and all values of a sweep see the same random draws, so differences between
+rules are paired. `python simulate.py` writes simulation_report.md and simulation.png.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from verdict import RULES, STUBBORNNESS, consensus, dispersion
+
+FORMAT = "verdict-simulation/1"
+ALL_RULES = RULES + ("lam-mean",)
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+        2.045, 2.042)  # Student t, 0.975 quantile, df = 1..30 (df > 30 uses 2.042: slightly wide)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One world: how the raw scores are drawn (module docstring) and VERDICT's knobs."""
+    p_correct: float = 0.5
+    mu1: float = 0.72
+    mu0: float = 0.45
+    sigma: float = 0.15
+    fooled: int = -1        # the fooled judge's index, -1 for none
+    p_fool: float = 0.0
+    mu_fool: float = 0.9
+    rho: float = 0.0
+    miscal: int = 0         # the miscalibrated judge's index
+    delta: float = 0.0
+    kappa: float = 1.0
+    q: float = 0.0
+    lam: tuple = STUBBORNNESS
+    tau: float = 0.6
+    eps: float = 0.1
+
+    def __post_init__(self):
+        for name in ("p_correct", "p_fool", "rho", "q"):  # probabilities and a variance share
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} must lie in [0, 1], got {name}={getattr(self, name)!r}")
+        if not (self.sigma >= 0 and self.kappa >= 0):  # a negative sd or scale means nothing
+            raise ValueError(f"need sigma >= 0 and kappa >= 0, got sigma={self.sigma!r}, kappa={self.kappa!r}")
+        if not (-1 <= self.fooled < len(self.lam) and 0 <= self.miscal < len(self.lam)):  # judge indices
+            raise ValueError(f"fooled and miscal must index a judge, got fooled={self.fooled!r}, miscal={self.miscal!r}")
+
+
+@dataclass(frozen=True)
+class Draws:
+    """The randomness of seeds × trials steps, shared by every scenario (common random numbers)."""
+    seeds: int
+    trials: int
+    u_correct: np.ndarray  # [N, n]     N = seeds · trials, seed-major
+    z: np.ndarray          # [N, n]     noise shared by the judges of a candidate
+    e: np.ndarray          # [N, n, m]  each judge's own noise
+    u_fool: np.ndarray     # [N, n]
+    u_abstain: np.ndarray  # [N, n, m]
+
+
+def draw(seeds: int, trials: int, seed: int = 0, n: int = 3, m: int = 3) -> Draws:
+    """Independent streams default_rng([seed, k]) for k < seeds, `trials` steps each."""
+    if seeds < 2 or trials < 1 or n < 1:  # an interval needs 2 seeds; a step needs a candidate
+        raise ValueError(f"need seeds >= 2, trials >= 1, n >= 1, got seeds={seeds}, trials={trials}, n={n}")
+    blocks = []
+    for k in range(seeds):  # a loop over seeds (for independent streams), never over trials
+        r = np.random.default_rng([seed, k])
+        blocks.append((r.random((trials, n)), r.standard_normal((trials, n)), r.standard_normal((trials, n, m)),
+                       r.random((trials, n)), r.random((trials, n, m))))
+    return Draws(seeds, trials, *(np.concatenate(b) for b in zip(*blocks)))
+
+
+def scores(d: Draws, sc: Scenario) -> tuple[np.ndarray, np.ndarray]:
+    """Raw scores ŝ (NaN = abstained) and the truth of every candidate.  -> [N, n, m], [N, n]"""
+    if d.e.shape[2] != len(sc.lam):  # one stubbornness per judge
+        raise ValueError(f"draws have m={d.e.shape[2]} judges but lam={sc.lam} has {len(sc.lam)}")
+    correct = d.u_correct < sc.p_correct                                         # [N, n]
+    noise = math.sqrt(sc.rho) * d.z[..., None] + math.sqrt(1 - sc.rho) * d.e     # [N, n, m]
+    x = np.where(correct, sc.mu1, sc.mu0)[..., None] + sc.sigma * noise          # [N, n, m]
+    if sc.fooled >= 0:  # the fooled judge scores some wrong steps around mu_fool
+        f = sc.fooled
+        hit = ~correct & (d.u_fool < sc.p_fool)                                  # [N, n]
+        x[..., f] = np.where(hit, sc.mu_fool + sc.sigma * noise[..., f], x[..., f])  # [N, n]
+    if sc.kappa != 1 or sc.delta != 0:  # one judge miscalibrated (skipped otherwise: exact scores)
+        x[..., sc.miscal] = 0.5 + sc.kappa * (x[..., sc.miscal] - 0.5) + sc.delta  # [N, n]
+    s_hat = np.clip(x, 0.0, 1.0)                                                 # [N, n, m]
+    s_hat[d.u_abstain < sc.q] = np.nan                                           # [N, n, m]
+    return s_hat, correct
+
+
+# ----------------------------------------------------------------------------- batched selection
+
+@dataclass(frozen=True)
+class Choice:
+    """One rule's decisions on T steps: verdict.Selection's index, fallback and accepted, batched."""
+    index: np.ndarray     # [T] int
+    fallback: np.ndarray  # [T] bool
+    accepted: np.ndarray  # [T, n] bool
+
+
+def _nanmean(x: np.ndarray) -> np.ndarray:
+    """Mean of the non-NaN entries of the last axis (verdict's own formula).  [..., m] -> [...]"""
+    answered = ~np.isnan(x)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(answered, x, 0.0).sum(-1) / answered.sum(-1)
+
+
+def _best(*keys: np.ndarray) -> np.ndarray:
+    """verdict._best on every row: the lexicographic max of keys (first most significant), NaN
+    last, ties to the lowest index.  [T, n] keys -> [T]"""
+    mask = np.ones(np.shape(keys[0]), bool)                                               # [T, n]
+    for k in keys:
+        k = np.where(mask, np.nan_to_num(np.asarray(k, float), nan=-np.inf), -np.inf)   # [T, n]
+        mask &= k == k.max(1, keepdims=True)                                             # [T, n]
+    return mask.argmax(1)                                                                # [T, n] -> [T]
+
+
+def select_batch(s_hat, lam=STUBBORNNESS, tau: float = 0.6, eps: float = 0.1) -> dict:
+    """verdict.select for every rule of ALL_RULES on T steps at once.  [T, n, m] -> {rule: Choice}
+
+    A line-by-line transcription of verdict.select with a leading step axis (test_simulate.py checks
+    it against verdict.select step by step), plus lam-mean. Scores are validated by consensus.
+    """
+    s_hat = np.asarray(s_hat, dtype=float)
+    if s_hat.ndim != 3 or s_hat.shape[1] == 0:  # steps × candidates × judges, at least one candidate
+        raise ValueError(f"scores must have shape [T, n, m] with n >= 1, got shape {s_hat.shape}")
+    lam = np.asarray(lam, dtype=float)
+    answered = ~np.isnan(s_hat)                                            # [T, n, m]
+    verified = answered.sum(2) >= 2                                        # [T, n]
+    clean = answered.all((1, 2))                                           # [T] steps nobody abstained in
+    s_star = np.empty_like(s_hat)                                          # [T, n, m]
+    # verdict.consensus takes a separate fast path on NaN-free input (equal to ~1e-16); select sees
+    # one step, so the steps are split the same way to reproduce its decisions bit for bit.
+    s_star[clean] = consensus(s_hat[clean], lam)                           # [T', n, m]
+    s_star[~clean] = consensus(s_hat[~clean], lam)                         # [T - T', n, m]
+    mean, disp = _nanmean(s_star), dispersion(s_star)                      # [T, n], [T, n]
+    dual = verified & (mean > tau) & (disp < eps)                          # [T, n]
+    raw_mean, raw_disp = _nanmean(s_hat), dispersion(s_hat)                # [T, n], [T, n]
+    raw_dual = verified & (raw_mean > tau) & (raw_disp < eps)              # [T, n]
+    with np.errstate(invalid="ignore"):
+        low_var = verified & (_nanmean((s_hat - raw_mean[..., None]) ** 2) < eps ** 2)   # [T, n]
+        lam_mean = np.where(answered, s_hat * lam, 0).sum(2) / np.where(answered, lam, 0).sum(2)  # [T, n, m] -> [T, n]
+
+    def ranked(accepted, key, fallback_key):  # per step: key if any candidate is accepted, else fallback_key
+        return np.where(accepted.any(1, keepdims=True), key, fallback_key)  # [T, n]
+
+    spec = {  # rule: (filter, ranking keys after (verified, filter)), as in verdict.select
+        "verdict": (dual, (ranked(dual, mean, mean - disp),)),
+        "mean": (verified, (raw_mean,)),
+        "min": (verified, (np.where(answered, s_hat, np.inf).min(2),)),
+        "max": (verified, (np.where(answered, s_hat, -np.inf).max(2),)),
+        "majority": (verified, ((s_hat > tau).sum(2), raw_mean)),
+        "variance": (low_var, (raw_mean,)),
+        "raw-dual": (raw_dual, (ranked(raw_dual, raw_mean, raw_mean - raw_disp),)),
+        "no-filter": (verified, (mean,)),
+        "no-rank": (dual, ()),
+        "lam-mean": (verified, (lam_mean,)),
+    }
+    return {r: Choice(_best(verified, acc, *keys), ~acc.any(1), acc) for r, (acc, keys) in spec.items()}
+
+
+# ----------------------------------------------------------------------------- measures and sweeps
+
+def measure(d: Draws, sc: Scenario) -> dict:
+    """Every rule's accuracy, acceptance and fallback on each seed.  -> {rule: {measure: [seeds]}}"""
+    S, T = d.seeds, d.trials
+    s_hat, correct = scores(d, sc)                                         # [N, n, m], [N, n]
+    exists = correct.any(1).reshape(S, T)                                  # [S, T]
+    out = {}
+    for rule, ch in select_batch(s_hat, sc.lam, sc.tau, sc.eps).items():
+        hit = np.take_along_axis(correct, ch.index[:, None], 1).reshape(S, T)  # [N, n] -> [S, T]
+        out[rule] = {"accuracy": hit.sum(1) / np.maximum(exists.sum(1), 1),     # [S]
+                     "acceptance": ch.accepted.reshape(S, -1).mean(1),        # [S]
+                     "fallback": ch.fallback.reshape(S, T).mean(1)}           # [S]
+    return out
+
+
+def interval(x) -> tuple[float, float]:
+    """Mean and 95% half-width (Student t) of per-seed values.  [S] -> (mean, half-width)"""
+    x = np.asarray(x, dtype=float)
+    if x.ndim != 1 or x.size < 2:  # a spread needs two seeds
+        raise ValueError(f"need a 1-D array of at least 2 per-seed values, got shape {x.shape}")
+    return float(x.mean()), float(T975[min(x.size - 1, 30) - 1] * x.std(ddof=1) / math.sqrt(x.size))
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One noise model: `field` of `base` takes each of `values` ("lam_V" sets lam[0])."""
+    name: str
+    label: str        # the x-axis label (ASCII: pillow's default font has no Greek)
+    field: str
+    values: tuple
+    headline: float   # the value quoted in the summary tables
+    base: Scenario = Scenario()
+
+    def at(self, v: float) -> Scenario:
+        if self.field == "lam_V":
+            return replace(self.base, lam=(v,) + tuple(self.base.lam[1:]))
+        return replace(self.base, **{self.field: v})
+
+
+P_FOOL = (0.0, 0.2, 0.4, 0.6, 0.8)
+LAM_V = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0)
+SWEEPS = (
+    Sweep("iid", "sigma (noise sd of every judge)", "sigma", (0.05, 0.1, 0.15, 0.2, 0.25, 0.3), 0.15),
+    *(Sweep(f"fooled-{j}", f"p_fool (judge {j} fooled on wrong steps)", "p_fool", P_FOOL, 0.4, Scenario(fooled=i))
+      for i, j in enumerate("VLC")),
+    Sweep("correlated", "rho (weight of the shared noise)", "rho", (0.0, 0.25, 0.5, 0.75, 0.9), 0.5),
+    Sweep("offset-V", "delta (offset of judge V)", "delta", (-0.2, -0.1, 0.0, 0.1, 0.2), 0.1),
+    Sweep("compress-V", "kappa (scale of judge V)", "kappa", (1.0, 0.75, 0.5, 0.25, 0.0), 0.5),
+    Sweep("abstain", "q (abstention probability)", "q", (0.0, 0.1, 0.2, 0.3, 0.5), 0.2),
+    Sweep("lam_V, iid", "lambda_V (iid, sigma = 0.15)", "lam_V", LAM_V, 1.5),
+    Sweep("lam_V, fooled-V", "lambda_V (judge V fooled, p = 0.4)", "lam_V", LAM_V, 1.5, Scenario(fooled=0, p_fool=0.4)),
+    Sweep("lam_V, fooled-C", "lambda_V (judge C fooled, p = 0.4)", "lam_V", LAM_V, 1.5, Scenario(fooled=2, p_fool=0.4)),
+)
+
+
+def run(trials: int = 2500, seeds: int = 20, seed: int = 0) -> dict:
+    """Every sweep at every value.  -> {sweep name: [(value, measure(...)), ...]}"""
+    d = draw(seeds, trials, seed)
+    return {sw.name: [(v, measure(d, sw.at(v))) for v in sw.values] for sw in SWEEPS}
+
+
+# ----------------------------------------------------------------------------- report and figure
+
+def _pm(x, digits=1, sign=False) -> str:
+    mean, hw = interval(100 * np.asarray(x))
+    return f"{mean:{'+' if sign else ''}.{digits}f} ± {hw:.{digits}f}"
+
+
+def report(results: dict, trials: int, seeds: int, seed: int) -> str:
+    """The markdown report; a pure function of the results and the arguments (no clock, no paths)."""
+    cmd = f"python simulate.py --trials {trials} --seeds {seeds} --seed {seed}"
+    head = {sw.name: (sw, dict(results[sw.name])[sw.headline]) for sw in SWEEPS if sw.field != "lam_V"}
+    diff = lambda r, a="verdict", b="mean": r[a]["accuracy"] - r[b]["accuracy"]  # paired, per seed
+    L = [f"# VERDICT simulation: when does the coupled consensus beat plain averaging?", "",
+         f"Format: `{FORMAT}`. Generated by `{cmd}` ({seeds} independent seeds × {trials} steps per setting).",
+         "Every number is a percentage: mean over seeds ± the 95% Student-t half-width over seeds.", "",
+         "## Assumptions", "",
+         "- One step: 3 candidates, each correct with probability 0.5; judges V, L, C with λ = (1.5, 1.0, 0.8), τ = 0.6, ε = 0.1.",
+         "- Raw score = 0.72 (correct step) or 0.45 (wrong step) + Gaussian noise (σ = 0.15 unless swept), clipped to [0, 1].",
+         "- Noise models, one knob each: `iid` σ; `fooled-X` judge X scores a wrong step around 0.9 with probability p_fool;"
+         " `correlated` a per-candidate noise shared by all judges with weight ρ; `offset-V` / `compress-V` judge V reports"
+         " 0.5 + κ(ŝ − 0.5) + δ; `abstain` each judge returns NaN with probability q.",
+         "- Accuracy = a correct candidate chosen, given that one exists. Acceptance = candidates passing the rule's filter"
+         " (no filter: every candidate with ≥ 2 answers). Fallback = steps where none passes.",
+         "- `lam-mean` = the highest λ-weighted raw mean, no filter. Other rules as defined in `verdict.select`.", "",
+         "## Headline: VERDICT against the mean", "",
+         "`VERDICT − no-filter` isolates the dual filter and fallback; `no-filter` differs from `mean` only by weighting"
+         " the judges unequally (a fixed weighted mean, DESIGN §3). Differences are paired (same steps), per seed.", "",
+         "| noise model | setting | VERDICT | mean | VERDICT − mean (pp) | VERDICT − no-filter (pp) | raw-dual | best rule |",
+         "|---|---|---|---|---|---|---|---|"]
+    for name, (sw, r) in head.items():
+        best = max(ALL_RULES, key=lambda k: r[k]["accuracy"].mean())
+        L.append(f"| {name} | {sw.field} = {sw.headline} | {_pm(r['verdict']['accuracy'])} | {_pm(r['mean']['accuracy'])} "
+                 f"| {_pm(diff(r), 2, True)} | {_pm(diff(r, b='no-filter'), 2, True)} | {_pm(r['raw-dual']['accuracy'])} "
+                 f"| {best} ({100 * r[best]['accuracy'].mean():.1f}) |")
+    for what in ("accuracy", "acceptance", "fallback"):
+        L += ["", f"## {what.capitalize()} (%) of every rule, at the headline settings", "",
+              "| rule | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
+        L += [f"| {rule} | " + " | ".join(_pm(r[rule][what]) for _, r in head.values()) + " |" for rule in ALL_RULES]
+    L += ["", "## Sweeps: accuracy (%) against the swept parameter", "",
+          "Means only (half-widths are in the tables above and the VERDICT − mean column).", ""]
+    for sw in SWEEPS:
+        rows = results[sw.name]
+        L += [f"### {sw.name}: {sw.label}", "", f"| {sw.field} | " + " | ".join(ALL_RULES) + " | VERDICT − mean (pp) |",
+              "|---" * (len(ALL_RULES) + 2) + "|"]
+        L += [f"| {v} | " + " | ".join(f"{100 * r[k]['accuracy'].mean():.1f}" for k in ALL_RULES)
+              + f" | {_pm(diff(r), 2, True)} |" for v, r in rows]
+        if sw.field == "lam_V":
+            acc = [100 * r["verdict"]["accuracy"].mean() for _, r in rows]
+            L += ["", f"VERDICT's range over λ_V ∈ {list(sw.values)}: {max(acc) - min(acc):.2f} pp "
+                      f"(the paper reports 2.90 pp on 3DSRBench)."]
+        L.append("")
+    return "\n".join(L)
+
+
+COLORS = ("#d62728", "#1f77b4", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#ff7f0e", "#2ca02c", "#17becf", "#9467bd")
+
+
+def plot(results: dict, path) -> None:
+    """Accuracy against the swept parameter, one panel per sweep, one line per rule (pillow)."""
+    from PIL import Image, ImageDraw, ImageFont
+    try:
+        font = ImageFont.load_default(size=13)
+    except TypeError:  # pillow < 10.1 has only the small bitmap font
+        font = ImageFont.load_default()
+    W, H, cols = 400, 300, 4
+    rows = math.ceil((len(SWEEPS) + 1) / cols)
+    img = Image.new("RGB", (W * cols, 40 + H * rows), "white")
+    g = ImageDraw.Draw(img)
+    g.text((10, 10), "VERDICT simulation: accuracy (%, a correct candidate chosen given one exists) by noise model", fill="black", font=font)
+    for k, sw in enumerate(SWEEPS):
+        ox, oy = (k % cols) * W, 40 + (k // cols) * H
+        x0, x1, y0, y1 = ox + 55, ox + W - 20, oy + 25, oy + H - 50          # the plot box, pixels
+        xs = np.array(sw.values, float)
+        ys = {r: np.array([100 * m[r]["accuracy"].mean() for _, m in results[sw.name]]) for r in ALL_RULES}
+        lo, hi = min(y.min() for y in ys.values()), max(y.max() for y in ys.values())
+        step = next(t for t in (0.5, 1, 2, 5, 10, 20, 50) if (hi - lo) / t <= 5)   # at most ~6 ticks
+        lo, hi = step * math.floor(lo / step + 1e-9), step * math.ceil(hi / step - 1e-9)
+        px = lambda x: x0 + (x - xs.min()) / (np.ptp(xs) or 1) * (x1 - x0)
+        py = lambda y: y1 - (y - lo) / ((hi - lo) or 1) * (y1 - y0)
+        g.rectangle((x0, y0, x1, y1), outline="black")
+        g.text((x0, oy + 6), f"{sw.name}: accuracy (%)", fill="black", font=font)
+        last = -1e9
+        for x in sorted(xs):
+            g.line((px(x), y1, px(x), y1 + 4), fill="black")
+            if px(x) - last > 30:  # skip a label that would overlap the previous one
+                g.text((px(x) - 10, y1 + 6), f"{x:g}", fill="black", font=font)
+                last = px(x)
+        for t in np.arange(lo, hi + step / 2, step):
+            g.line((x0 - 4, py(t), x0, py(t)), fill="black")
+            g.text((ox + 8, py(t) - 7), f"{t:g}", fill="black", font=font)
+        g.text((x0, y1 + 24), sw.label, fill="black", font=font)
+        for r, c in reversed(list(zip(ALL_RULES, COLORS))):  # VERDICT drawn last, on top
+            pts = [(px(x), py(y)) for x, y in sorted(zip(xs, ys[r]))]
+            g.line(pts, fill=c, width=3 if r == "verdict" else 2)
+    ox, oy = (len(SWEEPS) % cols) * W, 40 + (len(SWEEPS) // cols) * H       # the legend cell
+    g.text((ox + 30, oy + 10), "rule (y axis: accuracy %)", fill="black", font=font)
+    for i, (r, c) in enumerate(zip(ALL_RULES, COLORS)):
+        g.line((ox + 30, oy + 40 + 22 * i, ox + 70, oy + 40 + 22 * i), fill=c, width=3)
+        g.text((ox + 80, oy + 33 + 22 * i), r, fill="black", font=font)
+    img.save(path)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description="Monte-Carlo study: when does VERDICT's consensus beat the mean?")
+    p.add_argument("--trials", type=int, default=2500, help="steps per seed and setting (default 2500)")
+    p.add_argument("--seeds", type=int, default=20, help="independent seeds; the intervals are over these (default 20)")
+    p.add_argument("--seed", type=int, default=0, help="the base seed (default 0)")
+    p.add_argument("--out", default=".", help="directory for simulation_report.md and simulation.png")
+    a = p.parse_args(argv)
+    results = run(a.trials, a.seeds, a.seed)
+    out, text = Path(a.out), report(results, a.trials, a.seeds, a.seed)
+    (out / "simulation_report.md").write_text(text, encoding="utf-8")
+    plot(results, out / "simulation.png")
+    print(text[text.index("| noise model"):text.index("\n\n## Accuracy")])  # the headline table
+    print(f"wrote {out / 'simulation_report.md'} and {out / 'simulation.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
