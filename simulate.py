@@ -41,7 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
-from verdict import RULES, STUBBORNNESS, consensus, dispersion
+import verdict
+from verdict import RULES, STUBBORNNESS
 
 FORMAT = "verdict-simulation/1"
 ALL_RULES = RULES + ("lam-mean",)
@@ -123,76 +124,24 @@ def scores(d: Draws, sc: Scenario) -> tuple[np.ndarray, np.ndarray]:
 
 # ----------------------------------------------------------------------------- batched selection
 
-@dataclass(frozen=True)
-class Choice:
-    """One rule's decisions on T steps: verdict.Selection's index, fallback and accepted, batched."""
-    index: np.ndarray     # [T] int
-    fallback: np.ndarray  # [T] bool
-    accepted: np.ndarray  # [T, n] bool
-
-
-def _nanmean(x: np.ndarray) -> np.ndarray:
-    """Mean of the non-NaN entries of the last axis (verdict's own formula).  [..., m] -> [...]"""
-    answered = ~np.isnan(x)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(answered, x, 0.0).sum(-1) / answered.sum(-1)
-
-
-def _best(*keys: np.ndarray) -> np.ndarray:
-    """verdict._best on every row: the lexicographic max of keys (first most significant), NaN
-    last, ties to the lowest index.  [T, n] keys -> [T]"""
-    mask = np.ones(np.shape(keys[0]), bool)                                               # [T, n]
-    for k in keys:
-        k = np.where(mask, np.nan_to_num(np.asarray(k, float), nan=-np.inf), -np.inf)   # [T, n]
-        mask &= k == k.max(1, keepdims=True)                                             # [T, n]
-    return mask.argmax(1)                                                                # [T, n] -> [T]
-
-
 def select_batch(s_hat, lam=STUBBORNNESS, tau: float = 0.6, eps: float = 0.1) -> dict:
-    """verdict.select for every rule of ALL_RULES on T steps at once.  [T, n, m] -> {rule: Choice}
+    """Every rule of ALL_RULES on T steps at once.  [T, n, m] -> {rule: verdict.Selection (batched)}
 
-    A line-by-line transcription of verdict.select with a leading step axis (test_simulate.py checks
-    it against verdict.select step by step), plus lam-mean. Scores are validated by consensus.
+    verdict.select_all is batched over leading axes; lam-mean (the λ-weighted raw mean with no filter,
+    the paper's weights without the game) is added here with verdict's own ranking helper.
     """
     s_hat = np.asarray(s_hat, dtype=float)
-    if s_hat.ndim != 3 or s_hat.shape[1] == 0:  # steps × candidates × judges, at least one candidate
-        raise ValueError(f"scores must have shape [T, n, m] with n >= 1, got shape {s_hat.shape}")
+    if s_hat.ndim != 3:  # steps × candidates × judges
+        raise ValueError(f"scores must have shape [T, n, m], got shape {s_hat.shape}")
+    out = verdict.select_all(s_hat, lam, tau, eps)
     lam = np.asarray(lam, dtype=float)
-    answered = ~np.isnan(s_hat)                                            # [T, n, m]
-    verified = answered.sum(2) >= 2                                        # [T, n]
-    clean = answered.all((1, 2))                                           # [T] steps nobody abstained in
-    s_star = np.empty_like(s_hat)                                          # [T, n, m]
-    # verdict.consensus takes a separate fast path on NaN-free input (equal to ~1e-16); select sees
-    # one step, so the steps are split the same way to reproduce its decisions bit for bit.
-    s_star[clean] = consensus(s_hat[clean], lam)                           # [T', n, m]
-    s_star[~clean] = consensus(s_hat[~clean], lam)                         # [T - T', n, m]
-    mean, disp = _nanmean(s_star), dispersion(s_star)                      # [T, n], [T, n]
-    dual = verified & (mean > tau) & (disp < eps)                          # [T, n]
-    raw_mean, raw_disp = _nanmean(s_hat), dispersion(s_hat)                # [T, n], [T, n]
-    raw_dual = verified & (raw_mean > tau) & (raw_disp < eps)              # [T, n]
+    answered = ~np.isnan(s_hat)                                                           # [T, n, m]
+    verified = answered.sum(2) >= 2                                                       # [T, n]
     with np.errstate(invalid="ignore"):
-        low_var = verified & (_nanmean((s_hat - raw_mean[..., None]) ** 2) < eps ** 2)   # [T, n]
         lam_mean = np.where(answered, s_hat * lam, 0).sum(2) / np.where(answered, lam, 0).sum(2)  # [T, n, m] -> [T, n]
+    out["lam-mean"] = replace(out["mean"], index=verdict._best(verified, verified, lam_mean))
+    return out
 
-    def ranked(accepted, key, fallback_key):  # per step: key if any candidate is accepted, else fallback_key
-        return np.where(accepted.any(1, keepdims=True), key, fallback_key)  # [T, n]
-
-    spec = {  # rule: (filter, ranking keys after (verified, filter)), as in verdict.select
-        "verdict": (dual, (ranked(dual, mean, mean - disp),)),
-        "mean": (verified, (raw_mean,)),
-        "min": (verified, (np.where(answered, s_hat, np.inf).min(2),)),
-        "max": (verified, (np.where(answered, s_hat, -np.inf).max(2),)),
-        "majority": (verified, ((s_hat > tau).sum(2), raw_mean)),
-        "variance": (low_var, (raw_mean,)),
-        "raw-dual": (raw_dual, (ranked(raw_dual, raw_mean, raw_mean - raw_disp),)),
-        "no-filter": (verified, (mean,)),
-        "no-rank": (dual, ()),
-        "lam-mean": (verified, (lam_mean,)),
-    }
-    return {r: Choice(_best(verified, acc, *keys), ~acc.any(1), acc) for r, (acc, keys) in spec.items()}
-
-
-# ----------------------------------------------------------------------------- measures and sweeps
 
 def measure(d: Draws, sc: Scenario) -> dict:
     """Every rule's accuracy, acceptance and fallback on each seed.  -> {rule: {measure: [seeds]}}"""

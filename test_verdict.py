@@ -220,6 +220,37 @@ def test_ties_go_to_the_lowest_index():
     assert select([[0.2, 0.2], [0.5, 0.5], [0.5, 0.5]], lam=(1.0, 1.0)).index == 1
 
 
+def test_exact_ties_are_decided_by_the_mathematics_not_by_rounding():
+    # ŝ = (0.6, 0.6, 0.6) is a fixed point: s̄* = 0.6 exactly, which is not > τ = 0.6 (strict).
+    for lam in [(1.0, 1.0, 1.0), V.STUBBORNNESS]:
+        sel = select([[0.6, 0.6, 0.6]], lam)
+        assert not sel.accepted[0] and sel.fallback
+    # Equal λ: both candidates have s̄* = 0.7 exactly and Δ* equal, so the lower index wins.
+    assert select([[0.8, 0.7, 0.6], [0.6, 0.8, 0.7]], lam=(1.0, 1.0, 1.0)).index == 0
+    assert select([[0.8, 0.7, 0.6], [0.6, 0.8, 0.7]], lam=(1.0, 1.0, 1.0), rule="mean").index == 0
+
+
+def test_fully_answered_rows_do_not_depend_on_the_rest_of_the_batch():
+    s_hat = np.random.default_rng(3).random((50, 3))
+    with_gap = np.vstack([s_hat, [[0.4, NAN, 0.9]]])
+    assert np.array_equal(consensus(with_gap)[:50], consensus(s_hat))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_batched_select_equals_select_step_by_step(seed):
+    rng = np.random.default_rng(seed)
+    n, m = int(rng.integers(1, 6)), int(rng.integers(2, 5))
+    s_hat = rng.integers(0, 11, size=(400, n, m)) / 10                # a grid: ties and exact τ are common
+    s_hat[rng.random(s_hat.shape) < 0.2] = NAN                        # abstentions, some below 2 answers
+    lam = rng.uniform(0.2, 3.0, m)
+    for rule in V.RULES:
+        batch = select(s_hat, lam, 0.6, 0.1, rule)
+        for t in range(len(s_hat)):
+            one = select(s_hat[t], lam, 0.6, 0.1, rule)
+            assert (batch.index[t], batch.fallback[t], batch.verified[t]) == (one.index, one.fallback, one.verified)
+            assert np.array_equal(batch.accepted[t], one.accepted), (rule, t)
+
+
 def test_abstentions():
     # One judge missing: the candidate is still verified (2 answers) and can be accepted.
     sel = select([[0.8, NAN, 0.8], [0.5, 0.5, 0.5]])

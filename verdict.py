@@ -67,8 +67,9 @@ def _check_scores(s_hat, ndim: int | None = None) -> np.ndarray:
 def _nanmean(x: np.ndarray) -> np.ndarray:
     """Mean over the last axis of the non-NaN entries; NaN where a row has none.  [..., m] -> [...]"""
     answered = ~np.isnan(x)
+    ones = np.ones(x.shape[-1])  # a product with ones: much faster than .sum(-1) over a short axis
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(answered, x, 0.0).sum(-1) / answered.sum(-1)
+        return (np.where(answered, x, 0.0) @ ones) / (answered @ ones)
 
 
 # ----------------------------------------------------------------------------- consensus
@@ -101,19 +102,29 @@ def consensus(s_hat, lam=STUBBORNNESS) -> np.ndarray:
     s_hat = _check_scores(s_hat)
     m = s_hat.shape[-1]
     lam = _check_lam(lam, m)
-    if s_hat.size and not np.isnan(s_hat.max()):  # every judge answered: one c for all rows
-        c = 1.0 / (m - 1)
-        a = 1.0 + lam + c                                  # [m]
-        S = (s_hat @ (lam / a)) / (1.0 - c * np.sum(1.0 / a))  # [..., m] -> [...]
-        return s_hat * (lam / a) + (c / a) * S[..., None]  # [..., m]
-    answered = ~np.isnan(s_hat)                            # [..., m]
-    k = answered.sum(-1, keepdims=True)                    # [..., 1] judges that answered
-    c = 1.0 / np.maximum(k - 1, 1)                         # [..., 1] (k < 2 handled below)
-    a = 1.0 + lam + c                                      # [..., m]
-    x = np.where(answered, s_hat, 0.0)                     # [..., m] abstainers contribute 0
-    S = (x * lam / a).sum(-1, keepdims=True) / (1.0 - c * np.where(answered, 1.0 / a, 0.0).sum(-1, keepdims=True))
-    s_star = np.where(answered, (lam * x + c * S) / a, np.nan)  # [..., m]
-    return np.where(k < 2, s_hat, s_star)                  # m' ≤ 1: no game, keep ŝ (or NaN)
+    full = ~np.isnan(s_hat).any(-1)                        # [...] rows where every judge answered
+    if full.all():
+        return _closed_form(s_hat, lam)
+    s_star = np.full_like(s_hat, np.nan)                   # [..., m]
+    s_star[full] = _closed_form(s_hat[full], lam)          # the same arithmetic as a NaN-free call
+    part = s_hat[~full]                                    # [r, m] rows with an abstention
+    answered = ~np.isnan(part)                             # [r, m]
+    k = answered.sum(-1, keepdims=True)                    # [r, 1] judges that answered
+    c = 1.0 / np.maximum(k - 1, 1)                         # [r, 1] (k < 2 handled below)
+    a = 1.0 + lam + c                                      # [r, m]
+    x = np.where(answered, part, 0.0)                      # [r, m] abstainers contribute 0
+    S = (x * (lam / a)).sum(-1, keepdims=True) / (1.0 - c * np.where(answered, 1.0 / a, 0.0).sum(-1, keepdims=True))
+    solved = np.where(answered, x * (lam / a) + (c / a) * S, np.nan)  # [r, m]
+    s_star[~full] = np.where(k < 2, part, solved)          # m' ≤ 1: no game, keep ŝ (or NaN)
+    return s_star
+
+
+def _closed_form(s_hat: np.ndarray, lam: np.ndarray) -> np.ndarray:
+    """The closed form on rows where every judge answered.  [..., m] -> [..., m]"""
+    c = 1.0 / (s_hat.shape[-1] - 1)
+    a = 1.0 + lam + c                                      # [m]
+    S = (s_hat @ (lam / a)) / (1.0 - c * np.sum(1.0 / a))  # [..., m] -> [...]
+    return s_hat * (lam / a) + (c / a) * S[..., None]      # [..., m]
 
 
 def dispersion(s) -> np.ndarray:
@@ -133,6 +144,7 @@ class Selection:
 
     `consensus`, `mean` and `dispersion` are always VERDICT's s*, s̄* and Δ*, whatever the rule,
     so traces of different rules can be compared. `accepted` is the rule's own filter.
+    For batched input [..., n, m], `index`, `fallback` and `verified` are arrays of shape [...].
     """
     index: int              # the chosen candidate
     fallback: bool          # True when no candidate passed the rule's filter
@@ -143,16 +155,24 @@ class Selection:
     dispersion: np.ndarray  # [n] Δ*
 
 
-def _best(*keys: np.ndarray) -> int:
-    """Index of the lexicographic maximum of keys (first key most significant). NaN ranks
-    last; ties go to the lowest index."""
-    n = len(keys[0])
-    cols = [np.arange(n)] + [-np.nan_to_num(np.asarray(k, float), nan=-np.inf) for k in reversed(keys)]
-    return int(np.lexsort(cols)[0])
+DECIMALS = 12  # thresholds and rankings compare values rounded to 12 decimals; see select
+
+
+def _best(*keys) -> np.ndarray:
+    """Index of the lexicographic maximum of keys, first key most significant, per row.  [..., n] -> [...]
+
+    NaN counts as −∞; values are rounded to DECIMALS; ties go to the lowest index.
+    """
+    best = np.ones(np.shape(keys[0]), bool)                               # [..., n] still in the running
+    for k in keys:
+        k = np.round(np.nan_to_num(np.asarray(k, float), nan=-np.inf), DECIMALS)
+        k = np.where(best, k, -np.inf)                                    # [..., n]
+        best &= k == k.max(-1, keepdims=True)                             # [..., n]
+    return best.argmax(-1)                                                # [..., n] -> [...] first True
 
 
 def select(s_hat, lam=STUBBORNNESS, tau: float = 0.6, eps: float = 0.1, rule: str = "verdict") -> Selection:
-    """Choose one of n candidates from their raw scores ŝ.  [n, m] -> Selection
+    """Choose one of n candidates from their raw scores ŝ.  [n, m] -> Selection  (batched: [..., n, m])
 
     verdict   : accept iff s̄* > τ and Δ* < ε; take the accepted one with the highest s̄*;
                 if none is accepted, the highest s̄* − Δ* (the fallback).
@@ -168,51 +188,68 @@ def select(s_hat, lam=STUBBORNNESS, tau: float = 0.6, eps: float = 0.1, rule: st
 
     Abstention (NaN): every statistic uses only the judges that answered. A candidate with fewer
     than 2 answers is never accepted and ranks after every candidate with 2 or more. Ties go to
-    the lowest index.
+    the lowest index. The inequalities are strict, as in the paper, and are tested on values
+    rounded to 12 decimals, so that floating-point error (about 1e-16) cannot decide an exact
+    tie: ŝ = (0.6, 0.6, 0.6) has s̄* = 0.6 exactly and is not above τ = 0.6.
     """
-    s_hat = _check_scores(s_hat, ndim=2)
-    n, m = s_hat.shape
-    if n == 0:  # nothing to choose from
+    return select_all(s_hat, lam, tau, eps, rules=(rule,))[rule]
+
+
+def select_all(s_hat, lam=STUBBORNNESS, tau: float = 0.6, eps: float = 0.1, rules=RULES) -> dict:
+    """`select` for several rules on the same scores, computing the consensus once.
+    [n, m] or [..., n, m] -> {rule: Selection}
+    """
+    s_hat = _check_scores(s_hat)
+    if s_hat.ndim < 2:
+        raise ValueError(f"scores must have shape [n, m], got shape {s_hat.shape}")
+    if s_hat.shape[-2] == 0:  # nothing to choose from
         raise ValueError("select needs at least one candidate, got n=0")
-    lam = _check_lam(lam, m)
+    lam = _check_lam(lam, s_hat.shape[-1])
     if not (math.isfinite(tau) and math.isfinite(eps)):
         raise ValueError(f"tau and eps must be finite, got tau={tau!r}, eps={eps!r}")
-    if rule not in RULES:
-        raise ValueError(f"unknown rule {rule!r}; expected one of {', '.join(RULES)}")
+    for rule in rules:
+        if rule not in RULES:
+            raise ValueError(f"unknown rule {rule!r}; expected one of {', '.join(RULES)}")
 
-    answered = ~np.isnan(s_hat)                          # [n, m]
-    verified = answered.sum(1) >= 2                      # [n]
-    s_star = consensus(s_hat, lam)                       # [n, m]
-    mean, disp = _nanmean(s_star), dispersion(s_star)    # [n], [n]
-    dual = verified & (mean > tau) & (disp < eps)        # [n]
-    raw_mean, raw_disp = _nanmean(s_hat), dispersion(s_hat)  # [n], [n]
+    q = lambda x: np.round(x, DECIMALS)
+    answered = ~np.isnan(s_hat)                                      # [..., n, m]
+    verified = answered.sum(-1) >= 2                                 # [..., n]
+    s_star = consensus(s_hat, lam)                                   # [..., n, m]
+    mean, disp = _nanmean(s_star), dispersion(s_star)                # [..., n], [..., n]
+    dual = verified & (q(mean) > tau) & (q(disp) < eps)              # [..., n]
+    raw_mean, raw_disp = _nanmean(s_hat), dispersion(s_hat)          # [..., n], [..., n]
 
-    keys: tuple
-    if rule == "verdict":
-        accepted = dual
-        keys = (mean,) if accepted.any() else (mean - disp,)
-    elif rule == "raw-dual":
-        accepted = verified & (raw_mean > tau) & (raw_disp < eps)
-        keys = (raw_mean,) if accepted.any() else (raw_mean - raw_disp,)
-    elif rule == "variance":
-        with np.errstate(invalid="ignore"):
-            accepted = verified & (_nanmean((s_hat - raw_mean[:, None]) ** 2) < eps ** 2)
-        keys = (raw_mean,)
-    elif rule == "no-rank":
-        accepted = dual
-        keys = ()
-    else:  # rules with no filter: every verified candidate is eligible
-        accepted = verified
-        keys = {
-            "mean": (raw_mean,),
-            "min": (np.where(answered, s_hat, np.inf).min(1),),
-            "max": (np.where(answered, s_hat, -np.inf).max(1),),
-            "majority": ((s_hat > tau).sum(1), raw_mean),
-            "no-filter": (mean,),
-        }[rule]
-    index = _best(verified, accepted, *keys)
-    return Selection(index=index, fallback=not accepted.any(), verified=bool(verified.any()),
-                     accepted=accepted, consensus=s_star, mean=mean, dispersion=disp)
+    def ranked(accepted, key, fallback_key):  # per step: key if any candidate is accepted, else fallback_key
+        return np.where(accepted.any(-1, keepdims=True), key, fallback_key)  # [..., n]
+
+    out = {}
+    for rule in rules:
+        if rule == "verdict":
+            accepted, keys = dual, (ranked(dual, mean, mean - disp),)
+        elif rule == "raw-dual":
+            accepted = verified & (q(raw_mean) > tau) & (q(raw_disp) < eps)
+            keys = (ranked(accepted, raw_mean, raw_mean - raw_disp),)
+        elif rule == "variance":
+            with np.errstate(invalid="ignore"):
+                accepted = verified & (q(_nanmean((s_hat - raw_mean[..., None]) ** 2)) < eps ** 2)
+            keys = (raw_mean,)
+        elif rule == "no-rank":
+            accepted, keys = dual, ()
+        else:  # rules with no filter: every verified candidate is eligible
+            accepted = verified
+            keys = {
+                "mean": (raw_mean,),
+                "min": (np.fmin.reduce(s_hat, axis=-1),),                # fmin/fmax skip NaN
+                "max": (np.fmax.reduce(s_hat, axis=-1),),
+                "majority": ((s_hat > tau).sum(-1), raw_mean),
+                "no-filter": (mean,),
+            }[rule]
+        index, fallback, any_verified = _best(verified, accepted, *keys), ~accepted.any(-1), verified.any(-1)
+        if s_hat.ndim == 2:
+            index, fallback, any_verified = int(index), bool(fallback), bool(any_verified)
+        out[rule] = Selection(index=index, fallback=fallback, verified=any_verified,
+                              accepted=accepted, consensus=s_star, mean=mean, dispersion=disp)
+    return out
 
 
 # ----------------------------------------------------------------------------- the loop
