@@ -1,0 +1,226 @@
+"""VERDICT demo: watch the consensus decide, step by step.
+
+Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
+Disagreement-Aware Consensus", ECCV 2026 (method: consensus, dual acceptance, fallback).
+
+    python demo.py                          # offline: scripted proposer and judges, no network
+    python demo.py --base-url URL --model NAME [--image PATH] --question TEXT [--choices "A. x|B. y"]
+
+Offline, the run is deterministic. It draws a small scene (verdict_scene.png), asks a question about
+it, and scripts the candidates and the judges' raw scores so that one run shows: a step accepted by
+consensus, a step whose judges conflict (the paper's Proposition 1 vectors) so it is rejected by
+dispersion, a step where the fallback ranking fires, and a step where the raw mean would choose
+differently from VERDICT. Live, the proposer and the three judges are real model calls (judges.py).
+
+Every run prints a table per step, writes the trace (--trace, JSON, "verdict-trace/1") and draws the
+decision plane (--plot, PNG): each candidate at (Δ*, s̄*), the acceptance region Δ* < ε, s̄* > τ shaded.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from dataclasses import replace
+
+from PIL import Image, ImageDraw, ImageFont
+
+import judges
+import verdict
+
+QUESTION = ("From the viewer's perspective, is the blue ball to the left or to the right of the red cube?\n"
+            "A. left\nB. right")
+
+# step -> {candidate: (ŝ_V, ŝ_L, ŝ_C)}; the scripted judges look the raw scores up here.
+SCRIPT = [
+    {   # Proposition 1: equal raw means 2/3, opposite decisions (Δ* 0.0181 accepted, 0.1268 rejected).
+        "The red cube stands on the left half of the image.": (0.7, 0.6, 0.7),
+        "The cube is red and large, so it must be in front of the ball.": (0.9, 0.2, 0.9),
+        "Scenes like this usually put the ball on the left.": (0.3, 0.4, 0.2),
+    },
+    {   # Nothing passes both tests: the fallback takes the highest s̄* − Δ*.
+        "The ball is further right, but it may be partly hidden.": (0.55, 0.6, 0.5),
+        "The ball looks smaller, so it is probably far behind the cube.": (0.8, 0.2, 0.5),
+        "Balls roll, so its position can change.": (0.4, 0.3, 0.1),
+    },
+    {   # The raw mean prefers the fluent wrong answer; the stubborn visual judge sinks it.
+        "Final answer: A": (0.3, 0.95, 0.95),
+        "Final answer: B": (0.75, 0.68, 0.7),
+        "Final answer: B, since the ball is at the far left.": (0.2, 0.5, 0.6),
+    },
+]
+
+
+def draw_scene(path: str) -> None:
+    """A 320×200 scene: a red cube on the left, a blue ball on the right, a green cone behind."""
+    img = Image.new("RGB", (320, 200), (235, 235, 228))
+    d = ImageDraw.Draw(img)
+    d.rectangle([0, 130, 320, 200], fill=(200, 196, 180))                 # floor
+    d.polygon([(200, 120), (215, 80), (230, 120)], fill=(60, 150, 70))    # far, small cone
+    d.rectangle([50, 100, 120, 170], fill=(200, 40, 40), outline=(120, 20, 20))  # red cube
+    d.polygon([(50, 100), (70, 85), (140, 85), (120, 100)], fill=(225, 80, 80))
+    d.ellipse([220, 125, 270, 175], fill=(40, 80, 210), outline=(20, 40, 120))  # blue ball
+    img.save(path)
+
+
+def scripted_agents():
+    """A proposer and three judges that replay SCRIPT: plain functions, as verdict.run accepts."""
+    def propose(state, n):
+        return list(SCRIPT[len(state.steps)])[:n]
+
+    def judge(i):
+        return lambda state, step: SCRIPT[len(state.steps)][step][i]
+    return propose, [judge(i) for i in range(len(verdict.JUDGES))]
+
+
+# ----------------------------------------------------------------------------- output
+
+def fmt(x: float) -> str:
+    return "  -  " if math.isnan(x) else f"{x:.3f}"
+
+
+def report(trace: verdict.Trace, out=sys.stdout) -> None:
+    """Print each step's table, the final answer and one line of totals."""
+    for t, rec in enumerate(trace.steps, 1):
+        sel = rec.selection
+        raw = verdict.select(rec.s_hat, trace.config.lam, trace.config.tau, trace.config.eps, rule="mean").index
+        how = "fallback: none accepted, highest s̄*−Δ*" if sel.fallback else "accepted, highest s̄*"
+        print(f"\nstep {t}  (chosen #{sel.index}, {how})", file=out)
+        print(f"  #  {'candidate':<46}   ŝ_V    ŝ_L    ŝ_C     s̄*     Δ*   ok", file=out)
+        for k, cand in enumerate(rec.candidates):
+            text = cand.replace("\n", " ")
+            text = text if len(text) <= 46 else text[:45] + "…"
+            row = "  ".join(fmt(x) for x in (*rec.s_hat[k], sel.mean[k], sel.dispersion[k]))
+            mark = " ◀ chosen" + (" (fallback)" if sel.fallback else "") if k == sel.index else ""
+            print(f"  {k}  {text:<46}  {row}  {'yes' if sel.accepted[k] else ' no'}{mark}", file=out)
+        if raw != sel.index:
+            print(f"  the raw mean would have chosen #{raw} instead", file=out)
+    tot = trace.totals()
+    print(f"\nfinal answer: {trace.answer if trace.answer is not None else '(none: stopped at max_steps)'}", file=out)
+    print(f"totals: {tot['steps']} steps, {tot['fallbacks']} fallback ({tot['fallback_rate']:.0%}), "
+          f"{tot['abstentions']} abstentions, {tot['judge_calls']} judge calls", file=out)
+
+
+def font(size: int):
+    try:
+        return ImageFont.load_default(size=size)
+    except TypeError:  # Pillow < 10.1 has one bitmap size only
+        return ImageFont.load_default()
+
+
+def plot(trace: verdict.Trace, path: str, size=(640, 480)) -> None:
+    """The decision plane: every candidate at (Δ*, s̄*), τ and ε drawn, the acceptance region shaded,
+    chosen candidates as filled circles (green: accepted, orange square: fallback)."""
+    W, H = size
+    left, right, top, bottom = 70, 20, 30, 60
+    pts = [(float(r.selection.dispersion[k]), float(r.selection.mean[k]), t, k, r.selection)
+           for t, r in enumerate(trace.steps, 1) for k in range(len(r.candidates))]
+    pts = [p for p in pts if not (math.isnan(p[0]) or math.isnan(p[1]))]
+    tau, eps = trace.config.tau, trace.config.eps
+    x_max = max([2.5 * eps, 0.3] + [1.1 * p[0] for p in pts])
+    X = lambda x: left + x / x_max * (W - left - right)
+    Y = lambda y: H - bottom - y * (H - top - bottom)
+    img = Image.new("RGB", size, "white")
+    d = ImageDraw.Draw(img)
+    f, small = font(14), font(11)
+    d.rectangle([X(0), Y(1), X(min(eps, x_max)), Y(tau)], fill=(214, 240, 214))    # accept: Δ* < ε, s̄* > τ
+    for i in range(6):                                                              # grid and tick labels
+        y = i / 5
+        d.line([X(0), Y(y), X(x_max), Y(y)], fill=(235, 235, 235))
+        d.text((X(0) - 8, Y(y)), f"{y:.1f}", fill="black", font=small, anchor="rm")
+        x = x_max * i / 5
+        d.text((X(x), Y(0) + 8), f"{x:.2f}", fill="black", font=small, anchor="mt")
+    d.line([X(0), Y(tau), X(x_max), Y(tau)], fill=(40, 120, 40), width=2)
+    d.line([X(eps), Y(0), X(eps), Y(1)], fill=(40, 120, 40), width=2)
+    d.text((X(x_max) - 4, Y(tau) - 4), f"tau = {tau:g}", fill=(40, 120, 40), font=f, anchor="rb")
+    d.text((X(eps) + 4, Y(0) - 4), f"eps = {eps:g}", fill=(40, 120, 40), font=f, anchor="lb")
+    d.rectangle([X(0), Y(1), X(x_max), Y(0)], outline="black")
+    d.text(((X(0) + X(x_max)) / 2, H - 22), "consensus dispersion  Delta*", fill="black", font=f, anchor="mm")  # ASCII: the default font has no Greek
+    d.text((12, top - 14), "mean consensus  s-bar*", fill="black", font=f, anchor="lm")
+    for x, y, t, k, sel in pts:
+        cx, cy, r = X(x), Y(y), 6
+        if k != sel.index:
+            d.ellipse([cx - r, cy - r, cx + r, cy + r], outline=(110, 110, 110), width=2)
+        elif sel.fallback:
+            d.rectangle([cx - r, cy - r, cx + r, cy + r], fill=(235, 140, 20), outline="black")
+        else:
+            d.ellipse([cx - r, cy - r, cx + r, cy + r], fill=(30, 160, 60), outline="black")
+        d.text((cx + 8, cy), f"{t}.{k}", fill=(60, 60, 60), font=small, anchor="lm")
+    lx, ly = X(x_max) - 190, Y(0.42)                                                # legend
+    d.rectangle([lx - 8, ly - 10, lx + 182, ly + 58], fill="white", outline=(180, 180, 180))
+    d.ellipse([lx, ly - 5, lx + 10, ly + 5], fill=(30, 160, 60), outline="black")
+    d.text((lx + 18, ly), "chosen, accepted", fill="black", font=small, anchor="lm")
+    d.rectangle([lx, ly + 15, lx + 10, ly + 25], fill=(235, 140, 20), outline="black")
+    d.text((lx + 18, ly + 20), "chosen by fallback", fill="black", font=small, anchor="lm")
+    d.ellipse([lx, ly + 35, lx + 10, ly + 45], outline=(110, 110, 110), width=2)
+    d.text((lx + 18, ly + 40), "not chosen (label step.cand)", fill="black", font=small, anchor="lm")
+    img.save(path)
+
+
+# ----------------------------------------------------------------------------- command line
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line and exit code 2, no usage dump
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def parse_args(argv):
+    p = Parser(prog="demo.py", description="VERDICT step by step: offline by default, live with --base-url.")
+    p.add_argument("--question", help="the question (live mode)")
+    p.add_argument("--image", action="append", default=[], help="image path; repeat for several (live mode)")
+    p.add_argument("--choices", help='options as "A. left|B. right"; appended to the question')
+    p.add_argument("--n", type=int, default=3, help="candidates per step (3)")
+    p.add_argument("--tau", type=float, default=0.6, help="confidence threshold τ (0.6)")
+    p.add_argument("--eps", type=float, default=0.1, help="dispersion tolerance ε (0.1)")
+    p.add_argument("--rule", default="verdict", choices=verdict.RULES, help="selection rule (verdict)")
+    p.add_argument("--max-steps", type=int, default=8, help="longest chain (8)")
+    p.add_argument("--trace", default="verdict_trace.json", help="where to write the trace JSON")
+    p.add_argument("--plot", default="verdict_decisions.png", help="where to draw the decision plane")
+    judges.add_endpoint_args(p)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        config = verdict.Config(n=args.n, tau=args.tau, eps=args.eps, rule=args.rule, max_steps=args.max_steps)
+    except ValueError as e:
+        print(f"demo.py: error: {e}", file=sys.stderr)
+        return 2
+    if args.base_url is None:
+        print("offline demo: scripted proposer and scripted judges (plain functions), no model, no network")
+        draw_scene("verdict_scene.png")
+        print(f"scene: verdict_scene.png\nquestion: {QUESTION}")
+        propose, judge_fns = scripted_agents()
+        trace = verdict.run(QUESTION, propose, judge_fns, config, image="verdict_scene.png")
+        trace = replace(trace, meta={"mode": "offline", "scene": "verdict_scene.png"})
+    else:
+        if not args.question:
+            print("demo.py: error: live mode needs --question", file=sys.stderr)
+            return 2
+        missing = [p for p in args.image if not os.path.isfile(p)]
+        if missing:
+            print(f"demo.py: error: image file not found: {missing[0]}", file=sys.stderr)
+            return 2
+        question = args.question + ("\n" + "\n".join(args.choices.split("|")) if args.choices else "")
+        print(f"live demo: reasoner {args.model} at {args.base_url}")
+        try:
+            rc, jc = judges.clients_from_args(args)
+            trace = verdict.run(question, judges.Reasoner(rc, config), judges.make_judges(jc), config,
+                                image=args.image or None, map_fn=judges.thread_map(args.concurrency))
+        except (judges.EndpointError, ValueError) as e:
+            print(f"demo.py: error: {e}", file=sys.stderr)
+            return 2
+        usage = {"reasoner": rc.usage} if rc is jc else {"reasoner": rc.usage, "judges": jc.usage}
+        trace = replace(trace, meta={"mode": "live", "model": args.model, "judge_model": jc.model, "usage": usage})
+    report(trace)
+    with open(args.trace, "w") as fh:
+        json.dump(trace.to_dict(), fh, indent=1, allow_nan=False)
+    plot(trace, args.plot)
+    print(f"wrote {args.trace} and {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""Tests for demo.py: the offline run end to end, live mode against the loopback server, and
+every error case (one line on stderr, exit code 2, no traceback)."""
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from PIL import Image
+
+import demo
+import verdict
+from loopback import LoopbackServer, chat_response
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run_demo(args, cwd, env=None):
+    return subprocess.run([sys.executable, os.path.join(HERE, "demo.py"), *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, **(env or {})})
+
+
+def check_trace(d):
+    """The shape of a "verdict-trace/1" dict, as written by Trace.to_dict."""
+    assert d["format"] == verdict.TRACE_FORMAT
+    assert set(d) == {"format", "question", "config", "steps", "chain", "answer", "stopped", "totals", "meta"}
+    assert d["stopped"] in ("final", "max_steps") and len(d["chain"]) == len(d["steps"]) >= 1
+    m = len(d["config"]["lam"])
+    for step, chosen in zip(d["steps"], d["chain"]):
+        n = len(step["candidates"])
+        assert 0 <= step["index"] < n and step["candidates"][step["index"]] == chosen
+        assert len(step["s_hat"]) == len(step["consensus"]) == n and all(len(r) == m for r in step["s_hat"])
+        assert len(step["mean"]) == len(step["dispersion"]) == len(step["accepted"]) == n
+        assert all(v is None or 0 <= v <= 1 for r in step["s_hat"] for v in r)
+        assert step["abstentions"] == sum(v is None for r in step["s_hat"] for v in r)
+        assert step["fallback"] == (not any(step["accepted"]))
+    assert d["totals"]["steps"] == len(d["steps"])
+    assert d["totals"]["judge_calls"] == sum(len(s["s_hat"]) * m for s in d["steps"])
+
+
+def test_offline_run(tmp_path):
+    out = run_demo([], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("offline demo: scripted proposer and scripted judges")
+    d = json.loads((tmp_path / "verdict_trace.json").read_text())
+    check_trace(d)
+    with Image.open(tmp_path / "verdict_decisions.png") as img:
+        assert img.size == (640, 480) and img.format == "PNG"
+    with Image.open(tmp_path / "verdict_scene.png") as img:
+        assert img.size == (320, 200)
+    # The printed decisions are the trace's decisions.
+    printed = [(int(m[1]), m[2] is not None) for m in re.finditer(r"^step \d+ +\(chosen #(\d+), (fallback)?", out.stdout, re.M)]
+    assert printed == [(s["index"], s["fallback"]) for s in d["steps"]]
+    flags = [m[1] == "yes" for m in re.finditer(r"(yes|no)( ◀ chosen.*)?$", out.stdout, re.M)]
+    assert flags == [a for s in d["steps"] for a in s["accepted"]]
+    # The scripted run shows what it promises: acceptance, a Proposition-1 rejection, a fallback,
+    # a step where the raw mean disagrees, and the final answer.
+    assert [s["fallback"] for s in d["steps"]] == [False, True, False]
+    assert d["steps"][0]["s_hat"][1] == [0.9, 0.2, 0.9] and d["steps"][0]["accepted"][:2] == [True, False]
+    assert "the raw mean would have chosen #0 instead" in out.stdout
+    assert d["answer"] == "B" and "final answer: B" in out.stdout
+    assert re.search(r"^totals: 3 steps, 1 fallback \(33%\), 0 abstentions, 27 judge calls$", out.stdout, re.M)
+
+
+def test_offline_run_is_deterministic(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    assert run_demo([], cwd=a).stdout == run_demo([], cwd=b).stdout
+    assert (a / "verdict_trace.json").read_bytes() == (b / "verdict_trace.json").read_bytes()
+    assert (a / "verdict_decisions.png").read_bytes() == (b / "verdict_decisions.png").read_bytes()
+
+
+def scripted_judge_server(body, path):
+    """Reasoner calls get one step each (the final answer at the second step); judges score 0.8."""
+    system = body["messages"][0]["content"]
+    user = body["messages"][-1]["content"]
+    text = user if isinstance(user, str) else " ".join(p.get("text", "") for p in user)
+    if "Score:" in system or "Score:" in text:
+        return 200, chat_response(["The step is supported.\nScore: 0.8"] * body.get("n", 1)), {}
+    done = "Step 1" in text
+    return 200, chat_response([("Final answer: B" if done else f"Step {i + 1}: the ball is right.")
+                               for i in range(body.get("n", 1))]), {}
+
+
+def test_live_mode_against_loopback(tmp_path):
+    img = tmp_path / "scene.png"
+    demo.draw_scene(str(img))
+    with LoopbackServer(scripted_judge_server) as srv:
+        out = run_demo(["--base-url", srv.url, "--model", "scripted", "--image", str(img), "--question", "Left or right?",
+                        "--choices", "A. left|B. right", "--max-steps", "3", "--concurrency", "4"],
+                       cwd=tmp_path, env={"OPENAI_API_KEY": "sk-secret-demo"})
+        assert out.returncode == 0, out.stderr
+        requests = list(srv.requests)
+    d = json.loads((tmp_path / "verdict_trace.json").read_text())
+    check_trace(d)
+    assert d["meta"]["mode"] == "live" and "A. left" in d["question"]
+    assert all(v == 0.8 for s in d["steps"] for r in s["s_hat"] for v in r)
+    assert "sk-secret-demo" not in (tmp_path / "verdict_trace.json").read_text() + out.stdout + out.stderr
+    chat = [r for r in requests if r[0].endswith("/chat/completions")]
+    assert len(chat) == sum(1 + 3 * len(s["candidates"]) for s in d["steps"])
+
+
+def test_live_mode_text_only(tmp_path):
+    with LoopbackServer(scripted_judge_server) as srv:
+        out = run_demo(["--base-url", srv.url, "--model", "scripted", "--question", "Is 3 > 2?", "--max-steps", "2"],
+                       cwd=tmp_path)
+        user = [r[1]["messages"][-1]["content"] for r in srv.requests if r[0].endswith("/chat/completions")]
+    assert out.returncode == 0, out.stderr
+    assert user and all(isinstance(u, str) for u in user)  # no image: plain string content
+
+
+def refuse_model(body, path):
+    return 404, {"error": {"message": f"The model `{body['model']}` does not exist."}}, {}
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--tau", "nan"], "tau"),
+    (["--n", "0"], "n=0"),
+    (["--n", "three"], "--n"),
+    (["--rule", "median"], "median"),
+    (["--base-url", "http://127.0.0.1:9/v1", "--model", "x", "--question", "q", "--image", "/no/such.png"], "/no/such.png"),
+    (["--base-url", "http://127.0.0.1:9/v1", "--model", "x"], "--question"),
+])
+def test_errors_are_one_line_with_exit_2(tmp_path, args, needle):
+    out = run_demo(args, cwd=tmp_path)
+    assert out.returncode == 2 and out.stdout == ""
+    assert len(out.stderr.strip().splitlines()) == 1 and needle in out.stderr and "Traceback" not in out.stderr
+
+
+def test_unreachable_server_and_wrong_model(tmp_path):
+    import socket
+    with socket.socket() as s:  # a port with nobody listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = run_demo(["--base-url", f"http://127.0.0.1:{port}/v1", "--model", "x", "--question", "q", "--retries", "0"], cwd=tmp_path)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+    assert f"127.0.0.1:{port}" in out.stderr
+    with LoopbackServer(refuse_model) as srv:
+        out = run_demo(["--base-url", srv.url, "--model", "no-such-model", "--question", "q"], cwd=tmp_path)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+    assert "The model `no-such-model` does not exist." in out.stderr and "404" in out.stderr
