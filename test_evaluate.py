@@ -1,0 +1,412 @@
+"""Tests for evaluate.py: loading (VLMEvalKit TSV, JSONL, malformed rows), answer extraction, the
+summary arithmetic by hand, resume after a kill, shared calls between rules, budgets, errors and
+flags. Every model is the loopback scripted server; one `live` test talks to VERDICT_LIVE_URL."""
+import base64
+import io
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import threading
+
+import pytest
+from PIL import Image
+
+import evaluate
+import verdict
+from loopback import chat_response
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def png(color, size=(8, 6)) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", size, color).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def user_text(body) -> str:
+    content = body["messages"][1]["content"]
+    return content if isinstance(content, str) else next(p["text"] for p in content if p["type"] == "text")
+
+
+# The script. Step 1: n "Idea" candidates that every judge scores 0.7, so every rule takes candidate 0
+# and all chains coincide. Step 2: final answers, candidate j says "AB"[(j + seed) % 2]. The judges
+# give A the conflicting vector (0.9, 0.2, 0.9) and B the agreeing (0.7, 0.6, 0.7) of Proposition 1:
+# equal raw means, so VERDICT (and min, variance, raw-dual, no-rank) takes B, max and no-filter take A.
+SCORES = {"Final answer: A": (0.9, 0.2, 0.9), "Final answer: B": (0.7, 0.6, 0.7)}
+
+
+def script(body, path):
+    system, text = body["messages"][0]["content"], user_text(body)
+    if system.startswith("You answer"):  # the reasoner
+        n, seed = body.get("n", 1), body["seed"]
+        if re.search(r"(?m)^Step 1:", text):
+            return 200, chat_response([f"Final answer: {'AB'[(j + seed) % 2]}" for j in range(n)], prompt_tokens=20)
+        return 200, chat_response([f"Idea {j} for seed {seed}." for j in range(n)], prompt_tokens=20)
+    judge = next(i for i, name in enumerate(("Visual", "Logical", "Contextual")) if name in system)
+    step = re.search(r"<step>\n(.*?)\n</step>", text, re.S).group(1)
+    return 200, chat_response([f"Checked.\nScore: {SCORES.get(step, (0.7, 0.7, 0.7))[judge]}"], prompt_tokens=20)
+
+
+def write_jsonl(path, n=4, answers="BBAB"):
+    with open(path, "w") as fh:
+        for i in range(n):
+            fh.write(json.dumps({"id": f"q{i}", "question": f"Which is larger, {i} or {i + 1}?",
+                                 "options": {"A": str(i), "B": str(i + 1)}, "answer": answers[i % len(answers)]}) + "\n")
+    return str(path)
+
+
+def run(args, cwd=None):
+    return subprocess.run([sys.executable, os.path.join(HERE, "evaluate.py"), *args], capture_output=True, text=True,
+                          timeout=300, cwd=cwd)
+
+
+def rows_of(out) -> list:
+    with open(os.path.join(out, "results.jsonl")) as fh:
+        return [json.loads(line) for line in fh]
+
+
+def comparable(summary: dict) -> dict:
+    """The summary without what depends on timing or on which requests the cache already held."""
+    stats = {m: {k: v for k, v in s.items() if k not in ("sent_per_item", "seconds_per_item")}
+             for m, s in summary["stats"].items()}
+    return {"accuracy": summary["accuracy"], "gain": summary["gain_over_base"], "stats": stats, "rows": summary["rows"]}
+
+
+# ----------------------------------------------------------------------------- loading
+
+def test_tsv_reference_multi_image_and_malformed_rows(tmp_path, loopback):
+    red, blue, green = png("red"), png("blue"), png("green")
+    header = ["index", "image", "question", "hint", "A", "B", "C", "answer", "category"]
+    rows = [
+        ["10", b64(red), "What colour is the square?", "A plain square.", "red", "blue", "", "A", "colour"],
+        ["11", "10", "Is it the same square?", "", "yes", "no", "", "A", "reuse"],          # reuses row 10's image
+        ["12", repr([b64(blue), b64(green)]), "Which image is blue?", "", "first", "second", "", "A", "multi"],
+        ["13", b64(red), "Missing its answer", "", "x", "y", "", "", "bad"],                 # malformed: no answer
+        ["14", "bm90IGFuIGltYWdl" * 6, "Undecodable image", "", "x", "y", "", "B", "bad"],  # base64 of text
+        ["15", "", "A text-only row", "nan", "one", "two", "three", "C", "text"],
+    ]
+    path = tmp_path / "Tiny.tsv"
+    path.write_text("\n".join("\t".join(r) for r in [header] + rows) + "\n")
+    name, items, skipped = evaluate.load(str(path))
+    assert name == "Tiny" and [it.id for it in items] == ["10", "11", "12", "15"]
+    assert items[0].images == (red,) and items[1].images == (red,) and items[2].images == (blue, green)
+    assert items[3].images == () and [k for k, _ in items[3].options] == ["A", "B", "C"]
+    assert items[0].question.splitlines() == ["Hint: A plain square.", "Question: What colour is the square?", "Options:",
+                                              "A. red", "B. blue", "Please select the correct answer from the options above."]
+    assert [(s.row, s.reason.split(" (")[0]) for s in skipped] == [(5, "missing answer"), (6, "undecodable image")]
+
+    srv = loopback(script)
+    out = tmp_path / "out"
+    assert evaluate.main(["--data", str(path), "--base-url", srv.url, "--out", str(out), "--seeds", "1",
+                          "--rules", "base,verdict"]) == 0
+    got = rows_of(out)
+    assert len(got) == 4 * 2 and {r["id"] for r in got} == {"10", "11", "12", "15"}
+    parts = [[p for p in c["messages"][1]["content"] if p["type"] == "image_url"] if isinstance(c["messages"][1]["content"], list)
+             else [] for c in srv.chats if "Which image is blue" in user_text(c)]
+    assert parts and all(len(p) == 2 for p in parts)  # both images of the multi-image row, every call
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["items"] == {"Tiny": 4} and [s["row"] for s in summary["skipped"]] == [5, 6]
+    assert "Tiny row 5: missing answer" in (out / "summary.md").read_text()
+
+
+def test_tsv_prompt_column_is_used_as_is(tmp_path):
+    path = tmp_path / "P.tsv"
+    path.write_text("index\tquestion\tA\tB\tanswer\tprompt\n1\tq?\tx\ty\tB\tThe whole text, as the dataset wants it.\n"
+                    "2\tq?\tx\ty\tA\t\n3\tq?\tx\ty\tA\t\textra cell\n")
+    _, items, skipped = evaluate.load(str(path))
+    assert items[0].question == "The whole text, as the dataset wants it." and items[0].answer == "B"
+    assert items[1].question.startswith("Question: q?\nOptions:\nA. x\nB. y")
+    assert [(s.row, s.reason) for s in skipped] == [(4, "7 cells, the header has 6")]
+
+
+def test_jsonl_images_and_malformed_rows(tmp_path):
+    (tmp_path / "pics").mkdir()
+    (tmp_path / "pics" / "a.png").write_bytes(png("red"))
+    lines = [
+        {"id": 1, "question": "q", "options": {"A": "x", "B": "y"}, "answer": "A", "image": "pics/a.png"},
+        {"id": 2, "question": "q", "options": {"B": "y", "A": "x"}, "answer": "B", "image": [b64(png("blue")), "pics/a.png"]},
+        {"id": 3, "question": "q", "options": {"A": "x", "B": "y"}, "answer": "C"},
+        {"id": 4, "question": "q", "options": ["x", "y"], "answer": "A"},
+        {"id": 5, "question": "", "options": {"A": "x", "B": "y"}, "answer": "A"},
+        {"id": 1, "question": "again", "options": {"A": "x", "B": "y"}, "answer": "A"},
+        {"id": 7, "question": "q", "options": {"A": "x", "B": "y"}, "answer": "A", "image": "missing.png"},
+        {"id": 8, "question": "q", "options": {"A": "x", "B": "y"}, "answer": "A", "hint": "think"},
+    ]
+    text = "\n".join(json.dumps(d) for d in lines[:3]) + "\n{not json\n\n" + "\n".join(json.dumps(d) for d in lines[3:]) + "\n"
+    (tmp_path / "set.jsonl").write_text(text)
+    name, items, skipped = evaluate.load(str(tmp_path / "set.jsonl"))
+    assert name == "set" and [it.id for it in items] == ["1", "2", "8"]
+    assert items[0].images == (png("red"),) and items[1].images == (png("blue"), png("red"))
+    assert items[1].options == (("A", "x"), ("B", "y")) and items[2].question.startswith("Hint: think\nQuestion: q")
+    reasons = {s.row: s.reason for s in skipped}
+    assert sorted(reasons) == [3, 4, 6, 7, 8, 9]  # line 5 is blank
+    assert reasons[3] == "answer 'C' is not one of the options A, B" and reasons[4] == "not valid JSON"
+    assert reasons[6].startswith('"options" must be an object') and reasons[7] == "missing question"
+    assert reasons[8] == "repeated id '1' (first at row 1)" and reasons[9].startswith("undecodable image")
+
+
+# ----------------------------------------------------------------------------- answers
+
+OPTIONS = (("A", "12"), ("B", "30"), ("C", "red apple"), ("D", "1"))
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("B", ("B", "letter")),
+    ("B. 30", ("B", "letter")),
+    ("(C)", ("C", "letter")),
+    ("The answer is D", ("D", "letter")),             # "D" is the 4th token from the end: near enough
+    ("D is right, since one is less than twelve", (None, "unanswered")),  # a single letter, but far from the end
+    ("A or B", (None, "unanswered")),                 # two letters, and no option text either
+    ("30", ("B", "text")),
+    ("a RED APPLE", ("C", "text")),                   # option text, case-insensitive
+    ("12", (None, "unanswered")),                     # both "12" and "1" are substrings: not unique
+    ("E", (None, "unanswered")),                      # not an option letter
+    ("", (None, "unanswered")),
+    (None, (None, "unanswered")),                     # the chain gave no final answer
+])
+def test_answer_extraction(text, expected):
+    assert evaluate.extract(text, OPTIONS) == expected
+
+
+# ----------------------------------------------------------------------------- summary
+
+def fake_row(data, seed, method, correct, steps=1, fallbacks=0, abstentions=0, judge_calls=9, **kw):
+    totals = {"steps": steps, "fallbacks": fallbacks, "abstentions": abstentions, "judge_calls": judge_calls}
+    return {"data": data, "id": kw.get("id", "x"), "seed": seed, "method": method, "correct": correct,
+            "extracted": kw.get("extracted", "letter"), "stopped": kw.get("stopped", "final"), "error": kw.get("error"),
+            "calls": kw.get("calls", 10), "tokens": kw.get("tokens", 100), "sent": kw.get("sent", 10),
+            "seconds": kw.get("seconds", 1.0), "trace": {"totals": totals}}
+
+
+def test_summary_arithmetic_by_hand():
+    rows = [  # file f: 2 items, file g: 1 item; seeds 0 and 1
+        fake_row("f", 0, "base", True, judge_calls=0), fake_row("f", 0, "base", False, judge_calls=0, extracted="unanswered"),
+        fake_row("f", 1, "base", True, judge_calls=0), fake_row("f", 1, "base", True, judge_calls=0),
+        fake_row("g", 0, "base", False, judge_calls=0), fake_row("g", 1, "base", True, judge_calls=0),
+        fake_row("f", 0, "verdict", True, steps=4, fallbacks=1, abstentions=3, judge_calls=36, calls=40),
+        fake_row("f", 0, "verdict", True, steps=2, fallbacks=1, abstentions=0, judge_calls=18, calls=20),
+        fake_row("f", 1, "verdict", True, steps=2, fallbacks=0, judge_calls=18),
+        fake_row("f", 1, "verdict", False, steps=2, fallbacks=0, judge_calls=18, error="EndpointError: x", stopped=None,
+                 extracted="unanswered", calls=0, tokens=0),
+        fake_row("g", 0, "verdict", True, steps=2, fallbacks=0, judge_calls=18, stopped="budget"),
+        fake_row("g", 1, "verdict", True, steps=2, fallbacks=0, judge_calls=18),
+    ]
+    s = evaluate.summarize(rows, ["f", "g"], ["base", "verdict"], [0, 1])
+    assert s["format"] == "verdict-eval/1"
+    acc = s["accuracy"]
+    # base: f = 50, 100 -> mean 75, sample std sqrt((25² + 25²) / 1) = 35.355; g = 0, 100 -> 50 ± 70.711;
+    # Avg per seed = (50 + 0)/2 = 25 and (100 + 100)/2 = 100 -> 62.5 ± sqrt(2 · 37.5²) = 53.033.
+    assert acc["base"]["f"]["per_seed"] == [50, 100] and acc["base"]["f"]["mean"] == 75
+    assert math.isclose(acc["base"]["f"]["std"], 25 * math.sqrt(2))
+    assert acc["base"]["g"]["mean"] == 50 and math.isclose(acc["base"]["g"]["std"], 50 * math.sqrt(2))
+    assert acc["base"]["Avg"]["per_seed"] == [25, 100] and math.isclose(acc["base"]["Avg"]["std"], 37.5 * math.sqrt(2))
+    # verdict: f = 100, 50 (the error row is wrong) -> 75; g = 100, 100 -> 100 ± 0; Avg = 100, 75 -> 87.5.
+    assert acc["verdict"]["f"]["per_seed"] == [100, 50] and acc["verdict"]["g"]["std"] == 0
+    assert acc["verdict"]["Avg"]["mean"] == 87.5
+    assert s["gain_over_base"] == {"verdict": {"f": 0.0, "g": 50.0, "Avg": 25.0}}
+    v, b = s["stats"]["verdict"], s["stats"]["base"]
+    assert v["chains"] == 6 and v["steps"] == 14
+    assert v["fallback_rate"] == 2 / 14 and v["abstention_rate"] == 3 / 126    # 36 + 5·18 = 126 judge calls
+    assert v["error_rate"] == 1 / 6 and v["unanswered_rate"] == 0               # the error row is not "unanswered"
+    assert v["stopped"] == {"final": 4, "max_steps": 0, "budget": 1}
+    assert v["calls_per_item"] == (40 + 20 + 10 + 0 + 10 + 10) / 6 and v["tokens_per_item"] == 500 / 6
+    assert b["fallback_rate"] is None and b["abstention_rate"] is None and b["unanswered_rate"] == 1 / 6
+    # One seed: no std, shown without "±".
+    one = evaluate.summarize([r for r in rows if r["seed"] == 0], ["f", "g"], ["base"], [0])
+    assert one["accuracy"]["base"]["f"] == {"mean": 50, "std": None, "per_seed": [50]}
+
+
+# ----------------------------------------------------------------------------- runs
+
+def test_jsonl_run_rows_traces_and_sharing(tmp_path, loopback):
+    """One row per (item, seed, method) with its trace; within an (item, seed) every rule's first step
+    has the same candidates and scores; no request reaches the server twice, and the server sees far
+    fewer requests than the methods would need alone."""
+    srv = loopback(script)
+    data, out = write_jsonl(tmp_path / "q.jsonl"), tmp_path / "out"
+    assert evaluate.main(["--data", data, "--base-url", srv.url, "--out", str(out), "--seeds", "2",
+                          "--max-steps", "3", "--concurrency", "3"]) == 0
+    rows = rows_of(out)
+    assert len(rows) == 4 * 2 * len(evaluate.METHODS)
+    assert len({evaluate.row_key(r) for r in rows}) == len(rows)
+    for r in rows:
+        assert r["format"] == "verdict-eval-row/1" and r["error"] is None and r["trace"]["format"] == verdict.TRACE_FORMAT
+        assert r["stopped"] == r["trace"]["stopped"] == "final" and len(r["trace"]["steps"]) == 2
+        assert r["pred"] == r["trace"]["answer"][-1] and r["correct"] == (r["pred"] == r["answer"])
+        n = 1 if r["method"] == "base" else 3
+        assert all(len(st["candidates"]) == n for st in r["trace"]["steps"])
+    first = {}
+    for r in rows:
+        if r["method"] != "base":
+            first.setdefault((r["id"], r["seed"]), []).append(json.dumps(r["trace"]["steps"][0], sort_keys=True))
+    assert all(len(set(v)) == 1 for v in first.values())
+    verdict_picks = {r["pred"] for r in rows if r["method"] == "verdict"}
+    max_picks = {r["pred"] for r in rows if r["method"] == "max"}
+    assert verdict_picks == {"B"} and max_picks == {"A"}  # Proposition 1's vectors, through the whole pipeline
+    bodies = [json.dumps(c, sort_keys=True) for c in srv.chats]
+    assert len(bodies) == len(set(bodies))  # the cache served every repeated request
+    alone = sum(r["calls"] for r in rows)
+    assert sum(r["sent"] for r in rows) == len(bodies) < alone / 5
+    summary = json.loads((out / "summary.json").read_text())
+    # Answers are B, B, A, B: VERDICT always says B -> 75% on both seeds; max always says A -> 25%.
+    assert summary["accuracy"]["verdict"]["q"] == {"mean": 75.0, "std": 0.0, "per_seed": [75.0, 75.0]}
+    assert summary["accuracy"]["max"]["q"]["mean"] == 25.0 and summary["gain_over_base"]["verdict"]["Avg"] is not None
+    assert summary["stats"]["verdict"]["fallback_rate"] == 0 and summary["stats"]["verdict"]["calls_per_item"] == 20
+
+
+def test_rules_share_calls_when_chains_coincide(tmp_path, loopback):
+    """All judges agree everywhere, so all nine rules build the same chain: together they cost exactly
+    the requests of VERDICT alone."""
+    def agreeing(body, path):
+        if body["messages"][0]["content"].startswith("You answer"):
+            return script(body, path)
+        return 200, chat_response(["Score: 0.8"])
+    alone_srv, all_srv = loopback(agreeing), loopback(agreeing)
+    data = write_jsonl(tmp_path / "q.jsonl", n=2)
+    assert evaluate.main(["--data", data, "--base-url", alone_srv.url, "--out", str(tmp_path / "a"), "--seeds", "2",
+                          "--rules", "verdict"]) == 0
+    assert evaluate.main(["--data", data, "--base-url", all_srv.url, "--out", str(tmp_path / "b"), "--seeds", "2",
+                          "--rules", ",".join(verdict.RULES)]) == 0
+    assert len(all_srv.chats) == len(alone_srv.chats) == 2 * 2 * (1 + 3 * 3 + 1 + 2 * 3)  # 2 items, 2 seeds, 2 steps
+    rows = rows_of(tmp_path / "b")
+    assert sum(r["calls"] for r in rows) == 9 * sum(r["calls"] for r in rows_of(tmp_path / "a"))  # what nine unshared runs need
+
+
+def test_resume_after_kill_matches_uninterrupted_run(tmp_path, loopback):
+    gate, reached = threading.Event(), threading.Event()
+
+    def blocking(body, path):
+        if "2 or 3" in user_text(body) and not gate.is_set():  # the third item: hold it until the test has killed the run
+            reached.set()
+            gate.wait(120)
+        return script(body, path)
+    srv = loopback(blocking)
+    data, out, ref = write_jsonl(tmp_path / "q.jsonl", n=5), tmp_path / "out", tmp_path / "ref"
+    args = ["--data", data, "--base-url", srv.url, "--seeds", "2", "--max-steps", "3", "--retries", "0"]
+    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "evaluate.py"), *args, "--out", str(out), "--concurrency", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert reached.wait(120), "the run never reached the third item"
+    finally:
+        proc.kill()
+        proc.wait()
+        gate.set()
+    before = rows_of(out)
+    assert len(before) == 2 * 2 * len(evaluate.METHODS)  # items q0 and q1, both seeds, every method
+    with open(out / "results.jsonl", "a") as fh:  # as if killed in the middle of writing a row
+        fh.write('{"format": "verdict-eval-row/1", "data": "q", "id": "q2", "se')
+    assert evaluate.main([*args, "--out", str(out)]) == 0
+    assert evaluate.main([*args, "--out", str(ref), "--concurrency", "3"]) == 0
+    after = rows_of(out)
+    keys = [evaluate.row_key(r) for r in after]
+    assert len(keys) == len(set(keys)) == 5 * 2 * len(evaluate.METHODS)
+    assert after[:len(before)] == before  # nothing finished was run again
+    assert set(keys) == {evaluate.row_key(r) for r in rows_of(ref)}
+    got, want = (json.loads((d / "summary.json").read_text()) for d in (out, ref))
+    assert comparable(got) == comparable(want)
+    n = len(srv.chats)
+    assert evaluate.main([*args, "--out", str(out)]) == 0 and len(srv.chats) == n  # all done: no request at all
+
+
+def test_budget_stops_chains(tmp_path, loopback):
+    def endless(body, path):  # the reasoner never gives a final answer
+        if body["messages"][0]["content"].startswith("You answer"):
+            return 200, chat_response([f"More thought {j}." for j in range(body.get("n", 1))])
+        return script(body, path)
+    srv = loopback(endless)
+    out = tmp_path / "out"
+    assert evaluate.main(["--data", write_jsonl(tmp_path / "q.jsonl", n=1), "--base-url", srv.url, "--out", str(out),
+                          "--seeds", "1", "--rules", "base,verdict", "--max-steps", "5", "--max-calls", "12"]) == 0
+    base, rule = rows_of(out)
+    assert base["stopped"] == "max_steps" and base["calls"] == 5 and len(base["trace"]["steps"]) == 5
+    # Step 1 costs 1 + 9 calls; step 2's proposal and two judge calls reach 12, the 13th stops the chain.
+    assert rule["stopped"] == rule["trace"]["stopped"] == "budget" and rule["calls"] == 12
+    assert len(rule["trace"]["steps"]) == 1 and rule["trace"]["steps"][0]["candidates"][0] == "More thought 0."
+    assert rule["extracted"] == "unanswered" and rule["correct"] is False
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stats"]["verdict"]["stopped"] == {"final": 0, "max_steps": 0, "budget": 1}
+
+
+def test_endpoint_error_is_a_row_and_is_retried(tmp_path, loopback):
+    broken = {"on": True}
+
+    def flaky(body, path):
+        if broken["on"] and "1 or 2" in user_text(body):
+            return 400, {"error": {"message": "context length exceeded"}}
+        return script(body, path)
+    srv = loopback(flaky)
+    data, out = write_jsonl(tmp_path / "q.jsonl", n=3), tmp_path / "out"
+    args = ["--data", data, "--base-url", srv.url, "--out", str(out), "--seeds", "1", "--rules", "base,verdict"]
+    assert evaluate.main(args) == 0
+    rows = {r["id"]: r for r in rows_of(out) if r["method"] == "verdict"}
+    assert "context length exceeded" in rows["q1"]["error"] and rows["q1"]["correct"] is False
+    assert rows["q0"]["error"] is None and rows["q2"]["error"] is None
+    assert json.loads((out / "summary.json").read_text())["stats"]["verdict"]["error_rate"] == 1 / 3
+    broken["on"] = False
+    assert evaluate.main(args) == 0
+    rows = rows_of(out)
+    assert len(rows) == 6 and all(r["error"] is None for r in rows)
+
+
+def test_unreachable_endpoint_fails_fast(tmp_path):
+    out = run(["--data", write_jsonl(tmp_path / "q.jsonl"), "--base-url", "http://127.0.0.1:9/v1", "--retries", "0",
+               "--out", str(tmp_path / "out")])
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
+    assert out.stderr.startswith("evaluate.py: error: the endpoint cannot be used:")
+    assert not (tmp_path / "out" / "summary.json").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--seeds", "0"], "--seeds must be >= 1, got 0"),
+    (["--rules", "base,median"], "--rules must list distinct methods"),
+    (["--concurrency", "0"], "--concurrency must be >= 1"),
+    (["--max-calls", "0"], "--max-calls must be >= 1"),
+    (["--tau", "nan"], "tau must be finite, got tau=nan"),
+    (["--data", "x.csv"], "unknown format '.csv'"),
+    (["--data", "nowhere.jsonl"], "nowhere.jsonl: no such file"),
+    (["--base-url", ""], "--base-url is required"),
+])
+def test_bad_flags_one_line_exit_2(tmp_path, args, message):
+    base = ["--data", write_jsonl(tmp_path / "q.jsonl"), "--base-url", "http://127.0.0.1:9/v1", "--out", str(tmp_path / "o")]
+    out = run(base + args, cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and message in out.stderr, out.stderr
+
+
+def test_other_settings_in_out_dir_refused(tmp_path, loopback):
+    srv = loopback(script)
+    args = ["--data", write_jsonl(tmp_path / "q.jsonl", n=1), "--base-url", srv.url, "--out", str(tmp_path / "o"),
+            "--seeds", "1", "--rules", "base"]
+    assert evaluate.main(args) == 0
+    out = run(args + ["--max-steps", "2"])
+    assert out.returncode == 2 and "holds a run with other settings (config); use another --out" in out.stderr
+
+
+@pytest.mark.live
+def test_live_structure(tmp_path, live_url):
+    """A real server (serve_tiny.sh): 5 text-only questions, every row well formed. Answers not checked."""
+    path = tmp_path / "arith.jsonl"
+    with open(path, "w") as fh:
+        for i in range(5):
+            a, b = i + 2, 2 * i + 1
+            fh.write(json.dumps({"id": i, "question": f"What is {a} + {b}?", "answer": "AB"[i % 2],
+                                 "options": {"A": str(a + b) if i % 2 == 0 else str(a + b + 1),
+                                             "B": str(a + b + 2) if i % 2 == 0 else str(a + b)}}) + "\n")
+    out = run(["--data", str(path), "--base-url", live_url, "--out", str(tmp_path / "o"), "--seeds", "1",
+               "--rules", "base,verdict", "--n", "2", "--max-steps", "2", "--max-tokens", "24", "--score-only"])
+    assert out.returncode == 0, out.stderr
+    rows = rows_of(tmp_path / "o")
+    assert len(rows) == 5 * 2 and {r["method"] for r in rows} == {"base", "verdict"}
+    for r in rows:
+        assert r["extracted"] in ("letter", "text", "unanswered") and (r["trace"] is None) == (r["error"] is not None)
+        if r["trace"]:
+            assert r["trace"]["format"] == verdict.TRACE_FORMAT and r["stopped"] in ("final", "max_steps")
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["format"] == "verdict-eval/1" and set(summary["accuracy"]) == {"base", "verdict"}
