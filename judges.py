@@ -397,7 +397,8 @@ class Reasoner:
     comes out identical; top_k=None omits it for hosted APIs that reject it). Each candidate is one
     step: generation stops at STOP and `one_step` trims the rest. If the server returns fewer
     choices (llama-cpp-python ignores n), at most `max_topups` further requests with seeds
-    seed+1, seed+2, ... ask for the rest. The same state and seed give byte-identical requests.
+    seed+1, seed+2, ... ask for the rest. Candidates are kept as the model wrote them, even empty.
+    The same state and seed give byte-identical requests (so a Cache shares them across runs).
     The prompt asks for "Final answer: <letter or value>", which verdict.FINAL_ANSWER recognises.
     """
 
@@ -504,7 +505,8 @@ class Judge:
     then FOLLOW_UP) and abstains with NaN if that fails too. score_only asks for the score line
     alone (max_tokens 16). logprobs=True asks for one digit 0..9 and returns the probability-
     weighted digit / 9 from top_logprobs, or the parsed digit when the server sends none.
-    `counts` tallies calls, replies, parsed replies, retries and abstentions.
+    `counts` tallies calls, replies, parsed replies, retries and abstentions. An endpoint that
+    fails raises EndpointError: a failed request is an error, not an abstention.
     """
 
     def __init__(self, client: Client, name: str, max_tokens: int | None = None, score_only: bool = False,
