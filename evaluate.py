@@ -27,9 +27,10 @@ reasoner of the same seed and Config(rule=r). All chains of one item run one aft
 thread against one response cache (--cache, default OUT/cache.sqlite), so wherever chains coincide
 they get the same candidates and scores, from the cache, with no new request.
 
-Answers follow VLMEvalKit, on the text after "Final answer:" (trace.answer): a single option letter
-among the last four tokens, else a unique option text, else unanswered (scored wrong). A chain that
-stopped without a final answer (--max-steps, or --max-calls: stopped = "budget") is unanswered.
+Answers follow VLMEvalKit's rules, read from the final step: the text after "Final answer:"
+(trace.answer), or, for a chain stopped by --max-steps or --max-calls (stopped = "budget"), its
+last chosen step, as VLMEvalKit reads a truncated response. A single option letter among the last
+four tokens, else a unique option text, else unanswered (scored wrong). Each row records which.
 
 Output in OUT: results.jsonl (one "verdict-eval-row/1" per (item, seed, method), appended and
 flushed as each finishes, with its full trace), summary.md and summary.json ("verdict-eval/1").
@@ -228,6 +229,14 @@ def load(path: str) -> tuple:
 
 # ----------------------------------------------------------------------------- answers
 
+def final_text(trace) -> str | None:
+    """The text an answer is read from: after "Final answer:" if the chain ended there, else its last
+    chosen step (a chain stopped by a budget); None without a step."""
+    if trace is None or not trace.steps:
+        return None
+    return trace.answer if trace.stopped == "final" else trace.chain[-1]
+
+
 def extract(text, options) -> tuple:
     """(letter or None, how) from a final answer, VLMEvalKit's rules (can_infer_option, can_infer_text):
     "letter"     : exactly one option letter among the tokens (.()[],:;!*#{} split words), and it is
@@ -252,26 +261,30 @@ class _Budget(Exception):
 
 
 class _TaskClient(judges.Client):
-    """A Client for one item's task, used by one thread. It stops a chain past `budget` calls, sets
-    `reached` on the first reply from the server, and also counts the tokens of cached replies, so a
-    chain's tokens are what it would cost alone, whichever method happened to run first."""
-    budget, spent, tokens, reached = None, 0, 0, None
+    """A Client for one item's task, used by one thread. It raises _Budget past meter["budget"] calls
+    (a meter the task's reasoner and judge clients share), sets `reached` on the first reply from the
+    server, and counts the tokens of cached replies too, so a chain's tokens are what it would cost
+    alone, whichever method happened to run first."""
+    meter: dict
+    reached: threading.Event
+    tokens = 0
 
     def chat(self, messages, **params):
-        if self.budget is not None and self.spent >= self.budget:
+        if self.meter["budget"] is not None and self.meter["spent"] >= self.meter["budget"]:
             raise _Budget()
-        self.spent, hits = self.spent + 1, self.usage["cache_hits"]
+        self.meter["spent"] += 1
+        hits = self.usage["cache_hits"]
         r = super().chat(messages, **params)
-        if self.reached is not None and self.usage["cache_hits"] == hits:
+        if self.usage["cache_hits"] == hits:
             self.reached.set()
         usage = r.get("usage") if isinstance(r.get("usage"), dict) else {}
-        self.tokens += sum(usage.get(k) if isinstance(usage.get(k), int) else 0 for k in ("prompt_tokens", "completion_tokens"))
+        self.tokens += sum(v for v in (usage.get("prompt_tokens"), usage.get("completion_tokens")) if isinstance(v, int))
         return r
 
 
-def _fork(c: judges.Client, reached: threading.Event) -> _TaskClient:
+def _fork(c: judges.Client, meter: dict, reached: threading.Event) -> _TaskClient:
     fork = _TaskClient(c.base_url, c.model, c.api_key_env, c.timeout, c.retries, c.cache)
-    fork.reached = reached
+    fork.meter, fork.reached = meter, reached
     return fork
 
 
@@ -309,7 +322,10 @@ def run_rule(item: Item, propose, judge_fns, config: verdict.Config) -> verdict.
         return list(log[-1][0])
 
     def logged(judge):
-        return lambda state, step: log[-1][1].append(judge(state, step)) or log[-1][1][-1]
+        def score(state, step):
+            log[-1][1].append(judge(state, step))
+            return log[-1][1][-1]
+        return score
     try:
         return verdict.run(item.question, logged_propose, [logged(j) for j in judge_fns], config, item.images or None)
     except _Budget:
@@ -328,8 +344,7 @@ def run_chain(item: Item, seed: int, method: str, rc: _TaskClient, jc: _TaskClie
     config = replace(opts["config"], n=1) if method == "base" else replace(opts["config"], rule=method)
     clients = [rc] if jc is rc else [rc, jc]
     before = [(c.usage, c.tokens) for c in clients]
-    for c in clients:
-        c.spent, c.budget = 0, opts["max_calls"]
+    rc.meter.update(spent=0, budget=opts["max_calls"])
     t0, trace, error = time.perf_counter(), None, None
     try:
         reasoner = judges.Reasoner(rc, config, max_tokens=opts["max_tokens"], seed=seed)
@@ -339,7 +354,7 @@ def run_chain(item: Item, seed: int, method: str, rc: _TaskClient, jc: _TaskClie
             trace = run_rule(item, reasoner, judges.make_judges(jc, **opts["judge_kw"]), config)
     except (judges.EndpointError, ValueError) as e:
         error = e
-    pred, how = extract(trace.answer if trace else None, item.options)
+    pred, how = extract(final_text(trace), item.options)
     used = lambda k: sum(c.usage[k] - u[k] for c, (u, _) in zip(clients, before))
     return {"format": ROW_FORMAT, "data": item.data, "id": item.id, "row": item.row, "seed": seed,
             "method": method, "answer": item.answer, "pred": pred, "extracted": how, "correct": pred == item.answer,
@@ -429,6 +444,12 @@ def summarize(rows: list, files: list, methods: list, seeds: list) -> dict:
             "gain_over_base": gain, "stats": stats}
 
 
+STAT_COLUMNS = (("fallback", "fallback_rate", ".1%"), ("abstention", "abstention_rate", ".1%"),
+                ("unanswered", "unanswered_rate", ".1%"), ("errors", "error_rate", ".1%"),
+                ("calls/item", "calls_per_item", ".1f"), ("tokens/item", "tokens_per_item", ".0f"),
+                ("sent/item", "sent_per_item", ".1f"), ("s/item", "seconds_per_item", ".2f"))
+
+
 def _pct(c: dict) -> str:
     if c["mean"] is None:
         return "—"
@@ -455,14 +476,11 @@ def render(s: dict) -> str:
             "judge call, unanswered and errors per item. Calls and tokens count cached replies too (the cost of the "
             "method alone); sent counts the HTTP requests this run made, and s the wall time, both of which the "
             "first method of an item pays for the methods after it.", ""]
-    out += head("Method", ["fallback", "abstention", "unanswered", "errors", "final/max/budget",
-                           "calls/item", "tokens/item", "sent/item", "s/item"])
+    out += head("Method", [name for name, _, _ in STAT_COLUMNS] + ["final/max/budget"])
     for m in s["methods"]:
         x = s["stats"][m]
-        out.append(f"| {m} | " + " | ".join([fmt(x["fallback_rate"], ".1%"), fmt(x["abstention_rate"], ".1%"),
-                   fmt(x["unanswered_rate"], ".1%"), fmt(x["error_rate"], ".1%"), "/".join(map(str, x["stopped"].values())),
-                   fmt(x["calls_per_item"], ".1f"), fmt(x["tokens_per_item"], ".0f"), fmt(x["sent_per_item"], ".1f"),
-                   fmt(x["seconds_per_item"], ".2f")]) + " |")
+        cells = [fmt(x[key], f) for _, key, f in STAT_COLUMNS] + ["/".join(map(str, x["stopped"].values()))]
+        out.append(f"| {m} | " + " | ".join(cells) + " |")
     skipped = s["skipped"]
     out += ["", f"Malformed rows skipped: {len(skipped) or 'none'}"]
     out += [f"- {k['data']} row {k['row']}: {k['reason']}" for k in skipped]
@@ -595,8 +613,9 @@ def _run(todo, rc, jc, opts, results, done, keys, total) -> str | None:
         print("\r" + line + "\033[K" if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
 
     def task(item, chains, fh):
-        trc = _fork(rc, reached)
-        tjc = trc if jc is rc else _fork(jc, reached)
+        meter = {"spent": 0, "budget": None}
+        trc = _fork(rc, meter, reached)
+        tjc = trc if jc is rc else _fork(jc, meter, reached)
         for seed, m in chains:
             if stop.is_set():
                 return

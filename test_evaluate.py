@@ -316,21 +316,24 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path, loopback):
     assert evaluate.main([*args, "--out", str(out)]) == 0 and len(srv.chats) == n  # all done: no request at all
 
 
-def test_budget_stops_chains(tmp_path, loopback):
-    def endless(body, path):  # the reasoner never gives a final answer
+@pytest.mark.parametrize("judge_model", [[], ["--judge-model", "another"]])  # one client, or two sharing the budget
+def test_budget_stops_chains(tmp_path, loopback, judge_model):
+    def endless(body, path):  # the reasoner never writes "Final answer:"
         if body["messages"][0]["content"].startswith("You answer"):
-            return 200, chat_response([f"More thought {j}." for j in range(body.get("n", 1))])
+            return 200, chat_response([f"Take {'xyz'[j]} more steps, perhaps B." for j in range(body.get("n", 1))])
         return script(body, path)
     srv = loopback(endless)
     out = tmp_path / "out"
     assert evaluate.main(["--data", write_jsonl(tmp_path / "q.jsonl", n=1), "--base-url", srv.url, "--out", str(out),
-                          "--seeds", "1", "--rules", "base,verdict", "--max-steps", "5", "--max-calls", "12"]) == 0
+                          "--seeds", "1", "--rules", "base,verdict", "--max-steps", "5", "--max-calls", "12", *judge_model]) == 0
     base, rule = rows_of(out)
     assert base["stopped"] == "max_steps" and base["calls"] == 5 and len(base["trace"]["steps"]) == 5
     # Step 1 costs 1 + 9 calls; step 2's proposal and two judge calls reach 12, the 13th stops the chain.
     assert rule["stopped"] == rule["trace"]["stopped"] == "budget" and rule["calls"] == 12
-    assert len(rule["trace"]["steps"]) == 1 and rule["trace"]["steps"][0]["candidates"][0] == "More thought 0."
-    assert rule["extracted"] == "unanswered" and rule["correct"] is False
+    assert len(rule["trace"]["steps"]) == 1 and rule["trace"]["steps"][0]["candidates"][0] == "Take x more steps, perhaps B."
+    # A stopped chain is read from its last chosen step, as VLMEvalKit reads a truncated response.
+    assert rule["trace"]["answer"] is None and (rule["pred"], rule["extracted"], rule["correct"]) == ("B", "letter", True)
+    assert (base["pred"], base["extracted"]) == ("B", "letter")
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stats"]["verdict"]["stopped"] == {"final": 0, "max_steps": 0, "budget": 1}
 
@@ -400,7 +403,8 @@ def test_live_structure(tmp_path, live_url):
                                  "options": {"A": str(a + b) if i % 2 == 0 else str(a + b + 1),
                                              "B": str(a + b + 2) if i % 2 == 0 else str(a + b)}}) + "\n")
     out = run(["--data", str(path), "--base-url", live_url, "--out", str(tmp_path / "o"), "--seeds", "1",
-               "--rules", "base,verdict", "--n", "2", "--max-steps", "2", "--max-tokens", "24", "--score-only"])
+               "--rules", "base,verdict", "--n", "2", "--max-steps", "1", "--max-tokens", "24", "--score-only",
+               "--judge-max-tokens", "8"])
     assert out.returncode == 0, out.stderr
     rows = rows_of(tmp_path / "o")
     assert len(rows) == 5 * 2 and {r["method"] for r in rows} == {"base", "verdict"}
