@@ -510,6 +510,9 @@ def parse_args(argv):
     p.add_argument("--judge-max-tokens", type=int, help="tokens per judge reply (judges.py's default)")
     p.add_argument("--score-only", action="store_true", help="judges reply with the score line only")
     judges.add_endpoint_args(p)  # --base-url, --model, --judge-*, --timeout, --retries, --concurrency, --cache
+    for flag, text in (("--concurrency", "items run at once, each one call at a time (4)"),
+                       ("--cache", "sqlite response cache file (OUT/cache.sqlite)")):
+        p._option_string_actions[flag].help = text  # what the shared flags mean here
     return p.parse_args(argv)
 
 
