@@ -338,7 +338,8 @@ class StepRecord:
 
 @dataclass(frozen=True)
 class Trace:
-    """A whole chain. `stopped` is "final" (a final answer was chosen) or "max_steps".
+    """A whole chain. `stopped` is "final" (a final answer was chosen) or "max_steps" when `run`
+    returns it; a caller that cuts a chain short (a call budget, say) records its own reason.
 
     `meta` carries what the caller adds (model names, call counts, judge-mode artefacts).
     """
