@@ -5,12 +5,16 @@ Disagreement-Aware Consensus", ECCV 2026 (method: consensus, dual acceptance, fa
 
     python demo.py                          # offline: scripted proposer and judges, no network
     python demo.py --base-url URL --model NAME [--image PATH] --question TEXT [--choices "A. x|B. y"]
+    python demo.py --base-url URL ... --judge-mode prior,premises [--gate]   # the SGV / EVPV judge modes
 
 Offline, the run is deterministic. It draws a small scene (verdict_scene.png), asks a question about
 it, and scripts the candidates and the judges' raw scores so that one run shows: a step accepted by
 consensus, a step whose judges conflict (the paper's Proposition 1 vectors) so it is rejected by
 dispersion, a step where the fallback ranking fires, and a step where the raw mean would choose
-differently from VERDICT. Live, the proposer and the three judges are real model calls (judges.py).
+differently from VERDICT. Live, the proposer and the three judges are real model calls (judges.py),
+optionally in the judge modes of the related papers (judges.JudgeMode): SGV's self-grounded prior and
+EVPV's fact sheet, with its reliability gate; the trace's meta then holds the prior, the fact sheet (or
+"degraded") and the gate's checks, and one line sums up their extra calls and tokens.
 
 Every run prints a table per step, writes the trace (--trace, JSON, "verdict-trace/1") and draws the
 decision plane (--plot, PNG): each candidate at (Δ*, s̄*), the acceptance region Δ* < ε, s̄* > τ shaded.
@@ -102,6 +106,20 @@ def report(trace: verdict.Trace, out=sys.stdout) -> None:
           f"{tot['abstentions']} abstentions, {tot['judge_calls']} judge calls", file=out)
 
 
+def mode_line(rec: dict) -> str:
+    """One line for a judge mode's record (judges.Grounding.record): what it made and what it cost."""
+    parts = [f"judge mode {rec['judge_mode']}"]
+    if "prior" in rec:
+        parts.append(f"prior of {len(rec['prior'])} characters")
+    if "fact_sheet_status" in rec:
+        facts = sum(map(len, rec["fact_sheet"].values())) if rec["fact_sheet"] else 0
+        parts.append(f"fact sheet {rec['fact_sheet_status']}" + (f" ({facts} facts)" if facts else ""))
+    if "gate" in rec:
+        rs = ", ".join("-" if e["r"] is None else f"{e['r']:.2f}" for e in rec["gate"])
+        parts.append(f"{len(rec['gate'])} premise checks (r = {rs})")
+    return "; ".join(parts + [f"{rec['extra_calls']} extra calls, {rec['extra_tokens']} extra tokens"])
+
+
 def font(size: int):
     try:
         return ImageFont.load_default(size=size)
@@ -177,6 +195,9 @@ def parse_args(argv):
     p.add_argument("--max-steps", type=int, default=8, help="longest chain (8)")
     p.add_argument("--trace", default="verdict_trace.json", help="where to write the trace JSON")
     p.add_argument("--plot", default="verdict_decisions.png", help="where to draw the decision plane")
+    p.add_argument("--judge-mode", default="plain", help="live mode: prior (SGV), premises (EVPV), or prior,premises")
+    p.add_argument("--gate", action="store_true", help="with premises: EVPV's reliability gate on ŝ_V (+1 call per candidate)")
+    p.add_argument("--mode-max-tokens", type=int, default=512, help="tokens per prior, fact-sheet, premise-check reply (512)")
     judges.add_endpoint_args(p)
     return p.parse_args(argv)
 
@@ -185,6 +206,12 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     try:
         config = verdict.Config(n=args.n, tau=args.tau, eps=args.eps, rule=args.rule, max_steps=args.max_steps)
+        mode = judges.JudgeMode.parse(args.judge_mode)
+        mode = replace(mode, gate=mode.gate or args.gate)
+        if mode.active and args.base_url is None:  # the scripted judges have no prompt to ground
+            raise ValueError(f"judge mode {mode.name!r} needs a live model (--base-url)")
+        if args.mode_max_tokens < 1:
+            raise ValueError(f"--mode-max-tokens must be >= 1, got {args.mode_max_tokens}")
     except ValueError as e:
         print(f"demo.py: error: {e}", file=sys.stderr)
         return 2
@@ -207,14 +234,19 @@ def main(argv=None) -> int:
         print(f"live demo: reasoner {args.model} at {args.base_url}")
         try:
             rc, jc = judges.clients_from_args(args)
-            trace = verdict.run(question, judges.Reasoner(rc, config), judges.make_judges(jc), config,
+            grounding = judges.Grounding(jc, mode, max_tokens=args.mode_max_tokens)
+            trace = verdict.run(question, judges.Reasoner(rc, config), judges.make_judges(jc, grounding=grounding), config,
                                 image=args.image or None, map_fn=judges.thread_map(args.concurrency))
         except (judges.EndpointError, ValueError) as e:
             print(f"demo.py: error: {e}", file=sys.stderr)
             return 2
         usage = {"reasoner": rc.usage} if rc is jc else {"reasoner": rc.usage, "judges": jc.usage}
-        trace = replace(trace, meta={"mode": "live", "model": args.model, "judge_model": jc.model, "usage": usage})
+        grounded = {"grounding": grounding.record(question, args.image)} if mode.active else {}
+        trace = replace(trace, meta={"mode": "live", "model": args.model, "judge_model": jc.model, "usage": usage,
+                                     **grounded})
     report(trace)
+    if "grounding" in trace.meta:
+        print(mode_line(trace.meta["grounding"]))
     with open(args.trace, "w") as fh:
         json.dump(trace.to_dict(), fh, indent=1, allow_nan=False)
     plot(trace, args.plot)

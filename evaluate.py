@@ -8,7 +8,9 @@ Disagreement-Aware Consensus", ECCV 2026. This module implements the experiments
   different aggregation": every rule runs verdict.run with the same reasoner and judges, and only
   verdict.select's rule differs;
 - the method section's fallback rate ("roughly 15% of steps"), beside the abstention, unanswered
-  and stopped rates and the cost per item (model calls, tokens, seconds).
+  and stopped rates and the cost per item (model calls, tokens, seconds);
+- the judge modes of the related papers (judges.JudgeMode: SGV's prior, EVPV's fact sheet and gate)
+  as further rows of the same table.
 
     python evaluate.py --data MMStar.tsv --data mine.jsonl --base-url URL --model NAME --seeds 3 --out runs/x
 
@@ -26,6 +28,13 @@ the reasoner's seed = the seed index), no judges, no selection. Rule r runs verd
 reasoner of the same seed and Config(rule=r). All chains of one item run one after another in one
 thread against one response cache (--cache, default OUT/cache.sqlite), so wherever chains coincide
 they get the same candidates and scores, from the cache, with no new request.
+
+Judge modes. --judge-modes lists modes (plain, prior, premises, prior+premises, premises+gate, ...);
+every judged rule runs in each, as a row named rule+mode: verdict, verdict+prior, verdict+premises,
+verdict+prior+premises. The reasoner's requests do not depend on the mode, so the cache gives a mode
+row the plain row's candidates wherever their chains coincide, and the rows differ only by the judges.
+Each row records the mode's extra calls and tokens (prior, fact sheet, premise checks; cached replies
+counted) and whether its fact sheet degraded; its trace's meta holds the prior and the fact sheet.
 
 Answers follow VLMEvalKit's rules, read from the final step: the text after "Final answer:"
 (trace.answer), or, for a chain stopped by --max-steps or --max-calls (stopped = "budget"), its
@@ -341,7 +350,9 @@ def run_rule(item: Item, propose, judge_fns, config: verdict.Config) -> verdict.
 
 def run_chain(item: Item, seed: int, method: str, rc: _TaskClient, jc: _TaskClient, opts: dict) -> tuple:
     """(row of results.jsonl, None), or (error row, the exception) on EndpointError or ValueError."""
-    config = replace(opts["config"], n=1) if method == "base" else replace(opts["config"], rule=method)
+    rule, _, mode = method.partition("+")  # "verdict+prior+premises" -> rule verdict, mode prior+premises
+    config = replace(opts["config"], n=1) if method == "base" else replace(opts["config"], rule=rule)
+    grounding = judges.Grounding(jc, judges.JudgeMode.parse(mode), **opts["mode_kw"])
     clients = [rc] if jc is rc else [rc, jc]
     before = [(c.usage, c.tokens) for c in clients]
     rc.meter.update(spent=0, budget=opts["max_calls"])
@@ -351,18 +362,21 @@ def run_chain(item: Item, seed: int, method: str, rc: _TaskClient, jc: _TaskClie
         if method == "base":
             trace = run_base(item, reasoner, config)
         else:
-            trace = run_rule(item, reasoner, judges.make_judges(jc, **opts["judge_kw"]), config)
+            trace = run_rule(item, reasoner, judges.make_judges(jc, grounding=grounding, **opts["judge_kw"]), config)
     except (judges.EndpointError, ValueError) as e:
         error = e
     pred, how = extract(final_text(trace), item.options)
+    record = grounding.record(item.question, item.images)
+    meta = {"method": method, "seed": seed, **({"grounding": record} if grounding.mode.active else {})}
     used = lambda k: sum(c.usage[k] - u[k] for c, (u, _) in zip(clients, before))
     return {"format": ROW_FORMAT, "data": item.data, "id": item.id, "row": item.row, "seed": seed,
             "method": method, "answer": item.answer, "pred": pred, "extracted": how, "correct": pred == item.answer,
             "stopped": trace.stopped if trace else None, "error": f"{type(error).__name__}: {error}" if error else None,
             "calls": used("calls"), "sent": used("requests"), "cached": used("cache_hits"),
             "tokens": sum(c.tokens - t for c, (_, t) in zip(clients, before)),
-            "seconds": round(time.perf_counter() - t0, 3),
-            "trace": replace(trace, meta={"method": method, "seed": seed}).to_dict() if trace else None}, error
+            "seconds": round(time.perf_counter() - t0, 3), "extra_calls": record["extra_calls"],
+            "extra_tokens": record["extra_tokens"], "fact_sheet_status": record.get("fact_sheet_status"),
+            "trace": replace(trace, meta=meta).to_dict() if trace else None}, error
 
 
 def row_key(row: dict) -> tuple:
@@ -439,7 +453,11 @@ def summarize(rows: list, files: list, methods: list, seeds: list) -> dict:
             "extracted": {k: sum(r["extracted"] == k for r in rs) for k in ("letter", "text", "unanswered")},
             "stopped": {k: sum(r["stopped"] == k for r in rs) for k in ("final", "max_steps", "budget")},
             "calls_per_item": per("calls"), "tokens_per_item": per("tokens"), "sent_per_item": per("sent"),
-            "seconds_per_item": per("seconds")}
+            "seconds_per_item": per("seconds"),
+            "extra_calls_per_item": statistics.fmean(r.get("extra_calls", 0) for r in rs) if rs else None,
+            "extra_tokens_per_item": statistics.fmean(r.get("extra_tokens", 0) for r in rs) if rs else None,
+            "degraded_rate": rate(sum(r.get("fact_sheet_status") == "degraded" for r in rs),
+                                  sum(bool(r.get("fact_sheet_status")) for r in rs))}
     return {"format": SUMMARY_FORMAT, "files": files, "methods": methods, "seeds": seeds, "accuracy": table,
             "gain_over_base": gain, "stats": stats}
 
@@ -448,6 +466,11 @@ STAT_COLUMNS = (("fallback", "fallback_rate", ".1%"), ("abstention", "abstention
                 ("unanswered", "unanswered_rate", ".1%"), ("errors", "error_rate", ".1%"),
                 ("calls/item", "calls_per_item", ".1f"), ("tokens/item", "tokens_per_item", ".0f"),
                 ("sent/item", "sent_per_item", ".1f"), ("s/item", "seconds_per_item", ".2f"))
+MODE_COLUMNS = (("extra calls/item", "extra_calls_per_item", ".1f"),
+                ("extra tokens/item", "extra_tokens_per_item", ".0f"),
+                ("sheet degraded", "degraded_rate", ".1%"))  # shown when a judge mode ran
+MODE_NOTE = (" Extra calls and tokens are a judge mode's own (prior, fact sheet, premise checks), within calls and "
+             "tokens; sheet degraded is the share of a mode's chains whose fact sheet was malformed twice.")
 
 
 def _pct(c: dict) -> str:
@@ -472,14 +495,16 @@ def render(s: dict) -> str:
     if s["gain_over_base"]:
         out += ["", "Gain over base (points)", ""] + head("Method", cols)
         out += [f"| {m} | " + " | ".join(fmt(g[c], "+.2f") for c in cols) + " |" for m, g in s["gain_over_base"].items()]
+    modes_ran = any("+" in m for m in s["methods"])
+    columns = STAT_COLUMNS + (MODE_COLUMNS if modes_ran else ())
     out += ["", "Per method; an item is one chain (one item, one seed). Rates: fallback per step, abstention per "
             "judge call, unanswered and errors per item. Calls and tokens count cached replies too (the cost of the "
             "method alone); sent counts the HTTP requests this run made, and s the wall time, both of which the "
-            "first method of an item pays for the methods after it.", ""]
-    out += head("Method", [name for name, _, _ in STAT_COLUMNS] + ["final/max/budget"])
+            "first method of an item pays for the methods after it." + (MODE_NOTE if modes_ran else ""), ""]
+    out += head("Method", [name for name, _, _ in columns] + ["final/max/budget"])
     for m in s["methods"]:
         x = s["stats"][m]
-        cells = [fmt(x[key], f) for _, key, f in STAT_COLUMNS] + ["/".join(map(str, x["stopped"].values()))]
+        cells = [fmt(x[key], f) for _, key, f in columns] + ["/".join(map(str, x["stopped"].values()))]
         out.append(f"| {m} | " + " | ".join(cells) + " |")
     skipped = s["skipped"]
     out += ["", f"Malformed rows skipped: {len(skipped) or 'none'}"]
@@ -509,6 +534,9 @@ def parse_args(argv):
     p.add_argument("--max-tokens", type=int, default=256, help="tokens per reasoner step (256)")
     p.add_argument("--judge-max-tokens", type=int, help="tokens per judge reply (judges.py's default)")
     p.add_argument("--score-only", action="store_true", help="judges reply with the score line only")
+    p.add_argument("--judge-modes", default="plain", help="judge modes, comma-separated, each a row per judged rule: "
+                   "plain, prior (SGV), premises (EVPV), premises+gate, prior+premises, ... (plain)")
+    p.add_argument("--mode-max-tokens", type=int, help="tokens per prior, fact-sheet, premise-check reply (512)")
     judges.add_endpoint_args(p)  # --base-url, --model, --judge-*, --timeout, --retries, --concurrency, --cache
     for flag, text in (("--concurrency", "items run at once, each one call at a time (4)"),
                        ("--cache", "sqlite response cache file (OUT/cache.sqlite)")):
@@ -518,12 +546,18 @@ def parse_args(argv):
 
 def _check(args) -> tuple:
     """(methods, config, loaded files) from the flags; ValueError names the first bad flag or file."""
-    methods = [m.strip() for m in args.rules.split(",") if m.strip()]
-    if not methods or len(set(methods)) != len(methods) or not set(methods) <= set(METHODS):
+    rules = [m.strip() for m in args.rules.split(",") if m.strip()]
+    if not rules or len(set(rules)) != len(rules) or not set(rules) <= set(METHODS):
         raise ValueError(f"--rules must list distinct methods from {','.join(METHODS)}, got {args.rules!r}")
+    modes = [judges.JudgeMode.parse(m) for m in args.judge_modes.split(",")]
+    if len(set(modes)) != len(modes):
+        raise ValueError(f"--judge-modes lists a mode twice: {args.judge_modes!r}")
+    methods = []
+    for r in rules:  # a judged rule runs once per mode: verdict, verdict+prior, ...
+        methods += [r] if r == "base" else [r + (f"+{m.name}" if m.active else "") for m in modes]
     for flag, v in (("--seeds", args.seeds), ("--limit", args.limit), ("--concurrency", args.concurrency),
                     ("--max-calls", args.max_calls), ("--max-tokens", args.max_tokens),
-                    ("--judge-max-tokens", args.judge_max_tokens)):
+                    ("--judge-max-tokens", args.judge_max_tokens), ("--mode-max-tokens", args.mode_max_tokens)):
         if v is not None and v < 1:
             raise ValueError(f"{flag} must be >= 1, got {v}")
     if not args.base_url:
@@ -557,7 +591,8 @@ def main(argv=None) -> int:
         settings = json.loads(json.dumps({  # what a resumed run must share (not --concurrency, --timeout, ...)
             "model": args.model, "judge_model": args.judge_model or args.model,
             "config": {**asdict(config), "rule": None}, "max_calls": args.max_calls, "max_tokens": args.max_tokens,
-            "judge_max_tokens": args.judge_max_tokens, "score_only": args.score_only}))
+            "judge_max_tokens": args.judge_max_tokens, "score_only": args.score_only,
+            "mode_max_tokens": args.mode_max_tokens}))
         claim_out(args.out, settings)
         args.cache = args.cache or os.path.join(args.out, "cache.sqlite")  # so the methods always share calls
         rc, jc = judges.clients_from_args(args)
@@ -573,7 +608,8 @@ def main(argv=None) -> int:
     if dropped:
         print(f"evaluate.py: {results}: {dropped} unfinished or failed row(s) will run again", file=sys.stderr)
     opts = {"config": config, "max_calls": args.max_calls, "max_tokens": args.max_tokens, "concurrency": args.concurrency,
-            "judge_kw": {k: v for k, v in (("max_tokens", args.judge_max_tokens), ("score_only", args.score_only)) if v}}
+            "judge_kw": {k: v for k, v in (("max_tokens", args.judge_max_tokens), ("score_only", args.score_only)) if v},
+            "mode_kw": {"max_tokens": args.mode_max_tokens} if args.mode_max_tokens else {}}
     plan = [it for n in names for it in items[n]]
     keys = [(it.data, it.id, s, m) for it in plan for s in seeds for m in methods]
     todo = [(it, [(s, m) for s in seeds for m in methods if (it.data, it.id, s, m) not in done]) for it in plan]

@@ -11,6 +11,7 @@ import pytest
 from PIL import Image
 
 import demo
+import judges
 import verdict
 from loopback import LoopbackServer, chat_response
 
@@ -112,6 +113,35 @@ def test_live_mode_text_only(tmp_path):
     assert user and all(isinstance(u, str) for u in user)  # no image: plain string content
 
 
+def grounded_server(body, path):
+    """scripted_judge_server, plus the judge modes' calls: a prior, a fact sheet, premise checks."""
+    system, user = body["messages"][0]["content"], body["messages"][-1]["content"]
+    if system == judges.load_prompt("prior").system:
+        return 200, chat_response("- The ball must be found right of the cube."), {}
+    if system == judges.load_prompt("premises").system:
+        return 200, chat_response(json.dumps({"objects": [{"fact": "a blue ball"}], "numbers": [], "structure": [],
+                                              "relations": [{"fact": "the ball is right of the cube"}]})), {}
+    if system == judges.load_prompt("premise_check").system:
+        return 200, chat_response('{"claims": [{"claim": "the ball is right", "label": "supported"}]}'), {}
+    return scripted_judge_server(body, path)
+
+
+def test_live_mode_with_judge_modes_records_them_in_the_trace(tmp_path):
+    with LoopbackServer(grounded_server) as srv:
+        out = run_demo(["--base-url", srv.url, "--model", "scripted", "--question", "Left or right?", "--n", "2",
+                        "--max-steps", "1", "--judge-mode", "prior,premises", "--gate"], cwd=tmp_path)
+        prompts = [r[1]["messages"][-1]["content"] for r in srv.requests if r[0].endswith("/chat/completions")]
+    assert out.returncode == 0, out.stderr
+    d = json.loads((tmp_path / "verdict_trace.json").read_text())
+    check_trace(d)
+    g = d["meta"]["grounding"]
+    assert g["judge_mode"] == "prior+premises+gate" and g["prior"] == "- The ball must be found right of the cube."
+    assert g["fact_sheet_status"] == "ok" and [e["r"] for e in g["gate"]] == [1.0, 1.0]
+    assert g["extra_calls"] == 1 + 1 + 2 and sum("Reference expectations" in p for p in prompts) == 2 * 3
+    assert ("judge mode prior+premises+gate; prior of 43 characters; fact sheet ok (2 facts); "
+            "2 premise checks (r = 1.00, 1.00); 4 extra calls, ") in out.stdout
+
+
 def refuse_model(body, path):
     return 404, {"error": {"message": f"The model `{body['model']}` does not exist."}}, {}
 
@@ -123,6 +153,9 @@ def refuse_model(body, path):
     (["--rule", "median"], "median"),
     (["--base-url", "http://127.0.0.1:9/v1", "--model", "x", "--question", "q", "--image", "/no/such.png"], "/no/such.png"),
     (["--base-url", "http://127.0.0.1:9/v1", "--model", "x"], "--question"),
+    (["--judge-mode", "prior"], "needs a live model (--base-url)"),
+    (["--base-url", "http://127.0.0.1:9/v1", "--question", "q", "--judge-mode", "sgv"], "judge mode 'sgv'"),
+    (["--base-url", "http://127.0.0.1:9/v1", "--question", "q", "--gate"], "the gate needs the premises mode"),
 ])
 def test_errors_are_one_line_with_exit_2(tmp_path, args, needle):
     out = run_demo(args, cwd=tmp_path)

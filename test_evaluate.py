@@ -15,6 +15,7 @@ import pytest
 from PIL import Image
 
 import evaluate
+import judges
 import verdict
 from loopback import chat_response
 
@@ -338,6 +339,53 @@ def test_budget_stops_chains(tmp_path, loopback, judge_model):
     assert summary["stats"]["verdict"]["stopped"] == {"final": 0, "max_steps": 0, "budget": 1}
 
 
+SHEET = json.dumps({"objects": [{"fact": "two numbers"}], "numbers": [], "relations": [], "structure": []})
+
+
+def grounded(body, path):
+    """script, plus the judge modes' calls: a prior, a fact sheet, premise checks that support every claim."""
+    system = body["messages"][0]["content"]
+    for name, reply in (("prior", "- Compare the two numbers."), ("premises", SHEET),
+                        ("premise_check", '{"claims": [{"claim": "a number", "label": "supported"}]}')):
+        if system == judges.load_prompt(name).system:
+            return 200, chat_response([reply], prompt_tokens=20)
+    return script(body, path)
+
+
+def test_judge_modes_are_rows_that_share_the_reasoners_candidates(tmp_path, loopback):
+    srv = loopback(grounded)
+    data, out = write_jsonl(tmp_path / "q.jsonl", n=2), tmp_path / "out"
+    assert evaluate.main(["--data", data, "--base-url", srv.url, "--out", str(out), "--seeds", "1", "--rules", "base,verdict",
+                          "--judge-modes", "plain,prior,premises,prior+premises,premises+gate"]) == 0
+    rows = {r["method"]: r for r in rows_of(out) if r["id"] == "q0"}
+    assert list(rows) == ["base", "verdict", "verdict+prior", "verdict+premises", "verdict+prior+premises",
+                          "verdict+premises+gate"]
+    # The scripted scores ignore the evidence (and the gate finds every premise supported, r = 1), so
+    # every row builds VERDICT's chain, from the same candidates, which the reasoner was asked for once.
+    chains = [[s["candidates"] for s in r["trace"]["steps"]] for m, r in rows.items() if m != "base"]
+    assert all(c == chains[0] for c in chains) and len(chains[0]) == 2
+    roles = [next((n for n in ("prior", "premises", "premise_check") if c["messages"][0]["content"] ==
+                   judges.load_prompt(n).system), "other") for c in srv.chats]
+    assert sum(c["messages"][0]["content"].startswith("You answer") for c in srv.chats) == 2 * (2 + 2)  # base, verdict
+    # Per item: one prior and one fact sheet whichever rows use them; 5 premise checks (the candidates of
+    # step 2, "Final answer: A", "... B", "... A", hold one repeat, which the cache serves).
+    assert (roles.count("prior"), roles.count("premises"), roles.count("premise_check")) == (2, 2, 2 * 5)
+    # Extra calls per chain: the prior 1, the fact sheet 1, a premise check per candidate (2 steps × 3).
+    assert {m: r["extra_calls"] for m, r in rows.items()} == {
+        "base": 0, "verdict": 0, "verdict+prior": 1, "verdict+premises": 1, "verdict+prior+premises": 2,
+        "verdict+premises+gate": 1 + 6}
+    assert rows["verdict+prior"]["extra_tokens"] == 20 + 5  # prompt 20, completion: 5 words
+    g = rows["verdict+prior+premises"]["trace"]["meta"]["grounding"]
+    assert g["prior"] == "- Compare the two numbers." and g["fact_sheet_status"] == "ok"
+    assert "grounding" not in rows["verdict"]["trace"]["meta"] and rows["verdict"]["fact_sheet_status"] is None
+    summary = json.loads((out / "summary.json").read_text())
+    stats = summary["stats"]
+    assert stats["verdict+premises+gate"]["extra_calls_per_item"] == 7 and stats["verdict+premises"]["degraded_rate"] == 0
+    assert stats["verdict"]["extra_calls_per_item"] == 0 and stats["verdict"]["degraded_rate"] is None
+    assert summary["accuracy"]["verdict+prior"] == summary["accuracy"]["verdict"]
+    assert "| extra calls/item | extra tokens/item | sheet degraded |" in (out / "summary.md").read_text()
+
+
 def test_endpoint_error_is_a_row_and_is_retried(tmp_path, loopback):
     broken = {"on": True}
 
@@ -376,6 +424,9 @@ def test_unreachable_endpoint_fails_fast(tmp_path):
     (["--data", "x.csv"], "unknown format '.csv'"),
     (["--data", "nowhere.jsonl"], "nowhere.jsonl: no such file"),
     (["--base-url", ""], "--base-url is required"),
+    (["--judge-modes", "plain,sgv"], "judge mode 'sgv'"),
+    (["--judge-modes", "prior,prior"], "--judge-modes lists a mode twice"),
+    (["--judge-modes", "gate"], "the gate needs the premises mode"),
 ])
 def test_bad_flags_one_line_exit_2(tmp_path, args, message):
     base = ["--data", write_jsonl(tmp_path / "q.jsonl"), "--base-url", "http://127.0.0.1:9/v1", "--out", str(tmp_path / "o")]
