@@ -538,9 +538,6 @@ def parse_args(argv):
                    "plain, prior (SGV), premises (EVPV), premises+gate, prior+premises, ... (plain)")
     p.add_argument("--mode-max-tokens", type=int, help="tokens per prior, fact-sheet, premise-check reply (512)")
     judges.add_endpoint_args(p)  # --base-url, --model, --judge-*, --timeout, --retries, --concurrency, --cache
-    for flag, text in (("--concurrency", "items run at once, each one call at a time (4)"),
-                       ("--cache", "sqlite response cache file (OUT/cache.sqlite)")):
-        p._option_string_actions[flag].help = text  # what the shared flags mean here
     return p.parse_args(argv)
 
 

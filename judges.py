@@ -868,8 +868,9 @@ def add_endpoint_args(parser) -> None:
     g.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
     g.add_argument("--timeout", type=float, default=120.0, help="seconds per request (120)")
     g.add_argument("--retries", type=int, default=4, help="retries on connection errors, timeouts, 429, 5xx (4)")
-    g.add_argument("--concurrency", type=int, default=4, help="judge calls in flight at once (4)")
-    g.add_argument("--cache", help="sqlite response cache file (off by default)")
+    g.add_argument("--concurrency", type=int, default=4,
+                   help="requests in flight at once (4): demo.py overlaps a step's judge calls, evaluate.py runs items")
+    g.add_argument("--cache", help="sqlite response cache file (demo.py: off by default; evaluate.py: OUT/cache.sqlite)")
 
 
 def clients_from_args(args) -> tuple:
