@@ -38,6 +38,7 @@ from PIL import Image
 
 import judges
 import verdict
+from client import Client
 from loopback import LoopbackServer, chat_response
 
 PAPER_OVERHEAD = 3.80  # the paper's sequential wall-clock overhead
@@ -133,8 +134,9 @@ SOURCES = [
     "1,000 generated tokens per request, 1.15 requests/s (2298.89 tokens/s in all, ≈ 1,150 generated; Qwen1.5-MoE blog, "
     "qwenlm.github.io); reproducing it, a user measured ≈ 1,000 tokens/s (QwenLM/Qwen3 issue 244); 1,000 / 84.28 ≈ 12.",
     "1280 tokens per image: one token per 28×28-pixel patch (Qwen2-VL-7B-Instruct model card, discussion 47), so "
-    "judges.MAX_PIXELS = 1280·28·28 gives at most 1280 visual tokens; the simulation charges the whole budget.",
-    "prefix caching: vLLM's automatic prefix caching covers image tokens (DESIGN.md §5); 16-token blocks.",
+    "images.MAX_PIXELS = 1280·28·28 gives at most 1280 visual tokens; the simulation charges the whole budget.",
+    "prefix caching: vLLM's automatic prefix caching covers image tokens (its prefix-caching design doc hashes a block's "
+    "multimodal inputs with its tokens); 16-token blocks.",
 ]
 
 
@@ -242,11 +244,12 @@ SEQ, SEQ_SCORE, CONC, CONC_SCORE, ADAPTIVE = MODES = (
 
 
 def run_chains(client, mode: Mode, questions, steps: int, limits: tuple, image=None) -> tuple:
-    """Run `steps` VERDICT steps on each question in `mode`. limits = max_tokens of (a step, a judge
-    rationale, a score-only reply). Returns (seconds of each step, judge requests, judge calls skipped)."""
+    """Run `steps` VERDICT steps (verdict.step) on each question in `mode`. limits = max_tokens of (a step,
+    a judge rationale, a score-only reply). Returns (seconds of each step, judge requests, judge calls skipped)."""
     js = judges.make_judges(client, max_tokens=limits[2] if mode.score_only else limits[1], score_only=mode.score_only)
     reasoners = [judges.Reasoner(client, max_tokens=limits[0], seed=i) for i in range(mode.n)]
     pool = judges.thread_map(mode.n * len(js) if mode.concurrent else 1)
+    config = verdict.Config(n=mode.n)
     times, skipped = [], 0
     for q in questions:
         state = verdict.State(q, () if image is None else (image,))
@@ -256,13 +259,10 @@ def run_chains(client, mode: Mode, questions, steps: int, limits: tuple, image=N
                 cands = reasoners[0](state, mode.n)
             else:  # sequential: the candidates one after another
                 cands = [r(state, 1)[0] for r in reasoners]
-            if mode.n == 1 or (mode.adaptive and len({" ".join(c.split()) for c in cands}) == 1):
-                skipped, chosen = skipped + (len(cands) * len(js) if mode.n > 1 else 0), cands[0]
-            else:
-                scores = pool(lambda cj: cj[1](state, cj[0]), [(c, j) for c in cands for j in js])
-                s_hat = np.array(scores, dtype=float).reshape(len(cands), len(js))  # [n·m] -> [n, m]
-                chosen = cands[verdict.select(s_hat).index]
-            state = state.extend(chosen)
+            agree = mode.adaptive and len({" ".join(c.split()) for c in cands}) == 1
+            judged = () if mode.n == 1 or agree else js
+            skipped += len(cands) * len(js) if agree else 0
+            state = state.extend(verdict.step(state, lambda s, n: cands, judged, config, pool).chosen)
             times.append(time.perf_counter() - t0)
     return times, sum(j.counts["replies"] for j in js), skipped
 
@@ -301,8 +301,8 @@ def simulated_section(lm: LatencyModel, questions: int, steps: int, reps: int) -
     qs = [SIM_QUESTION.format(k=k) for k in range(questions)]
     sim, zero = SimulatedServer(lm, steps - 1), SimulatedServer(replace(lm, time_scale=0.0), steps - 1)
     with LoopbackServer(sim, model="sim") as srv, LoopbackServer(zero, model="sim") as srv0:
-        result = overhead(judges.Client(srv.url, "sim"), MODES, qs, steps, reps, limits, image, sim.reset)
-        harness = float(np.mean(run_chains(judges.Client(srv0.url, "sim"), BASE, qs, steps, limits, image)[0]))
+        result = overhead(Client(srv.url, "sim"), MODES, qs, steps, reps, limits, image, sim.reset)
+        harness = float(np.mean(run_chains(Client(srv0.url, "sim"), BASE, qs, steps, limits, image)[0]))
     scale = lm.time_scale or 1.0
     lines = ["**This is a simulation**: a loopback server that sleeps as a latency model says; no GPU and no model.", "",
              f"Latency model: prefill {lm.prefill_tps:,.0f} tokens/s, decode {lm.decode_tps} tokens/s per sequence, "
@@ -354,7 +354,7 @@ def server_props(url: str) -> dict:
 def live_section(url: str, model: str, reps: int, steps: int, limits: tuple) -> list:
     """Section 2b against a real OpenAI-compatible server (text only: the tiny model has no vision)."""
     props, load, t0 = server_props(url), os.getloadavg(), time.perf_counter()
-    client = judges.Client(url, model, timeout=600.0)
+    client = Client(url, model, timeout=600.0)
     result = overhead(client, (SEQ, CONC, CONC_SCORE, ADAPTIVE), [LIVE_QUESTION], steps, reps, limits)
     avg = lambda xs: ", ".join(f"{x:.1f}" for x in xs)
     return [f"A real server at {url}: llama.cpp's llama-server as serve_tiny.sh starts it (-np 4 -c 8192 -t 2 "

@@ -1,4 +1,4 @@
-"""Shared pytest fixtures: the loopback server, and the `live` marker.
+"""Shared pytest fixtures: the loopback server, a small PNG, and the `live` marker.
 
 Tests marked @pytest.mark.live talk to a real OpenAI-compatible server at $VERDICT_LIVE_URL
 (for example the one serve_tiny.sh starts) and are skipped when it is unset.
@@ -6,6 +6,7 @@ Tests marked @pytest.mark.live talk to a real OpenAI-compatible server at $VERDI
 import os
 
 import pytest
+from PIL import Image
 
 from loopback import LoopbackServer
 
@@ -40,3 +41,11 @@ def live_url():
     if not url:
         pytest.skip("set VERDICT_LIVE_URL")
     return url
+
+
+@pytest.fixture
+def png(tmp_path):
+    """A 64×48 green PNG file."""
+    path = tmp_path / "scene.png"
+    Image.new("RGB", (64, 48), (10, 200, 30)).save(path)
+    return path

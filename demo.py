@@ -12,7 +12,7 @@ it, and scripts the candidates and the judges' raw scores so that one run shows:
 consensus, a step whose judges conflict (the paper's Proposition 1 vectors) so it is rejected by
 dispersion, a step where the fallback ranking fires, and a step where the raw mean would choose
 differently from VERDICT. Live, the proposer and the three judges are real model calls (judges.py),
-optionally in the judge modes of the related papers (judges.JudgeMode): SGV's self-grounded prior and
+optionally in the judge modes of the related papers (grounding.JudgeMode): SGV's self-grounded prior and
 EVPV's fact sheet, with its reliability gate; the trace's meta then holds the prior, the fact sheet (or
 "degraded") and the gate's checks, and one line sums up their extra calls and tokens.
 
@@ -21,17 +21,19 @@ decision plane (--plot, PNG): each candidate at (Δ*, s̄*), the acceptance regi
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
 import sys
 from dataclasses import replace
 
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image, ImageDraw
 
+import client
+import grounding
 import judges
 import verdict
+from images import font
 
 QUESTION = ("From the viewer's perspective, is the blue ball to the left or to the right of the red cube?\n"
             "A. left\nB. right")
@@ -95,7 +97,7 @@ def report(trace: verdict.Trace, out=sys.stdout) -> None:
         for k, cand in enumerate(rec.candidates):
             text = cand.replace("\n", " ")
             text = text if len(text) <= 46 else text[:45] + "…"
-            row = "  ".join(fmt(x) for x in (*rec.s_hat[k], sel.mean[k], sel.dispersion[k]))
+            row = "  ".join(fmt(x) for x in (*rec.s_hat[k], sel.s_bar_star[k], sel.delta_star[k]))
             mark = " ◀ chosen" + (" (fallback)" if sel.fallback else "") if k == sel.index else ""
             print(f"  {k}  {text:<46}  {row}  {'yes' if sel.accepted[k] else ' no'}{mark}", file=out)
         if raw != sel.index:
@@ -107,7 +109,7 @@ def report(trace: verdict.Trace, out=sys.stdout) -> None:
 
 
 def mode_line(rec: dict) -> str:
-    """One line for a judge mode's record (judges.Grounding.record): what it made and what it cost."""
+    """One line for a judge mode's record (grounding.Grounding.record): what it made and what it cost."""
     parts = [f"judge mode {rec['judge_mode']}"]
     if "prior" in rec:
         parts.append(f"prior of {len(rec['prior'])} characters")
@@ -120,19 +122,12 @@ def mode_line(rec: dict) -> str:
     return "; ".join(parts + [f"{rec['extra_calls']} extra calls, {rec['extra_tokens']} extra tokens"])
 
 
-def font(size: int):
-    try:
-        return ImageFont.load_default(size=size)
-    except TypeError:  # Pillow < 10.1 has one bitmap size only
-        return ImageFont.load_default()
-
-
 def plot(trace: verdict.Trace, path: str, size=(640, 480)) -> None:
     """The decision plane: every candidate at (Δ*, s̄*), τ and ε drawn, the acceptance region shaded,
     chosen candidates as filled circles (green: accepted, orange square: fallback)."""
     W, H = size
     left, right, top, bottom = 70, 20, 30, 60
-    pts = [(float(r.selection.dispersion[k]), float(r.selection.mean[k]), t, k, r.selection)
+    pts = [(float(r.selection.delta_star[k]), float(r.selection.s_bar_star[k]), t, k, r.selection)
            for t, r in enumerate(trace.steps, 1) for k in range(len(r.candidates))]
     pts = [p for p in pts if not (math.isnan(p[0]) or math.isnan(p[1]))]
     tau, eps = trace.config.tau, trace.config.eps
@@ -165,7 +160,12 @@ def plot(trace: verdict.Trace, path: str, size=(640, 480)) -> None:
         else:
             d.ellipse([cx - r, cy - r, cx + r, cy + r], fill=(30, 160, 60), outline="black")
         d.text((cx + 8, cy), f"{t}.{k}", fill=(60, 60, 60), font=small, anchor="lm")
-    lx, ly = X(x_max) - 190, Y(0.42)                                                # legend
+    legend(d, X(x_max) - 190, Y(0.42), small)
+    img.save(path)
+
+
+def legend(d: ImageDraw.ImageDraw, lx: float, ly: float, small) -> None:
+    """The decision plane's legend, its first row centred at (lx, ly)."""
     d.rectangle([lx - 8, ly - 10, lx + 182, ly + 58], fill="white", outline=(180, 180, 180))
     d.ellipse([lx, ly - 5, lx + 10, ly + 5], fill=(30, 160, 60), outline="black")
     d.text((lx + 18, ly), "chosen, accepted", fill="black", font=small, anchor="lm")
@@ -173,18 +173,12 @@ def plot(trace: verdict.Trace, path: str, size=(640, 480)) -> None:
     d.text((lx + 18, ly + 20), "chosen by fallback", fill="black", font=small, anchor="lm")
     d.ellipse([lx, ly + 35, lx + 10, ly + 45], outline=(110, 110, 110), width=2)
     d.text((lx + 18, ly + 40), "not chosen (label step.cand)", fill="black", font=small, anchor="lm")
-    img.save(path)
 
 
 # ----------------------------------------------------------------------------- command line
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line and exit code 2, no usage dump
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def parse_args(argv):
-    p = Parser(prog="demo.py", description="VERDICT step by step: offline by default, live with --base-url.")
+    p = client.Parser(prog="demo.py", description="VERDICT step by step: offline by default, live with --base-url.")
     p.add_argument("--question", help="the question (live mode)")
     p.add_argument("--image", action="append", default=[], help="image path; repeat for several (live mode)")
     p.add_argument("--choices", help='options as "A. left|B. right"; appended to the question')
@@ -198,52 +192,60 @@ def parse_args(argv):
     p.add_argument("--judge-mode", default="plain", help="live mode: prior (SGV), premises (EVPV), or prior,premises")
     p.add_argument("--gate", action="store_true", help="with premises: EVPV's reliability gate on ŝ_V (+1 call per candidate)")
     p.add_argument("--mode-max-tokens", type=int, default=512, help="tokens per prior, fact-sheet, premise-check reply (512)")
-    judges.add_endpoint_args(p)
+    client.add_endpoint_args(p)
     return p.parse_args(argv)
+
+
+def check_args(args) -> tuple:
+    """(config, judge mode) from the flags; ValueError names the first bad flag, before any call is made."""
+    config = verdict.Config(n=args.n, tau=args.tau, eps=args.eps, rule=args.rule, max_steps=args.max_steps)
+    mode = grounding.JudgeMode.parse(args.judge_mode)
+    mode = replace(mode, gate=mode.gate or args.gate)
+    if mode.active and args.base_url is None:  # the scripted judges have no prompt to ground
+        raise ValueError(f"judge mode {mode.name!r} needs a live model (--base-url)")
+    if args.mode_max_tokens < 1:
+        raise ValueError(f"--mode-max-tokens must be >= 1, got {args.mode_max_tokens}")
+    if args.base_url is not None:
+        if not args.question:
+            raise ValueError("live mode needs --question")
+        missing = [p for p in args.image if not os.path.isfile(p)]
+        if missing:
+            raise ValueError(f"image file not found: {missing[0]}")
+    return config, mode
+
+
+def run_offline(config: verdict.Config) -> verdict.Trace:
+    """The scripted run: the scene, the question, SCRIPT's candidates and scores."""
+    print("offline demo: scripted proposer and scripted judges (plain functions), no model, no network")
+    draw_scene("verdict_scene.png")
+    print(f"scene: verdict_scene.png\nquestion: {QUESTION}")
+    propose, judge_fns = scripted_agents()
+    trace = verdict.run(QUESTION, propose, judge_fns, config, image="verdict_scene.png")
+    return replace(trace, meta={"mode": "offline", "scene": "verdict_scene.png"})
+
+
+def run_live(args, config: verdict.Config, mode: grounding.JudgeMode) -> verdict.Trace:
+    """A real reasoner and real judges at --base-url; EndpointError or ValueError when the endpoint fails."""
+    question = args.question + ("\n" + "\n".join(args.choices.split("|")) if args.choices else "")
+    print(f"live demo: reasoner {args.model} at {args.base_url}")
+    reasoner, judge = client.clients_from_args(args)
+    evidence = grounding.Grounding(judge, mode, max_tokens=args.mode_max_tokens)
+    trace = verdict.run(question, judges.Reasoner(reasoner), judges.make_judges(judge, grounding=evidence), config,
+                        image=args.image or None, map_fn=judges.thread_map(args.concurrency))
+    usage = {"reasoner": reasoner.usage} if reasoner is judge else {"reasoner": reasoner.usage, "judges": judge.usage}
+    grounded = {"grounding": evidence.record(question, args.image)} if mode.active else {}
+    return replace(trace, meta={"mode": "live", "model": args.model, "judge_model": judge.model, "usage": usage,
+                                **grounded})
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
-        config = verdict.Config(n=args.n, tau=args.tau, eps=args.eps, rule=args.rule, max_steps=args.max_steps)
-        mode = judges.JudgeMode.parse(args.judge_mode)
-        mode = replace(mode, gate=mode.gate or args.gate)
-        if mode.active and args.base_url is None:  # the scripted judges have no prompt to ground
-            raise ValueError(f"judge mode {mode.name!r} needs a live model (--base-url)")
-        if args.mode_max_tokens < 1:
-            raise ValueError(f"--mode-max-tokens must be >= 1, got {args.mode_max_tokens}")
-    except ValueError as e:
+        config, mode = check_args(args)
+        trace = run_offline(config) if args.base_url is None else run_live(args, config, mode)
+    except (client.EndpointError, ValueError) as e:
         print(f"demo.py: error: {e}", file=sys.stderr)
         return 2
-    if args.base_url is None:
-        print("offline demo: scripted proposer and scripted judges (plain functions), no model, no network")
-        draw_scene("verdict_scene.png")
-        print(f"scene: verdict_scene.png\nquestion: {QUESTION}")
-        propose, judge_fns = scripted_agents()
-        trace = verdict.run(QUESTION, propose, judge_fns, config, image="verdict_scene.png")
-        trace = replace(trace, meta={"mode": "offline", "scene": "verdict_scene.png"})
-    else:
-        if not args.question:
-            print("demo.py: error: live mode needs --question", file=sys.stderr)
-            return 2
-        missing = [p for p in args.image if not os.path.isfile(p)]
-        if missing:
-            print(f"demo.py: error: image file not found: {missing[0]}", file=sys.stderr)
-            return 2
-        question = args.question + ("\n" + "\n".join(args.choices.split("|")) if args.choices else "")
-        print(f"live demo: reasoner {args.model} at {args.base_url}")
-        try:
-            rc, jc = judges.clients_from_args(args)
-            grounding = judges.Grounding(jc, mode, max_tokens=args.mode_max_tokens)
-            trace = verdict.run(question, judges.Reasoner(rc, config), judges.make_judges(jc, grounding=grounding), config,
-                                image=args.image or None, map_fn=judges.thread_map(args.concurrency))
-        except (judges.EndpointError, ValueError) as e:
-            print(f"demo.py: error: {e}", file=sys.stderr)
-            return 2
-        usage = {"reasoner": rc.usage} if rc is jc else {"reasoner": rc.usage, "judges": jc.usage}
-        grounded = {"grounding": grounding.record(question, args.image)} if mode.active else {}
-        trace = replace(trace, meta={"mode": "live", "model": args.model, "judge_model": jc.model, "usage": usage,
-                                     **grounded})
     report(trace)
     if "grounding" in trace.meta:
         print(mode_line(trace.meta["grounding"]))

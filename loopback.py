@@ -69,6 +69,12 @@ def token_logprobs(tokens) -> dict:
                         for tok, alts in tokens]}
 
 
+def user_text(body) -> str:
+    """The text of a chat request's user message (the second message), with or without images."""
+    content = body["messages"][1]["content"]
+    return content if isinstance(content, str) else next(p["text"] for p in content if p.get("type") == "text")
+
+
 def _as_reply(reply, body, path) -> tuple:
     """A scripted reply as (status, payload, headers): str or list of str -> a 200 chat completion,
     dict -> 200 with that JSON, tuple -> as given, callable -> called with (body, path) first."""

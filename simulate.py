@@ -229,7 +229,7 @@ def report(results: dict, trials: int, seeds: int, seed: int) -> str:
          "- `lam-mean` = the highest λ-weighted raw mean, no filter. Other rules as defined in `verdict.select`.", "",
          "## Headline: VERDICT against the mean", "",
          "`VERDICT − no-filter` isolates the dual filter and fallback; `no-filter` differs from `mean` only by weighting"
-         " the judges unequally (a fixed weighted mean, DESIGN §3). Differences are paired (same steps), per seed.", "",
+         " the judges unequally (a fixed weighted mean: see the README's errata). Differences are paired (same steps), per seed.", "",
          "| noise model | setting | VERDICT | mean | VERDICT − mean (pp) | VERDICT − no-filter (pp) | raw-dual | best rule |",
          "|---|---|---|---|---|---|---|---|"]
     for name, (sw, r) in head.items():
@@ -262,11 +262,10 @@ COLORS = ("#d62728", "#1f77b4", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#ff
 
 def plot(results: dict, path) -> None:
     """Accuracy against the swept parameter, one panel per sweep, one line per rule (pillow)."""
-    from PIL import Image, ImageDraw, ImageFont
-    try:
-        font = ImageFont.load_default(size=13)
-    except TypeError:  # pillow < 10.1 has only the small bitmap font
-        font = ImageFont.load_default()
+    from PIL import Image, ImageDraw
+
+    from images import font as load_font
+    font = load_font(13)
     W, H, cols = 400, 300, 4
     rows = math.ceil((len(SWEEPS) + 1) / cols)
     img = Image.new("RGB", (W * cols, 40 + H * rows), "white")

@@ -24,7 +24,7 @@ def run_demo(args, cwd, env=None):
 
 
 def check_trace(d):
-    """The shape of a "verdict-trace/1" dict, as written by Trace.to_dict."""
+    """The shape of a "verdict-trace/2" dict, as written by Trace.to_dict."""
     assert d["format"] == verdict.TRACE_FORMAT
     assert set(d) == {"format", "question", "config", "steps", "chain", "answer", "stopped", "totals", "meta"}
     assert d["stopped"] in ("final", "max_steps") and len(d["chain"]) == len(d["steps"]) >= 1
@@ -32,8 +32,8 @@ def check_trace(d):
     for step, chosen in zip(d["steps"], d["chain"]):
         n = len(step["candidates"])
         assert 0 <= step["index"] < n and step["candidates"][step["index"]] == chosen
-        assert len(step["s_hat"]) == len(step["consensus"]) == n and all(len(r) == m for r in step["s_hat"])
-        assert len(step["mean"]) == len(step["dispersion"]) == len(step["accepted"]) == n
+        assert len(step["s_hat"]) == len(step["s_star"]) == n and all(len(r) == m for r in step["s_hat"])
+        assert len(step["s_bar_star"]) == len(step["delta_star"]) == len(step["accepted"]) == n
         assert all(v is None or 0 <= v <= 1 for r in step["s_hat"] for v in r)
         assert step["abstentions"] == sum(v is None for r in step["s_hat"] for v in r)
         assert step["fallback"] == (not any(step["accepted"]))

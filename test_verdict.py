@@ -120,7 +120,7 @@ def test_consensus_shrinks_dispersion(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_paper_lambda_shrink_ratio_lies_in_known_band(seed):
     s_hat = np.random.default_rng(seed).random((10_000, 3))
-    ratio = dispersion(consensus(s_hat)) / dispersion(s_hat)  # DESIGN §3: between 0.36 and 0.46
+    ratio = dispersion(consensus(s_hat)) / dispersion(s_hat)  # measured band: between 0.36 and 0.46
     assert ratio.min() > 0.36 - 1e-3 and ratio.max() < 0.46 + 1e-3
 
 
@@ -210,7 +210,7 @@ def test_fallback_ranks_by_mean_minus_dispersion():
     sel = select(s_hat)
     assert sel.fallback and not sel.accepted.any() and sel.verified
     assert sel.index == 0
-    np.testing.assert_allclose(sel.mean - sel.dispersion, [0.548780, 0.524913, 0.345122], atol=1e-6)
+    np.testing.assert_allclose(sel.s_bar_star - sel.delta_star, [0.548780, 0.524913, 0.345122], atol=1e-6)
 
 
 def test_ties_go_to_the_lowest_index():
@@ -255,7 +255,7 @@ def test_abstentions():
     # One judge missing: the candidate is still verified (2 answers) and can be accepted.
     sel = select([[0.8, NAN, 0.8], [0.5, 0.5, 0.5]])
     assert sel.accepted.tolist() == [True, False] and sel.index == 0 and sel.verified
-    assert np.isnan(sel.consensus[0, 1]) and sel.mean[0] == pytest.approx(0.8)
+    assert np.isnan(sel.s_star[0, 1]) and sel.s_bar_star[0] == pytest.approx(0.8)
     # A candidate with one answer is never accepted and ranks after every verified one, for every rule.
     lone = [[1.0, NAN, NAN], [0.3, 0.2, 0.3]]
     for rule in V.RULES:
@@ -302,7 +302,7 @@ def test_loop_follows_a_hand_derived_chain():
     assert trace.steps[0].selection.accepted.tolist() == [True, False, False]
     assert trace.stopped == "final" and trace.answer == "B"
     d = trace.to_dict()
-    assert d["format"] == "verdict-trace/1"
+    assert d["format"] == "verdict-trace/2"
     assert d["totals"] == {"steps": 3, "fallbacks": 1, "fallback_rate": 1 / 3, "abstentions": 2, "judge_calls": 27}
     assert d["steps"][1]["s_hat"][2] == [None, None, 0.9]
     assert json.loads(json.dumps(d, allow_nan=False)) == d
@@ -331,6 +331,47 @@ def test_loop_uses_map_fn_for_all_judge_calls_in_order():
     assert seen == [9, 9, 9] and mapped.chain == plain.chain
 
 
+def test_step_is_the_body_of_the_loop():
+    calls = []
+    propose, judges = scripted(calls)
+    trace = run("q", propose, judges)
+    state = V.State("q")
+    for rec in trace.steps:  # each recorded step is what `step` makes of the state before it
+        again = V.step(state, propose, judges)
+        assert again.candidates == rec.candidates and again.chosen == rec.chosen
+        np.testing.assert_array_equal(again.s_hat, rec.s_hat)
+        state = state.extend(rec.chosen)
+
+
+def test_no_judges_is_the_base_reasoner_alone():
+    propose = lambda state, n: [f"step {len(state.steps)} of {n}"] * n + ["ignored"]
+    trace = run("q", propose, (), Config(n=1, max_steps=2))
+    assert trace.chain == ["step 0 of 1", "step 1 of 1"] and trace.stopped == "max_steps"
+    rec = trace.steps[0]
+    assert rec.s_hat.shape == (2, 0) and rec.selection.index == 0 and not rec.selection.verified
+    assert not rec.selection.fallback and rec.abstentions == 0
+    d = trace.to_dict()
+    assert d["totals"] == {"steps": 2, "fallbacks": 0, "fallback_rate": 0.0, "abstentions": 0, "judge_calls": 0}
+    assert d["steps"][0]["s_bar_star"] == [None, None] and json.loads(json.dumps(d, allow_nan=False)) == d
+
+
+def test_stop_ends_the_chain_and_keeps_the_completed_steps():
+    calls = []
+    propose, judges = scripted(calls)
+    seen = []
+
+    def budgeted(state, step):  # the visual judge's 5th call (step 2, candidate 2) stops the chain
+        seen.append(step)
+        if len(seen) == 5:
+            raise V.Stop("budget")
+        return judges[0](state, step)
+    trace = run("q", propose, [budgeted, judges[1], judges[2]])
+    assert trace.stopped == "budget" and len(trace.steps) == 1 and trace.answer is None
+    assert trace.chain == ["The red cube is left of the ball."]
+    stopped_in_proposal = run("q", lambda s, n: (_ for _ in ()).throw(V.Stop("no more calls")), judges)
+    assert stopped_in_proposal.stopped == "no more calls" and stopped_in_proposal.steps == ()
+
+
 # ----------------------------------------------------------------------------- bad input
 
 @pytest.mark.parametrize("call, message", [
@@ -354,7 +395,6 @@ def test_loop_uses_map_fn_for_all_judge_calls_in_order():
     (lambda: Config(n=0), "n=0"),
     (lambda: Config(max_steps=0), "max_steps"),
     (lambda: Config(tau=NAN), "tau"),
-    (lambda: Config(top_p=0.0), "top_p"),
     (lambda: Config(final="("), "final"),
     (lambda: Config(lam=(1.0, 0.0, 1.0)), "finite and > 0"),
     (lambda: run("q", lambda s, n: ["a"], [lambda s, c: 0.5] * 2), "2 judges but 3"),

@@ -31,7 +31,7 @@ STUBBORNNESS = (1.5, 1.0, 0.8)  # λ_V, λ_L, λ_C: visual, logical, contextual 
 JUDGES = ("visual", "logical", "contextual")  # the order of STUBBORNNESS
 RULES = ("verdict", "mean", "min", "max", "majority", "variance", "raw-dual", "no-filter", "no-rank")
 FINAL_ANSWER = r"(?i)final answer\s*:"  # default test for "this step ends the chain"
-TRACE_FORMAT = "verdict-trace/1"
+TRACE_FORMAT = "verdict-trace/2"
 
 
 # ----------------------------------------------------------------------------- guards
@@ -48,12 +48,11 @@ def _check_lam(lam, m: int) -> np.ndarray:
     return lam
 
 
-def _check_scores(s_hat, ndim: int | None = None) -> np.ndarray:
+def _check_scores(s_hat) -> np.ndarray:
     """Raw scores as floats in [0, 1]; NaN is allowed and means the judge abstained."""
     s_hat = np.asarray(s_hat, dtype=float)
-    if s_hat.ndim == 0 or (ndim is not None and s_hat.ndim != ndim):
-        want = f"[n, m]" if ndim == 2 else "[..., m]"
-        raise ValueError(f"scores must have shape {want}, got shape {s_hat.shape}")
+    if s_hat.ndim == 0:  # a bare number has no judge axis
+        raise ValueError(f"scores must have shape [..., m], got shape {s_hat.shape}")
     if s_hat.shape[-1] < 2:  # a single judge has nobody to disagree with
         raise ValueError(f"need at least m=2 judges, got m={s_hat.shape[-1]}")
     if s_hat.size and not np.isnan(s_hat.max()) and s_hat.min() >= 0 and s_hat.max() <= 1:
@@ -142,20 +141,26 @@ def dispersion(s) -> np.ndarray:
 class Selection:
     """One step's decision over n candidates scored by m judges.
 
-    `consensus`, `mean` and `dispersion` are always VERDICT's s*, s̄* and Δ*, whatever the rule,
-    so traces of different rules can be compared. `accepted` is the rule's own filter.
+    `s_star`, `s_bar_star` and `delta_star` are always VERDICT's consensus statistics, whatever the
+    rule, so traces of different rules can be compared; a rule on raw scores (mean, min, ...) ranks by
+    its own statistics, which are not stored. `accepted` is the rule's own filter.
     For batched input [..., n, m], `index`, `fallback` and `verified` are arrays of shape [...].
     """
     index: int              # the chosen candidate
     fallback: bool          # True when no candidate passed the rule's filter
     verified: bool          # False when no candidate had 2 or more answering judges
     accepted: np.ndarray    # [n] bool
-    consensus: np.ndarray   # [n, m] s*, NaN where the judge abstained
-    mean: np.ndarray        # [n] s̄*
-    dispersion: np.ndarray  # [n] Δ*
+    s_star: np.ndarray      # [n, m] consensus scores s*, NaN where the judge abstained
+    s_bar_star: np.ndarray  # [n] consensus mean s̄*
+    delta_star: np.ndarray  # [n] consensus dispersion Δ*
 
 
 DECIMALS = 12  # thresholds and rankings compare values rounded to 12 decimals; see select
+
+
+def _q(x) -> np.ndarray:
+    """x rounded to DECIMALS, so that floating-point error (about 1e-16) cannot decide an exact tie."""
+    return np.round(x, DECIMALS)
 
 
 def _best(*keys) -> np.ndarray:
@@ -165,7 +170,7 @@ def _best(*keys) -> np.ndarray:
     """
     best = np.ones(np.shape(keys[0]), bool)                               # [..., n] still in the running
     for k in keys:
-        k = np.round(np.nan_to_num(np.asarray(k, float), nan=-np.inf), DECIMALS)
+        k = _q(np.nan_to_num(np.asarray(k, float), nan=-np.inf))
         k = np.where(best, k, -np.inf)                                    # [..., n]
         best &= k == k.max(-1, keepdims=True)                             # [..., n]
     return best.argmax(-1)                                                # [..., n] -> [...] first True
@@ -195,6 +200,53 @@ def select(s_hat, lam=STUBBORNNESS, tau: float = 0.6, eps: float = 0.1, rule: st
     return select_all(s_hat, lam, tau, eps, rules=(rule,))[rule]
 
 
+@dataclass(frozen=True)
+class _Stats:
+    """Everything the rules rank by, for one batch of steps.  Each field is [..., n] unless noted."""
+    s_hat: np.ndarray       # [..., n, m] raw scores
+    verified: np.ndarray    # 2 or more judges answered
+    s_star: np.ndarray      # [..., n, m]
+    s_bar_star: np.ndarray
+    delta_star: np.ndarray
+    s_bar: np.ndarray       # raw mean ŝ̄
+    delta: np.ndarray       # raw dispersion Δ̂
+    tau: float
+    eps: float
+
+    def dual(self, mean: np.ndarray, disp: np.ndarray) -> np.ndarray:
+        """The dual test: verified, mean > τ and dispersion < ε (strict, on rounded values)."""
+        return self.verified & (_q(mean) > self.tau) & (_q(disp) < self.eps)
+
+
+def _ranked(accepted: np.ndarray, key: np.ndarray, fallback_key: np.ndarray) -> np.ndarray:
+    """Per step: rank by key if any candidate is accepted, else by fallback_key.  [..., n] -> [..., n]"""
+    return np.where(accepted.any(-1, keepdims=True), key, fallback_key)
+
+
+def _rule(rule: str, st: _Stats) -> tuple:
+    """(accepted [..., n], ranking keys, most significant first) of one rule; see select."""
+    if rule == "verdict":
+        dual = st.dual(st.s_bar_star, st.delta_star)
+        return dual, (_ranked(dual, st.s_bar_star, st.s_bar_star - st.delta_star),)
+    if rule == "raw-dual":
+        dual = st.dual(st.s_bar, st.delta)
+        return dual, (_ranked(dual, st.s_bar, st.s_bar - st.delta),)
+    if rule == "no-rank":  # VERDICT's filter, then sampling order
+        return st.dual(st.s_bar_star, st.delta_star), ()
+    if rule == "variance":
+        with np.errstate(invalid="ignore"):  # rows with no answer give NaN, which fails the test
+            calm = st.verified & (_q(_nanmean((st.s_hat - st.s_bar[..., None]) ** 2)) < st.eps ** 2)
+        return calm, (st.s_bar,)
+    keys = {  # rules with no filter: every verified candidate is eligible
+        "mean": (st.s_bar,),
+        "min": (np.fmin.reduce(st.s_hat, axis=-1),),                    # fmin/fmax skip NaN
+        "max": (np.fmax.reduce(st.s_hat, axis=-1),),
+        "majority": ((st.s_hat > st.tau).sum(-1), st.s_bar),
+        "no-filter": (st.s_bar_star,),
+    }[rule]
+    return st.verified, keys
+
+
 def select_all(s_hat, lam=STUBBORNNESS, tau: float = 0.6, eps: float = 0.1, rules=RULES) -> dict:
     """`select` for several rules on the same scores, computing the consensus once.
     [n, m] or [..., n, m] -> {rule: Selection}
@@ -210,45 +262,18 @@ def select_all(s_hat, lam=STUBBORNNESS, tau: float = 0.6, eps: float = 0.1, rule
     for rule in rules:
         if rule not in RULES:
             raise ValueError(f"unknown rule {rule!r}; expected one of {', '.join(RULES)}")
-
-    q = lambda x: np.round(x, DECIMALS)
-    answered = ~np.isnan(s_hat)                                      # [..., n, m]
-    verified = answered.sum(-1) >= 2                                 # [..., n]
-    s_star = consensus(s_hat, lam)                                   # [..., n, m]
-    mean, disp = _nanmean(s_star), dispersion(s_star)                # [..., n], [..., n]
-    dual = verified & (q(mean) > tau) & (q(disp) < eps)              # [..., n]
-    raw_mean, raw_disp = _nanmean(s_hat), dispersion(s_hat)          # [..., n], [..., n]
-
-    def ranked(accepted, key, fallback_key):  # per step: key if any candidate is accepted, else fallback_key
-        return np.where(accepted.any(-1, keepdims=True), key, fallback_key)  # [..., n]
-
+    s_star = consensus(s_hat, lam)                                               # [..., n, m]
+    st = _Stats(s_hat=s_hat, verified=(~np.isnan(s_hat)).sum(-1) >= 2, s_star=s_star,
+                s_bar_star=_nanmean(s_star), delta_star=dispersion(s_star),      # [..., n] each
+                s_bar=_nanmean(s_hat), delta=dispersion(s_hat), tau=tau, eps=eps)
     out = {}
     for rule in rules:
-        if rule == "verdict":
-            accepted, keys = dual, (ranked(dual, mean, mean - disp),)
-        elif rule == "raw-dual":
-            accepted = verified & (q(raw_mean) > tau) & (q(raw_disp) < eps)
-            keys = (ranked(accepted, raw_mean, raw_mean - raw_disp),)
-        elif rule == "variance":
-            with np.errstate(invalid="ignore"):
-                accepted = verified & (q(_nanmean((s_hat - raw_mean[..., None]) ** 2)) < eps ** 2)
-            keys = (raw_mean,)
-        elif rule == "no-rank":
-            accepted, keys = dual, ()
-        else:  # rules with no filter: every verified candidate is eligible
-            accepted = verified
-            keys = {
-                "mean": (raw_mean,),
-                "min": (np.fmin.reduce(s_hat, axis=-1),),                # fmin/fmax skip NaN
-                "max": (np.fmax.reduce(s_hat, axis=-1),),
-                "majority": ((s_hat > tau).sum(-1), raw_mean),
-                "no-filter": (mean,),
-            }[rule]
-        index, fallback, any_verified = _best(verified, accepted, *keys), ~accepted.any(-1), verified.any(-1)
+        accepted, keys = _rule(rule, st)
+        index, fallback, verified = _best(st.verified, accepted, *keys), ~accepted.any(-1), st.verified.any(-1)
         if s_hat.ndim == 2:
-            index, fallback, any_verified = int(index), bool(fallback), bool(any_verified)
-        out[rule] = Selection(index=index, fallback=fallback, verified=any_verified,
-                              accepted=accepted, consensus=s_star, mean=mean, dispersion=disp)
+            index, fallback, verified = int(index), bool(fallback), bool(verified)
+        out[rule] = Selection(index=index, fallback=fallback, verified=verified, accepted=accepted,
+                              s_star=s_star, s_bar_star=st.s_bar_star, delta_star=st.delta_star)
     return out
 
 
@@ -256,10 +281,11 @@ def select_all(s_hat, lam=STUBBORNNESS, tau: float = 0.6, eps: float = 0.1, rule
 
 @dataclass(frozen=True)
 class Config:
-    """Every knob of a run, with the paper's values (shared across all six benchmarks).
+    """The knobs of the loop, with the paper's values (shared across all six benchmarks).
 
     `final` is a regular expression; a chosen step in which it is found (re.search) ends the chain.
-    The default matches "Final answer:" in any case.
+    The default matches "Final answer:" in any case. The reasoner's sampling (T = 0.8, top-p = 0.6)
+    belongs to whoever proposes the candidates, not to the loop.
     """
     lam: tuple = STUBBORNNESS
     n: int = 3
@@ -267,8 +293,6 @@ class Config:
     eps: float = 0.1
     rule: str = "verdict"
     max_steps: int = 8
-    temperature: float = 0.8
-    top_p: float = 0.6
     final: str = FINAL_ANSWER
 
     def __post_init__(self):
@@ -277,17 +301,20 @@ class Config:
             raise ValueError(f"n must be an integer >= 1, got n={self.n!r}")
         if not (isinstance(self.max_steps, int) and self.max_steps >= 1):
             raise ValueError(f"max_steps must be an integer >= 1, got max_steps={self.max_steps!r}")
-        for name in ("tau", "eps", "temperature", "top_p"):
+        for name in ("tau", "eps"):
             if not math.isfinite(getattr(self, name)):
                 raise ValueError(f"{name} must be finite, got {name}={getattr(self, name)!r}")
-        if self.temperature < 0 or not 0 < self.top_p <= 1:
-            raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {self.temperature!r}, {self.top_p!r}")
         if self.rule not in RULES:
             raise ValueError(f"unknown rule {self.rule!r}; expected one of {', '.join(RULES)}")
         try:
             re.compile(self.final)
         except re.error as e:
             raise ValueError(f"final is not a valid regular expression: {self.final!r} ({e})") from None
+
+
+def as_images(image) -> tuple:
+    """None -> (); a list or tuple of images -> a tuple of them; anything else -> a 1-tuple."""
+    return () if image is None else tuple(image) if isinstance(image, (list, tuple)) else (image,)
 
 
 @dataclass(frozen=True)
@@ -307,7 +334,8 @@ class State:
 
 @dataclass(frozen=True)
 class StepRecord:
-    """One step of the loop: the candidates, their raw scores ŝ and the decision."""
+    """One step of the loop: the candidates, their raw scores ŝ and the decision.
+    With no judges (the base reasoner alone) ŝ is [n, 0] and candidate 0 is taken, unverified."""
     candidates: tuple       # [n] str
     s_hat: np.ndarray       # [n, m], NaN = abstained
     selection: Selection
@@ -325,9 +353,9 @@ class StepRecord:
         return {
             "candidates": list(self.candidates),
             "s_hat": _jsonable(self.s_hat),
-            "consensus": _jsonable(sel.consensus),
-            "mean": _jsonable(sel.mean),
-            "dispersion": _jsonable(sel.dispersion),
+            "s_star": _jsonable(sel.s_star),
+            "s_bar_star": _jsonable(sel.s_bar_star),
+            "delta_star": _jsonable(sel.delta_star),
             "accepted": [bool(x) for x in sel.accepted],
             "index": sel.index,
             "fallback": sel.fallback,
@@ -336,10 +364,15 @@ class StepRecord:
         }
 
 
+class Stop(Exception):
+    """Raised by a proposer or a judge to end the chain early (a call budget, say). `run` returns the
+    steps completed before it, with `stopped` = the exception's message; a step cut short is dropped."""
+
+
 @dataclass(frozen=True)
 class Trace:
-    """A whole chain. `stopped` is "final" (a final answer was chosen) or "max_steps" when `run`
-    returns it; a caller that cuts a chain short (a call budget, say) records its own reason.
+    """A whole chain. `stopped` is "final" (a final answer was chosen), "max_steps", or the message
+    of the Stop that a proposer or judge raised.
 
     `meta` carries what the caller adds (model names, call counts, judge-mode artefacts).
     """
@@ -390,33 +423,52 @@ def _jsonable(x: np.ndarray) -> list:
     return [None if v != v else v for v in x.tolist()] if x.ndim == 1 else [_jsonable(r) for r in x]
 
 
-def run(question: str, propose: Callable[[State, int], Sequence[str]], judges: Sequence[Callable[[State, str], float]],
-        config: Config = Config(), image: Any = None, map_fn: Callable[..., Iterable] = map) -> Trace:
-    """The step-wise loop: at each step propose n candidates, score each with every judge,
-    select with `config.rule`, extend the chain. Stops when the chosen step matches
-    `config.final` or after `config.max_steps` steps.
+def _unjudged(n: int) -> Selection:
+    """The base reasoner's 'decision' over n candidates and no judge: candidate 0, unverified."""
+    nan = np.full(n, np.nan)
+    return Selection(index=0, fallback=False, verified=False, accepted=np.ones(n, bool),
+                     s_star=np.empty((n, 0)), s_bar_star=nan, delta_star=nan)
+
+
+def step(state: State, propose: Callable[[State, int], Sequence[str]], judges: Sequence[Callable[[State, str], float]],
+         config: Config = Config(), map_fn: Callable[..., Iterable] = map) -> StepRecord:
+    """One VERDICT step: propose config.n candidates, score each with every judge (n×m calls, through
+    map_fn, candidate-major), select with config.rule. With no judges, candidate 0 is taken unverified.
 
     propose(state, n) -> list of candidate steps (at least one).
-    judge(state, step) -> float in [0, 1], or NaN to abstain. judges are in the order of lam.
-    image: None, one image, or a list/tuple of images, passed through in State.images.
-    map_fn(f, items): runs the n×m judge calls; pass a thread pool's map to overlap them.
-    Its results must come back in the order of `items` (as map and Executor.map do).
+    judge(state, step) -> float in [0, 1], or NaN to abstain. judges are in the order of config.lam.
+    map_fn(f, items) must return the results in the order of items (as map and Executor.map do).
     """
-    if len(judges) != len(config.lam):  # one stubbornness per judge
+    if judges and len(judges) != len(config.lam):  # one stubbornness per judge
         raise ValueError(f"got {len(judges)} judges but {len(config.lam)} stubbornness values in config.lam")
-    images = () if image is None else tuple(image) if isinstance(image, (list, tuple)) else (image,)
-    state = State(question, images)
-    records = []
+    candidates = tuple(propose(state, config.n))
+    if not candidates or not all(isinstance(c, str) for c in candidates):
+        raise ValueError(f"propose must return a non-empty list of strings, got {candidates!r}")
+    if not judges:
+        return StepRecord(candidates, np.empty((len(candidates), 0)), _unjudged(len(candidates)))
+    calls = [(c, j) for c in candidates for j in judges]                 # candidate-major: [n·m]
+    scores = list(map_fn(lambda cj: cj[1](state, cj[0]), calls))
+    s_hat = np.array(scores, dtype=float).reshape(len(candidates), len(judges))  # [n·m] -> [n, m]
+    return StepRecord(candidates, s_hat, select(s_hat, config.lam, config.tau, config.eps, config.rule))
+
+
+def run(question: str, propose: Callable[[State, int], Sequence[str]], judges: Sequence[Callable[[State, str], float]],
+        config: Config = Config(), image: Any = None, map_fn: Callable[..., Iterable] = map) -> Trace:
+    """The step-wise loop: `step` until the chosen step matches `config.final` or after
+    `config.max_steps` steps, extending the chain with each chosen step.
+
+    image: None, one image, or a list/tuple of images, passed through in State.images.
+    judges=() runs the base reasoner alone (candidate 0 of each step, unverified).
+    A proposer or judge that raises Stop ends the chain: the trace keeps the steps completed before it.
+    """
+    state, records = State(question, as_images(image)), []
     for _ in range(config.max_steps):
-        candidates = tuple(propose(state, config.n))
-        if not candidates or not all(isinstance(c, str) for c in candidates):
-            raise ValueError(f"propose must return a non-empty list of strings, got {candidates!r}")
-        calls = [(c, j) for c in candidates for j in judges]          # candidate-major: [n·m]
-        scores = list(map_fn(lambda cj: cj[1](state, cj[0]), calls))
-        s_hat = np.array(scores, dtype=float).reshape(len(candidates), len(judges))  # [n, m]
-        sel = select(s_hat, config.lam, config.tau, config.eps, config.rule)
-        records.append(StepRecord(candidates, s_hat, sel))
-        state = state.extend(candidates[sel.index])
-        if re.search(config.final, candidates[sel.index]):
+        try:
+            record = step(state, propose, judges, config, map_fn)
+        except Stop as e:
+            return Trace(question, tuple(records), config, str(e))
+        records.append(record)
+        state = state.extend(record.chosen)
+        if re.search(config.final, record.chosen):
             return Trace(question, tuple(records), config, "final")
     return Trace(question, tuple(records), config, "max_steps")

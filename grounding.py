@@ -1,0 +1,278 @@
+"""Judge modes from two related papers, for VERDICT's agents: SGV's self-grounded prior and EVPV's
+explicit visual premises with their reliability gate. They change what the judges see, and verdict.py
+not at all.
+
+Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
+Disagreement-Aware Consensus", ECCV 2026, is the system these modes plug into (judges.Judge's grounding).
+
+prior     Self-Grounded Verification (SGV): "Let's Think in Two Steps: Mitigating Agreement Bias in
+          MLLMs with Self-Grounded Verification", ICLR 2026, method steps 1 and 2. One call per
+          question, with the question and images only, writes the prior k̂_q: what a correct solution
+          must establish. Every judge reads it as reference expectations, after the question and
+          before the previous steps and the candidate, so the prefix cache still holds.
+premises  Explicit Visual Premise Verification (EVPV): "Grounding the Score: Explicit Visual Premise
+          Verification for Reliable Vision-Language Process Reward Models", methodology 2 to 4. One
+          call per question extracts a JSON fact sheet C (objects, numbers, relations, structure,
+          uncertain facts marked); the visual judge reads it as independent evidence. A malformed
+          sheet is asked for once more; then the mode degrades to no fact sheet, and the record says so.
+gate      EVPV's reliability gate (needs premises). One text-only call per candidate that has a visual
+          score labels each visual claim of the step against C. r = (Π_j p_j)^(1/J), the geometric mean
+          of the claims' agreement p_j (AGREEMENT), so one contradicted premise gives r = 0. Then
+          ŝ_V ← 0.5 + α(r)·(ŝ_V − 0.5) inside the visual judge, before the consensus.
+
+Extra calls per question: prior 1; premises 1 (2 if the first sheet is malformed); gate 1 per candidate
+whose ŝ_V is a number (none once the sheet degraded). All are at temperature 0 with a fixed seed, so
+the on-disk Cache serves them again on a re-run.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+import verdict
+from client import Client, one_line, reported_usage, text_of
+from images import fingerprint, messages
+from judges import ask, fence, load_prompt, steps_text
+
+MODES = ("prior", "premises", "gate")
+FACT_KINDS = ("objects", "numbers", "relations", "structure")
+AGREEMENT = {"supported": 1.0, "uncertain": 0.5, "contradicted": 0.0}  # p_j of a claim's label; a claim the
+                                                                        # sheet lacks or doubts is a coin flip
+GATE_K, GATE_R0 = 10.0, 0.5  # α's steepness and midpoint: α(0) = 0, α(0.5) = 0.5, α(0.8) = 0.959, α(1) = 1
+REFERENCE = ("Reference expectations, written from the question and the image alone before any step was seen "
+             "(what a correct solution must establish; a guide, not proof):\n{prior}\n\n")
+FACT_SHEET = ("Fact sheet, extracted from the image before any step was seen (independent evidence; "
+              "facts marked uncertain may be wrong):\n{facts}\n\n")
+JSON_FOLLOW_UP = "Your reply was not a valid fact sheet ({}). Reply with the JSON object only."
+
+
+@dataclass(frozen=True)
+class JudgeMode:
+    """Which modes are on. JudgeMode() is plain VERDICT. `name` is "plain", "prior", "premises+gate", ..."""
+    prior: bool = False
+    premises: bool = False
+    gate: bool = False
+
+    def __post_init__(self):
+        if self.gate and not self.premises:  # the gate checks steps against the fact sheet
+            raise ValueError("the gate needs the premises mode (its fact sheet), got gate=True, premises=False")
+
+    @property
+    def active(self) -> bool:
+        return self.prior or self.premises
+
+    @property
+    def name(self) -> str:
+        return "+".join(k for k in MODES if getattr(self, k)) or "plain"
+
+    @classmethod
+    def parse(cls, text: str) -> "JudgeMode":
+        """"prior,premises,gate", "prior+premises" (any order); "" or "plain" is plain VERDICT."""
+        words = [w.strip() for w in re.split(r"[,+]", text or "") if w.strip() not in ("", "plain")]
+        bad = [w for w in words if w not in MODES]
+        if bad or len(set(words)) != len(words):
+            raise ValueError(f"judge mode {text!r}: expected distinct words from {', '.join(MODES)}")
+        return cls(**{w: True for w in words})
+
+
+def reliability(p) -> float:
+    """r = (Π_j p_j)^(1/J), the geometric mean of the per-claim agreement p_j in [0, 1] (EVPV,
+    methodology 3): one contradicted claim (p_j = 0) gives r = 0. No claim (no visual premise): r = 1."""
+    p = np.asarray(p, dtype=float)                              # [J]
+    if p.ndim != 1 or not np.all((p >= 0) & (p <= 1)):  # NaN or out of range: a bug in the caller
+        raise ValueError(f"agreements must be a list of numbers in [0, 1], got {p.tolist()}")
+    with np.errstate(divide="ignore"):                          # log 0 = −inf, and exp(−inf) = 0
+        return float(np.exp(np.log(p).mean())) if p.size else 1.0  # [J] -> scalar
+
+
+def alpha(r: float, k: float = GATE_K, r0: float = GATE_R0) -> float:
+    """α(r) = (σ(k(r − r0)) − σ(−k·r0)) / (σ(k(1 − r0)) − σ(−k·r0)), σ the logistic function: EVPV's
+    sigmoid gate, rescaled so that α(0) = 0 (the score becomes neutral) and α(1) = 1 (unchanged)."""
+    if not 0 <= r <= 1:  # also rejects NaN
+        raise ValueError(f"r must lie in [0, 1], got r={r!r}")
+    if not (0 < k < math.inf and 0 <= r0 <= 1):
+        raise ValueError(f"need 0 < k < inf and 0 <= r0 <= 1, got k={k!r}, r0={r0!r}")
+    sigma = lambda x: 1.0 / (1.0 + math.exp(-x))
+    lo, hi = sigma(-k * r0), sigma(k * (1 - r0))
+    return (sigma(k * (r - r0)) - lo) / (hi - lo)
+
+
+def gate(s_v: float, r: float) -> float:
+    """ŝ_V ← 0.5 + α(r)·(ŝ_V − 0.5): pulled toward neutral as the premises' reliability r falls (EVPV,
+    methodology 4, with 0.5 as the neutral score of a [0, 1] judge). NaN (an abstention) stays NaN."""
+    if math.isnan(s_v):
+        return s_v
+    if not 0 <= s_v <= 1:  # out of range is a bug in the judge, never clamped
+        raise ValueError(f"s_v must lie in [0, 1] or be NaN, got s_v={s_v!r}")
+    return 0.5 + alpha(r) * (s_v - 0.5)
+
+
+def _json_object(text: str) -> dict:
+    """The JSON object in a reply (prose or a ``` fence around it allowed); ValueError says why not."""
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end < start:
+        raise ValueError("no JSON object in the reply")
+    try:
+        return json.loads(text[start:end + 1])
+    except ValueError as e:
+        raise ValueError(f"invalid JSON: {e}") from None
+
+
+def parse_fact_sheet(text: str) -> dict:
+    """{kind: [{"fact": str, "uncertain": bool}, ...]} for each kind in FACT_KINDS, from a reply.
+
+    Each kind must be a list (maybe empty); each entry needs a non-empty "fact" string, and its
+    "uncertain", when present, must be true or false (absent means false). Other keys are dropped.
+    ValueError, naming what is wrong, for anything else, or for a sheet without a single fact.
+    """
+    obj, sheet = _json_object(text), {}
+    for kind in FACT_KINDS:
+        entries = obj.get(kind)
+        if not isinstance(entries, list):
+            raise ValueError(f"{kind!r} must be a list, got {one_line(json.dumps(entries), 60)}")
+        for e in entries:
+            if not (isinstance(e, dict) and isinstance(e.get("fact"), str) and e["fact"].strip()
+                    and isinstance(e.get("uncertain", False), bool)):
+                raise ValueError(f"a {kind} entry needs a non-empty \"fact\" and a true/false \"uncertain\", "
+                                 f"got {one_line(json.dumps(e), 80)}")
+        sheet[kind] = [{"fact": e["fact"].strip(), "uncertain": e.get("uncertain", False)} for e in entries]
+    if not any(sheet.values()):  # valid, but no evidence at all
+        raise ValueError("the fact sheet holds no fact")
+    return sheet
+
+
+def fact_lines(sheet: dict) -> str:
+    """The fact sheet as the judges read it: one "- kind: fact" line each, "(uncertain)" marked."""
+    return "\n".join(f"- {kind}: {e['fact']}" + (" (uncertain)" if e["uncertain"] else "")
+                     for kind in FACT_KINDS for e in sheet[kind])
+
+
+def parse_claims(text: str) -> list:
+    """[{"claim": str, "label": a key of AGREEMENT}, ...] from a premise-check reply
+    {"claims": [...]}; [] when the step makes no visual claim. ValueError names what is malformed."""
+    claims = _json_object(text).get("claims")
+    if not isinstance(claims, list):
+        raise ValueError(f"\"claims\" must be a list, got {one_line(json.dumps(claims), 60)}")
+    label = lambda c: c.get("label").strip().lower() if isinstance(c.get("label"), str) else None
+    for c in claims:
+        if not (isinstance(c, dict) and isinstance(c.get("claim"), str) and label(c) in AGREEMENT):
+            raise ValueError(f"a claim needs a \"claim\" string and a \"label\" in {', '.join(AGREEMENT)}, "
+                             f"got {one_line(json.dumps(c), 80)}")
+    return [{"claim": c["claim"].strip(), "label": label(c)} for c in claims]
+
+
+class Grounding:
+    """A JudgeMode's per-question evidence, shared by one set of judges (make_judges(grounding=...)).
+
+    The prior and the fact sheet are made once per (model, question, images) and kept in memory;
+    their requests are identical across runs (temperature 0, fixed seed), so an on-disk Cache serves
+    them again. Thread-safe: when the n×m judge calls of a step ask at once, one call is made.
+    record(question, images) is what a trace's meta should hold for that question.
+    """
+
+    def __init__(self, client: Client, mode: JudgeMode = JudgeMode(), max_tokens: int = 512, seed: int = 0):
+        if not (isinstance(max_tokens, int) and max_tokens >= 1):
+            raise ValueError(f"max_tokens must be an integer >= 1, got max_tokens={max_tokens!r}")
+        self.client, self.mode, self.params = client, mode, dict(temperature=0.0, seed=seed, max_tokens=max_tokens)
+        self._lock = threading.Lock()
+        self._records: dict = {}    # question key -> its record (see record)
+        self._artefacts: dict = {}  # (kind, question key) -> {"lock": Lock, "value": the artefact once made}
+
+    def __repr__(self) -> str:
+        return f"Grounding({self.client!r}, mode={self.mode.name!r})"
+
+    def _key(self, question: str, images: tuple) -> tuple:
+        return self.client.model, question, tuple(fingerprint(im) for im in images)
+
+    def _update(self, state: verdict.State, change: Callable[[dict], Any]) -> None:
+        key = self._key(state.question, state.images)
+        with self._lock:
+            change(self._records.setdefault(key, {"extra_calls": 0, "extra_tokens": 0}))
+
+    def _chat(self, state: verdict.State, msgs: list, **params) -> dict:
+        """One extra call for this question, counted with its tokens (a cached reply's too)."""
+        r = self.client.chat(msgs, **params)
+        tokens = sum(reported_usage(r).values())
+        self._update(state, lambda rec: rec.update(extra_calls=rec["extra_calls"] + 1,
+                                                   extra_tokens=rec["extra_tokens"] + tokens))
+        return r
+
+    def _per_question(self, kind: str, state: verdict.State, make: Callable) -> Any:
+        """make(state), once per question, however many threads ask at once (an error is not kept)."""
+        key = (kind, self._key(state.question, state.images))
+        with self._lock:
+            slot = self._artefacts.setdefault(key, {"lock": threading.Lock()})
+        with slot["lock"]:
+            if "value" not in slot:
+                slot["value"] = make(state)
+        return slot["value"]
+
+    def prior(self, state: verdict.State) -> str:
+        """SGV's prior k̂_q: the question and images only, no step shown (prompts/prior.txt)."""
+        def make(state):
+            p = load_prompt("prior")
+            msgs = messages(p.system, state.images, p.render(question=state.question))
+            text = text_of(self._chat(state, msgs, **self.params)).strip()
+            self._update(state, lambda rec: rec.update(prior=text))
+            return text
+        return self._per_question("prior", state, make)
+
+    def fact_sheet(self, state: verdict.State) -> dict | None:
+        """EVPV's fact sheet (prompts/premises.txt), or None when it degraded: malformed twice."""
+        def make(state):
+            p = load_prompt("premises")
+            msgs = messages(p.system, state.images, p.render(question=state.question))
+            sheet, _, errors = ask(lambda m, **params: self._chat(state, m, **params), msgs,
+                                   lambda r: parse_fact_sheet(text_of(r)), JSON_FOLLOW_UP.format, self.params)
+            status = "degraded" if sheet is None else "retried" if errors else "ok"
+            self._update(state, lambda rec: rec.update(fact_sheet=sheet, fact_sheet_status=status,
+                                                       fact_sheet_errors=errors))
+            return sheet
+        return self._per_question("premises", state, make)
+
+    def evidence(self, judge: str, state: verdict.State) -> str:
+        """What a judge's prompt holds at {evidence}: the prior (every judge), the fact sheet (visual)."""
+        text = ""
+        if self.mode.prior and (prior := self.prior(state)):
+            text += REFERENCE.format(prior=prior)
+        if self.mode.premises and judge == "visual" and (sheet := self.fact_sheet(state)) is not None:
+            text += FACT_SHEET.format(facts=fact_lines(sheet))
+        return fence(text)  # the evidence cannot open or close the candidate's fence
+
+    def gated(self, judge: str, state: verdict.State, step: str, s: float) -> float:
+        """The visual judge's ŝ_V through EVPV's gate (mode.gate); any other score as it is. NaN stays
+        NaN; no fact sheet (degraded) or an unreadable premise check leaves ŝ_V as it is."""
+        if not (self.mode.gate and judge == "visual") or math.isnan(s) or (sheet := self.fact_sheet(state)) is None:
+            return s
+        p = load_prompt("premise_check")
+        text = p.render(facts=fact_lines(sheet), question=state.question, steps=steps_text(state.steps), step=fence(step))
+        reply = text_of(self._chat(state, messages(p.system, (), text), **self.params))  # text only: claims against C
+        entry = {"step": len(state.steps), "candidate": step, "s_hat_v": s}
+        try:
+            claims = parse_claims(reply)
+        except ValueError as e:
+            entry.update(r=None, gated=s, error=str(e))
+        else:
+            r = reliability([AGREEMENT[c["label"]] for c in claims])
+            entry.update(claims=claims, r=r, gated=gate(s, r))
+        self._update(state, lambda rec: rec.setdefault("gate", []).append(entry))
+        return entry["gated"]
+
+    def record(self, question: str, images=()) -> dict:
+        """This question's artefacts for trace.meta, JSON-ready: the mode; "prior"; "fact_sheet" (None
+        when degraded), "fact_sheet_status" ("ok", "retried" or "degraded") and the parse errors; "gate",
+        one entry per check (step index, candidate, claims, r, ŝ_V before and after); and the extra
+        calls and tokens this mode spent on the question (cached replies counted, as their cost)."""
+        key = self._key(question, verdict.as_images(images))
+        with self._lock:
+            rec = copy.deepcopy(self._records.get(key, {"extra_calls": 0, "extra_tokens": 0}))
+        if "gate" in rec:
+            rec["gate"].sort(key=lambda e: e["step"])  # checks finish in any order within a step
+        return {"judge_mode": self.mode.name, **rec}

@@ -1,0 +1,131 @@
+"""How VERDICT's agents see images: loading, orientation, colour modes, the pixel budget, data URLs,
+and the chat messages that carry them.
+
+Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
+Disagreement-Aware Consensus", ECCV 2026. The reasoner and the three agents all see the question's
+images. An image is sent as a PNG data URL inside an OpenAI-style chat message:
+
+- load: a path, bytes or a PIL image, decoded at once so that a truncated file fails early;
+- encode_image: EXIF orientation applied, any colour mode to RGB, downscaled to the pixel budget
+  (Qwen2.5-VL's default, 1280 visual tokens of 28×28 pixels), lossless PNG, memoised;
+- messages: [system, user] with the images first, then the text, so a server's prefix cache can reuse
+  the image across calls; a plain string when there is no image;
+- font: the font pillow draws labels with in the demo's and the simulation's pictures.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import math
+import os
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+from PIL import Image, ImageFont, ImageOps
+
+MAX_PIXELS = 1280 * 28 * 28  # Qwen2.5-VL's default budget: 1280 visual tokens of 28×28 pixels
+
+
+_encoded: OrderedDict = OrderedDict()  # (fingerprint, max_pixels) -> data URL, least recently used first
+_encoded_lock = threading.Lock()
+
+
+def fingerprint(image) -> tuple:
+    """What identifies an image's content cheaply: path + mtime + size, or a hash of the bytes/pixels."""
+    if isinstance(image, (str, Path)):
+        try:
+            st = os.stat(image)
+        except OSError as e:
+            raise ValueError(f"cannot read image {image}: {e.strerror}") from None
+        return ("path", str(Path(image).resolve()), st.st_mtime_ns, st.st_size)
+    if isinstance(image, (bytes, bytearray, memoryview)):
+        return ("bytes", hashlib.sha256(image).hexdigest())
+    if isinstance(image, Image.Image):
+        h = hashlib.sha256(f"{image.mode}{image.size}{image.getexif().get(0x0112)}".encode())
+        h.update(image.tobytes())
+        return ("pil", h.hexdigest())
+    raise ValueError(f"an image must be a path, bytes or a PIL.Image, got {type(image).__name__}")
+
+
+def load(image) -> Image.Image:
+    """A PIL image from a path, bytes or a PIL image, decoded now; ValueError names what cannot be read."""
+    if isinstance(image, Image.Image):
+        return image
+    name = str(image) if isinstance(image, (str, Path)) else f"<{len(image)} bytes>"
+    try:
+        data = Path(image).read_bytes() if isinstance(image, (str, Path)) else bytes(image)
+        img = Image.open(io.BytesIO(data))
+        img.load()  # decode now, so a truncated file fails here
+        return img
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+        raise ValueError(f"cannot decode image {name}: {e}") from None
+
+
+def _to_rgb(img: Image.Image) -> Image.Image:
+    """RGB from any mode: 16-bit greyscale scaled from 0..65535, I/F stretched min..max, alpha on white."""
+    img = ImageOps.exif_transpose(img)
+    if img.mode.startswith("I;16") or img.mode in ("I", "F"):  # convert("RGB") would clip these to white
+        a = np.asarray(img, dtype=np.float64)                                      # [h, w]
+        lo, hi = (0.0, 65535.0) if img.mode.startswith("I;16") else (a.min(), a.max())
+        img = Image.fromarray(np.round((a - lo) * (255.0 / max(hi - lo, 1e-12))).clip(0, 255).astype(np.uint8))
+    if img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info:
+        rgba = img.convert("RGBA")
+        img = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
+    return img.convert("RGB")
+
+
+def encode_image(image, max_pixels: int = MAX_PIXELS) -> str:
+    """A "data:image/png;base64,..." URL for a path, bytes or PIL.Image.
+
+    EXIF orientation applied, any mode converted to RGB (alpha composited on white), downscaled to
+    at most `max_pixels` pixels keeping the aspect ratio, encoded as PNG (lossless: the model sees
+    the pixels it was given). Memoised, so the n×m judge calls of a step encode once.
+    """
+    if not (isinstance(max_pixels, int) and max_pixels >= 1):
+        raise ValueError(f"max_pixels must be an integer >= 1, got max_pixels={max_pixels!r}")
+    key = (fingerprint(image), max_pixels)
+    with _encoded_lock:
+        if key in _encoded:
+            _encoded.move_to_end(key)
+            return _encoded[key]
+    img = _to_rgb(load(image))
+    w, h = img.size
+    if w * h > max_pixels:
+        r = math.sqrt(max_pixels / (w * h))
+        w2 = max(1, int(w * r))
+        img = img.resize((w2, max(1, min(int(h * r), max_pixels // w2))), Image.Resampling.LANCZOS, reducing_gap=3.0)
+    buf = io.BytesIO()
+    img.save(buf, "PNG")
+    url = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+    with _encoded_lock:
+        _encoded[key] = url
+        while len(_encoded) > 32:
+            _encoded.popitem(last=False)
+    return url
+
+
+def messages(system: str, images: Sequence, text: str, max_pixels: int = MAX_PIXELS) -> list:
+    """[system, user]: the system message first (fixed per role), then the images, then the text.
+
+    Callers put the fixed part of the text (question, previous steps) before the varying part
+    (the candidate), so a server's prefix cache reuses the image. With no image, the user content
+    is a plain string: some llama.cpp chat formats drop list-valued content.
+    """
+    if not images:
+        return [{"role": "system", "content": system}, {"role": "user", "content": text}]
+    parts = [{"type": "image_url", "image_url": {"url": encode_image(im, max_pixels)}} for im in images]
+    return [{"role": "system", "content": system}, {"role": "user", "content": parts + [{"type": "text", "text": text}]}]
+
+
+
+def font(size: int):
+    """pillow's default font at `size` points (its one small bitmap size before Pillow 10.1). It has no
+    Greek letters, so pictures label τ, ε and Δ* in ASCII."""
+    try:
+        return ImageFont.load_default(size=size)
+    except TypeError:  # Pillow < 10.1 has one bitmap size only
+        return ImageFont.load_default()

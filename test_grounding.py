@@ -1,0 +1,266 @@
+"""Tests for grounding.py, the judge modes (SGV's prior, EVPV's fact sheet and gate), against a scripted
+loopback server; one `live` test talks to $VERDICT_LIVE_URL."""
+import json
+import math
+from dataclasses import replace
+
+import pytest
+
+import grounding
+import judges
+import verdict
+from client import Cache, Client
+from grounding import Grounding, JudgeMode
+from judges import Judge, Reasoner, make_judges, thread_map
+from loopback import chat_response, user_text
+
+nan = math.nan
+
+PRIOR = "- A correct solution finds the ball right of the cube.\n- Beware: apparent size is not distance."
+
+SHEET = {"objects": [{"fact": "a red cube", "uncertain": False}, {"fact": "a blue ball", "uncertain": False}],
+         "numbers": [],
+         "relations": [{"fact": "the blue ball is right of the red cube", "uncertain": False}],
+         "structure": [{"fact": "the cube stands on the floor", "uncertain": True}]}
+
+SHEET_LINES = ("- objects: a red cube\n- objects: a blue ball\n- relations: the blue ball is right of the red cube\n"
+               "- structure: the cube stands on the floor (uncertain)")
+
+CANDIDATES = ["The ball is right of the cube.", "The ball is left of the cube.", "The cube is large.",
+              "The ball is blue.", "The ball is hidden."]
+
+CHECKS = {  # candidate -> the premise check's reply
+    "The ball is right of the cube.": '{"claims": [{"claim": "ball right of cube", "label": "supported"}]}',
+    "The ball is left of the cube.": '{"claims": [{"claim": "a ball", "label": "Supported"}, '
+                                     '{"claim": "ball left of cube", "label": "contradicted"}]}',
+    "The cube is large.": '{"claims": [{"claim": "the cube is large", "label": "uncertain"}]}',
+    "The ball is blue.": "The ball is indeed blue.",  # not JSON: the check is unreadable
+}
+
+
+def role(body) -> str:
+    """Which call a request is: the system message names it exactly."""
+    return next(n for n in ("reasoner", "prior", "premises", "premise_check") + verdict.JUDGES
+                if body["messages"][0]["content"] == judges.load_prompt(n).system)
+
+
+def modes_handler(sheets=(json.dumps(SHEET),)):
+    """Every role of a mode run: n candidates, the prior, the fact sheets in order (the last repeats),
+    the premise checks of CHECKS, and Score: 0.8 from every judge but the visual one on "hidden"."""
+    sheets = list(sheets)
+
+    def handler(body, path):
+        r, text = role(body), user_text(body)
+        if r == "reasoner":
+            return chat_response(CANDIDATES[: body["n"]])
+        if r == "prior":
+            return chat_response(PRIOR, prompt_tokens=30, completion_tokens=20)
+        if r == "premises":
+            return chat_response(sheets.pop(0) if len(sheets) > 1 else sheets[0], prompt_tokens=40, completion_tokens=60)
+        if r == "premise_check":
+            return chat_response(next(v for k, v in CHECKS.items() if f"<step>\n{k}\n</step>" in text), prompt_tokens=50,
+                                 completion_tokens=10)
+        return chat_response("I cannot tell." if r == "visual" and "The ball is hidden." in text else "Fine.\nScore: 0.8")
+    return handler
+
+
+def test_judge_mode_names_parse_and_guards():
+    assert JudgeMode().name == "plain" and not JudgeMode().active
+    assert JudgeMode.parse("premises, prior") == JudgeMode(prior=True, premises=True)
+    assert JudgeMode.parse("prior+premises+gate").name == "prior+premises+gate"
+    assert JudgeMode.parse("") == JudgeMode.parse("plain") == JudgeMode()
+    for bad in ("prior,sgv", "prior,prior"):
+        with pytest.raises(ValueError, match=bad):
+            JudgeMode.parse(bad)
+    with pytest.raises(ValueError, match="gate=True, premises=False"):  # the gate needs the fact sheet
+        JudgeMode(prior=True, gate=True)
+
+
+def test_plain_mode_sends_byte_identical_requests(loopback):
+    srv = loopback(modes_handler())
+    client = Client(srv.url, "m")
+    state = verdict.State("Where is the ball?", (), ("The cube is red.",))
+    for grounding in (None, Grounding(client)):
+        assert [j(state, "The ball is right.") for j in make_judges(client, grounding=grounding)] == [0.8] * 3
+    raw = [r.raw for r in srv.requests]
+    assert raw[:3] == raw[3:] and "Question:\nWhere is the ball?\n\nPrevious steps:" in user_text(srv.chats[0])
+
+
+def test_prior_is_made_once_per_question_and_reused_across_steps_and_candidates(loopback):
+    srv = loopback(modes_handler())
+    client = Client(srv.url, "m")
+    cfg = verdict.Config(n=2, max_steps=2)
+    g = Grounding(client, JudgeMode(prior=True))
+    js = make_judges(client, grounding=g)
+    verdict.run("Where is the ball?", Reasoner(client), js, cfg, map_fn=thread_map(6))  # 6 judge calls at once
+    roles = [role(b) for b in srv.chats]
+    assert roles.count("prior") == 1 and roles.count("reasoner") == 2 and len(roles) == 1 + 2 + 2 * 2 * 3
+    (prior,) = [b for b in srv.chats if role(b) == "prior"]
+    assert len(prior["messages"]) == 2 and not any(c in user_text(prior) for c in CANDIDATES)  # no step shown
+    for body in srv.chats:
+        if role(body) in verdict.JUDGES:  # after the question, before the previous steps and the candidate
+            text = user_text(body)
+            assert text.index("Where is the ball?") < text.index(PRIOR) < text.index("Previous steps:") < text.index("<step>")
+    verdict.run("Where is the cube?", Reasoner(client), js, cfg)  # a new question, a new prior
+    assert [role(b) for b in srv.chats].count("prior") == 2
+    assert g.record("Where is the ball?") == {"judge_mode": "prior", "prior": PRIOR, "extra_calls": 1, "extra_tokens": 50}
+
+
+def test_a_mode_request_is_identical_across_runs_so_the_disk_cache_serves_it(loopback, tmp_path):
+    srv = loopback(modes_handler())
+    for _ in range(2):  # two runs, one cache file
+        client = Client(srv.url, "m", cache=Cache(tmp_path / "c.sqlite"))
+        g = Grounding(client, JudgeMode(prior=True, premises=True))
+        assert g.prior(verdict.State("q")) == PRIOR and g.fact_sheet(verdict.State("q")) == SHEET
+    assert [role(b) for b in srv.chats] == ["prior", "premises"]
+    assert g.record("q")["extra_calls"] == 2 and g.record("q")["extra_tokens"] == 150  # a cached reply still costs
+
+
+def test_fact_sheet_is_parsed_and_only_the_visual_judge_reads_it(loopback, png):
+    srv = loopback(modes_handler(["Here it is:\n```json\n" + json.dumps(SHEET, indent=2) + "\n```"]))
+    client = Client(srv.url, "m")
+    g = Grounding(client, JudgeMode(premises=True))
+    state = verdict.State("Where is the ball?", (png,))
+    assert [j(state, "The ball is right.") for j in make_judges(client, grounding=g)] == [0.8] * 3
+    by = {role(b): b for b in srv.chats}
+    assert len(srv.chats) == 4 and by["premises"]["messages"][1]["content"][0]["type"] == "image_url"
+    visual = user_text(by["visual"])
+    assert visual.index("Where is the ball?") < visual.index(SHEET_LINES) < visual.index("<step>")
+    assert "Fact sheet" not in user_text(by["logical"]) + user_text(by["contextual"])
+    assert g.record("Where is the ball?", png) == {"judge_mode": "premises", "fact_sheet": SHEET, "fact_sheet_status": "ok",
+                                                   "fact_sheet_errors": [], "extra_calls": 1, "extra_tokens": 100}
+
+
+def test_malformed_fact_sheet_is_asked_for_once_more(loopback):
+    truncated = json.dumps(SHEET)[:-20]
+    srv = loopback(modes_handler([truncated, json.dumps(SHEET)]))
+    g = Grounding(Client(srv.url, "m"), JudgeMode(premises=True))
+    assert g.fact_sheet(verdict.State("q")) == SHEET
+    first, second = srv.chats
+    assert second["messages"][:2] == first["messages"] and second["messages"][2] == {"role": "assistant", "content": truncated}
+    assert second["messages"][3]["content"].startswith("Your reply was not a valid fact sheet (invalid JSON")
+    rec = g.record("q")
+    assert rec["fact_sheet_status"] == "retried" and len(rec["fact_sheet_errors"]) == 1 and rec["extra_calls"] == 2
+
+
+def test_fact_sheet_malformed_twice_degrades_and_the_trace_records_it(loopback):
+    srv = loopback(modes_handler(["I see a cube and a ball.", '{"objects": "a cube"}']))
+    client = Client(srv.url, "m")
+    cfg = verdict.Config(n=2, max_steps=1)
+    g = Grounding(client, JudgeMode(premises=True, gate=True))
+    trace = verdict.run("Where is the ball?", Reasoner(client), make_judges(client, grounding=g), cfg,
+                        map_fn=thread_map(3))
+    trace = replace(trace, meta={"grounding": g.record("Where is the ball?")})
+    roles = [role(b) for b in srv.chats]
+    assert roles.count("premises") == 2 and "premise_check" not in roles  # no sheet: nothing to check against
+    assert not any("Fact sheet" in user_text(b) for b in srv.chats)
+    assert (trace.steps[0].s_hat == 0.8).all()  # the visual judge as in plain VERDICT
+    meta = json.loads(json.dumps(trace.to_dict(), allow_nan=False))["meta"]["grounding"]
+    assert meta["fact_sheet"] is None and meta["fact_sheet_status"] == "degraded" and meta["extra_calls"] == 2
+    assert meta["fact_sheet_errors"] == ["no JSON object in the reply", '\'objects\' must be a list, got "a cube"']
+
+
+@pytest.mark.parametrize("reply, error", [
+    ("no json here", "no JSON object"),
+    ('{"objects": [}', "invalid JSON"),
+    ('{"objects": [], "numbers": [], "relations": []}', "'structure' must be a list"),
+    ('{"objects": ["a cube"], "numbers": [], "relations": [], "structure": []}', "objects entry"),
+    ('{"objects": [{"fact": " "}], "numbers": [], "relations": [], "structure": []}', "objects entry"),
+    ('{"objects": [{"fact": "cube", "uncertain": "no"}], "numbers": [], "relations": [], "structure": []}', "objects entry"),
+    ('{"objects": [], "numbers": [], "relations": [], "structure": []}', "no fact"),
+])
+def test_parse_fact_sheet_rejects_malformed_sheets(reply, error):
+    with pytest.raises(ValueError, match=error):
+        grounding.parse_fact_sheet(reply)
+
+
+def test_parse_fact_sheet_keeps_facts_and_marks():
+    sheet = grounding.parse_fact_sheet('Sure! {"objects": [{"fact": " cube ", "x": 1}], "numbers": [{"fact": "3 legs", '
+                                    '"uncertain": true}], "relations": [], "structure": [], "notes": "ignored"}')
+    assert sheet == {"objects": [{"fact": "cube", "uncertain": False}], "numbers": [{"fact": "3 legs", "uncertain": True}],
+                     "relations": [], "structure": []}
+    assert grounding.fact_lines(sheet) == "- objects: cube\n- numbers: 3 legs (uncertain)"
+
+
+def test_reliability_is_the_geometric_mean_of_claim_agreement():
+    assert grounding.reliability([1.0, 1.0]) == 1.0
+    assert grounding.reliability([1.0, 0.5]) == pytest.approx(math.sqrt(0.5))      # (1 · 0.5)^(1/2)
+    assert grounding.reliability([1.0, 1.0, 0.5]) == pytest.approx(0.5 ** (1 / 3))  # (1 · 1 · 0.5)^(1/3) = 0.7937
+    assert grounding.reliability([1.0, 1.0, 0.0]) == 0.0                           # one hallucinated premise sinks r
+    assert grounding.reliability([]) == 1.0                                        # no visual claim: nothing to doubt
+    for bad in ([1.2], [nan], [[1.0]]):
+        with pytest.raises(ValueError, match="agreements"):
+            grounding.reliability(bad)
+
+
+def test_gate_arithmetic_against_hand_computed_values():
+    # α(r) = (σ(10(r − 0.5)) − σ(−5)) / (σ(5) − σ(−5)), σ(x) = 1 / (1 + e^−x);
+    # σ(5) = 0.9933071491, σ(−5) = 0.0066928509, so the denominator is 0.9866142982.
+    assert grounding.alpha(1.0) == 1.0 and grounding.alpha(0.0) == 0.0
+    assert grounding.gate(0.9, 1.0) == 0.9 and grounding.gate(0.2, 1.0) == pytest.approx(0.2)  # r = 1: unchanged
+    assert grounding.gate(0.9, 0.0) == 0.5 and grounding.gate(0.2, 0.0) == 0.5                 # r = 0: to neutral 0.5
+    # r = 0.5: σ(0) = 0.5 and α = (0.5 − 0.0066928509) / 0.9866142982 = 0.5; ŝ_V = 0.9 -> 0.5 + 0.5 · 0.4 = 0.7
+    assert grounding.gate(0.9, 0.5) == pytest.approx(0.7)
+    # r = 0.7: σ(2) = 0.8807970780, α = (0.8807970780 − 0.0066928509) / 0.9866142982 = 0.8859634699;
+    # ŝ_V = 0.9 -> 0.5 + 0.8859634699 · 0.4 = 0.8543853880; ŝ_V = 0.1 -> 0.5 − 0.3543853880 = 0.1456146120
+    assert grounding.alpha(0.7) == pytest.approx(0.8859634699, abs=1e-10)
+    assert grounding.gate(0.9, 0.7) == pytest.approx(0.8543853880, abs=1e-10)
+    assert grounding.gate(0.1, 0.7) == pytest.approx(0.1456146120, abs=1e-10)
+    assert math.isnan(grounding.gate(nan, 0.3))  # an abstention stays an abstention
+    with pytest.raises(ValueError, match="r=1.5"):
+        grounding.gate(0.9, 1.5)
+    with pytest.raises(ValueError, match="s_v=1.2"):
+        grounding.gate(1.2, 0.5)
+
+
+def test_gate_acts_on_the_visual_score_before_the_consensus_and_the_trace_records_both(loopback, png):
+    srv = loopback(modes_handler())
+    client = Client(srv.url, "m")
+    cfg = verdict.Config(n=5, max_steps=1)
+    g = Grounding(client, JudgeMode(prior=True, premises=True, gate=True))
+    trace = verdict.run("Where is the ball?", Reasoner(client), make_judges(client, grounding=g), cfg,
+                        image=png, map_fn=thread_map(4))
+    trace = replace(trace, meta={"grounding": g.record("Where is the ball?", png)})
+    s_hat = trace.steps[0].s_hat
+    # ŝ_V = 0.8 per candidate: supported (r = 1) stays 0.8; contradicted (r = 0) goes to 0.5; one uncertain
+    # claim (r = 0.5, α = 0.5) gives 0.5 + 0.5 · 0.3 = 0.65; an unreadable check leaves 0.8; an abstention stays NaN
+    assert s_hat[:, 0] == pytest.approx([0.8, 0.5, 0.65, 0.8, nan], nan_ok=True)
+    assert (s_hat[:, 1:] == 0.8).all()  # only the visual judge is gated
+    checks = [b for b in srv.chats if role(b) == "premise_check"]
+    assert len(checks) == 4 and all(isinstance(b["messages"][1]["content"], str) for b in checks)  # text only, no image
+    text = user_text(checks[0])
+    assert text.index(SHEET_LINES) < text.index("Where is the ball?") < text.index("<step>")
+    meta = json.loads(json.dumps(trace.to_dict(), allow_nan=False))["meta"]["grounding"]
+    assert meta["judge_mode"] == "prior+premises+gate" and meta["prior"] == PRIOR and meta["fact_sheet"] == SHEET
+    gate = {e["candidate"]: e for e in meta["gate"]}
+    assert [gate[c]["r"] for c in CANDIDATES[:4]] == [1.0, 0.0, 0.5, None] and "The ball is hidden." not in gate
+    assert gate["The ball is left of the cube."]["claims"][0] == {"claim": "a ball", "label": "supported"}
+    assert gate["The ball is blue."]["error"] == "no JSON object in the reply" and gate["The ball is blue."]["gated"] == 0.8
+    assert meta["extra_calls"] == 1 + 1 + 4 and meta["extra_tokens"] == 50 + 100 + 4 * 60
+
+
+def test_a_mode_needs_the_evidence_placeholder_in_the_prompt(monkeypatch, tmp_path):
+    (tmp_path / "terse.txt").write_text("[system]\nJudge.\n[user]\n{question}\n<step>\n{step}\n</step>\n{reply}\n")
+    monkeypatch.setattr(judges, "PROMPTS", tmp_path)
+    client = Client("http://127.0.0.1:9/v1", "m")
+    Judge(client, "terse", grounding=Grounding(client))  # plain: nothing to show
+    with pytest.raises(ValueError, match=r"terse\.txt.*evidence"):
+        Judge(client, "terse", grounding=Grounding(client, JudgeMode(prior=True)))
+
+
+# ----------------------------------------------------------------------------- live
+
+@pytest.mark.live
+def test_live_judge_modes(live_url):
+    """A real server, every mode on: real prior and fact-sheet calls, whatever the model makes of them."""
+    client = Client(live_url, "live", timeout=60.0, retries=1)
+    g = Grounding(client, JudgeMode(prior=True, premises=True, gate=True), max_tokens=48)
+    cfg = verdict.Config(n=1, max_steps=1)
+    question = "What is 2 + 3?\nA. 4\nB. 5"
+    trace = verdict.run(question, Reasoner(client, max_tokens=32), make_judges(client, grounding=g, max_tokens=32), cfg)
+    rec = g.record(question)
+    assert isinstance(rec["prior"], str) and rec["fact_sheet_status"] in ("ok", "retried", "degraded")
+    sheet_calls = {"ok": 1, "retried": 2, "degraded": 2}[rec["fact_sheet_status"]]
+    assert rec["extra_calls"] == 1 + sheet_calls + len(rec.get("gate", [])) and rec["extra_tokens"] > 0
+    json.dumps(replace(trace, meta={"grounding": rec}).to_dict(), allow_nan=False)
+

@@ -1,0 +1,109 @@
+"""Tests for images.py: every colour mode, EXIF orientation, the pixel budget, bad inputs, memoisation
+and the chat messages that carry images."""
+import base64
+import io
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import images
+from images import encode_image, messages
+
+
+def decode(url: str) -> Image.Image:
+    assert url.startswith("data:image/png;base64,")
+    return Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
+
+
+def _mode_image(mode):
+    if mode == "I;16":
+        return Image.fromarray(np.full((6, 8), 32768, dtype=np.uint16))
+    if mode == "P":
+        img = Image.new("P", (8, 6), 1)
+        img.putpalette([0, 0, 0, 200, 10, 10] + [0] * 762)
+        return img
+    if mode == "P+transparency":
+        img = Image.new("P", (8, 6), 0)
+        img.putpalette([0, 0, 0] * 256)
+        img.info["transparency"] = 0
+        return img
+    return Image.new(mode, (8, 6), {"RGBA": (0, 0, 0, 0), "LA": (0, 0), "CMYK": (0, 255, 255, 0), "L": 128,
+                                    "1": 1, "F": 3.5, "I": 70000, "RGB": (1, 2, 3)}[mode])
+
+
+@pytest.mark.parametrize("mode, pixel", [
+    ("RGBA", (255, 255, 255)),      # fully transparent: composited on white, not black
+    ("LA", (255, 255, 255)),
+    ("P", (200, 10, 10)),
+    ("P+transparency", (255, 255, 255)),
+    ("CMYK", (255, 0, 0)),
+    ("I;16", (128, 128, 128)),      # 32768 of 65535, not clipped to white
+    ("L", (128, 128, 128)),
+    ("1", (255, 255, 255)),
+    ("F", (0, 0, 0)),               # a constant float image: min..max stretch of a single value
+    ("I", (0, 0, 0)),
+    ("RGB", (1, 2, 3)),
+])
+def test_every_mode_becomes_rgb(mode, pixel, tmp_path):
+    img = _mode_image(mode)
+    for source in (img, tmp_path / ("x.tiff" if mode in ("CMYK", "F", "I") else "x.png")):
+        if not isinstance(source, Image.Image):
+            img.save(source)
+        out = decode(encode_image(source))
+        assert out.mode == "RGB" and out.size == (8, 6)
+        assert max(abs(a - b) for a, b in zip(out.getpixel((3, 3)), pixel)) <= 1
+
+
+def test_exif_orientation_is_applied(tmp_path):
+    img = Image.new("RGB", (40, 20), (255, 0, 0))
+    img.paste((0, 0, 255), (20, 0, 40, 20))  # right half blue
+    exif = Image.Exif()
+    exif[0x0112] = 6  # display rotated 90° clockwise
+    path = tmp_path / "rotated.jpg"
+    img.save(path, "JPEG", exif=exif, quality=95)
+    for source in (path, path.read_bytes(), Image.open(path)):
+        out = decode(encode_image(source))
+        assert out.size == (20, 40)
+        top, bottom = out.getpixel((10, 5)), out.getpixel((10, 35))
+        assert top[0] > 200 > top[2] and bottom[2] > 200 > bottom[0]  # the right half is now at the bottom
+
+
+def test_huge_image_is_downscaled_to_the_budget_keeping_aspect(tmp_path):
+    path = tmp_path / "huge.png"
+    Image.new("RGB", (2400, 1800), "white").save(path, compress_level=1)
+    w, h = decode(encode_image(path)).size
+    assert 0.98 * images.MAX_PIXELS <= w * h <= images.MAX_PIXELS
+    assert abs(w / h - 4 / 3) < 0.01
+    w, h = decode(encode_image(path, max_pixels=100)).size
+    assert w * h <= 100 and (w, h) == (11, 8)
+    assert decode(encode_image(path.read_bytes(), max_pixels=12)).size == (4, 3)
+
+
+def test_corrupt_missing_and_wrong_inputs_raise_value_error_naming_the_file(tmp_path):
+    junk = tmp_path / "junk.png"
+    junk.write_bytes(b"\x89PNG\r\n\x1a\nthis is not really a png")
+    good = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(good, "PNG")
+    cut = tmp_path / "truncated.png"
+    cut.write_bytes(good.getvalue()[: len(good.getvalue()) // 2])
+    for path in (junk, cut, tmp_path / "missing.png", tmp_path):
+        with pytest.raises(ValueError, match=str(path.name)):
+            encode_image(path)
+    with pytest.raises(ValueError, match="bytes"):
+        encode_image(b"not an image")
+    with pytest.raises(ValueError, match="int"):
+        encode_image(123)
+    with pytest.raises(ValueError, match="max_pixels"):
+        encode_image(junk, max_pixels=0)
+
+
+def test_encodings_are_memoised_and_follow_file_changes(png):
+    a = encode_image(png)
+    assert encode_image(png) is a and encode_image(str(png)) is a
+    assert encode_image(png.read_bytes()) == a and encode_image(Image.open(png)) == a
+    Image.new("RGB", (64, 48), "black").save(png)
+    os.utime(png, ns=(1, 1))
+    assert encode_image(png) != a
+
