@@ -68,6 +68,11 @@ def _retry_after(r: requests.Response) -> float | None:
     return min(wait, MAX_WAIT) if wait >= 0 else None
 
 
+class CacheError(RuntimeError):
+    """The response cache cannot be used (corrupt, of another format, locked). Not a ValueError on purpose:
+    it is never one item's problem, and a harness must stop on it rather than score the item wrong."""
+
+
 def cache_key(payload: dict) -> str:
     """sha256 over the canonical JSON of a request (model, messages, sampling parameters, n, seed),
     with every data URL (image) replaced by its own sha256."""
@@ -86,7 +91,7 @@ def cache_key(payload: dict) -> str:
 class Cache:
     """On-disk response cache (stdlib sqlite3): a re-run of the same requests is free and a crashed
     run resumes. Each response is committed in its own transaction; one Cache may serve many
-    threads. A corrupt file, or one of another format, raises ValueError naming the file."""
+    threads. A corrupt file, or one of another format, raises CacheError naming the file."""
 
     def __init__(self, path):
         self.path, self.hits, self.misses = Path(path), 0, 0
@@ -103,10 +108,10 @@ class Cache:
             row = self._db.execute("SELECT value FROM meta WHERE name='format'").fetchone() if "meta" in tables or not tables else None
         except sqlite3.DatabaseError as e:
             self.close()
-            raise ValueError(f"{self.path} is not a readable verdict cache ({e}); delete it or choose another file") from None
+            raise CacheError(f"{self.path} is not a readable verdict cache ({e}); delete it or choose another file") from None
         if row is None or row[0] != CACHE_FORMAT:  # never read answers written under other rules
             self.close()
-            raise ValueError(f"{self.path} holds format {row[0] if row else 'unknown'!r}, expected {CACHE_FORMAT!r}; "
+            raise CacheError(f"{self.path} holds format {row[0] if row else 'unknown'!r}, expected {CACHE_FORMAT!r}; "
                              "delete it or choose another file")
 
     def get(self, key: str) -> dict | None:
@@ -118,7 +123,7 @@ class Cache:
         try:
             return json.loads(row[0])
         except ValueError:
-            raise ValueError(f"{self.path}: entry {key[:16]} is not valid JSON; the cache is corrupt") from None
+            raise CacheError(f"{self.path}: entry {key[:16]} is not valid JSON; the cache is corrupt") from None
 
     def put(self, key: str, response: dict) -> None:
         with self._lock, self._db:  # one transaction: the entry is written whole or not at all
@@ -128,7 +133,7 @@ class Cache:
         try:
             return self._db.execute(query, args)
         except sqlite3.DatabaseError as e:
-            raise ValueError(f"{self.path} is not a readable verdict cache ({e})") from None
+            raise CacheError(f"{self.path} is not a readable verdict cache ({e})") from None
 
     def close(self) -> None:
         if self._db is not None:

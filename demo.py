@@ -243,7 +243,7 @@ def main(argv=None) -> int:
     try:
         config, mode = check_args(args)
         trace = run_offline(config) if args.base_url is None else run_live(args, config, mode)
-    except (client.EndpointError, ValueError) as e:
+    except (client.EndpointError, client.CacheError, ValueError) as e:
         print(f"demo.py: error: {e}", file=sys.stderr)
         return 2
     report(trace)

@@ -466,7 +466,7 @@ def main(argv=None) -> int:
         claim_out(args.out, record)
         args.cache = args.cache or os.path.join(args.out, "cache.sqlite")  # so the methods always share calls
         reasoner, judge = client.clients_from_args(args)
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, client.CacheError) as e:
         print(f"evaluate.py: error: {e}", file=sys.stderr)
         return 2
     skipped = [s for _, _, sk in loaded for s in sk]

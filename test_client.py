@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 import verdict
-from client import Cache, Client, EndpointError, Parser, add_endpoint_args, cache_key, clients_from_args
+from client import Cache, CacheError, Client, EndpointError, Parser, add_endpoint_args, cache_key, clients_from_args
 from images import messages
 from judges import Reasoner, make_judges, thread_map
 from loopback import chat_response, scripted, user_text
@@ -178,7 +178,7 @@ def test_cache_is_thread_safe_and_reruns_are_free(loopback, tmp_path):
 def test_cache_rejects_a_corrupt_file(tmp_path):
     path = tmp_path / "corrupt.sqlite"
     path.write_bytes(b"this is not a database " * 200)
-    with pytest.raises(ValueError, match="corrupt.sqlite"):
+    with pytest.raises(CacheError, match="corrupt.sqlite"):
         Cache(path)
 
 
@@ -191,7 +191,7 @@ def test_cache_rejects_damaged_pages(tmp_path):
     data = bytearray(path.read_bytes())
     data[4096:] = b"\xff" * (len(data) - 4096)  # keep the header page, garble the rest
     path.write_bytes(bytes(data))
-    with pytest.raises(ValueError, match="damaged.sqlite"):
+    with pytest.raises(CacheError, match="damaged.sqlite"):
         c = Cache(path)
         [c.get(f"k{i}") for i in range(30)]
 
@@ -201,12 +201,12 @@ def test_cache_rejects_another_format_version_and_foreign_databases(tmp_path):
     Cache(path).close()
     with sqlite3.connect(path) as db:
         db.execute("UPDATE meta SET value='verdict-cache/0' WHERE name='format'")
-    with pytest.raises(ValueError, match=r"old\.sqlite.*verdict-cache/0.*verdict-cache/1"):
+    with pytest.raises(CacheError, match=r"old\.sqlite.*verdict-cache/0.*verdict-cache/1"):
         Cache(path)
     foreign = tmp_path / "foreign.sqlite"
     with sqlite3.connect(foreign) as db:
         db.execute("CREATE TABLE t (x)")
-    with pytest.raises(ValueError, match="foreign.sqlite"):
+    with pytest.raises(CacheError, match="foreign.sqlite"):
         Cache(foreign)
 
 
