@@ -15,14 +15,19 @@ premises  Explicit Visual Premise Verification (EVPV): "Grounding the Score: Exp
           call per question extracts a JSON fact sheet C (objects, numbers, relations, structure,
           uncertain facts marked); the visual judge reads it as independent evidence. A malformed
           sheet is asked for once more; then the mode degrades to no fact sheet, and the record says so.
-gate      EVPV's reliability gate (needs premises). One text-only call per candidate that has a visual
-          score labels each visual claim of the step against C. r = (Π_j p_j)^(1/J), the geometric mean
-          of the claims' agreement p_j (AGREEMENT), so one contradicted premise gives r = 0. Then
-          ŝ_V ← 0.5 + α(r)·(ŝ_V − 0.5) inside the visual judge, before the consensus.
+gate      EVPV's reliability gate (needs premises), methodology 3 and 4. One text-only call per candidate
+          labels each visual claim of the step against C. ν_t = 1 when it lists a claim; a step with none
+          (ν_t = 0) keeps its scores. r = (Π_j p_j)^(1/J), the geometric mean of the claims' agreement p_j
+          (AGREEMENT), so one contradicted premise gives r = 0. EVPV's R_t = α(r)·R_base shrinks a signed
+          reward toward its neutral 0; on a judge's [0, 1] scale, whose neutral is 0.5 (R = 2ŝ − 1), it reads
+          ŝ ← 0.5 + α(r)·(ŝ − 0.5), applied inside the judges, before the consensus, to the scores of the
+          gate's target: "step" (the default, EVPV's R_t read as the step's score) gates every judge's score
+          of the candidate; "visual" gates the visual judge's ŝ_V only. Mode words "gate", "gate-step" and
+          "gate-visual" choose it.
 
 Extra calls per question: prior 1; premises 1 (2 if the first sheet is malformed); gate 1 per candidate
-whose ŝ_V is a number (none once the sheet degraded). All are at temperature 0 with a fixed seed, so
-the on-disk Cache serves them again on a re-run.
+that a gated judge scored with a number (none once the sheet degraded), however many judges it gates.
+All are at temperature 0 with a fixed seed, so the on-disk Cache serves them again on a re-run.
 """
 from __future__ import annotations
 
@@ -42,6 +47,8 @@ from images import fingerprint, messages
 from judges import ask, fence, load_prompt, steps_text
 
 MODES = ("prior", "premises", "gate")
+GATE_TARGETS = ("step", "visual")  # whose scores the gate pulls toward neutral: every judge's, or ŝ_V only
+GATE_TARGET = "step"               # the default: EVPV gates the step's reward R_t, not one judge's view of it
 FACT_KINDS = ("objects", "numbers", "relations", "structure")
 AGREEMENT = {"supported": 1.0, "uncertain": 0.5, "contradicted": 0.0}  # p_j of a claim's label; a claim the
                                                                         # sheet lacks or doubts is a coin flip
@@ -55,31 +62,48 @@ JSON_FOLLOW_UP = "Your reply was not a valid fact sheet ({}). Reply with the JSO
 
 @dataclass(frozen=True)
 class JudgeMode:
-    """Which modes are on. JudgeMode() is plain VERDICT. `name` is "plain", "prior", "premises+gate", ..."""
+    """Which modes are on. JudgeMode() is plain VERDICT. `name` is "plain", "prior", "premises+gate", ...;
+    the gate's word is "gate" for the default target (GATE_TARGET), else "gate-<target>"."""
     prior: bool = False
     premises: bool = False
     gate: bool = False
+    gate_target: str = GATE_TARGET
 
     def __post_init__(self):
         if self.gate and not self.premises:  # the gate checks steps against the fact sheet
             raise ValueError("the gate needs the premises mode (its fact sheet), got gate=True, premises=False")
+        if self.gate_target not in GATE_TARGETS:
+            raise ValueError(f"gate_target must be one of {', '.join(GATE_TARGETS)}, got gate_target={self.gate_target!r}")
+        if self.gate_target != GATE_TARGET and not self.gate:  # a target without its gate: a name that lies
+            raise ValueError(f"gate_target={self.gate_target!r} needs the gate, got gate=False")
 
     @property
     def active(self) -> bool:
         return self.prior or self.premises
 
+    def gates(self, judge: str) -> bool:
+        """Whether the gate acts on this judge's scores."""
+        return self.gate and (self.gate_target == "step" or judge == "visual")
+
     @property
     def name(self) -> str:
-        return "+".join(k for k in MODES if getattr(self, k)) or "plain"
+        gate = "gate" if self.gate_target == GATE_TARGET else f"gate-{self.gate_target}"
+        return "+".join(gate if k == "gate" else k for k in MODES if getattr(self, k)) or "plain"
 
     @classmethod
     def parse(cls, text: str) -> "JudgeMode":
-        """"prior,premises,gate", "prior+premises" (any order); "" or "plain" is plain VERDICT."""
+        """"prior,premises,gate", "premises+gate-visual" (any order); "" or "plain" is plain VERDICT.
+        parse(mode.name) == mode for every mode."""
+        vocabulary = MODES + tuple(f"gate-{t}" for t in GATE_TARGETS)
         words = [w.strip() for w in re.split(r"[,+]", text or "") if w.strip() not in ("", "plain")]
-        bad = [w for w in words if w not in MODES]
-        if bad or len(set(words)) != len(words):
-            raise ValueError(f"judge mode {text!r}: expected distinct words from {', '.join(MODES)}")
-        return cls(**{w: True for w in words})
+        gates = [w for w in words if w.startswith("gate")]
+        if any(w not in vocabulary for w in words) or len(set(words)) != len(words) or len(gates) > 1:
+            raise ValueError(f"judge mode {text!r}: expected distinct words from {', '.join(vocabulary)}, "
+                             "one gate word at most")
+        kw = {w: True for w in words if w not in gates}
+        if gates:
+            kw.update(gate=True, gate_target=gates[0].partition("-")[2] or GATE_TARGET)
+        return cls(**kw)
 
 
 def reliability(p) -> float:
@@ -104,14 +128,18 @@ def alpha(r: float, k: float = GATE_K, r0: float = GATE_R0) -> float:
     return (sigma(k * (r - r0)) - lo) / (hi - lo)
 
 
-def gate(s_v: float, r: float) -> float:
-    """ŝ_V ← 0.5 + α(r)·(ŝ_V − 0.5): pulled toward neutral as the premises' reliability r falls (EVPV,
-    methodology 4, with 0.5 as the neutral score of a [0, 1] judge). NaN (an abstention) stays NaN."""
-    if math.isnan(s_v):
-        return s_v
-    if not 0 <= s_v <= 1:  # out of range is a bug in the judge, never clamped
-        raise ValueError(f"s_v must lie in [0, 1] or be NaN, got s_v={s_v!r}")
-    return 0.5 + alpha(r) * (s_v - 0.5)
+def gate(s: float, r: float) -> float:
+    """ŝ ← 0.5 + α(r)·(ŝ − 0.5): a judge's score pulled toward neutral as the premises' reliability r falls.
+
+    EVPV (methodology 4) gates a signed step reward, R_t = α(r)·R_base, whose neutral is 0. A judge's score
+    here lies in [0, 1], where 0.5 is "cannot tell" and every τ > 0.5 rejects it; with R = 2ŝ − 1 the same
+    gate reads ŝ_t = 0.5 + α(r)(ŝ − 0.5). Multiplying ŝ itself by α would drag it toward 0, "certainly
+    wrong": a penalty for the premise, where EVPV withholds both reward and penalty. NaN stays NaN."""
+    if math.isnan(s):
+        return s
+    if not 0 <= s <= 1:  # out of range is a bug in the judge, never clamped
+        raise ValueError(f"s must lie in [0, 1] or be NaN, got s={s!r}")
+    return 0.5 + alpha(r) * (s - 0.5)
 
 
 def _json_object(text: str) -> dict:
@@ -183,7 +211,8 @@ class Grounding:
         self.client, self.mode, self.params = client, mode, dict(temperature=0.0, seed=seed, max_tokens=max_tokens)
         self._lock = threading.Lock()
         self._records: dict = {}    # question key -> its record (see record)
-        self._artefacts: dict = {}  # (kind, question key) -> {"lock": Lock, "value": the artefact once made}
+        self._artefacts: dict = {}  # (kind, question key, ...) -> {"lock": Lock, "value": the artefact once made}
+        self._calls: dict = {}      # (question key, steps, candidate, judge) -> that judge's gated calls so far
 
     def __repr__(self) -> str:
         return f"Grounding({self.client!r}, mode={self.mode.name!r})"
@@ -204,15 +233,18 @@ class Grounding:
                                                    extra_tokens=rec["extra_tokens"] + tokens))
         return r
 
-    def _per_question(self, kind: str, state: verdict.State, make: Callable) -> Any:
-        """make(state), once per question, however many threads ask at once (an error is not kept)."""
-        key = (kind, self._key(state.question, state.images))
+    def _once(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """make(), once per key, however many threads ask at once (an error is not kept)."""
         with self._lock:
             slot = self._artefacts.setdefault(key, {"lock": threading.Lock()})
         with slot["lock"]:
             if "value" not in slot:
-                slot["value"] = make(state)
+                slot["value"] = make()
         return slot["value"]
+
+    def _per_question(self, kind: str, state: verdict.State, make: Callable) -> Any:
+        """make(state), once per question."""
+        return self._once((kind, self._key(state.question, state.images)), lambda: make(state))
 
     def prior(self, state: verdict.State) -> str:
         """SGV's prior k̂_q: the question and images only, no step shown (prompts/prior.txt)."""
@@ -247,32 +279,57 @@ class Grounding:
         return fence(text)  # the evidence cannot open or close the candidate's fence
 
     def gated(self, judge: str, state: verdict.State, step: str, s: float) -> float:
-        """The visual judge's ŝ_V through EVPV's gate (mode.gate); any other score as it is. NaN stays
-        NaN; no fact sheet (degraded) or an unreadable premise check leaves ŝ_V as it is."""
-        if not (self.mode.gate and judge == "visual") or math.isnan(s) or (sheet := self.fact_sheet(state)) is None:
+        """A judge's score of candidate `step` through EVPV's gate, when mode.gates(judge); else s as it is.
+
+        ŝ ← gate(ŝ, r) when the candidate's premise check lists a visual claim (ν_t = 1); a step without
+        one (ν_t = 0) keeps ŝ. The check is made once per candidate, whichever of its gated judges comes
+        first, and the others wait for it. NaN stays NaN; no fact sheet (degraded) or an unreadable check
+        leaves ŝ as it is. The judges call this once per candidate each, so a judge's k-th call for one
+        (question, steps so far, candidate text) belongs to the k-th candidate with that text.
+        """
+        if not self.mode.gates(judge):
             return s
+        where = (self._key(state.question, state.images), tuple(state.steps), step)
+        with self._lock:  # this judge's k-th call for the text: the k-th candidate with that text
+            k = self._calls.get(where + (judge,), 0)
+            self._calls[where + (judge,)] = k + 1
+        if math.isnan(s) or (sheet := self.fact_sheet(state)) is None:
+            return s
+        check = self._once(("premise_check",) + where + (k,), lambda: self._premise_check(state, sheet, step))
+        out = gate(s, check["r"]) if check["nu"] == 1 else s  # ν_t = 0 or unreadable: not gated
+        with self._lock:
+            check["scores"].append({"judge": judge, "s_hat": s, "gated": out})
+        return out
+
+    def _premise_check(self, state: verdict.State, sheet: dict, step: str) -> dict:
+        """One premise check (prompts/premise_check.txt), text only: the step's visual claims against C.
+        Its record entry: claims, ν_t (nu), r and α(r) (alpha, None when ν_t = 0), or the parse error."""
         p = load_prompt("premise_check")
         text = p.render(facts=fact_lines(sheet), question=state.question, steps=steps_text(state.steps), step=fence(step))
-        reply = text_of(self._chat(state, messages(p.system, (), text), **self.params))  # text only: claims against C
-        entry = {"step": len(state.steps), "candidate": step, "s_hat_v": s}
+        reply = text_of(self._chat(state, messages(p.system, (), text), **self.params))
+        entry = {"step": len(state.steps), "candidate": step}
         try:
             claims = parse_claims(reply)
         except ValueError as e:
-            entry.update(r=None, gated=s, error=str(e))
+            entry.update(nu=None, r=None, alpha=None, error=str(e))
         else:
-            r = reliability([AGREEMENT[c["label"]] for c in claims])
-            entry.update(claims=claims, r=r, gated=gate(s, r))
+            nu, r = int(bool(claims)), reliability([AGREEMENT[c["label"]] for c in claims])  # ν_t: a visual claim
+            entry.update(claims=claims, nu=nu, r=r, alpha=alpha(r) if nu else None)
+        entry["scores"] = []  # each gated judge's ŝ before and after, added as the judges answer
         self._update(state, lambda rec: rec.setdefault("gate", []).append(entry))
-        return entry["gated"]
+        return entry
 
     def record(self, question: str, images=()) -> dict:
-        """This question's artefacts for trace.meta, JSON-ready: the mode; "prior"; "fact_sheet" (None
-        when degraded), "fact_sheet_status" ("ok", "retried" or "degraded") and the parse errors; "gate",
-        one entry per check (step index, candidate, claims, r, ŝ_V before and after); and the extra
-        calls and tokens this mode spent on the question (cached replies counted, as their cost)."""
+        """This question's artefacts for trace.meta, JSON-ready: the mode (and "gate_target" with the gate);
+        "prior"; "fact_sheet" (None when degraded), "fact_sheet_status" ("ok", "retried" or "degraded") and
+        the parse errors; "gate", one entry per premise check (step index, candidate, claims, nu, r, alpha,
+        and "scores": each gated judge's ŝ before and after); and the extra calls and tokens this mode
+        spent on the question (cached replies counted, as their cost)."""
         key = self._key(question, verdict.as_images(images))
         with self._lock:
             rec = copy.deepcopy(self._records.get(key, {"extra_calls": 0, "extra_tokens": 0}))
-        if "gate" in rec:
-            rec["gate"].sort(key=lambda e: e["step"])  # checks finish in any order within a step
-        return {"judge_mode": self.mode.name, **rec}
+        for e in rec.get("gate", []):  # the judges answer in any order
+            e["scores"].sort(key=lambda g: (verdict.JUDGES.index(g["judge"]), g["s_hat"]))
+        rec.get("gate", []).sort(key=lambda e: (e["step"], e["candidate"]))  # so do the checks within a step
+        gate_target = {"gate_target": self.mode.gate_target} if self.mode.gate else {}
+        return {"judge_mode": self.mode.name, **gate_target, **rec}

@@ -24,10 +24,20 @@ The five noise models, each the world above with one knob turned (sigma = 0.15 u
   4. miscal     judge `miscal` [0 = V] reports 0.5 + kappa · (ŝ − 0.5) + delta before clipping:
                 a constant offset delta [0], or a scale compressed towards 0.5 by kappa [1] < 1.
   5. abstain    q: each judge independently returns NaN (abstains) with probability q [0].
+  6. premise    EVPV's gate (grounding.py) against a hallucinated premise. A wrong step rests on a
+                contradicted visual premise with probability p_premise [0]; the judges it fools
+                (premise_fools [()], judge indices) score it around mu_fool. The premise check flags such a step
+                (a contradicted claim: r = 0, α(r) = 0) with probability p_detect [0.8], and any other
+                step (a false alarm) with probability p_false [0.1]; an unflagged step has r = 1, α = 1.
+                gate ["none"]: "visual" sets a flagged step's ŝ_V to 0.5 + α(r)(ŝ_V − 0.5) = 0.5,
+                "step" every judge's ŝ. Every simulated step makes a visual claim (ν_t = 1): a step
+                without one is never gated, so it would only lower the false-alarm rate.
 
 Measures, per rule: accuracy = P(the chosen candidate is correct | some candidate is correct);
 acceptance = the fraction of candidates passing the rule's filter (rules without a filter accept
-every candidate with 2 or more answers); fallback = the fraction of steps where none passes.
+every candidate with 2 or more answers); fallback = the fraction of steps where none passes; and with
+p_premise > 0, contradicted_accepted = the fraction of contradicted-premise candidates passing the
+filter, contradicted_chosen = P(the chosen candidate has a contradicted premise | some candidate has).
 Each is the mean over `seeds` independent seeds of `trials` steps, ± the 95% Student-t half-width
 over seeds. All rules and all values of a sweep see the same random draws, so differences between
 rules are paired. `python simulate.py` writes simulation_report.md and simulation.png.
@@ -42,9 +52,11 @@ from pathlib import Path
 import numpy as np
 
 import verdict
+from grounding import GATE_TARGETS
 from verdict import RULES, STUBBORNNESS
 
 FORMAT = "verdict-simulation/1"
+TARGETS = ("none",) + GATE_TARGETS  # the gate's target in a scenario; "none" for no gate
 ALL_RULES = RULES + ("lam-mean",)
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
@@ -66,18 +78,27 @@ class Scenario:
     delta: float = 0.0
     kappa: float = 1.0
     q: float = 0.0
+    p_premise: float = 0.0
+    premise_fools: tuple = ()  # the judges a contradicted premise fools
+    p_detect: float = 0.8
+    p_false: float = 0.1
+    gate: str = "none"      # one of TARGETS
     lam: tuple = STUBBORNNESS
     tau: float = 0.6
     eps: float = 0.1
 
     def __post_init__(self):
-        for name in ("p_correct", "p_fool", "rho", "q"):  # probabilities and a variance share
+        for name in ("p_correct", "p_fool", "rho", "q", "p_premise", "p_detect", "p_false"):  # probabilities, a share
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must lie in [0, 1], got {name}={getattr(self, name)!r}")
         if not (self.sigma >= 0 and self.kappa >= 0):  # a negative sd or scale means nothing
             raise ValueError(f"need sigma >= 0 and kappa >= 0, got sigma={self.sigma!r}, kappa={self.kappa!r}")
         if not (-1 <= self.fooled < len(self.lam) and 0 <= self.miscal < len(self.lam)):  # judge indices
             raise ValueError(f"fooled and miscal must index a judge, got fooled={self.fooled!r}, miscal={self.miscal!r}")
+        if len(set(self.premise_fools)) != len(self.premise_fools) or not set(self.premise_fools) <= set(range(len(self.lam))):
+            raise ValueError(f"premise_fools must list distinct judge indices, got premise_fools={self.premise_fools!r}")
+        if self.gate not in TARGETS:
+            raise ValueError(f"gate must be one of {', '.join(TARGETS)}, got gate={self.gate!r}")
 
 
 @dataclass(frozen=True)
@@ -90,35 +111,51 @@ class Draws:
     e: np.ndarray          # [N, n, m]  each judge's own noise
     u_fool: np.ndarray     # [N, n]
     u_abstain: np.ndarray  # [N, n, m]
+    u_premise: np.ndarray  # [N, n]
+    u_check: np.ndarray    # [N, n]
 
 
 def draw(seeds: int, trials: int, seed: int = 0, n: int = 3, m: int = 3) -> Draws:
-    """Independent streams default_rng([seed, k]) for k < seeds, `trials` steps each."""
+    """Independent streams default_rng([seed, k]) for k < seeds, `trials` steps each (the premise draws
+    come last in each stream, so every other draw is what it was before the premise model existed)."""
     if seeds < 2 or trials < 1 or n < 1:  # an interval needs 2 seeds; a step needs a candidate
         raise ValueError(f"need seeds >= 2, trials >= 1, n >= 1, got seeds={seeds}, trials={trials}, n={n}")
     blocks = []
     for k in range(seeds):  # a loop over seeds (for independent streams), never over trials
         r = np.random.default_rng([seed, k])
         blocks.append((r.random((trials, n)), r.standard_normal((trials, n)), r.standard_normal((trials, n, m)),
-                       r.random((trials, n)), r.random((trials, n, m))))
+                       r.random((trials, n)), r.random((trials, n, m)), r.random((trials, n)), r.random((trials, n))))
     return Draws(seeds, trials, *(np.concatenate(b) for b in zip(*blocks)))
 
 
+def premises(d: Draws, sc: Scenario) -> tuple[np.ndarray, np.ndarray]:
+    """Which candidates rest on a contradicted premise, and which the premise check flags.  -> [N, n], [N, n]"""
+    contradicted = (d.u_correct >= sc.p_correct) & (d.u_premise < sc.p_premise)  # [N, n] wrong steps only
+    flagged = d.u_check < np.where(contradicted, sc.p_detect, sc.p_false)         # [N, n]
+    return contradicted, flagged
+
+
 def scores(d: Draws, sc: Scenario) -> tuple[np.ndarray, np.ndarray]:
-    """Raw scores ŝ (NaN = abstained) and the truth of every candidate.  -> [N, n, m], [N, n]"""
+    """Raw scores ŝ (NaN = abstained), after the gate, and the truth of every candidate.  -> [N, n, m], [N, n]"""
     if d.e.shape[2] != len(sc.lam):  # one stubbornness per judge
         raise ValueError(f"draws have m={d.e.shape[2]} judges but lam={sc.lam} has {len(sc.lam)}")
     correct = d.u_correct < sc.p_correct                                         # [N, n]
+    contradicted, flagged = premises(d, sc)                                      # [N, n], [N, n]
     noise = math.sqrt(sc.rho) * d.z[..., None] + math.sqrt(1 - sc.rho) * d.e     # [N, n, m]
     x = np.where(correct, sc.mu1, sc.mu0)[..., None] + sc.sigma * noise          # [N, n, m]
     if sc.fooled >= 0:  # the fooled judge scores some wrong steps around mu_fool
         f = sc.fooled
         hit = ~correct & (d.u_fool < sc.p_fool)                                  # [N, n]
         x[..., f] = np.where(hit, sc.mu_fool + sc.sigma * noise[..., f], x[..., f])  # [N, n]
+    for f in sc.premise_fools:  # a contradicted premise fools these judges
+        x[..., f] = np.where(contradicted, sc.mu_fool + sc.sigma * noise[..., f], x[..., f])  # [N, n]
     if sc.kappa != 1 or sc.delta != 0:  # one judge miscalibrated (skipped otherwise: exact scores)
         x[..., sc.miscal] = 0.5 + sc.kappa * (x[..., sc.miscal] - 0.5) + sc.delta  # [N, n]
     s_hat = np.clip(x, 0.0, 1.0)                                                 # [N, n, m]
-    s_hat[d.u_abstain < sc.q] = np.nan                                           # [N, n, m]
+    if sc.gate != "none":  # a flagged step: r = 0, α(0) = 0, so ŝ ← 0.5 + 0·(ŝ − 0.5) = 0.5 (exactly)
+        j = slice(0, 1) if sc.gate == "visual" else slice(None)                  # V's column, or every judge's
+        s_hat[..., j] = np.where(flagged[..., None], 0.5, s_hat[..., j])         # [N, n, m']
+    s_hat[d.u_abstain < sc.q] = np.nan                                           # [N, n, m] NaN stays NaN
     return s_hat, correct
 
 
@@ -147,13 +184,18 @@ def measure(d: Draws, sc: Scenario) -> dict:
     """Every rule's accuracy, acceptance and fallback on each seed.  -> {rule: {measure: [seeds]}}"""
     S, T = d.seeds, d.trials
     s_hat, correct = scores(d, sc)                                         # [N, n, m], [N, n]
+    contradicted = premises(d, sc)[0]                                      # [N, n]
     exists = correct.any(1).reshape(S, T)                                  # [S, T]
+    chosen = lambda mask, ch: np.take_along_axis(mask, ch.index[:, None], 1).reshape(S, T)  # [N, n] -> [S, T]
     out = {}
     for rule, ch in select_batch(s_hat, sc.lam, sc.tau, sc.eps).items():
-        hit = np.take_along_axis(correct, ch.index[:, None], 1).reshape(S, T)  # [N, n] -> [S, T]
-        out[rule] = {"accuracy": hit.sum(1) / np.maximum(exists.sum(1), 1),     # [S]
+        out[rule] = {"accuracy": chosen(correct, ch).sum(1) / np.maximum(exists.sum(1), 1),  # [S]
                      "acceptance": ch.accepted.reshape(S, -1).mean(1),        # [S]
                      "fallback": ch.fallback.reshape(S, T).mean(1)}           # [S]
+        if sc.p_premise > 0:
+            bad, any_bad = contradicted.reshape(S, -1), contradicted.any(1).reshape(S, T)       # [S, T·n], [S, T]
+            out[rule]["contradicted_accepted"] = (ch.accepted.reshape(S, -1) & bad).sum(1) / np.maximum(bad.sum(1), 1)
+            out[rule]["contradicted_chosen"] = chosen(contradicted, ch).sum(1) / np.maximum(any_bad.sum(1), 1)
     return out
 
 
@@ -197,10 +239,30 @@ SWEEPS = (
 )
 
 
+FOOLS = ((0,), (1, 2), (0, 1, 2))  # whom a contradicted premise fools: V alone, L and C, all three
+GATE_KNOBS = (("p_false", "p_false (premise check's false alarms)", (0.0, 0.05, 0.1, 0.2, 0.3), 0.1),
+              ("p_detect", "p_detect (contradicted premises flagged)", (0.0, 0.25, 0.5, 0.75, 1.0), 0.8))
+
+
+def fools_name(fools: tuple) -> str:
+    return "+".join("VLC"[i] for i in fools)
+
+
+def gate_name(field: str, fools: tuple, target: str) -> str:
+    return f"{field}, {fools_name(fools)} fooled, gate {target}"
+
+
+# A gate's sweeps of each knob; with no gate neither knob matters, so "none" is measured at the headline only.
+GATE_SWEEPS = tuple(Sweep(gate_name(field, f, g), label, field, values if g != "none" else (headline,), headline,
+                          Scenario(p_premise=0.4, premise_fools=f, gate=g))
+                    for field, label, values, headline in GATE_KNOBS for f in FOOLS for g in TARGETS
+                    if g != "none" or field == GATE_KNOBS[0][0])
+
+
 def run(trials: int = 2500, seeds: int = 20, seed: int = 0) -> dict:
     """Every sweep at every value.  -> {sweep name: [(value, measure(...)), ...]}"""
     d = draw(seeds, trials, seed)
-    return {sw.name: [(v, measure(d, sw.at(v))) for v in sw.values] for sw in SWEEPS}
+    return {sw.name: [(v, measure(d, sw.at(v))) for v in sw.values] for sw in SWEEPS + GATE_SWEEPS}
 
 
 # ----------------------------------------------------------------------------- report and figure
@@ -210,11 +272,50 @@ def _pm(x, digits=1, sign=False) -> str:
     return f"{mean:{'+' if sign else ''}.{digits}f} ± {hw:.{digits}f}"
 
 
+def _diff(r: dict, a: str = "verdict", b: str = "mean") -> np.ndarray:
+    """Rule a's accuracy minus rule b's, paired, per seed.  -> [S]"""
+    return r[a]["accuracy"] - r[b]["accuracy"]
+
+
+def _headline_row(name: str, setting: str, r: dict) -> str:
+    best = max(ALL_RULES, key=lambda k: r[k]["accuracy"].mean())
+    return (f"| {name} | {setting} | {_pm(r['verdict']['accuracy'])} | {_pm(r['mean']['accuracy'])} "
+            f"| {_pm(_diff(r), 2, True)} | {_pm(_diff(r, b='no-filter'), 2, True)} | {_pm(r['raw-dual']['accuracy'])} "
+            f"| {best} ({100 * r[best]['accuracy'].mean():.1f}) |")
+
+
+def gate_report(results: dict) -> list:
+    """The report's section on EVPV's gate: every target against a contradicted premise."""
+    at = lambda field, f, g, v: dict(results[gate_name(field, f, g)])[v]
+    cols = [(f, g) for f in FOOLS for g in GATE_TARGETS]
+    L = ["## EVPV's gate: the visual judge's score, or the step's?", "",
+         "A wrong step rests on a contradicted visual premise with probability p_premise = 0.4; the judges it fools score"
+         " it around 0.9. The premise check flags it (r = 0, α(r) = 0) with probability p_detect = 0.8 and flags any other"
+         " step with probability p_false = 0.1 (unless swept); an unflagged step has r = 1. Target `visual`: a flagged step's"
+         " ŝ_V ← 0.5 + α(r)(ŝ_V − 0.5) = 0.5; `step`: every judge's ŝ likewise; `none`: no gate. Contradicted accepted ="
+         " contradicted-premise candidates passing VERDICT's filter; contradicted chosen = steps where VERDICT picks one, given"
+         " one exists. With a perfect check (p_detect = 1) and target `step`, none passes the filter: each answering judge"
+         " reports 0.5, so s̄* = 0.5 < τ. The sweeps leave out `none`, which neither knob changes (its row above).", "",
+         "| fooled by the premise | gate | VERDICT accuracy | mean accuracy | contradicted accepted | contradicted chosen "
+         "| VERDICT fallback |", "|---|---|---|---|---|---|---|"]
+    for f, g in cols:
+        r = at("p_false", f, g, 0.1)["verdict"]
+        L.append(f"| {fools_name(f)} | {g} | {_pm(r['accuracy'])} | {_pm(at('p_false', f, g, 0.1)['mean']['accuracy'])} "
+                 f"| {_pm(r['contradicted_accepted'])} | {_pm(r['contradicted_chosen'])} | {_pm(r['fallback'])} |")
+    for (field, label, values, _), whats in zip(GATE_KNOBS, (("accuracy",), ("accuracy", "contradicted_accepted"))):
+        for what in whats:  # a false alarm never touches a contradicted step: p_false leaves its acceptance alone
+            title = {"accuracy": "VERDICT accuracy", "contradicted_accepted": "contradicted steps accepted by VERDICT"}[what]
+            L += ["", f"### {title} (%) against {label}", "",
+                  f"| {field} | " + " | ".join(f"{fools_name(f)}: {g}" for f, g in cols) + " |", "|---" * (len(cols) + 1) + "|"]
+            L += [f"| {v} | " + " | ".join(f"{100 * at(field, f, g, v)['verdict'][what].mean():.1f}" for f, g in cols) + " |"
+                  for v in values]
+    return L + [""]
+
+
 def report(results: dict, trials: int, seeds: int, seed: int) -> str:
     """The markdown report; a pure function of the results and the arguments (no clock, no paths)."""
     cmd = f"python simulate.py --trials {trials} --seeds {seeds} --seed {seed}"
     head = {sw.name: (sw, dict(results[sw.name])[sw.headline]) for sw in SWEEPS if sw.field != "lam_V"}
-    diff = lambda r, a="verdict", b="mean": r[a]["accuracy"] - r[b]["accuracy"]  # paired, per seed
     L = [f"# VERDICT simulation: when does the coupled consensus beat plain averaging?", "",
          f"Format: `{FORMAT}`. Generated by `{cmd}` ({seeds} independent seeds × {trials} steps per setting).",
          "Every number is a percentage: mean over seeds ± the 95% Student-t half-width over seeds.", "",
@@ -226,17 +327,17 @@ def report(results: dict, trials: int, seeds: int, seed: int) -> str:
          " 0.5 + κ(ŝ − 0.5) + δ; `abstain` each judge returns NaN with probability q.",
          "- Accuracy = a correct candidate chosen, given that one exists. Acceptance = candidates passing the rule's filter"
          " (no filter: every candidate with ≥ 2 answers). Fallback = steps where none passes.",
-         "- `lam-mean` = the highest λ-weighted raw mean, no filter. Other rules as defined in `verdict.select`.", "",
+         "- `lam-mean` = the highest λ-weighted raw mean, no filter. Other rules as defined in `verdict.select`.",
+         "- `premise X, gate T` (last rows of the headline table): a wrong step rests on a contradicted premise with"
+         " probability 0.4 and fools judges X; EVPV's gate with target T (see the gate section at the end).", "",
          "## Headline: VERDICT against the mean", "",
          "`VERDICT − no-filter` isolates the dual filter and fallback; `no-filter` differs from `mean` only by weighting"
          " the judges unequally (a fixed weighted mean: see the README's errata). Differences are paired (same steps), per seed.", "",
          "| noise model | setting | VERDICT | mean | VERDICT − mean (pp) | VERDICT − no-filter (pp) | raw-dual | best rule |",
          "|---|---|---|---|---|---|---|---|"]
-    for name, (sw, r) in head.items():
-        best = max(ALL_RULES, key=lambda k: r[k]["accuracy"].mean())
-        L.append(f"| {name} | {sw.field} = {sw.headline} | {_pm(r['verdict']['accuracy'])} | {_pm(r['mean']['accuracy'])} "
-                 f"| {_pm(diff(r), 2, True)} | {_pm(diff(r, b='no-filter'), 2, True)} | {_pm(r['raw-dual']['accuracy'])} "
-                 f"| {best} ({100 * r[best]['accuracy'].mean():.1f}) |")
+    L += [_headline_row(name, f"{sw.field} = {sw.headline}", r) for name, (sw, r) in head.items()]
+    L += [_headline_row(f"premise {fools_name(f)}, gate {g}", "p_detect = 0.8, p_false = 0.1",
+                        dict(results[gate_name("p_false", f, g)])[0.1]) for f in FOOLS for g in TARGETS]
     for what in ("accuracy", "acceptance", "fallback"):
         L += ["", f"## {what.capitalize()} (%) of every rule, at the headline settings", "",
               "| rule | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
@@ -248,59 +349,77 @@ def report(results: dict, trials: int, seeds: int, seed: int) -> str:
         L += [f"### {sw.name}: {sw.label}", "", f"| {sw.field} | " + " | ".join(ALL_RULES) + " | VERDICT − mean (pp) |",
               "|---" * (len(ALL_RULES) + 2) + "|"]
         L += [f"| {v} | " + " | ".join(f"{100 * r[k]['accuracy'].mean():.1f}" for k in ALL_RULES)
-              + f" | {_pm(diff(r), 2, True)} |" for v, r in rows]
+              + f" | {_pm(_diff(r), 2, True)} |" for v, r in rows]
         if sw.field == "lam_V":
             acc = [100 * r["verdict"]["accuracy"].mean() for _, r in rows]
             L += ["", f"VERDICT's range over λ_V ∈ {list(sw.values)}: {max(acc) - min(acc):.2f} pp "
                       f"(the paper reports 2.90 pp on 3DSRBench)."]
         L.append("")
-    return "\n".join(L)
+    return "\n".join(L + gate_report(results))
 
 
 COLORS = ("#d62728", "#1f77b4", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#ff7f0e", "#2ca02c", "#17becf", "#9467bd")
 
 
+GATE_COLORS = {"none": "#7f7f7f", "visual": "#1f77b4", "step": "#d62728"}
+W, H, COLS = 400, 300, 4  # one panel's size in pixels; panels per row
+
+
+def _panel(g, font, k: int, title: str, xlabel: str, xs, ys: dict, colors: dict, bold: str = "") -> None:
+    """Panel k of the grid: one line per label of ys (label -> [len(xs)] values), `bold` drawn thick, last."""
+    ox, oy = (k % COLS) * W, 40 + (k // COLS) * H
+    x0, x1, y0, y1 = ox + 55, ox + W - 20, oy + 25, oy + H - 50          # the plot box, pixels
+    xs = np.array(xs, float)
+    lo, hi = min(y.min() for y in ys.values()), max(y.max() for y in ys.values())
+    step = next(t for t in (0.5, 1, 2, 5, 10, 20, 50) if (hi - lo) / t <= 5)   # at most ~6 ticks
+    lo, hi = step * math.floor(lo / step + 1e-9), step * math.ceil(hi / step - 1e-9)
+    px = lambda x: x0 + (x - xs.min()) / (np.ptp(xs) or 1) * (x1 - x0)
+    py = lambda y: y1 - (y - lo) / ((hi - lo) or 1) * (y1 - y0)
+    g.rectangle((x0, y0, x1, y1), outline="black")
+    g.text((x0, oy + 6), title, fill="black", font=font)
+    last = -1e9
+    for x in sorted(xs):
+        g.line((px(x), y1, px(x), y1 + 4), fill="black")
+        if px(x) - last > 30:  # skip a label that would overlap the previous one
+            g.text((px(x) - 10, y1 + 6), f"{x:g}", fill="black", font=font)
+            last = px(x)
+    for t in np.arange(lo, hi + step / 2, step):
+        g.line((x0 - 4, py(t), x0, py(t)), fill="black")
+        g.text((ox + 8, py(t) - 7), f"{t:g}", fill="black", font=font)
+    g.text((x0, y1 + 24), xlabel, fill="black", font=font)
+    for label in sorted(ys, key=lambda s: s == bold):  # the bold line last, on top
+        pts = [(px(x), py(y)) for x, y in sorted(zip(xs, ys[label]))]
+        g.line(pts, fill=colors[label], width=3 if label == bold else 2)
+
+
 def plot(results: dict, path) -> None:
-    """Accuracy against the swept parameter, one panel per sweep, one line per rule (pillow)."""
+    """Accuracy against the swept parameter: a panel per sweep, a line per rule; then a panel per group of
+    judges a contradicted premise fools, VERDICT's accuracy against p_false, a line per gate target (pillow)."""
     from PIL import Image, ImageDraw
 
     from images import font as load_font
     font = load_font(13)
-    W, H, cols = 400, 300, 4
-    rows = math.ceil((len(SWEEPS) + 1) / cols)
-    img = Image.new("RGB", (W * cols, 40 + H * rows), "white")
+    acc = lambda name, rule: np.array([100 * m[rule]["accuracy"].mean() for _, m in results[name]])
+    panels = [(f"{sw.name}: accuracy (%)", sw.label, sw.values, {r: acc(sw.name, r) for r in ALL_RULES},
+               dict(zip(ALL_RULES, COLORS)), "verdict") for sw in SWEEPS]
+    field, label, values, _ = GATE_KNOBS[0]
+    flat = lambda name: np.full(len(values), acc(name, "verdict")[0])  # no gate: the knob changes nothing
+    panels += [(f"premise, {fools_name(f)} fooled: VERDICT accuracy (%)", label, values,
+                {gt: acc(gate_name(field, f, gt), "verdict") if gt != "none" else flat(gate_name(field, f, gt))
+                 for gt in TARGETS}, GATE_COLORS, "") for f in FOOLS]
+    img = Image.new("RGB", (W * COLS, 40 + H * math.ceil((len(panels) + 1) / COLS)), "white")
     g = ImageDraw.Draw(img)
     g.text((10, 10), "VERDICT simulation: accuracy (%, a correct candidate chosen given one exists) by noise model", fill="black", font=font)
-    for k, sw in enumerate(SWEEPS):
-        ox, oy = (k % cols) * W, 40 + (k // cols) * H
-        x0, x1, y0, y1 = ox + 55, ox + W - 20, oy + 25, oy + H - 50          # the plot box, pixels
-        xs = np.array(sw.values, float)
-        ys = {r: np.array([100 * m[r]["accuracy"].mean() for _, m in results[sw.name]]) for r in ALL_RULES}
-        lo, hi = min(y.min() for y in ys.values()), max(y.max() for y in ys.values())
-        step = next(t for t in (0.5, 1, 2, 5, 10, 20, 50) if (hi - lo) / t <= 5)   # at most ~6 ticks
-        lo, hi = step * math.floor(lo / step + 1e-9), step * math.ceil(hi / step - 1e-9)
-        px = lambda x: x0 + (x - xs.min()) / (np.ptp(xs) or 1) * (x1 - x0)
-        py = lambda y: y1 - (y - lo) / ((hi - lo) or 1) * (y1 - y0)
-        g.rectangle((x0, y0, x1, y1), outline="black")
-        g.text((x0, oy + 6), f"{sw.name}: accuracy (%)", fill="black", font=font)
-        last = -1e9
-        for x in sorted(xs):
-            g.line((px(x), y1, px(x), y1 + 4), fill="black")
-            if px(x) - last > 30:  # skip a label that would overlap the previous one
-                g.text((px(x) - 10, y1 + 6), f"{x:g}", fill="black", font=font)
-                last = px(x)
-        for t in np.arange(lo, hi + step / 2, step):
-            g.line((x0 - 4, py(t), x0, py(t)), fill="black")
-            g.text((ox + 8, py(t) - 7), f"{t:g}", fill="black", font=font)
-        g.text((x0, y1 + 24), sw.label, fill="black", font=font)
-        for r, c in reversed(list(zip(ALL_RULES, COLORS))):  # VERDICT drawn last, on top
-            pts = [(px(x), py(y)) for x, y in sorted(zip(xs, ys[r]))]
-            g.line(pts, fill=c, width=3 if r == "verdict" else 2)
-    ox, oy = (len(SWEEPS) % cols) * W, 40 + (len(SWEEPS) // cols) * H       # the legend cell
-    g.text((ox + 30, oy + 10), "rule (y axis: accuracy %)", fill="black", font=font)
-    for i, (r, c) in enumerate(zip(ALL_RULES, COLORS)):
-        g.line((ox + 30, oy + 40 + 22 * i, ox + 70, oy + 40 + 22 * i), fill=c, width=3)
-        g.text((ox + 80, oy + 33 + 22 * i), r, fill="black", font=font)
+    for k, panel in enumerate(panels):
+        _panel(g, font, k, *panel)
+    ox, oy = (len(panels) % COLS) * W, 40 + (len(panels) // COLS) * H       # the legend cell
+    legend = [("rule (y axis: accuracy %)", None)] + list(zip(ALL_RULES, COLORS))
+    legend += [("premise panels: gate target", None)] + list(GATE_COLORS.items())
+    for i, (text, c) in enumerate(legend):
+        y = oy + 10 + 19 * i
+        if c is not None:
+            g.line((ox + 30, y + 7, ox + 70, y + 7), fill=c, width=3)
+        g.text((ox + (80 if c else 30), y), text, fill="black", font=font)
     img.save(path)
 
 

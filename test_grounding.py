@@ -2,8 +2,11 @@
 loopback server; one `live` test talks to $VERDICT_LIVE_URL."""
 import json
 import math
+import re
+import threading
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 import grounding
@@ -35,6 +38,7 @@ CHECKS = {  # candidate -> the premise check's reply
                                      '{"claim": "ball left of cube", "label": "contradicted"}]}',
     "The cube is large.": '{"claims": [{"claim": "the cube is large", "label": "uncertain"}]}',
     "The ball is blue.": "The ball is indeed blue.",  # not JSON: the check is unreadable
+    "The ball is hidden.": '{"claims": []}',  # no visual claim: ν_t = 0
 }
 
 
@@ -44,10 +48,11 @@ def role(body) -> str:
                 if body["messages"][0]["content"] == judges.load_prompt(n).system)
 
 
-def modes_handler(sheets=(json.dumps(SHEET),)):
+def modes_handler(sheets=(json.dumps(SHEET),), scores=None):
     """Every role of a mode run: n candidates, the prior, the fact sheets in order (the last repeats),
-    the premise checks of CHECKS, and Score: 0.8 from every judge but the visual one on "hidden"."""
-    sheets = list(sheets)
+    the premise checks of CHECKS, and Score: scores[judge] (0.8 for all by default) from every judge
+    but the visual one on "hidden"."""
+    sheets, scores = list(sheets), scores or dict.fromkeys(verdict.JUDGES, 0.8)
 
     def handler(body, path):
         r, text = role(body), user_text(body)
@@ -60,7 +65,7 @@ def modes_handler(sheets=(json.dumps(SHEET),)):
         if r == "premise_check":
             return chat_response(next(v for k, v in CHECKS.items() if f"<step>\n{k}\n</step>" in text), prompt_tokens=50,
                                  completion_tokens=10)
-        return chat_response("I cannot tell." if r == "visual" and "The ball is hidden." in text else "Fine.\nScore: 0.8")
+        return chat_response("I cannot tell." if r == "visual" and "The ball is hidden." in text else f"Fine.\nScore: {scores[r]}")
     return handler
 
 
@@ -69,11 +74,26 @@ def test_judge_mode_names_parse_and_guards():
     assert JudgeMode.parse("premises, prior") == JudgeMode(prior=True, premises=True)
     assert JudgeMode.parse("prior+premises+gate").name == "prior+premises+gate"
     assert JudgeMode.parse("") == JudgeMode.parse("plain") == JudgeMode()
-    for bad in ("prior,sgv", "prior,prior"):
-        with pytest.raises(ValueError, match=bad):
+    # The gate word names its target; plain "gate" is the default target, step (EVPV gates the step's reward).
+    assert grounding.GATE_TARGET == "step" and JudgeMode(premises=True, gate=True).gate_target == "step"
+    assert JudgeMode.parse("premises+gate") == JudgeMode.parse("gate-step,premises") == JudgeMode(premises=True, gate=True)
+    visual = JudgeMode.parse("premises+gate-visual")
+    assert visual == JudgeMode(premises=True, gate=True, gate_target="visual") and visual.name == "premises+gate-visual"
+    assert [visual.gates(j) for j in verdict.JUDGES] == [True, False, False]
+    assert [JudgeMode(premises=True, gate=True).gates(j) for j in verdict.JUDGES] == [True] * 3
+    assert not JudgeMode(premises=True).gates("visual")
+    for words in ("plain", "prior", "premises", "prior+premises", "premises+gate", "premises+gate-visual",
+                  "prior+premises+gate-visual"):  # every mode's name parses back to it
+        assert JudgeMode.parse(JudgeMode.parse(words).name) == JudgeMode.parse(words)
+    for bad in ("prior,sgv", "prior,prior", "premises,gate-all", "premises+gate+gate-visual"):
+        with pytest.raises(ValueError, match=re.escape(repr(bad))):
             JudgeMode.parse(bad)
     with pytest.raises(ValueError, match="gate=True, premises=False"):  # the gate needs the fact sheet
         JudgeMode(prior=True, gate=True)
+    with pytest.raises(ValueError, match="gate_target='judges'"):
+        JudgeMode(premises=True, gate=True, gate_target="judges")
+    with pytest.raises(ValueError, match="gate_target='visual' needs the gate"):  # else its name would hide it
+        JudgeMode(premises=True, gate_target="visual")
 
 
 def test_plain_mode_sends_byte_identical_requests(loopback):
@@ -209,19 +229,26 @@ def test_gate_arithmetic_against_hand_computed_values():
     assert math.isnan(grounding.gate(nan, 0.3))  # an abstention stays an abstention
     with pytest.raises(ValueError, match="r=1.5"):
         grounding.gate(0.9, 1.5)
-    with pytest.raises(ValueError, match="s_v=1.2"):
+    with pytest.raises(ValueError, match="s=1.2"):
         grounding.gate(1.2, 0.5)
 
 
-def test_gate_acts_on_the_visual_score_before_the_consensus_and_the_trace_records_both(loopback, png):
-    srv = loopback(modes_handler())
+def run_gated(loopback, png, mode: JudgeMode, scores=None) -> tuple:
+    """One step over the five CANDIDATES with every judge called at once: (server, trace with meta.grounding
+    as JSON would hold it)."""
+    srv = loopback(modes_handler(scores=scores))
     client = Client(srv.url, "m")
-    cfg = verdict.Config(n=5, max_steps=1)
-    g = Grounding(client, JudgeMode(prior=True, premises=True, gate=True))
-    trace = verdict.run("Where is the ball?", Reasoner(client), make_judges(client, grounding=g), cfg,
-                        image=png, map_fn=thread_map(4))
+    g = Grounding(client, mode)
+    trace = verdict.run("Where is the ball?", Reasoner(client), make_judges(client, grounding=g),
+                        verdict.Config(n=5, max_steps=1), image=png, map_fn=thread_map(6))
     trace = replace(trace, meta={"grounding": g.record("Where is the ball?", png)})
-    s_hat = trace.steps[0].s_hat
+    return srv, json.loads(json.dumps(trace.to_dict(), allow_nan=False))
+
+
+def test_visual_target_gates_the_visual_score_before_the_consensus_and_the_trace_records_both(loopback, png):
+    mode = JudgeMode(prior=True, premises=True, gate=True, gate_target="visual")
+    srv, d = run_gated(loopback, png, mode)
+    s_hat = np.array(d["steps"][0]["s_hat"], dtype=float)
     # ŝ_V = 0.8 per candidate: supported (r = 1) stays 0.8; contradicted (r = 0) goes to 0.5; one uncertain
     # claim (r = 0.5, α = 0.5) gives 0.5 + 0.5 · 0.3 = 0.65; an unreadable check leaves 0.8; an abstention stays NaN
     assert s_hat[:, 0] == pytest.approx([0.8, 0.5, 0.65, 0.8, nan], nan_ok=True)
@@ -230,13 +257,101 @@ def test_gate_acts_on_the_visual_score_before_the_consensus_and_the_trace_record
     assert len(checks) == 4 and all(isinstance(b["messages"][1]["content"], str) for b in checks)  # text only, no image
     text = user_text(checks[0])
     assert text.index(SHEET_LINES) < text.index("Where is the ball?") < text.index("<step>")
-    meta = json.loads(json.dumps(trace.to_dict(), allow_nan=False))["meta"]["grounding"]
-    assert meta["judge_mode"] == "prior+premises+gate" and meta["prior"] == PRIOR and meta["fact_sheet"] == SHEET
+    meta = d["meta"]["grounding"]
+    assert meta["judge_mode"] == "prior+premises+gate-visual" and meta["gate_target"] == "visual"
+    assert meta["prior"] == PRIOR and meta["fact_sheet"] == SHEET
     gate = {e["candidate"]: e for e in meta["gate"]}
     assert [gate[c]["r"] for c in CANDIDATES[:4]] == [1.0, 0.0, 0.5, None] and "The ball is hidden." not in gate
     assert gate["The ball is left of the cube."]["claims"][0] == {"claim": "a ball", "label": "supported"}
-    assert gate["The ball is blue."]["error"] == "no JSON object in the reply" and gate["The ball is blue."]["gated"] == 0.8
+    assert gate["The ball is left of the cube."]["scores"] == [{"judge": "visual", "s_hat": 0.8, "gated": 0.5}]
+    blue = gate["The ball is blue."]
+    assert blue["error"] == "no JSON object in the reply" and blue["scores"] == [{"judge": "visual", "s_hat": 0.8, "gated": 0.8}]
     assert meta["extra_calls"] == 1 + 1 + 4 and meta["extra_tokens"] == 50 + 100 + 4 * 60
+
+
+def test_step_target_gates_every_judges_score_with_one_check_per_candidate(loopback, png):
+    mode = JudgeMode(premises=True, gate=True)  # the default target
+    srv, d = run_gated(loopback, png, mode, scores={"visual": 0.8, "logical": 0.9, "contextual": 0.2})
+    s_hat = np.array(d["steps"][0]["s_hat"], dtype=float)
+    # Each score ŝ -> 0.5 + α(r)(ŝ − 0.5), with the candidate's r:
+    assert s_hat[:4] == pytest.approx(np.array([
+        [0.8, 0.9, 0.2],       # supported, r = 1, α = 1: unchanged
+        [0.5, 0.5, 0.5],       # one contradicted claim, r = 0, α = 0: all neutral
+        [0.65, 0.7, 0.35],     # uncertain, r = 0.5, α = 0.5: 0.5 ± half the distance to 0.5
+        [0.8, 0.9, 0.2]]))     # unreadable check: unchanged
+    assert s_hat[4] == pytest.approx([nan, 0.9, 0.2], nan_ok=True)  # no claim (ν_t = 0): kept; V abstained: NaN
+    checks = [b for b in srv.chats if role(b) == "premise_check"]
+    assert sorted(c for c in CANDIDATES if any(f"<step>\n{c}\n</step>" in user_text(b) for b in checks)) == sorted(CANDIDATES)
+    assert len(checks) == 5  # one per candidate, not one per judge; "hidden" checked for L and C alone
+    meta = d["meta"]["grounding"]
+    assert meta["judge_mode"] == "premises+gate" and meta["gate_target"] == "step"
+    gate = {e["candidate"]: e for e in meta["gate"]}
+    assert gate["The cube is large."]["scores"] == [{"judge": "visual", "s_hat": 0.8, "gated": pytest.approx(0.65)},
+                                                    {"judge": "logical", "s_hat": 0.9, "gated": pytest.approx(0.7)},
+                                                    {"judge": "contextual", "s_hat": 0.2, "gated": pytest.approx(0.35)}]
+    hidden = gate["The ball is hidden."]
+    assert (hidden["nu"], hidden["r"], hidden["alpha"]) == (0, 1.0, None) and [s["judge"] for s in hidden["scores"]] == [
+        "logical", "contextual"]
+    assert [gate[c]["nu"] for c in CANDIDATES] == [1, 1, 1, None, 0]
+    assert meta["extra_calls"] == 1 + 5 and meta["extra_tokens"] == 100 + 5 * 60
+
+
+def test_nu_rule_a_step_with_no_visual_claim_is_never_gated(loopback, monkeypatch):
+    # ν_t = 0 is decided from the claims, before r and α: even a gate that would flatten every score
+    # (α patched to 0, so r = 1 no longer leaves a score alone) keeps a claim-free step's scores.
+    srv = loopback(modes_handler())
+    g = Grounding(Client(srv.url, "m"), JudgeMode(premises=True, gate=True))
+    monkeypatch.setattr(grounding, "alpha", lambda r, *a: 0.0)
+    state = verdict.State("Where is the ball?")
+    assert g.gated("visual", state, "The ball is hidden.", 0.9) == 0.9                # ν_t = 0: kept
+    assert g.gated("logical", state, "The ball is hidden.", 0.3) == 0.3
+    assert g.gated("visual", state, "The ball is right of the cube.", 0.9) == 0.5     # ν_t = 1: gated (α = 0)
+    assert g.gated("contextual", state, "The ball is right of the cube.", 0.3) == 0.5
+    assert math.isnan(g.gated("logical", state, "The ball is right of the cube.", nan))  # NaN stays NaN
+    gate = {e["candidate"]: e for e in g.record("Where is the ball?")["gate"]}
+    assert (gate["The ball is hidden."]["nu"], gate["The ball is hidden."]["alpha"]) == (0, None)
+    assert (gate["The ball is right of the cube."]["nu"], gate["The ball is right of the cube."]["alpha"]) == (1, 0.0)
+    assert [role(b) for b in srv.chats].count("premise_check") == 2
+
+
+def test_two_candidates_with_the_same_text_get_a_check_each(loopback):
+    # Judge j's k-th call for one (question, steps, text) is the k-th such candidate: one check per candidate,
+    # as the extra calls count them (a disk cache serves the repeat).
+    srv = loopback(modes_handler())
+    g = Grounding(Client(srv.url, "m"), JudgeMode(premises=True, gate=True))
+    state = verdict.State("Where is the ball?", (), ("The cube is red.",))
+    for _ in range(2):
+        assert [g.gated(j, state, "The cube is large.", 0.8) for j in verdict.JUDGES] == [pytest.approx(0.65)] * 3
+    rec = g.record("Where is the ball?")
+    assert [len(e["scores"]) for e in rec["gate"]] == [3, 3] and rec["extra_calls"] == 1 + 2
+
+
+def test_judges_gating_one_candidate_at_once_share_one_check(loopback):
+    # The check is held at the server until all three judges have entered gated(): the two that did not
+    # make it must wait for it rather than make their own.
+    entered, waited = threading.Event(), []
+    handler = modes_handler()
+
+    def slow_check(body, path):
+        if role(body) == "premise_check":
+            waited.append(entered.wait(30))
+        return handler(body, path)
+    srv = loopback(slow_check)
+    g = Grounding(Client(srv.url, "m"), JudgeMode(premises=True, gate=True))
+    g.fact_sheet(verdict.State("Where is the ball?"))
+    calls, inner = [], g.gated
+
+    def counting(*args):
+        calls.append(args[0])
+        if len(calls) == 3:
+            entered.set()
+        return inner(*args)
+    g.gated = counting
+    trace = verdict.run("Where is the ball?", Reasoner(Client(srv.url, "m")),
+                        make_judges(Client(srv.url, "m"), grounding=g), verdict.Config(n=1, max_steps=1),
+                        map_fn=thread_map(3))
+    assert waited == [True] and [role(b) for b in srv.chats].count("premise_check") == 1
+    assert trace.steps[0].s_hat.tolist() == [[0.8, 0.8, 0.8]]  # "right of the cube": supported, r = 1
 
 
 def test_a_mode_needs_the_evidence_placeholder_in_the_prompt(monkeypatch, tmp_path):

@@ -1,13 +1,14 @@
 """Tests for simulate.py: the batched selection against verdict.select (oracle), the noise-free and
-symmetric cases, the intervals, and the reproducibility of the report."""
+symmetric cases, EVPV's gate, the intervals, and the reproducibility of the report."""
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 import simulate
 import verdict
-from simulate import ALL_RULES, Scenario, draw, interval, measure, scores, select_batch
+from simulate import ALL_RULES, Scenario, draw, interval, measure, premises, scores, select_batch
 
 
 # ----------------------------------------------------------------------------- oracle
@@ -75,6 +76,64 @@ def test_exchangeable_judges_equal_lam_agree_whenever_the_means_choice_is_accept
     assert np.array_equal(b["verdict"].index[passes], pick[passes])
 
 
+# ----------------------------------------------------------------------------- EVPV's gate
+
+def test_gate_golden_a_premise_that_fools_L_and_C():
+    # sigma = 0, every candidate wrong and built on a contradicted premise that fools L and C, always flagged:
+    # raw ŝ = (0.45, 0.9, 0.9); the visual gate makes it (0.5, 0.9, 0.9), the step gate (0.5, 0.5, 0.5).
+    # Rows of M sum to 1, so s* = 0.9 − (0.9 − ŝ_V) · M[:, 0], M[:, 0] = (0.7003, 0.2404, 0.2613), whose mean
+    # is 0.40067 and mean absolute deviation D = (0.29963 + 0.16027 + 0.13937) / 3 = 0.19976. Hence
+    #   none:   s̄* = 0.9 − 0.45 · 0.40067 = 0.7197,  Δ* = 0.45 · D = 0.0899
+    #   visual: s̄* = 0.9 − 0.40 · 0.40067 = 0.7397,  Δ* = 0.40 · D = 0.0799  (closer to V: less dispersion)
+    #   step:   s̄* = 0.5, Δ* = 0 (a constant vector is a fixed point), rejected by τ = 0.6.
+    d = draw(2, 50, seed=7)
+    base = Scenario(sigma=0.0, p_correct=0.0, p_premise=1.0, premise_fools=(1, 2), p_detect=1.0)
+    want = {"none": (0.7197, 0.0899, True), "visual": (0.7397, 0.0799, True), "step": (0.5, 0.0, False)}
+    for gate, (s_bar, delta, accepted) in want.items():
+        s_hat, _ = scores(d, replace(base, gate=gate))
+        b = select_batch(s_hat)["verdict"]
+        assert np.allclose(b.s_bar_star, s_bar, atol=1e-4) and np.allclose(b.delta_star, delta, atol=1e-4), gate
+        assert np.all(b.accepted == accepted), gate
+
+
+@pytest.mark.parametrize("seed, tau", [(0, 0.5), (1, 0.55), (2, 0.6), (3, 0.75), (4, 0.9)])
+def test_perfect_check_and_step_target_never_accept_a_contradicted_step(seed, tau):
+    # With p_detect = 1 every contradicted step is flagged (r = 0, α = 0), and the step target sets each
+    # answering judge's score to 0.5 exactly. The consensus of a constant vector is that constant, so
+    # s̄* = 0.5 (the raw mean too), and a filter that needs s̄* > τ rejects it for every τ ≥ 0.5, whatever
+    # the noise, λ, the fooled judges, the false alarms or the abstentions (fewer than 2 answers: never accepted).
+    rng = np.random.default_rng(seed)
+    fools = tuple(int(j) for j in np.flatnonzero(rng.random(3) < 0.7))
+    sc = Scenario(sigma=rng.uniform(0.05, 0.3), p_premise=rng.uniform(0.2, 1.0), premise_fools=fools,
+                  mu_fool=rng.uniform(0.6, 1.0), p_detect=1.0, p_false=rng.uniform(0, 0.3), q=rng.uniform(0, 0.3),
+                  lam=tuple(rng.uniform(0.2, 3.0, 3)), tau=tau, gate="step")
+    d = draw(3, 1000, seed=seed)
+    assert premises(d, sc)[0].sum() > 100  # the property is exercised
+    r = measure(d, sc)
+    for rule in ("verdict", "no-rank", "raw-dual"):  # the rules whose filter asks for a mean above τ
+        assert np.all(r[rule]["contradicted_accepted"] == 0.0), rule
+    # The guarantee is the step target's: gating ŝ_V alone leaves a premise that fools all three judges accepted.
+    fooled_all = measure(d, replace(sc, premise_fools=(0, 1, 2), mu_fool=0.9, tau=0.6, lam=verdict.STUBBORNNESS, gate="visual"))
+    assert fooled_all["verdict"]["contradicted_accepted"].mean() > 0.5
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_gate_moves_only_its_targets_flagged_scores_and_nan_stays_nan(seed):
+    rng = np.random.default_rng(seed)
+    sc = Scenario(p_premise=0.5, premise_fools=(0, 2), p_detect=rng.uniform(0.3, 1), p_false=rng.uniform(0.1, 0.5), q=0.2)
+    d = draw(2, 500, seed=seed)
+    flagged = premises(d, sc)[1]                                                # [N, n]
+    none, visual, step = (scores(d, replace(sc, gate=g))[0] for g in ("none", "visual", "step"))
+    assert 0.1 < flagged.mean() < 0.9
+    nan = np.isnan(none)
+    assert np.array_equal(nan, np.isnan(visual)) and np.array_equal(nan, np.isnan(step))  # abstentions untouched
+    for gated in (visual, step):  # an unflagged candidate keeps every score, bit for bit
+        assert np.array_equal(gated[~flagged], none[~flagged], equal_nan=True)
+    assert np.array_equal(visual[flagged][:, 1:], none[flagged][:, 1:], equal_nan=True)  # visual: L and C untouched
+    assert np.all((visual[flagged][:, 0] == 0.5) | nan[flagged][:, 0])                    # ŝ_V -> 0.5 (α = 0)
+    assert np.all((step[flagged] == 0.5) | nan[flagged])                                   # every ŝ -> 0.5
+
+
 def test_intervals_shrink_as_trials_grow():
     sc = Scenario(sigma=0.2, fooled=2, p_fool=0.3, q=0.05)
     small, large = measure(draw(8, 100, seed=6), sc), measure(draw(8, 10_000, seed=6), sc)
@@ -102,13 +161,16 @@ def test_fixed_seed_gives_an_identical_report(tmp_path):
     assert outs[0][0] != outs[2][0]  # and the seed matters
     text = outs[0][0].decode()
     assert f"Format: `{simulate.FORMAT}`" in text and "--trials 60 --seeds 3 --seed 11" in text
+    assert "## EVPV's gate" in text and all(f"| premise V+L+C, gate {g} |" in text for g in ("none", "visual", "step"))
     assert outs[0][1].startswith(b"\x89PNG")
 
 
 # ----------------------------------------------------------------------------- guards
 
 @pytest.mark.parametrize("bad, name", [({"q": 1.5}, "q"), ({"p_fool": -0.1}, "p_fool"), ({"sigma": -1.0}, "sigma"),
-                                       ({"fooled": 3}, "fooled"), ({"rho": 2.0}, "rho")])
+                                       ({"fooled": 3}, "fooled"), ({"rho": 2.0}, "rho"), ({"p_detect": 1.5}, "p_detect"),
+                                       ({"premise_fools": (0, 3)}, "premise_fools"), ({"premise_fools": (1, 1)}, "premise_fools"),
+                                       ({"gate": "judges"}, "gate='judges'")])
 def test_scenario_guards_name_the_bad_value(bad, name):
     with pytest.raises(ValueError, match=name):
         Scenario(**bad)
