@@ -31,37 +31,45 @@ counted) and whether its fact sheet degraded; its trace's meta holds the prior a
 
 Answers are read from the final step: the text after "Final answer:" (trace.answer), or, for a chain
 stopped by --max-steps or --max-calls (stopped = "budget"), its last chosen step, as VLMEvalKit reads a
-truncated response; benchmarks.extract turns it into a letter. Each row records how.
+truncated response; answers.score turns it into a letter (VLMEvalKit's can_infer) or a value. With
+--extract-model, a model on any OpenAI-compatible endpoint reads what the rules cannot (off by default;
+VLMEvalKit uses gpt-4o-mini whenever a key is set); its calls are counted apart.
 
-Output in OUT: results.jsonl (one "verdict-eval-row/1" per (item, seed, method), appended and
-flushed as each finishes, with its full trace), summary.md and summary.json ("verdict-eval/1").
-A re-run with the same OUT keeps finished rows, runs again rows that ended in an error, and drops
-a truncated last line; OUT/run.json holds the settings, and a re-run with other ones is refused.
---concurrency K runs K items at once; within an item every call (its seeds, its methods, the n×m
-judge calls of a step) runs one after another, so at most K requests are in flight (set K to the
-server's parallel slots), and no two threads ever send the same request. If the endpoint cannot be
-reached (or answers 401, 403, 404) before its first reply, the run stops with exit 2; any later
-EndpointError becomes that row's error (wrong).
+Output in OUT (rundir.py, report.py): results.jsonl (one "verdict-eval-row/2" per (item, seed, method),
+appended and flushed as each finishes, with its input columns and full trace), summary.md, summary.json
+("verdict-eval/2"), summary.png, <data>_acc.csv and predictions/. A re-run with the same OUT keeps
+finished rows, runs again rows that ended in an error, and drops a truncated last line; OUT/run.json
+holds the settings (endpoints included), and a re-run with other ones is refused; a second run on an OUT
+in use stops at once. --concurrency K runs K items at once; within an item every call runs one after
+another, so at most K requests are in flight (set K to the server's parallel slots). --shard i/k runs
+the items whose id hashes to i of k; `python evaluate.py merge OUT1 ... --out OUT` merges the shards.
+
+Exit status: 0; 2 when nothing could run (a bad flag or file, a file with no item, an OUT in use, an
+endpoint that never answered or refused us with 401, 403 or 404, a response cache that cannot be used:
+the rows already written are kept); 3 when more than --max-error-rate of the chains ended in an error
+(an EndpointError after the first reply, which is that row's error and counts wrong).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import statistics
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 
+import answers
 import benchmarks
 import client
 import grounding
 import judges
+import report
+import rundir
 import verdict
 from benchmarks import Item
-
-ROW_FORMAT, SUMMARY_FORMAT, RUN_FORMAT = "verdict-eval-row/1", "verdict-eval/1", "verdict-eval-run/1"
+from rundir import ROW_FORMAT, row_key
 METHODS = ("base",) + verdict.RULES
 
 
@@ -93,25 +101,42 @@ class Settings:
 @dataclass
 class ChainClients:
     """One item's clients, used by one thread: the reasoner's and the judges' (the same object when they
-    share an endpoint and model), forks of the run's clients that share its cache and one call budget."""
+    share an endpoint and model), forks of the run's clients that share its cache and one call budget, and
+    the extraction model's (no budget), if any."""
     reasoner: client.Client
     judges: client.Client
     budget: CallBudget
+    extractor: client.Client | None = None
 
     @classmethod
-    def fork(cls, reasoner: client.Client, judge: client.Client, limit: int | None) -> "ChainClients":
+    def fork(cls, reasoner: client.Client, judge: client.Client, limit: int | None,
+             extractor: client.Client | None = None) -> "ChainClients":
         budget = CallBudget(limit)
         forked = reasoner.fork(on_chat=budget.spend)
-        return cls(forked, forked if judge is reasoner else judge.fork(on_chat=budget.spend), budget)
+        return cls(forked, forked if judge is reasoner else judge.fork(on_chat=budget.spend), budget,
+                   extractor.fork() if extractor else None)
 
     def usage(self) -> dict:
-        """The clients' usage counters, summed."""
+        """The reasoner's and judges' usage counters, summed."""
         both = [self.reasoner] if self.judges is self.reasoner else [self.reasoner, self.judges]
         return {k: sum(c.usage[k] for c in both) for k in both[0].usage}
 
     def close(self) -> None:
-        for c in {self.reasoner, self.judges}:
+        for c in {self.reasoner, self.judges, self.extractor} - {None}:
             c.close()
+
+
+class Placed:
+    """A client whose chat puts an item's images at its question's <image k> (benchmarks.place_images)."""
+
+    def __init__(self, inner: client.Client, question: str):
+        self.inner, self.question = inner, question
+
+    def chat(self, messages: list, **params) -> dict:
+        return self.inner.chat(benchmarks.place_images(messages, self.question), **params)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
 
 
 def final_text(trace) -> str | None:
@@ -122,164 +147,47 @@ def final_text(trace) -> str | None:
     return trace.answer if trace.stopped == "final" else trace.chain[-1]
 
 
+def read_answer(item: Item, text: str | None, extractor: client.Client | None) -> tuple:
+    """(prediction, how, correct, extraction calls, extraction tokens): answers.score, then the extraction
+    model when the rules found nothing in a final answer."""
+    pred, how, correct = answers.score(item, text)
+    if how != "unanswered" or not text or extractor is None:
+        return pred, how, correct, 0, 0
+    before = extractor.usage
+    pred, how, correct = answers.ask_model(extractor.chat, item, text)
+    return pred, how, correct, extractor.usage["calls"] - before["calls"], extractor.usage["call_tokens"] - before["call_tokens"]
+
+
 def run_chain(item: Item, seed: int, method: str, clients: ChainClients, settings: Settings) -> tuple:
     """(row of results.jsonl, None), or (error row, the exception) on EndpointError or ValueError."""
     rule, _, mode = method.partition("+")  # "verdict+prior+premises" -> rule verdict, mode prior+premises
     config = replace(settings.config, n=1) if method == "base" else replace(settings.config, rule=rule)
-    evidence = grounding.Grounding(clients.judges, grounding.JudgeMode.parse(mode), **settings.mode_kw)
+    reasoner_client, judge_client = ((Placed(clients.reasoner, item.question), Placed(clients.judges, item.question))
+                                     if item.interleave else (clients.reasoner, clients.judges))
+    evidence = grounding.Grounding(judge_client, grounding.JudgeMode.parse(mode), **settings.mode_kw)
     before, clients.budget.spent = clients.usage(), 0
-    t0, trace, error = time.perf_counter(), None, None
+    t0, trace, error, text = time.perf_counter(), None, None, None
+    pred, how, correct, ex_calls, ex_tokens = None, "unanswered", False, 0, 0
     try:
-        reasoner = judges.Reasoner(clients.reasoner, max_tokens=settings.max_tokens, seed=seed)
-        judge_fns = () if method == "base" else judges.make_judges(clients.judges, grounding=evidence, **settings.judge_kw)
+        reasoner = judges.Reasoner(reasoner_client, max_tokens=settings.max_tokens, seed=seed)
+        judge_fns = () if method == "base" else judges.make_judges(judge_client, grounding=evidence, **settings.judge_kw)
         trace = verdict.run(item.question, reasoner, judge_fns, config, item.images or None)
+        text = final_text(trace)
+        pred, how, correct, ex_calls, ex_tokens = read_answer(item, text, clients.extractor)
     except (client.EndpointError, ValueError) as e:
         error = e
-    pred, how = benchmarks.extract(final_text(trace), item.options)
     record = evidence.record(item.question, item.images)
     meta = {"method": method, "seed": seed, **({"grounding": record} if evidence.mode.active else {})}
     used = {k: v - before[k] for k, v in clients.usage().items()}
     return {"format": ROW_FORMAT, "data": item.data, "id": item.id, "row": item.row, "seed": seed,
-            "method": method, "answer": item.answer, "pred": pred, "extracted": how, "correct": pred == item.answer,
-            "stopped": trace.stopped if trace else None, "error": f"{type(error).__name__}: {error}" if error else None,
+            "method": method, "answer": item.answer, "pred": pred, "extracted": how, "correct": correct,
+            "prediction": text, "stopped": trace.stopped if trace else None,
+            "error": f"{type(error).__name__}: {error}" if error else None,
             "calls": used["calls"], "sent": used["requests"], "cached": used["cache_hits"], "replies": used["replies"],
             "tokens": used["call_tokens"], "seconds": round(time.perf_counter() - t0, 3),
             "extra_calls": record["extra_calls"], "extra_tokens": record["extra_tokens"],
-            "fact_sheet_status": record.get("fact_sheet_status"),
-            "trace": replace(trace, meta=meta).to_dict() if trace else None}, error
-
-
-def row_key(row: dict) -> tuple:
-    return row["data"], str(row["id"]), int(row["seed"]), row["method"]
-
-
-# ----------------------------------------------------------------------------- results file
-
-def load_rows(path: str) -> tuple:
-    """({key: row} of finished rows, how many lines were dropped). A truncated or unreadable line (a run
-    killed mid-write), a repeated key and a row that ended in an error are dropped, and the file is
-    rewritten without them (atomically), so they run again."""
-    if not os.path.exists(path):
-        return {}, 0
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
-    rows, dropped = {}, 0
-    for line in text.splitlines():
-        try:
-            row = json.loads(line)
-            key = row_key(row) if row.get("format") == ROW_FORMAT else None
-        except (ValueError, KeyError, TypeError, AttributeError):
-            key = None
-        if key is None or key in rows or row.get("error"):
-            dropped += bool(line.strip())
-            continue
-        rows[key] = row
-    if dropped or (text and not text.endswith("\n")):
-        with open(path + ".tmp", "w", encoding="utf-8") as fh:
-            fh.writelines(json.dumps(r, allow_nan=False) + "\n" for r in rows.values())
-        os.replace(path + ".tmp", path)
-    return rows, dropped
-
-
-# ----------------------------------------------------------------------------- summary
-
-def _mean_std(xs: list) -> dict:
-    """mean ± sample std (n − 1) over seeds; std is None for one seed, everything None for none."""
-    if not xs or any(x is None for x in xs):
-        return {"mean": None, "std": None, "per_seed": xs}
-    return {"mean": statistics.fmean(xs), "std": statistics.stdev(xs) if len(xs) > 1 else None, "per_seed": xs}
-
-
-def summarize(rows: list, files: list, methods: list, seeds: list) -> dict:
-    """The table (accuracy % per method × file + Avg, mean ± std over seeds; gain over base) and the
-    per-method statistics. Avg is, per seed, the unweighted mean over files. Error rows count as wrong."""
-    by: dict = {}
-    for r in rows:
-        by.setdefault((r["method"], r["data"], r["seed"]), []).append(r["correct"])
-    acc = lambda m, f, s: 100 * statistics.fmean(by[m, f, s]) if (m, f, s) in by else None
-    table, gain = {}, {}
-    for m in methods:
-        cols = {f: [acc(m, f, s) for s in seeds] for f in files}
-        avg = [None if any(cols[f][i] is None for f in files) else statistics.fmean(cols[f][i] for f in files)
-               for i in range(len(seeds))]
-        table[m] = {**{f: _mean_std(v) for f, v in cols.items()}, "Avg": _mean_std(avg)}
-    for m in methods:
-        if m != "base" and "base" in table:
-            gain[m] = {c: None if None in (v["mean"], table["base"][c]["mean"]) else v["mean"] - table["base"][c]["mean"]
-                       for c, v in table[m].items()}
-    stats = {}
-    for m in methods:
-        rs = [r for r in rows if r["method"] == m]
-        tot = [r["trace"]["totals"] for r in rs if r["trace"]]
-        steps, jcalls = sum(t["steps"] for t in tot), sum(t["judge_calls"] for t in tot)
-        per = lambda k: statistics.fmean(r[k] for r in rs) if rs else None
-        rate = lambda num, den: num / den if den else None
-        stats[m] = {
-            "chains": len(rs), "steps": steps,
-            "fallback_rate": rate(sum(t["fallbacks"] for t in tot), steps) if m != "base" else None,
-            "abstention_rate": rate(sum(t["abstentions"] for t in tot), jcalls),
-            "unanswered_rate": rate(sum(r["extracted"] == "unanswered" and not r["error"] for r in rs), len(rs)),
-            "error_rate": rate(sum(bool(r["error"]) for r in rs), len(rs)),
-            "extracted": {k: sum(r["extracted"] == k for r in rs) for k in ("letter", "text", "unanswered")},
-            "stopped": {k: sum(r["stopped"] == k for r in rs) for k in ("final", "max_steps", "budget")},
-            "calls_per_item": per("calls"), "tokens_per_item": per("tokens"), "sent_per_item": per("sent"),
-            "seconds_per_item": per("seconds"),
-            "extra_calls_per_item": statistics.fmean(r.get("extra_calls", 0) for r in rs) if rs else None,
-            "extra_tokens_per_item": statistics.fmean(r.get("extra_tokens", 0) for r in rs) if rs else None,
-            "degraded_rate": rate(sum(r.get("fact_sheet_status") == "degraded" for r in rs),
-                                  sum(bool(r.get("fact_sheet_status")) for r in rs))}
-    return {"format": SUMMARY_FORMAT, "files": files, "methods": methods, "seeds": seeds, "accuracy": table,
-            "gain_over_base": gain, "stats": stats}
-
-
-STAT_COLUMNS = (("fallback", "fallback_rate", ".1%"), ("abstention", "abstention_rate", ".1%"),
-                ("unanswered", "unanswered_rate", ".1%"), ("errors", "error_rate", ".1%"),
-                ("calls/item", "calls_per_item", ".1f"), ("tokens/item", "tokens_per_item", ".0f"),
-                ("sent/item", "sent_per_item", ".1f"), ("s/item", "seconds_per_item", ".2f"))
-MODE_COLUMNS = (("extra calls/item", "extra_calls_per_item", ".1f"),
-                ("extra tokens/item", "extra_tokens_per_item", ".0f"),
-                ("sheet degraded", "degraded_rate", ".1%"))  # shown when a judge mode ran
-MODE_NOTE = (" Extra calls and tokens are a judge mode's own (prior, fact sheet, premise checks), within calls and "
-             "tokens; sheet degraded is the share of a mode's chains whose fact sheet was malformed twice.")
-
-
-def _pct(c: dict) -> str:
-    if c["mean"] is None:
-        return "—"
-    return f"{c['mean']:.2f}" + (f" ±{c['std']:.2f}" if c["std"] is not None else "")
-
-
-def render(s: dict) -> str:
-    """summary.md: the paper-style table, the gains and the per-method statistics."""
-    cols, fmt = s["files"] + ["Avg"], lambda x, f: "—" if x is None else format(x, f)
-    head = lambda first, cs: [f"| {first} | " + " | ".join(cs) + " |", "|---" * (len(cs) + 1) + "|"]
-    st, cfg = s["settings"], s["settings"]["config"]
-    out = [f"# VERDICT evaluation ({SUMMARY_FORMAT})", "",
-           f"Reasoner `{st['model']}`, judges `{st['judge_model']}`; {len(s['seeds'])} seed(s); n = {cfg['n']}, "
-           f"τ = {cfg['tau']}, ε = {cfg['eps']}, λ = {tuple(cfg['lam'])}, max steps {cfg['max_steps']}, "
-           f"max calls per chain {st['max_calls'] or 'unlimited'}.", "",
-           "Accuracy (%), mean ± sample std over seeds. Avg: per seed, the unweighted mean over files. "
-           "An error or an unanswered item counts as wrong.", ""]
-    out += head("Method", [f"{f} ({s['items'][f]})" for f in s["files"]] + ["Avg"])
-    out += [f"| {m} | " + " | ".join(_pct(s["accuracy"][m][c]) for c in cols) + " |" for m in s["methods"]]
-    if s["gain_over_base"]:
-        out += ["", "Gain over base (points)", ""] + head("Method", cols)
-        out += [f"| {m} | " + " | ".join(fmt(g[c], "+.2f") for c in cols) + " |" for m, g in s["gain_over_base"].items()]
-    modes_ran = any("+" in m for m in s["methods"])
-    columns = STAT_COLUMNS + (MODE_COLUMNS if modes_ran else ())
-    out += ["", "Per method; an item is one chain (one item, one seed). Rates: fallback per step, abstention per "
-            "judge call, unanswered and errors per item. Calls and tokens count cached replies too (the cost of the "
-            "method alone); sent counts the HTTP requests this run made, and s the wall time, both of which the "
-            "first method of an item pays for the methods after it." + (MODE_NOTE if modes_ran else ""), ""]
-    out += head("Method", [name for name, _, _ in columns] + ["final/max/budget"])
-    for m in s["methods"]:
-        x = s["stats"][m]
-        cells = [fmt(x[key], f) for _, key, f in columns] + ["/".join(map(str, x["stopped"].values()))]
-        out.append(f"| {m} | " + " | ".join(cells) + " |")
-    skipped = s["skipped"]
-    out += ["", f"Malformed rows skipped: {len(skipped) or 'none'}"]
-    out += [f"- {k['data']} row {k['row']}: {k['reason']}" for k in skipped]
-    return "\n".join(out) + "\n"
+            "fact_sheet_status": record.get("fact_sheet_status"), "extract_calls": ex_calls, "extract_tokens": ex_tokens,
+            "input": dict(item.fields), "trace": replace(trace, meta=meta).to_dict() if trace else None}, error
 
 
 # ----------------------------------------------------------------------------- running the items
@@ -317,12 +225,13 @@ class Progress:
 class Harness:
     """Runs each item's chains in one thread, --concurrency items at once, appending every row to
     results.jsonl (and to `done`) as it finishes. Fail fast: if, before any reply came, the endpoint could
-    not be reached or refused us (401, 403, 404), every thread stops and run() returns the error."""
+    not be reached or refused us (401, 403, 404), or if the response cache cannot be used (client.CacheError,
+    never one item's error), every thread stops, the chain that met it leaves no row, and run() returns why."""
 
     def __init__(self, reasoner: client.Client, judge: client.Client, settings: Settings, results: str, done: dict,
-                 progress: Progress):
+                 progress: Progress, extractor: client.Client | None = None):
         self.reasoner, self.judge, self.settings, self.results, self.done = reasoner, judge, settings, results, done
-        self.progress = progress
+        self.progress, self.extractor = progress, extractor
         self.lock, self.stop, self.reached = threading.Lock(), threading.Event(), threading.Event()
         self.fatal: str | None = None
 
@@ -339,23 +248,30 @@ class Harness:
         return self.fatal
 
     def item(self, item: Item, chains: list) -> None:
-        clients = ChainClients.fork(self.reasoner, self.judge, self.settings.max_calls)
+        clients = ChainClients.fork(self.reasoner, self.judge, self.settings.max_calls, self.extractor)
         try:
             for seed, method in chains:
                 if self.stop.is_set():
                     return
-                row, error = run_chain(item, seed, method, clients, self.settings)
+                try:
+                    row, error = run_chain(item, seed, method, clients, self.settings)
+                except client.CacheError as e:
+                    return self.halt(f"the response cache cannot be used: {e}")
                 if row["replies"]:
                     self.reached.set()
                 if self.refused(error):
-                    self.fatal = str(error)
-                    self.stop.set()
-                    return
+                    return self.halt(f"the endpoint cannot be used: {error}")
                 self.write(row)
             with self.lock:
                 self.progress.item_done()
         finally:
             clients.close()
+
+    def halt(self, why: str) -> None:
+        """Stop every thread; the first reason is the one run() returns."""
+        with self.lock:
+            self.fatal = self.fatal or why
+        self.stop.set()
 
     def refused(self, error) -> bool:
         """The endpoint never answered and this error says it will not: unreachable, or 401, 403, 404."""
@@ -390,12 +306,33 @@ def parse_args(argv):
     p.add_argument("--judge-modes", default="plain", help="judge modes, comma-separated, each a row per judged rule: "
                    "plain, prior (SGV), premises (EVPV), premises+gate, prior+premises, ... (plain)")
     p.add_argument("--mode-max-tokens", type=int, help="tokens per prior, fact-sheet, premise-check reply (512)")
+    p.add_argument("--extract-model", help="a model that reads the final answers the rules cannot (off)")
+    p.add_argument("--extract-base-url", help="its endpoint (default: --judge-base-url, else --base-url)")
+    p.add_argument("--shard", help="run shard i of k (1 <= i <= k): the items whose file and id hash to i; see merge")
+    p.add_argument("--max-error-rate", type=float, default=0.05, help="exit 3, with a warning above the table, when a "
+                   "larger share of the chains ended in an error (0.05)")
+    p.add_argument("--allow-any-path", action="store_true", help="read image paths outside the data file's directory")
     client.add_endpoint_args(p)  # --base-url, --model, --judge-*, --timeout, --retries, --concurrency, --cache
     return p.parse_args(argv)
 
 
+def parse_shard(text: str | None) -> tuple | None:
+    """"i/k" -> (i, k) with 1 <= i <= k; None -> None."""
+    if text is None:
+        return None
+    i, _, k = text.partition("/")
+    if not (i.isdigit() and k.isdigit() and 1 <= int(i) <= int(k)):
+        raise ValueError(f"--shard must be i/k with 1 <= i <= k, like 2/4, got {text!r}")
+    return int(i), int(k)
+
+
+def shard_of(data: str, id: str, k: int) -> int:
+    """The shard (1..k) of an item: a hash of its file name and id, the same on every machine."""
+    return int(hashlib.sha256(f"{data}\t{id}".encode()).hexdigest()[:16], 16) % k + 1
+
+
 def check_args(args) -> tuple:
-    """(methods, config, loaded files) from the flags; ValueError names the first bad flag or file."""
+    """(methods, config) from the flags; ValueError names the first bad flag."""
     rules = [m.strip() for m in args.rules.split(",") if m.strip()]
     if not rules or len(set(rules)) != len(rules) or not set(rules) <= set(METHODS):
         raise ValueError(f"--rules must list distinct methods from {','.join(METHODS)}, got {args.rules!r}")
@@ -410,14 +347,32 @@ def check_args(args) -> tuple:
                     ("--judge-max-tokens", args.judge_max_tokens), ("--mode-max-tokens", args.mode_max_tokens)):
         if v is not None and v < 1:
             raise ValueError(f"{flag} must be >= 1, got {v}")
+    if not 0 <= args.max_error_rate <= 1:  # NaN fails too
+        raise ValueError(f"--max-error-rate must be in [0, 1], got {args.max_error_rate}")
     if not args.base_url:
         raise ValueError("--base-url is required (evaluate.py runs a real model)")
-    config = verdict.Config(n=args.n, tau=args.tau, eps=args.eps, max_steps=args.max_steps)
-    loaded = [benchmarks.load(path) for path in args.data]
-    names = [name for name, _, _ in loaded]
+    parse_shard(args.shard)
+    return methods, verdict.Config(n=args.n, tau=args.tau, eps=args.eps, max_steps=args.max_steps)
+
+
+def load_data(args) -> list:
+    """Every --data file, read (this shard's items); ValueError for a file that cannot run: unreadable, no
+    item at all, or a name another --data file has."""
+    shard = parse_shard(args.shard)
+    loaded = []
+    for path in args.data:
+        name = os.path.splitext(os.path.basename(path))[0]
+        keep = None if shard is None else (lambda id, name=name: shard_of(name, id, shard[1]) == shard[0])
+        f = benchmarks.load(path, args.limit, keep, args.allow_any_path)
+        if not f.total:
+            first = f"; first: line {f.skipped[0].row}: {f.skipped[0].reason}" if f.skipped else ""
+            raise ValueError(f"{f.file}: no item to run: {f.read} rows read, {len(f.skipped)} skipped, "
+                             f"{f.dropped} without an image{first}")
+        loaded.append(f)
+    names = [f.name for f in loaded]
     if len(set(names)) != len(names):
         raise ValueError(f"two --data files have the same name {next(n for n in names if names.count(n) > 1)!r}")
-    return methods, config, loaded
+    return loaded
 
 
 def settings_of(args, config: verdict.Config) -> Settings:
@@ -427,70 +382,108 @@ def settings_of(args, config: verdict.Config) -> Settings:
 
 
 def run_record(args, config: verdict.Config) -> dict:
-    """The settings a resumed run must share (not --concurrency, --timeout, ...), as stored in OUT/run.json."""
+    """The settings a resumed run must share (not --concurrency, --timeout, ...), as stored in OUT/run.json:
+    the endpoints too, so that no table mixes the answers of two servers."""
+    url = lambda u: u.rstrip("/") if u else u
     return json.loads(json.dumps({
         "model": args.model, "judge_model": args.judge_model or args.model,
+        "base_url": url(args.base_url), "judge_base_url": url(args.judge_base_url or args.base_url),
         "config": {**asdict(config), "rule": None}, "max_calls": args.max_calls, "max_tokens": args.max_tokens,
         "judge_max_tokens": args.judge_max_tokens, "score_only": args.score_only,
-        "mode_max_tokens": args.mode_max_tokens}))
+        "mode_max_tokens": args.mode_max_tokens, "extract_model": args.extract_model,
+        "extract_base_url": url(args.extract_base_url or args.judge_base_url or args.base_url) if args.extract_model else None,
+        "shard": args.shard}))
 
 
-def claim_out(out: str, settings: dict) -> None:
-    """Create OUT, or check that the run it holds has the same settings: two runs never share a table."""
-    os.makedirs(out, exist_ok=True)
-    path = os.path.join(out, "run.json")
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as fh:
-            old = json.load(fh).get("settings", {})
-        diff = [k for k in settings if old.get(k) != settings[k]]
-        if diff:
-            raise ValueError(f"{out} holds a run with other settings ({', '.join(diff)}); use another --out")
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump({"format": RUN_FORMAT, "settings": settings}, fh, indent=1)
+def fail(e) -> int:
+    print(f"evaluate.py: error: {e}", file=sys.stderr)
+    return 2
 
 
-def write_summary(out: str, summary: dict) -> str:
-    """summary.json and summary.md in OUT; returns the markdown."""
-    md = render(summary)
-    for name, text in (("summary.json", json.dumps(summary, indent=1, allow_nan=False)), ("summary.md", md)):
-        with open(os.path.join(out, name), "w", encoding="utf-8") as fh:
-            fh.write(text)
-    return md
+def finish(summary: dict) -> int:
+    """The exit status of a finished table: 3 if too many of its chains ended in an error, else 0."""
+    e = summary["errors"]
+    if not e["over"]:
+        return 0
+    print(f"evaluate.py: {e['rows']} of {summary['rows']} chains ({e['rate']:.1%}) ended in an error, above "
+          f"--max-error-rate {summary['max_error_rate']}; run the same command again to retry them", file=sys.stderr)
+    return 3
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["merge"]:
+        return merge_main(argv[1:])
     args = parse_args(argv)
     try:
-        methods, config, loaded = check_args(args)
+        methods, config = check_args(args)
         record = run_record(args, config)
-        claim_out(args.out, record)
+        held = rundir.lock(args.out)
+    except (ValueError, OSError) as e:
+        return fail(e)
+    try:
+        return run(args, methods, config, record)
+    finally:
+        held.close()
+
+
+def run(args, methods: list, config: verdict.Config, record: dict) -> int:
+    """The run itself, in a locked OUT."""
+    try:
+        rundir.claim(args.out, record)
+        loaded = load_data(args)
         args.cache = args.cache or os.path.join(args.out, "cache.sqlite")  # so the methods always share calls
         reasoner, judge = client.clients_from_args(args)
+        extractor = client.Client(record["extract_base_url"], args.extract_model, args.api_key_env, args.timeout,
+                                  args.retries, reasoner.cache) if args.extract_model else None
     except (ValueError, OSError, client.CacheError) as e:
-        print(f"evaluate.py: error: {e}", file=sys.stderr)
-        return 2
-    skipped = [s for _, _, sk in loaded for s in sk]
-    for s in skipped:
-        print(f"evaluate.py: skipping {s.data} row {s.row}: {s.reason}", file=sys.stderr)
-    names, items, seeds = [n for n, _, _ in loaded], {n: its[:args.limit] for n, its, _ in loaded}, list(range(args.seeds))
-    results = os.path.join(args.out, "results.jsonl")
-    done, dropped = load_rows(results)
+        return fail(e)
+    for f in loaded:
+        for w in f.warnings:
+            print(f"evaluate.py: warning: {w}", file=sys.stderr)
+        for s in f.skipped:
+            print(f"evaluate.py: skipping {s.file} line {s.row}: {s.reason}", file=sys.stderr)
+    seeds, results = list(range(args.seeds)), os.path.join(args.out, "results.jsonl")
+    done, dropped = rundir.load_rows(results)
     if dropped:
         print(f"evaluate.py: {results}: {dropped} unfinished or failed row(s) will run again", file=sys.stderr)
-    plan = [it for n in names for it in items[n]]
+    plan = [it for f in loaded for it in f.items]
     keys = [(it.data, it.id, s, m) for it in plan for s in seeds for m in methods]
     todo = [(it, [(s, m) for s in seeds for m in methods if (it.data, it.id, s, m) not in done]) for it in plan]
     todo = [t for t in todo if t[1]]
     progress = Progress(len(plan), len(todo), [done[k] for k in keys if k in done])
-    fatal = Harness(reasoner, judge, settings_of(args, config), results, done, progress).run(todo, args.concurrency)
+    fatal = Harness(reasoner, judge, settings_of(args, config), results, done, progress, extractor).run(todo, args.concurrency)
     if fatal:
-        print(f"evaluate.py: error: the endpoint cannot be used: {fatal}", file=sys.stderr)
-        return 2
-    summary = summarize([done[k] for k in keys if k in done], names, methods, seeds)
-    summary.update(settings=record, items={n: len(items[n]) for n in names},
-                   skipped=[vars(s) for s in skipped], rows=sum(k in done for k in keys))
-    print(write_summary(args.out, summary), end="")
-    return 0
+        return fail(fatal)
+    rows = [done[k] for k in keys if k in done]
+    ctx = {"files": [f.name for f in loaded], "methods": methods, "seeds": seeds, "settings": record,
+           "reading": {f.name: f.report() for f in loaded}, "max_error_rate": args.max_error_rate}
+    summary = report.summarize(rows, ctx)
+    print(report.write(args.out, summary, rows), end="")
+    return finish(summary)
+
+
+def merge_main(argv) -> int:
+    """python evaluate.py merge OUT1 OUT2 ... --out OUT: the shards of one run, as one table."""
+    p = client.Parser(prog="evaluate.py merge", description="Merge the --shard directories of one run into one table.")
+    p.add_argument("dirs", nargs="+", help="the shards' --out directories, every shard 1/k..k/k once")
+    p.add_argument("--out", required=True, help="the merged run's directory")
+    p.add_argument("--max-error-rate", type=float, default=0.05, help="as for a run (0.05)")
+    args = p.parse_args(argv)
+    try:
+        if not 0 <= args.max_error_rate <= 1:
+            raise ValueError(f"--max-error-rate must be in [0, 1], got {args.max_error_rate}")
+        held = rundir.lock(args.out)
+    except (ValueError, OSError) as e:
+        return fail(e)
+    try:
+        summary, rows = rundir.merge(args.dirs, args.out, args.max_error_rate)
+        print(report.write(args.out, summary, rows), end="")
+    except (ValueError, OSError) as e:
+        return fail(e)
+    finally:
+        held.close()
+    return finish(summary)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,6 @@
 """Tests for evaluate.py: a TSV run with every image sent, the summary arithmetic by hand, resume after a
 kill, shared calls between rules, budgets, errors and flags. Every model is the loopback scripted server; one `live` test talks to VERDICT_LIVE_URL."""
 import json
-import math
 import os
 import re
 import subprocess
@@ -72,61 +71,15 @@ def test_tsv_run_sends_every_image_and_reports_skipped_rows(tmp_path, loopback):
     assert evaluate.main(["--data", str(path), "--base-url", srv.url, "--out", str(out), "--seeds", "1",
                           "--rules", "base,verdict"]) == 0
     got = rows_of(out)
-    assert len(got) == 4 * 2 and {r["id"] for r in got} == {"10", "11", "12", "15"}
+    assert len(got) == 3 * 2 and {r["id"] for r in got} == {"10", "11", "12"}  # row 15 has no image: dropped
     parts = [[p for p in c["messages"][1]["content"] if p["type"] == "image_url"] if isinstance(c["messages"][1]["content"], list)
              else [] for c in srv.chats if "Which image is blue" in user_text(c)]
     assert parts and all(len(p) == 2 for p in parts)  # both images of the multi-image row, every call
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["items"] == {"Tiny": 4} and [s["row"] for s in summary["skipped"]] == [5, 6]
-    assert "Tiny row 5: missing answer" in (out / "summary.md").read_text()
-
-
-# ----------------------------------------------------------------------------- summary
-
-def fake_row(data, seed, method, correct, steps=1, fallbacks=0, abstentions=0, judge_calls=9, **kw):
-    totals = {"steps": steps, "fallbacks": fallbacks, "abstentions": abstentions, "judge_calls": judge_calls}
-    return {"data": data, "id": kw.get("id", "x"), "seed": seed, "method": method, "correct": correct,
-            "extracted": kw.get("extracted", "letter"), "stopped": kw.get("stopped", "final"), "error": kw.get("error"),
-            "calls": kw.get("calls", 10), "tokens": kw.get("tokens", 100), "sent": kw.get("sent", 10),
-            "seconds": kw.get("seconds", 1.0), "trace": {"totals": totals}}
-
-
-def test_summary_arithmetic_by_hand():
-    rows = [  # file f: 2 items, file g: 1 item; seeds 0 and 1
-        fake_row("f", 0, "base", True, judge_calls=0), fake_row("f", 0, "base", False, judge_calls=0, extracted="unanswered"),
-        fake_row("f", 1, "base", True, judge_calls=0), fake_row("f", 1, "base", True, judge_calls=0),
-        fake_row("g", 0, "base", False, judge_calls=0), fake_row("g", 1, "base", True, judge_calls=0),
-        fake_row("f", 0, "verdict", True, steps=4, fallbacks=1, abstentions=3, judge_calls=36, calls=40),
-        fake_row("f", 0, "verdict", True, steps=2, fallbacks=1, abstentions=0, judge_calls=18, calls=20),
-        fake_row("f", 1, "verdict", True, steps=2, fallbacks=0, judge_calls=18),
-        fake_row("f", 1, "verdict", False, steps=2, fallbacks=0, judge_calls=18, error="EndpointError: x", stopped=None,
-                 extracted="unanswered", calls=0, tokens=0),
-        fake_row("g", 0, "verdict", True, steps=2, fallbacks=0, judge_calls=18, stopped="budget"),
-        fake_row("g", 1, "verdict", True, steps=2, fallbacks=0, judge_calls=18),
-    ]
-    s = evaluate.summarize(rows, ["f", "g"], ["base", "verdict"], [0, 1])
-    assert s["format"] == "verdict-eval/1"
-    acc = s["accuracy"]
-    # base: f = 50, 100 -> mean 75, sample std sqrt((25² + 25²) / 1) = 35.355; g = 0, 100 -> 50 ± 70.711;
-    # Avg per seed = (50 + 0)/2 = 25 and (100 + 100)/2 = 100 -> 62.5 ± sqrt(2 · 37.5²) = 53.033.
-    assert acc["base"]["f"]["per_seed"] == [50, 100] and acc["base"]["f"]["mean"] == 75
-    assert math.isclose(acc["base"]["f"]["std"], 25 * math.sqrt(2))
-    assert acc["base"]["g"]["mean"] == 50 and math.isclose(acc["base"]["g"]["std"], 50 * math.sqrt(2))
-    assert acc["base"]["Avg"]["per_seed"] == [25, 100] and math.isclose(acc["base"]["Avg"]["std"], 37.5 * math.sqrt(2))
-    # verdict: f = 100, 50 (the error row is wrong) -> 75; g = 100, 100 -> 100 ± 0; Avg = 100, 75 -> 87.5.
-    assert acc["verdict"]["f"]["per_seed"] == [100, 50] and acc["verdict"]["g"]["std"] == 0
-    assert acc["verdict"]["Avg"]["mean"] == 87.5
-    assert s["gain_over_base"] == {"verdict": {"f": 0.0, "g": 50.0, "Avg": 25.0}}
-    v, b = s["stats"]["verdict"], s["stats"]["base"]
-    assert v["chains"] == 6 and v["steps"] == 14
-    assert v["fallback_rate"] == 2 / 14 and v["abstention_rate"] == 3 / 126    # 36 + 5·18 = 126 judge calls
-    assert v["error_rate"] == 1 / 6 and v["unanswered_rate"] == 0               # the error row is not "unanswered"
-    assert v["stopped"] == {"final": 4, "max_steps": 0, "budget": 1}
-    assert v["calls_per_item"] == (40 + 20 + 10 + 0 + 10 + 10) / 6 and v["tokens_per_item"] == 500 / 6
-    assert b["fallback_rate"] is None and b["abstention_rate"] is None and b["unanswered_rate"] == 1 / 6
-    # One seed: no std, shown without "±".
-    one = evaluate.summarize([r for r in rows if r["seed"] == 0], ["f", "g"], ["base"], [0])
-    assert one["accuracy"]["base"]["f"] == {"mean": 50, "std": None, "per_seed": [50]}
+    reading = summary["reading"]["Tiny"]
+    assert (reading["read"], reading["total"], reading["dropped"]) == (6, 3, 1)
+    assert [s["row"] for s in reading["skipped"]] == [5, 6]
+    assert "Tiny.tsv: 2 malformed row(s) skipped\n- line 5: missing answer" in (out / "summary.md").read_text()
 
 
 # ----------------------------------------------------------------------------- runs
@@ -143,7 +96,7 @@ def test_jsonl_run_rows_traces_and_sharing(tmp_path, loopback):
     assert len(rows) == 4 * 2 * len(evaluate.METHODS)
     assert len({evaluate.row_key(r) for r in rows}) == len(rows)
     for r in rows:
-        assert r["format"] == "verdict-eval-row/1" and r["error"] is None and r["trace"]["format"] == verdict.TRACE_FORMAT
+        assert r["format"] == "verdict-eval-row/2" and r["error"] is None and r["trace"]["format"] == verdict.TRACE_FORMAT
         assert r["stopped"] == r["trace"]["stopped"] == "final" and len(r["trace"]["steps"]) == 2
         assert r["pred"] == r["trace"]["answer"][-1] and r["correct"] == (r["pred"] == r["answer"])
         n = 1 if r["method"] == "base" else 3
@@ -300,7 +253,8 @@ def test_endpoint_error_is_a_row_and_is_retried(tmp_path, loopback):
     srv = loopback(flaky)
     data, out = write_jsonl(tmp_path / "q.jsonl", n=3), tmp_path / "out"
     args = ["--data", data, "--base-url", srv.url, "--out", str(out), "--seeds", "1", "--rules", "base,verdict"]
-    assert evaluate.main(args) == 0
+    assert evaluate.main(args) == 3  # 2 of 6 chains failed: more than --max-error-rate 0.05
+    assert evaluate.main(args + ["--max-error-rate", "0.5"]) == 0  # the same table, under a laxer threshold
     rows = {r["id"]: r for r in rows_of(out) if r["method"] == "verdict"}
     assert "context length exceeded" in rows["q1"]["error"] and rows["q1"]["correct"] is False
     assert rows["q0"]["error"] is None and rows["q2"]["error"] is None
@@ -369,3 +323,148 @@ def test_live_structure(tmp_path, live_url):
             assert r["trace"]["format"] == verdict.TRACE_FORMAT and r["stopped"] in ("final", "max_steps")
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["format"] == "verdict-eval/1" and set(summary["accuracy"]) == {"base", "verdict"}
+
+
+# ----------------------------------------------------------------------------- run directory, cache, exit status
+
+def test_out_dir_made_against_another_endpoint_is_refused(tmp_path, loopback):
+    first, second = loopback(script), loopback(script)
+    data = write_jsonl(tmp_path / "q.jsonl", n=1)
+    args = ["--data", data, "--out", str(tmp_path / "o"), "--seeds", "1", "--rules", "base"]
+    assert evaluate.main(args + ["--base-url", first.url]) == 0
+    out = run(args + ["--base-url", second.url])
+    assert out.returncode == 2 and "base_url" in out.stderr and "use another --out" in out.stderr, out.stderr
+    out = run(args + ["--base-url", first.url, "--judge-base-url", second.url])
+    assert out.returncode == 2 and "judge_base_url" in out.stderr, out.stderr
+    assert second.chats == []  # the second server was never asked; its answers were never replaced by the first's
+
+
+def test_cache_error_stops_the_run_and_keeps_finished_rows(tmp_path, loopback, monkeypatch, capsys):
+    srv = loopback(script)
+    gets = {"n": 0}
+    real_get = evaluate.client.Cache.get
+
+    def failing_get(self, key):  # the cache breaks in the middle of the run (a damaged or locked file)
+        gets["n"] += 1
+        if gets["n"] > 25:
+            raise evaluate.client.CacheError(f"{self.path} is not a readable verdict cache (database disk image is malformed)")
+        return real_get(self, key)
+    monkeypatch.setattr(evaluate.client.Cache, "get", failing_get)
+    out = tmp_path / "out"
+    code = evaluate.main(["--data", write_jsonl(tmp_path / "q.jsonl", n=4), "--base-url", srv.url, "--out", str(out),
+                          "--seeds", "1", "--rules", "base,verdict", "--concurrency", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "evaluate.py: error: the response cache cannot be used:" in err and "malformed" in err
+    rows = rows_of(out)
+    assert rows and all(r["error"] is None for r in rows)  # the chain that met the broken cache left no row
+    assert {(r["id"], r["method"]) for r in rows} == {("q0", "base"), ("q0", "verdict"), ("q1", "base")}
+    assert not (out / "summary.json").exists()
+
+
+def test_second_run_on_the_same_out_dir_is_refused_at_once(tmp_path, loopback):
+    gate, reached, first = threading.Event(), threading.Event(), threading.Lock()
+
+    def holding(body, path):  # the very first request waits until the test lets it go
+        if first.acquire(blocking=False):
+            reached.set()
+            gate.wait(120)
+        return script(body, path)
+    srv = loopback(holding)
+    args = ["--data", write_jsonl(tmp_path / "q.jsonl", n=2), "--base-url", srv.url, "--out", str(tmp_path / "o"),
+            "--seeds", "1", "--rules", "base"]
+    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "evaluate.py"), *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert reached.wait(120), "the first run never sent a request"
+        second = run(args)
+    finally:
+        gate.set()
+        proc.wait(120)
+    assert second.returncode == 2 and "another run is using" in second.stderr, second.stderr
+    assert proc.returncode == 0
+    assert len(rows_of(tmp_path / "o")) == 2
+
+
+def test_every_row_failing_exits_non_zero_and_says_so_at_the_top(tmp_path, loopback):
+    srv = loopback(lambda body, path: (500, {"error": {"message": "the model crashed"}}))
+    out = run(["--data", write_jsonl(tmp_path / "q.jsonl", n=2), "--base-url", srv.url, "--out", str(tmp_path / "o"),
+               "--seeds", "1", "--rules", "base", "--retries", "0"])
+    assert out.returncode == 3, out.stderr
+    md = (tmp_path / "o" / "summary.md").read_text()
+    assert "2 of 2 chains (100.0%) ended in an error" in md.split("Accuracy")[0]  # above the table
+    assert "--max-error-rate" in out.stderr
+
+
+# ----------------------------------------------------------------------------- bad input files
+
+def test_empty_tsv_is_one_clear_error(tmp_path):
+    (tmp_path / "Empty.tsv").write_text("")
+    out = run(["--data", str(tmp_path / "Empty.tsv"), "--base-url", "http://127.0.0.1:9/v1", "--out", str(tmp_path / "o")])
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Empty.tsv: empty file" in out.stderr, out.stderr
+
+
+def test_non_utf8_byte_skips_its_row_and_names_file_and_line(tmp_path, loopback):
+    path = tmp_path / "Bad.tsv"
+    path.write_bytes(b"index\tquestion\tA\tB\tanswer\n1\tWhich is larger, 1 or 2?\t1\t2\tB\n"
+                     b"2\tWhich is caf\xe9?\tx\ty\tA\n3\tWhich is larger, 3 or 4?\t3\t4\tB\n")
+    srv = loopback(script)
+    out = run(["--data", str(path), "--base-url", srv.url, "--out", str(tmp_path / "o"), "--seeds", "1", "--rules", "base"])
+    assert out.returncode == 0, out.stderr
+    assert "Bad.tsv line 3: not valid UTF-8 (byte 0xe9" in out.stderr
+    assert {r["id"] for r in rows_of(tmp_path / "o")} == {"1", "3"}
+
+
+def test_every_row_skipped_or_no_item_exits_non_zero(tmp_path):
+    bad = tmp_path / "AllBad.tsv"
+    bad.write_text("index\tquestion\tA\tB\tanswer\n1\tq?\tx\ty\t\n2\tq?\tx\t\tA\n")
+    header_only = tmp_path / "Header.tsv"
+    header_only.write_text("index\tquestion\tA\tB\tanswer\n")
+    for path, message in ((bad, "AllBad.tsv: no item to run: 2 rows read, 2 skipped"),
+                          (header_only, "Header.tsv: no item to run: 0 rows read")):
+        out = run(["--data", str(path), "--base-url", "http://127.0.0.1:9/v1", "--out", str(tmp_path / "o")])
+        assert out.returncode == 2 and message in out.stderr, out.stderr
+
+
+def test_limit_does_not_read_the_whole_file(tmp_path, loopback):
+    """--limit 2 on a file whose third row is a 40 MB cell: the run never holds that cell in memory."""
+    import tracemalloc
+    from test_benchmarks import b64, png
+    path = tmp_path / "Big.tsv"
+    with open(path, "w") as fh:
+        fh.write("index\timage\tquestion\tA\tB\tanswer\n")
+        fh.writelines(f"{i}\t{b64(png('red'))}\tWhich is larger, {i} or {i + 1}?\t{i}\t{i + 1}\tB\n" for i in range(2))
+        fh.write("9\t" + "QUFB" * 10_000_000 + "\tq?\tx\ty\tA\n")
+    srv = loopback(script)
+    tracemalloc.start()
+    try:
+        code = evaluate.main(["--data", str(path), "--limit", "2", "--base-url", srv.url, "--out", str(tmp_path / "o"),
+                              "--seeds", "1", "--rules", "base"])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert code == 0 and len(rows_of(tmp_path / "o")) == 2
+    assert peak < 20_000_000, f"peak {peak / 1e6:.0f} MB"
+
+
+def test_extract_model_reads_what_the_rules_cannot_and_is_counted_apart(tmp_path, loopback):
+    """The reasoner answers "the larger number" (no letter, no option text): without --extract-model the item is
+    unanswered; with it, the extraction model (another server) names the letter, in one call counted apart."""
+    def vague(body, path):
+        if body["messages"][0]["content"].startswith("You answer"):
+            return 200, chat_response(["Final answer: the larger number"] * body.get("n", 1))
+        return script(body, path)
+    srv, extractor = loopback(vague), loopback(lambda body, path: chat_response(["B"]))
+    args = ["--data", write_jsonl(tmp_path / "q.jsonl", n=2), "--base-url", srv.url, "--seeds", "1", "--rules", "base",
+            "--max-calls", "1"]
+    assert evaluate.main(args + ["--out", str(tmp_path / "plain")]) == 0
+    assert {r["extracted"] for r in rows_of(tmp_path / "plain")} == {"unanswered"}
+    assert evaluate.main(args + ["--out", str(tmp_path / "x"), "--extract-model", "reader",
+                                 "--extract-base-url", extractor.url]) == 0
+    rows = rows_of(tmp_path / "x")
+    assert [(r["pred"], r["extracted"], r["correct"], r["calls"], r["extract_calls"]) for r in rows] == [
+        ("B", "judge", True, 1, 1), ("B", "judge", True, 1, 1)]  # answers B, B: both right; the budget of 1 call holds
+    assert len(extractor.chats) == 2 and {c["model"] for c in extractor.chats} == {"reader"}
+    assert "Reply: the larger number" in user_text(extractor.chats[0])
+    summary = json.loads((tmp_path / "x" / "summary.json").read_text())
+    assert summary["stats"]["base"]["extract_calls_per_item"] == 1 and summary["stats"]["base"]["extracted"]["judge"] == 2
+    assert summary["settings"]["extract_model"] == "reader" and summary["settings"]["extract_base_url"] == extractor.url

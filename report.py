@@ -1,0 +1,368 @@
+"""The tables of VERDICT's harness: results rows -> the paper's table, VLMEvalKit's per-category tables and
+prediction files, and a picture.
+
+Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
+Disagreement-Aware Consensus", ECCV 2026, reports accuracy per benchmark (mean ± std over seeds), the
+unweighted Avg and the gain over the base model. This module writes, from evaluate.py's rows:
+
+- summary.json ("verdict-eval/2") and summary.md: that table, the per-method statistics, what reading
+  each file found, and accuracy per category, l2-category and split;
+- <data>_acc.csv per file, laid out as VLMEvalKit's _acc.csv (split, Overall, then one column per
+  l2-category and per category, fractions in [0, 1], every field quoted), with a method and a setting column;
+- predictions/<method>-seed<k>_<data>.tsv: every input column but the image, then prediction and hit, as
+  VLMEvalKit's prediction files (the method and seed play the model's part in the name);
+- summary.png: accuracy per method and benchmark, bars ± the std over seeds.
+
+Scoring follows VLMEvalKit per dataset (benchmarks.scoring): one row one question ("vanilla"); circular
+files, where a question counts right only if all its rotations (rows sharing a g_index; without the column,
+index mod 10^6) are, kept at its main row (index = g_index); 3DSRBench's four settings from qid (vanilla;
+flip_eval, a question with its -flip twin; circ_eval, with its rotations -1, -2, ...; flip_circ_eval, all
+of them), of which the table shows vanilla; CV-Bench-2D, whose Overall is the unweighted mean over its
+`source` values. A file whose rows hold two or more `split` values gets one column per split.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import statistics
+
+from PIL import Image, ImageDraw
+
+from images import font
+
+SUMMARY_FORMAT = "verdict-eval/2"
+SETTINGS = {"vanilla": ("vanilla",), "circular": ("circular",),
+            "3dsr": ("vanilla", "flip_eval", "circ_eval", "flip_circ_eval")}
+CONTEXT = ("files", "methods", "seeds", "settings", "reading", "max_error_rate")  # what a summary is made from
+EXTRACTED = ("letter", "text", "value", "judge", "declined", "unanswered")
+
+
+# ----------------------------------------------------------------------------- questions and accuracy
+
+def _group(r: dict, setting: str) -> tuple:
+    """(the key of r's question under `setting`, r's own key): a question is kept at the row whose own key
+    is the question's key."""
+    inp = r["input"]
+    if setting == "circular":
+        own = str(inp.get("index") or r["id"])
+        g = inp.get("g_index") or (str(int(own) % 1_000_000) if own.lstrip("-").isdigit() else own)
+        return str(g), own
+    qid = inp.get("qid", "")
+    base, flip = qid.split("-")[0], "-flip" in qid
+    key = {"flip_eval": qid.replace("-flip", ""), "circ_eval": base + "-flip" * flip, "flip_circ_eval": base}[setting]
+    return key, qid
+
+
+def questions(rows: list, setting: str) -> list:
+    """[(row, hit)], one per question under `setting`: each row for "vanilla"; else a group of rows is one
+    question, right only if every row in it is, kept at its main row (a group without one is left out)."""
+    if setting == "vanilla":
+        return [(r, bool(r["correct"])) for r in rows]
+    groups: dict = {}
+    for r in rows:
+        key, own = _group(r, setting)
+        g = groups.setdefault(key, [None, True])
+        g[0], g[1] = (r if own == key else g[0]), g[1] and bool(r["correct"])
+    return [(main, hit) for main, hit in groups.values() if main is not None]
+
+
+def accuracy(pairs: list, macro: str | None = None) -> float | None:
+    """The share of hits; with `macro`, the unweighted mean over that input column's values of each one's share."""
+    if not pairs:
+        return None
+    if macro is None:
+        return statistics.fmean(hit for _, hit in pairs)
+    by: dict = {}
+    for r, hit in pairs:
+        by.setdefault(r["input"].get(macro, ""), []).append(hit)
+    return statistics.fmean(statistics.fmean(v) for v in by.values())
+
+
+def _mean_std(xs: list) -> dict:
+    """mean ± sample std (n − 1) over seeds; std is None for one seed, everything None for none."""
+    if not xs or any(x is None for x in xs):
+        return {"mean": None, "std": None, "per_seed": xs}
+    return {"mean": statistics.fmean(xs), "std": statistics.stdev(xs) if len(xs) > 1 else None, "per_seed": xs}
+
+
+def _split(r: dict) -> str:
+    return r["input"].get("split") or "none"
+
+
+def columns(files: list, by: dict) -> dict:
+    """{column name: (file, split or None)}: one column per file, or per split of a file with several."""
+    out = {}
+    for f in files:
+        splits = sorted({_split(r) for k, rs in by.items() if k[0] == f for r in rs})
+        out.update({f: (f, None)} if len(splits) < 2 else {f"{f} ({s})": (f, s) for s in splits})
+    return out
+
+
+def breakdown(rows: list, setting: str, macro: str | None) -> list:
+    """VLMEvalKit's report_acc over `rows` (all seeds pooled): one record per split with Overall, then the
+    accuracy per `source` (macro), l2-category and category value, each column sorted."""
+    pairs = questions(rows, setting)
+    out = []
+    for split in sorted({_split(r) for r, _ in pairs}):
+        here = [(r, h) for r, h in pairs if _split(r) == split]
+        rec = {"split": split, "Overall": accuracy(here, macro)}
+        for col in ([macro] if macro else []) + ["l2-category", "category"]:
+            for v in sorted({r["input"][col] for r, _ in here if r["input"].get(col)}):
+                rec[v] = accuracy([(r, h) for r, h in here if r["input"].get(col) == v])
+        out.append(rec)
+    return out
+
+
+# ----------------------------------------------------------------------------- the summary
+
+def _stats(rs: list, method: str) -> dict:
+    tot = [r["trace"]["totals"] for r in rs if r["trace"]]
+    steps, jcalls = sum(t["steps"] for t in tot), sum(t["judge_calls"] for t in tot)
+    per = lambda k: statistics.fmean(r.get(k, 0) for r in rs) if rs else None
+    rate = lambda num, den: num / den if den else None
+    return {
+        "chains": len(rs), "steps": steps,
+        "fallback_rate": rate(sum(t["fallbacks"] for t in tot), steps) if method != "base" else None,
+        "abstention_rate": rate(sum(t["abstentions"] for t in tot), jcalls),
+        "unanswered_rate": rate(sum(r["extracted"] == "unanswered" and not r["error"] for r in rs), len(rs)),
+        "error_rate": rate(sum(bool(r["error"]) for r in rs), len(rs)),
+        "extracted": {k: sum(r["extracted"] == k for r in rs) for k in EXTRACTED},
+        "stopped": {k: sum(r["stopped"] == k for r in rs) for k in ("final", "max_steps", "budget")},
+        "calls_per_item": per("calls"), "tokens_per_item": per("tokens"), "sent_per_item": per("sent"),
+        "seconds_per_item": per("seconds"), "extra_calls_per_item": per("extra_calls"),
+        "extra_tokens_per_item": per("extra_tokens"), "extract_calls_per_item": per("extract_calls"),
+        "degraded_rate": rate(sum(r.get("fact_sheet_status") == "degraded" for r in rs),
+                              sum(bool(r.get("fact_sheet_status")) for r in rs))}
+
+
+def summarize(rows: list, ctx: dict) -> dict:
+    """The summary of `rows` under ctx (CONTEXT: files, methods, seeds, settings, reading, max_error_rate):
+    the table (accuracy % per method × column + Avg, mean ± std over seeds; gain over base), the variants of
+    3DSRBench files, the per-category breakdown, the per-method statistics and the error check. Avg is, per
+    seed, the unweighted mean over the columns. Error rows count as wrong. The row order does not matter."""
+    files, methods, seeds, reading = ctx["files"], ctx["methods"], ctx["seeds"], ctx["reading"]
+    by: dict = {}
+    for r in sorted(rows, key=lambda r: (r["row"], str(r["id"]))):
+        by.setdefault((r["data"], r["method"], r["seed"]), []).append(r)
+    cols = columns(files, by)
+    primary = lambda f: SETTINGS[reading[f]["scoring"]["setting"]][0]
+
+    def acc(m, f, split, s, setting=None):
+        pairs = questions(by.get((f, m, s), []), setting or primary(f))
+        a = accuracy([(r, h) for r, h in pairs if split is None or _split(r) == split], reading[f]["scoring"]["macro"])
+        return None if a is None else 100 * a
+    table, gain, variants = {}, {}, {}
+    for m in methods:
+        per = {c: [acc(m, f, split, s) for s in seeds] for c, (f, split) in cols.items()}
+        avg = [None if any(v[i] is None for v in per.values()) else statistics.fmean(v[i] for v in per.values())
+               for i in range(len(seeds))]
+        table[m] = {**{c: _mean_std(v) for c, v in per.items()}, "Avg": _mean_std(avg)}
+    for m in methods:
+        if m != "base" and "base" in table:
+            gain[m] = {c: None if None in (v["mean"], table["base"][c]["mean"]) else v["mean"] - table["base"][c]["mean"]
+                       for c, v in table[m].items()}
+    for f in files:
+        sets = SETTINGS[reading[f]["scoring"]["setting"]]
+        if len(sets) > 1:
+            variants[f] = {m: {st: _mean_std([acc(m, f, None, s, st) for s in seeds]) for st in sets} for m in methods}
+    detail = {f: [{"method": m, "setting": st, **rec} for m in methods for st in SETTINGS[reading[f]["scoring"]["setting"]]
+                  for rec in breakdown([r for s in seeds for r in by.get((f, m, s), [])], st, reading[f]["scoring"]["macro"])]
+              for f in files}
+    kept = [r for rs in by.values() for r in rs]
+    errors = sum(bool(r["error"]) for r in kept)
+    return {"format": SUMMARY_FORMAT, **{k: ctx[k] for k in CONTEXT}, "columns": list(cols),
+            "accuracy": table, "gain_over_base": gain, "variants": variants, "breakdown": detail,
+            "stats": {m: _stats([r for r in kept if r["method"] == m], m) for m in methods}, "rows": len(kept),
+            "errors": {"rows": errors, "rate": errors / len(kept) if kept else 0.0,
+                       "over": bool(kept) and errors / len(kept) > ctx["max_error_rate"]}}
+
+
+# ----------------------------------------------------------------------------- summary.md
+
+STAT_COLUMNS = (("fallback", "fallback_rate", ".1%"), ("abstention", "abstention_rate", ".1%"),
+                ("unanswered", "unanswered_rate", ".1%"), ("errors", "error_rate", ".1%"),
+                ("calls/item", "calls_per_item", ".1f"), ("tokens/item", "tokens_per_item", ".0f"),
+                ("sent/item", "sent_per_item", ".1f"), ("s/item", "seconds_per_item", ".2f"))
+MODE_COLUMNS = (("extra calls/item", "extra_calls_per_item", ".1f"),
+                ("extra tokens/item", "extra_tokens_per_item", ".0f"),
+                ("sheet degraded", "degraded_rate", ".1%"))  # shown when a judge mode ran
+MODE_NOTE = (" Extra calls and tokens are a judge mode's own (prior, fact sheet, premise checks), within calls and "
+             "tokens; sheet degraded is the share of a mode's chains whose fact sheet was malformed twice.")
+SHOWN_SKIPS = 20  # skipped rows listed per file; the rest are counted
+
+
+def _pct(c: dict) -> str:
+    if c["mean"] is None:
+        return "—"
+    return f"{c['mean']:.2f}" + (f" ±{c['std']:.2f}" if c["std"] is not None else "")
+
+
+def _head(first: str, cs: list) -> list:
+    return [f"| {first} | " + " | ".join(cs) + " |", "|---" * (len(cs) + 1) + "|"]
+
+
+def _warnings(s: dict) -> list:
+    """The lines above everything else: too many errors, files read without images."""
+    e, out = s["errors"], []
+    if e["over"]:
+        out.append(f"**{e['rows']} of {s['rows']} chains ({e['rate']:.1%}) ended in an error, above --max-error-rate "
+                   f"{s['max_error_rate']:.1%}: the table counts them as wrong. Run the same command again to retry them.**")
+    out += [f"**Warning: {w}.**" for f in s["files"] for w in s["reading"][f]["warnings"]]
+    return out + [""] if out else []
+
+
+def _reading(s: dict) -> list:
+    out = ["Reading: rows read, items (valid rows), rows skipped as malformed, rows dropped for having no image "
+           "(as VLMEvalKit drops them), items in this run.", ""]
+    out += _head("File", ["rows read", "items", "skipped", "no image", "run"])
+    for f in s["files"]:
+        x = s["reading"][f]
+        note = " (read up to --limit)" if x["limited"] else ""
+        out.append(f"| {x['file']}{note} | {x['read']} | {x['total']} | {len(x['skipped'])} | {x['dropped']} | {x['items']} |")
+    return out
+
+
+def _details(s: dict, f: str) -> list:
+    """One file's 3DSRBench variants and its accuracy per split, l2-category and category (% over all seeds)."""
+    out, methods = [], s["methods"]
+    if f in s["variants"]:
+        out += ["", f"{f}: VLMEvalKit's four settings (%, mean ± std over seeds); the table shows vanilla.", ""]
+        out += _head("Setting", methods)
+        for st in SETTINGS["3dsr"]:
+            out.append(f"| {st} | " + " | ".join(_pct(s["variants"][f][m][st]) for m in methods) + " |")
+    scoring = s["reading"][f]["scoring"]
+    recs = [r for r in s["breakdown"][f] if r["setting"] == SETTINGS[scoring["setting"]][0]]  # the CSV has them all
+    for st, split in dict.fromkeys((r["setting"], r["split"]) for r in recs):
+        here = {r["method"]: r for r in recs if (r["setting"], r["split"]) == (st, split)}
+        keys = [k for k in next(iter(here.values())) if k not in ("method", "setting", "split")]
+        macro = f"; Overall is the unweighted mean over {scoring['macro']}" if scoring["macro"] else ""
+        out += ["", f"{f}, setting {st}, split {split} (%, all seeds{macro}):", ""] + _head("Column", methods)
+        for k in keys:
+            out.append(f"| {k} | " + " | ".join("—" if here.get(m, {}).get(k) is None else f"{100 * here[m][k]:.2f}"
+                                                 for m in methods) + " |")
+    return out
+
+
+def render(s: dict) -> str:
+    """summary.md: warnings first, then what was read, the paper-style table, the gains, the per-method
+    statistics, each file's breakdown and the skipped rows."""
+    cols, fmt = s["columns"] + ["Avg"], lambda x, f: "—" if x is None else format(x, f)
+    st, cfg = s["settings"], s["settings"]["config"]
+    out = [f"# VERDICT evaluation ({SUMMARY_FORMAT})", ""] + _warnings(s)
+    out += [f"Reasoner `{st['model']}`, judges `{st['judge_model']}`; {len(s['seeds'])} seed(s); n = {cfg['n']}, "
+            f"τ = {cfg['tau']}, ε = {cfg['eps']}, λ = {tuple(cfg['lam'])}, max steps {cfg['max_steps']}, "
+            f"max calls per chain {st['max_calls'] or 'unlimited'}" + (f", shard {st['shard']}" if st.get("shard") else "")
+            + (f", answers the rules cannot read go to `{st['extract_model']}`" if st.get("extract_model") else "") + ".", ""]
+    out += _reading(s) + ["", "Accuracy (%), mean ± sample std over seeds. Avg: per seed, the unweighted mean over "
+                          "the columns. An error, an unanswered or a declined item counts as wrong.", ""]
+    out += _head("Method", cols)
+    out += [f"| {m} | " + " | ".join(_pct(s["accuracy"][m][c]) for c in cols) + " |" for m in s["methods"]]
+    if s["gain_over_base"]:
+        out += ["", "Gain over base (points)", ""] + _head("Method", cols)
+        out += [f"| {m} | " + " | ".join(fmt(g[c], "+.2f") for c in cols) + " |" for m, g in s["gain_over_base"].items()]
+    modes_ran = any("+" in m for m in s["methods"])
+    stat_cols = STAT_COLUMNS + (MODE_COLUMNS if modes_ran else ())
+    out += ["", "Per method; an item is one chain (one item, one seed). Rates: fallback per step, abstention per "
+            "judge call, unanswered and errors per item. Calls and tokens count cached replies too (the cost of the "
+            "method alone); sent counts the HTTP requests this run made, and s the wall time, both of which the "
+            "first method of an item pays for the methods after it. Answers: read as a letter, an option's text, a "
+            "value, by the extraction model, declined (Z), unanswered." + (MODE_NOTE if modes_ran else ""), ""]
+    out += _head("Method", [name for name, _, _ in stat_cols] + ["answers", "extract calls/item", "final/max/budget"])
+    for m in s["methods"]:
+        x = s["stats"][m]
+        cells = [fmt(x[key], f) for _, key, f in stat_cols] + ["/".join(map(str, x["extracted"].values())),
+                                                              fmt(x["extract_calls_per_item"], ".2f"),
+                                                              "/".join(map(str, x["stopped"].values()))]
+        out.append(f"| {m} | " + " | ".join(cells) + " |")
+    for f in s["files"]:
+        out += _details(s, f)
+    for f in s["files"]:
+        sk = s["reading"][f]["skipped"]
+        out += ["", f"{s['reading'][f]['file']}: {len(sk) or 'no'} malformed row(s) skipped"]
+        out += [f"- line {k['row']}: {k['reason']}" for k in sk[:SHOWN_SKIPS]]
+        out += [f"- ... and {len(sk) - SHOWN_SKIPS} more (summary.json lists them all)"] if len(sk) > SHOWN_SKIPS else []
+    return "\n".join(out) + "\n"
+
+
+# ----------------------------------------------------------------------------- files
+
+def write_acc_csv(path: str, records: list) -> None:
+    """A per-category table as VLMEvalKit's _acc.csv: every field quoted, fractions, empty for none."""
+    keys = list(dict.fromkeys(k for r in records for k in r))
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh, quoting=csv.QUOTE_ALL)
+        w.writerow(keys)
+        w.writerows([["" if r.get(k) is None else r[k] for k in keys] for r in records])
+
+
+def write_predictions(folder: str, rows: list) -> list:
+    """One TSV per (file, method, seed): the row's input columns (never the image), prediction, hit (0/1),
+    in the file's order. Returns the paths written."""
+    by: dict = {}
+    for r in sorted(rows, key=lambda r: r["row"]):
+        by.setdefault((r["data"], r["method"], r["seed"]), []).append(r)
+    os.makedirs(folder, exist_ok=True)
+    paths = []
+    for (data, method, seed), rs in sorted(by.items()):
+        keys = list(dict.fromkeys(k for r in rs for k in r["input"]))
+        paths.append(os.path.join(folder, f"{method}-seed{seed}_{data}.tsv"))
+        with open(paths[-1], "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh, delimiter="\t", lineterminator="\n")
+            w.writerow(keys + ["prediction", "hit"])
+            w.writerows([[r["input"].get(k, "") for k in keys] + [r.get("prediction") or "", int(r["correct"])] for r in rs])
+    return paths
+
+
+COLOURS = ((31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75),
+           (227, 119, 194), (127, 127, 127), (188, 189, 34), (23, 190, 207))
+
+
+def draw(s: dict, path: str) -> list:
+    """summary.png: per column (benchmark, then Avg) a bar per method at its mean accuracy, a whisker of ±1
+    sample std over seeds. Returns the bars as (method, column, (x0, y0, x1, y1)), the y axis being
+    0-100 % from y = 320 (0) to y = 40 (100)."""
+    cols, methods = s["columns"] + ["Avg"], s["methods"]
+    bar, gap, left, top, bottom, small = 14, 24, 50, 40, 320, font(11)
+    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    spans = [max(len(methods) * bar, measure.textlength(c, font=small) + 4) + gap for c in cols]  # a column fits its name
+    width = int(left + sum(spans)) + 190
+    img = Image.new("RGB", (width, 380), "white")
+    d = ImageDraw.Draw(img)
+    y = lambda pct: bottom - (bottom - top) * pct / 100
+    d.text((left, 10), "Accuracy (%) per method and benchmark, ± sample std over seeds", fill="black", font=font(13))
+    for pct in range(0, 101, 20):
+        d.line((left, y(pct), width - 190, y(pct)), fill=(225, 225, 225))
+        d.text((8, y(pct) - 6), f"{pct:3d}", fill="black", font=small)
+    bars = []
+    for j, c in enumerate(cols):
+        x = left + gap / 2 + sum(spans[:j])
+        d.text((x, bottom + 8), c, fill="black", font=small)
+        for i, m in enumerate(methods):
+            cell = s["accuracy"][m][c]
+            if cell["mean"] is None:
+                continue
+            box = (x + i * bar, y(cell["mean"]), x + (i + 1) * bar - 2, bottom)
+            d.rectangle(box, fill=COLOURS[i % len(COLOURS)])
+            bars.append((m, c, box))
+            if cell["std"]:
+                mid = (box[0] + box[2]) / 2
+                d.line((mid, y(min(100, cell["mean"] + cell["std"])), mid, y(max(0, cell["mean"] - cell["std"]))), fill="black")
+    for i, m in enumerate(methods):
+        d.rectangle((width - 180, top + 16 * i, width - 170, top + 16 * i + 10), fill=COLOURS[i % len(COLOURS)])
+        d.text((width - 164, top + 16 * i - 1), m, fill="black", font=small)
+    img.save(path)
+    return bars
+
+
+def write(out: str, summary: dict, rows: list) -> str:
+    """summary.json, summary.md, summary.png, <data>_acc.csv per file and predictions/ in `out`; returns the markdown."""
+    md = render(summary)
+    for name, text in (("summary.json", json.dumps(summary, indent=1, allow_nan=False)), ("summary.md", md)):
+        with open(os.path.join(out, name), "w", encoding="utf-8") as fh:
+            fh.write(text)
+    for f in summary["files"]:
+        write_acc_csv(os.path.join(out, f"{f}_acc.csv"), summary["breakdown"][f])
+    write_predictions(os.path.join(out, "predictions"), rows)
+    draw(summary, os.path.join(out, "summary.png"))
+    return md
