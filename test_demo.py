@@ -162,11 +162,73 @@ def refuse_model(body, path):
     (["--judge-mode", "prior"], "needs a live model (--base-url)"),
     (["--base-url", "http://127.0.0.1:9/v1", "--question", "q", "--judge-mode", "sgv"], "judge mode 'sgv'"),
     (["--base-url", "http://127.0.0.1:9/v1", "--question", "q", "--gate"], "the gate needs the premises mode"),
+    (["--base-url", "http://127.0.0.1:9/v1", "--question", "   "], "--question is blank"),
+    (["--question", " \t "], "--question is blank"),
+    (["--choices", "garbage"], "--choices must be two or more options"),
+    (["--choices", "|||"], "got '|||'"),
+    (["--choices", "A. left"], "--choices must be two or more options"),
+    (["--choices", "A. left|a. right"], "distinct letters"),
+    (["--base-url", "ftp://127.0.0.1:9/v1", "--question", "q"], "endpoint URL must be http:// or https://"),
 ])
 def test_errors_are_one_line_with_exit_2(tmp_path, args, needle):
     out = run_demo(args, cwd=tmp_path)
     assert out.returncode == 2 and out.stdout == ""
     assert len(out.stderr.strip().splitlines()) == 1 and needle in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("flag, value", [("--tau", "2"), ("--tau", "-0.1"), ("--eps", "-1"), ("--eps", "0"),
+                                         ("--eps", "1.5")])
+def test_tau_and_eps_out_of_range_are_refused_before_any_call(tmp_path, flag, value):
+    with LoopbackServer(scripted_judge_server) as srv:
+        out = run_demo(["--base-url", srv.url, "--question", "q", flag, value], cwd=tmp_path)
+        assert srv.requests == []
+    assert out.returncode == 2 and out.stderr.startswith(f"demo.py: error: {flag} must be in ")
+    assert len(out.stderr.splitlines()) == 1 and not (tmp_path / "verdict_trace.json").exists()
+
+
+@pytest.mark.parametrize("tau, eps", [("0", "1"), ("1", "0.01")])
+def test_tau_and_eps_at_the_ends_of_their_ranges_run_and_plot(tmp_path, tau, eps):
+    out = run_demo(["--tau", tau, "--eps", eps], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    with Image.open(tmp_path / "verdict_decisions.png") as img:
+        assert img.size == (640, 480)
+
+
+@pytest.mark.parametrize("rule, how", [("max", "no filter, highest maximum score"), ("mean", "no filter, highest raw mean"),
+                                       ("majority", "no filter, most judges above τ, then highest raw mean"),
+                                       ("no-filter", "no filter, highest s̄*")])
+def test_a_rule_without_a_filter_says_what_it_did(tmp_path, rule, how):
+    out = run_demo(["--rule", rule], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    d = json.loads((tmp_path / "verdict_trace.json").read_text())
+    headers = re.findall(r"^step \d+ +\(chosen #(\d+), (.*)\)$", out.stdout, re.M)
+    assert headers == [(str(s["index"]), how) for s in d["steps"]]
+    rows = re.findall(r"^  \d  .*  (yes| no|  -)( ◀ chosen.*)?$", out.stdout, re.M)
+    assert len(rows) == 9 and all(ok == "  -" for ok, _ in rows) and "(fallback)" not in out.stdout
+    if rule == "max":  # step 1: (0.9, 0.2, 0.9) has the highest maximum, 0.9
+        assert headers[0][0] == "1"
+
+
+def test_a_rule_with_a_filter_marks_its_rows(tmp_path):
+    out = run_demo(["--rule", "raw-dual"], cwd=tmp_path)
+    d = json.loads((tmp_path / "verdict_trace.json").read_text())
+    flags = [m[1] == "yes" for m in re.finditer(r"(yes| no)( ◀ chosen.*)?$", out.stdout, re.M)]
+    assert flags == [a for s in d["steps"] for a in s["accepted"]] and not all(flags)
+    assert re.search(r"^step 1 +\(chosen #\d, (accepted on raw scores, highest raw mean|fallback: .*)\)$", out.stdout, re.M)
+
+
+@pytest.mark.parametrize("flags, env, warned", [
+    (["--api-key-env", "VERDICT_UNSET_KEY"], {}, "demo.py: warning: $VERDICT_UNSET_KEY is not set, so no API key is sent to "),
+    ([], {"OPENAI_API_KEY": ""}, None),   # the default variable, unset, on loopback: a local server needs no key
+    (["--api-key-env", "VERDICT_SET_KEY"], {"VERDICT_SET_KEY": "sk-demo-secret"}, None),
+])
+def test_an_unset_key_variable_is_warned_about_once(tmp_path, flags, env, warned):
+    with LoopbackServer(scripted_judge_server) as srv:
+        out = run_demo(["--base-url", srv.url, "--question", "Is 3 > 2?", "--max-steps", "1", *flags], cwd=tmp_path,
+                       env={"VERDICT_UNSET_KEY": "", **env})
+        url = srv.url
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ("" if warned is None else f"{warned}{url}\n") and "sk-demo-secret" not in out.stderr
 
 
 def test_unreachable_server_and_wrong_model(tmp_path):
