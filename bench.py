@@ -4,7 +4,7 @@ Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reaso
 Disagreement-Aware Consensus", ECCV 2026 (the closed-form consensus; the step-wise loop with
 n = 3 candidates and m = 3 judges; the 3.80× sequential wall-clock overhead of the limitations).
 
-    python bench.py                      # sections 1, 2a and 3; writes bench_report.md
+    python bench.py                      # sections 1, 2a, 3 and 4; writes bench_report.md
     python bench.py --live-url URL       # also 2b, against a real server (default: $VERDICT_LIVE_URL)
     python bench.py --quick              # a smoke run: small sizes, fast simulated clock, 5 items
 
@@ -12,6 +12,7 @@ n = 3 candidates and m = 3 judges; the 3.80× sequential wall-clock overhead of 
 2. Step overhead: wall time of one VERDICT step / wall time of one base step, in five modes,
    (a) on a SIMULATED continuous-batching server (LatencyModel), (b) on a real llama-server.
 3. Memory: peak RSS of a 100-item evaluate.py run against the simulated server.
+4. The response cache: Cache.put in a file and in memory; the same evaluate.py run with either.
 
 Every ratio is measured within one run, so the machine's speed cancels out.
 """
@@ -38,7 +39,7 @@ from PIL import Image
 
 import judges
 import verdict
-from client import Client
+from client import Cache, Client
 from loopback import LoopbackServer, chat_response
 
 PAPER_OVERHEAD = 3.80  # the paper's sequential wall-clock overhead
@@ -388,25 +389,67 @@ def write_items(folder: str, k: int) -> str:
     return path
 
 
-def memory_section(k: int, timeout: float = 1800.0) -> list:
-    """Section 3: peak RSS of `python evaluate.py` on k generated items against the simulated server with no
-    sleeping: resource's RUSAGE_CHILDREN maximum, which is that child's, as bench.py starts no other process."""
+def run_evaluate(k: int, extra: tuple = (), timeout: float = 1800.0) -> tuple | None:
+    """`python evaluate.py` on k generated items, every method, against the simulated server with no sleeping.
+    Returns (its exit code, its seconds, one sentence saying what ran and how it ended), or None without evaluate.py."""
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "evaluate.py")
     if not os.path.exists(script):
-        return ["skipped: evaluate.py not found"]
+        return None
     with tempfile.TemporaryDirectory() as tmp, LoopbackServer(SimulatedServer(LatencyModel(time_scale=0.0), 2)) as srv:
         url, t0 = srv.url, time.perf_counter()
         cmd = [sys.executable, script, "--data", write_items(tmp, k), "--base-url", url, "--model", "sim",
-               "--seeds", "1", "--out", os.path.join(tmp, "out")]
+               "--seeds", "1", "--out", os.path.join(tmp, "out"), *extra]
         run = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=timeout)
         seconds, calls = time.perf_counter() - t0, len(srv.chats)
+    said = (f"`{' '.join(['python evaluate.py'] + cmd[2:]).replace(url, 'SIM_URL').replace(tmp, 'TMP')}` on {k} generated "
+            "items (one 448×448 PNG each), every method, against the simulated server with no sleeping")
+    if run.returncode != 0:
+        return run.returncode, seconds, (f"{said}: **the run failed** (exit code {run.returncode}, after {seconds:.0f} s); "
+                                         f"the end of its stderr: `{' '.join(run.stderr[-400:].split())}`")
+    return 0, seconds, f"{said}: exit code 0, {calls:,} requests, {seconds:.0f} s."
+
+
+def memory_section(k: int) -> list:
+    """Section 3: peak RSS of run_evaluate's evaluate.py: resource's RUSAGE_CHILDREN maximum, which is that
+    child's, as bench.py starts no other process before it. A failed run reports no figure."""
+    run = run_evaluate(k)
+    if run is None:
+        return ["skipped: evaluate.py not found"]
+    if run[0] != 0:
+        return [run[2], "", "No peak RSS is reported for a failed run."]
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB on Linux -> MiB
-    shown = " ".join(["python evaluate.py"] + cmd[2:]).replace(url, "SIM_URL").replace(tmp, "TMP")
-    lines = [f"`{shown}` on {k} generated items (one 448×448 PNG each), every method, against the simulated server "
-             f"with no sleeping: exit code {run.returncode}, {calls:,} requests, {seconds:.0f} s.", "",
-             f"**Peak RSS of the evaluate.py process: {peak:.0f} MiB** (resource.getrusage(RUSAGE_CHILDREN).ru_maxrss)."]
-    tail = " ".join(run.stderr[-400:].split())
-    return lines + ([] if run.returncode == 0 else ["", f"evaluate.py failed; the end of its stderr: `{tail}`"])
+    return [run[2], "", f"**Peak RSS of the evaluate.py process: {peak:.0f} MiB** "
+                        "(resource.getrusage(RUSAGE_CHILDREN).ru_maxrss)."]
+
+
+# ----------------------------------------------------------------------------- 4. the response cache
+
+def put_seconds(path: str, puts: int, threads: int) -> float:
+    """Wall seconds per Cache.put of a 48-token reply, `threads` threads putting at once."""
+    cache, reply, t0 = Cache(path), chat_response("Observation: " + " ".join(["detail"] * 44)), time.perf_counter()
+    judges.thread_map(threads)(lambda i: cache.put(f"key {i}", reply), range(puts))
+    seconds = time.perf_counter() - t0
+    cache.close()
+    return seconds / puts
+
+
+def cache_section(k: int, puts: int) -> list:
+    """Section 4: what the response cache costs: Cache.put in a file against in memory, then run_evaluate
+    with evaluate.py's default cache file (OUT/cache.sqlite) against --cache :memory:."""
+    with tempfile.TemporaryDirectory() as tmp:
+        us = {(where, t): 1e6 * put_seconds(os.path.join(tmp, f"{t}.sqlite") if where == "file" else ":memory:", puts, t)
+              for where in ("file", "memory") for t in (1, 4)}
+    runs = {where: run_evaluate(k, extra) for where, extra in (("file", ()), ("memory", ("--cache", ":memory:")))}
+    lines = [f"Cache.put of {puts:,} replies (a 48-token step each), in a file in a temporary folder and in memory:", "",
+             "| cache | 1 thread | 4 threads at once |", "|---|---:|---:|"] + [
+             f"| {w} | {us[w, 1]:,.0f} µs per put | {us[w, 4]:,.0f} µs per put |" for w in ("file", "memory")] + [""]
+    if runs["file"] is None:
+        return lines + ["evaluate.py: skipped (not found)."]
+    lines += [f"- cache in a file: {runs['file'][2]}", f"- cache in memory: {runs['memory'][2]}"]
+    if runs["file"][0] == runs["memory"][0] == 0:
+        lines += ["", f"With the cache in a file, evaluate.py takes {runs['file'][1] / runs['memory'][1]:.2f}× its time "
+                  "with the cache in memory."]
+    return lines
 
 
 # ----------------------------------------------------------------------------- report
@@ -456,6 +499,7 @@ def main(argv=None) -> int:
     else:
         lines += ["skipped: no live server (pass --live-url URL or set VERDICT_LIVE_URL; serve_tiny.sh starts one)."]
     lines += ["", "## 3. Memory", ""] + memory_section(5 if q else 100)
+    lines += ["", "## 4. The response cache", ""] + cache_section(5 if q else 100, 200 if q else 2000)
     report = "\n".join(lines + ["", "## Targets", ""] + targets(ratios, sim)) + "\n"
     print(report)
     with open(args.out, "w", encoding="utf-8") as fh:

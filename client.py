@@ -6,30 +6,38 @@ Disagreement-Aware Consensus", ECCV 2026. The paper's reasoner and agents are mo
 is what the paper leaves to an implementation:
 
 - Client: POST {base_url}/chat/completions with bounded retries (exponential backoff with jitter, only
-  on connection errors, timeouts, 429 with Retry-After, and 5xx), a timeout on every request, and the
-  API key read from an environment variable at each request, never kept, printed or logged;
-- Cache: an on-disk sqlite response cache, so a re-run is free and a crashed run resumes;
-- add_endpoint_args, clients_from_args, Parser: the flags and argument parser of demo.py and evaluate.py.
+  on connection errors, timeouts, 429 with Retry-After, 5xx and malformed replies), a timeout on every
+  request, identical concurrent calls merged into one request, and the API key read from an environment
+  variable at each request, never kept, printed or logged;
+- Cache: an on-disk sqlite response cache keyed on endpoint and request, so a re-run is free and a
+  crashed run resumes (integrity checked on opening; WAL with group commit);
+- add_endpoint_args, clients_from_args, key_warning, Parser: the flags and argument parser of demo.py and
+  evaluate.py.
 
 Works with vLLM, SGLang, llama.cpp's llama-server, llama-cpp-python's server and hosted APIs.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import copy
 import hashlib
+import ipaddress
 import json
 import os
 import random
 import sqlite3
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any, Callable
 
 import requests
 
-CACHE_FORMAT = "verdict-cache/1"
+CACHE_FORMAT = "verdict-cache/2"  # /2: keys cover the endpoint
 MAX_WAIT = 60.0  # seconds; no single retry waits longer, whatever Retry-After says
+DEFAULT_KEY_ENV = "OPENAI_API_KEY"  # the variable the API key is read from, unless told otherwise
 
 
 class EndpointError(RuntimeError):
@@ -48,15 +56,16 @@ def one_line(text: Any, limit: int = 300) -> str:
 
 
 def _server_message(r: requests.Response) -> str:
-    """The message of an error body: OpenAI's {"error": {"message": ...}}, vLLM's {"message": ...}, or text."""
+    """The message of an error body: OpenAI's {"error": {"message": ...}}, vLLM's {"message": ...}, or text;
+    unabridged (Client._error redacts and shortens it)."""
     try:
         body = r.json()
     except ValueError:
-        return one_line(r.text) or r.reason or "(empty body)"
+        return r.text.strip() or r.reason or "(empty body)"
     err = body.get("error", body) if isinstance(body, dict) else body
     if isinstance(err, dict):
         err = err.get("message") or err.get("detail") or err
-    return one_line(err if isinstance(err, str) else json.dumps(err))
+    return err if isinstance(err, str) else json.dumps(err)
 
 
 def _retry_after(r: requests.Response) -> float | None:
@@ -69,13 +78,15 @@ def _retry_after(r: requests.Response) -> float | None:
 
 
 class CacheError(RuntimeError):
-    """The response cache cannot be used (corrupt, of another format, locked). Not a ValueError on purpose:
-    it is never one item's problem, and a harness must stop on it rather than score the item wrong."""
+    """The response cache cannot be used (damaged, of another format, locked, closed, unwritable). Not a
+    ValueError on purpose: it is never one item's problem, and a harness must stop on it rather than score
+    the item wrong. Every failure of Cache raises it, with the file's name in the message."""
 
 
-def cache_key(payload: dict) -> str:
-    """sha256 over the canonical JSON of a request (model, messages, sampling parameters, n, seed),
-    with every data URL (image) replaced by its own sha256."""
+def cache_key(payload: dict, endpoint: str) -> str:
+    """sha256 over the canonical JSON of the endpoint (a base URL) and a request (model, messages, sampling
+    parameters, n, seed), with every data URL (image) replaced by its own sha256. Two servers that report
+    the same model name never share an entry."""
     def strip(x):
         if isinstance(x, dict):
             return {k: strip(v) for k, v in x.items()}
@@ -84,39 +95,95 @@ def cache_key(payload: dict) -> str:
         if isinstance(x, str) and x.startswith("data:"):
             return "sha256:" + hashlib.sha256(x.encode()).hexdigest()
         return x
-    canon = json.dumps(strip(payload), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    canon = json.dumps({"endpoint": endpoint, "request": strip(payload)}, sort_keys=True, separators=(",", ":"),
+                       ensure_ascii=False)
     return hashlib.sha256(canon.encode()).hexdigest()
 
 
 class Cache:
-    """On-disk response cache (stdlib sqlite3): a re-run of the same requests is free and a crashed
-    run resumes. Each response is committed in its own transaction; one Cache may serve many
-    threads. A corrupt file, or one of another format, raises CacheError naming the file."""
+    """On-disk response cache (stdlib sqlite3): a re-run of the same requests is free and a crashed run
+    resumes. One Cache may serve many threads; path ":memory:" keeps it in memory.
 
-    def __init__(self, path):
-        self.path, self.hits, self.misses = Path(path), 0, 0
-        self._lock = threading.Lock()
+    Opening checks the file's integrity (PRAGMA quick_check) and format. Writes go to a write-ahead log
+    (WAL, synchronous=NORMAL): put() returns once its reply is committed, and a committed reply survives
+    the process being killed, SIGKILL included (only a power loss or an OS crash can undo the last
+    commits). Replies put by several threads at once are committed together, in one transaction (group
+    commit). A file locked by another process is waited for at most `timeout` seconds. Every failure
+    raises CacheError naming the file: damaged or not a database, another format, locked, closed.
+    """
+
+    def __init__(self, path, timeout: float = 15.0):
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got timeout={timeout!r}")
+        self.path, self.timeout, self.hits, self.misses = Path(path), timeout, 0, 0
+        self._lock, self._queue_lock = threading.Lock(), threading.Lock()  # the connection; the write queue
+        self._queue: dict = {}  # key -> response JSON, waiting for the next commit
         self._db = None
         try:
-            self._db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30.0)
-            tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            if not tables:  # a new file
-                with self._db:
-                    self._db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT)")
-                    self._db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, response TEXT NOT NULL)")
-                    self._db.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (CACHE_FORMAT,))
-            row = self._db.execute("SELECT value FROM meta WHERE name='format'").fetchone() if "meta" in tables or not tables else None
-        except sqlite3.DatabaseError as e:
+            with self._failing("open"):
+                self._db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=timeout,
+                                           isolation_level=None)  # transactions are explicit: see _write
+                self._check()
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")  # in WAL mode: no fsync per commit, kill-safe
+        except CacheError:
             self.close()
-            raise CacheError(f"{self.path} is not a readable verdict cache ({e}); delete it or choose another file") from None
-        if row is None or row[0] != CACHE_FORMAT:  # never read answers written under other rules
-            self.close()
+            raise
+
+    def _check(self) -> None:
+        """Integrity first (a damaged page must not surface as a wrong or failing reply later), then the format."""
+        problems = [r[0] for r in self._db.execute("PRAGMA quick_check").fetchall()]
+        if problems != ["ok"]:
+            raise CacheError(f"{self.path} is damaged ({one_line(problems[0], 120)}); delete it or choose another file")
+        tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not tables:  # a new file
+            self._write([("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT)", [()]),
+                         ("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, response TEXT NOT NULL)", [()]),
+                         ("INSERT OR IGNORE INTO meta VALUES ('format', ?)", [(CACHE_FORMAT,)])])
+            tables = {"meta", "responses"}
+        row = self._db.execute("SELECT value FROM meta WHERE name='format'").fetchone() if "meta" in tables else None
+        if row is None or row[0] != CACHE_FORMAT or "responses" not in tables:  # never read answers written under other rules
             raise CacheError(f"{self.path} holds format {row[0] if row else 'unknown'!r}, expected {CACHE_FORMAT!r}; "
                              "delete it or choose another file")
 
+    @contextlib.contextmanager
+    def _failing(self, doing: str):
+        """Turn whatever sqlite3 (or the file system) raises while `doing` into one CacheError naming the file."""
+        try:
+            yield
+        except (sqlite3.Error, OSError, ValueError) as e:
+            name = getattr(e, "sqlite_errorname", "")
+            if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+                raise CacheError(f"{self.path} is locked by another process (waited {self.timeout:g} s to {doing}); "
+                                 "let that process finish or choose another cache file") from None
+            if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
+                raise CacheError(f"{self.path} is damaged or not a database ({e}); delete it or choose another file") from None
+            raise CacheError(f"{self.path}: cannot {doing} the response cache ({type(e).__name__}: {e})") from None
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise CacheError(f"{self.path}: the response cache is closed")
+        return self._db
+
+    def _write(self, statements: list) -> None:
+        """Run each (SQL, rows) with executemany, all in one write transaction: all or nothing."""
+        db = self._connection()
+        db.execute("BEGIN IMMEDIATE")  # take the write lock now, waiting at most `timeout`
+        try:
+            for sql, rows in statements:
+                db.executemany(sql, rows)
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+
     def get(self, key: str) -> dict | None:
-        with self._lock:
-            row = self._sql("SELECT response FROM responses WHERE key=?", (key,)).fetchone()
+        with self._queue_lock:
+            text = self._queue.get(key)
+        with self._lock, self._failing("read"):
+            row = (text,) if text is not None else self._connection().execute(
+                "SELECT response FROM responses WHERE key=?", (key,)).fetchone()
             self.hits, self.misses = self.hits + (row is not None), self.misses + (row is None)
         if row is None:
             return None
@@ -126,19 +193,27 @@ class Cache:
             raise CacheError(f"{self.path}: entry {key[:16]} is not valid JSON; the cache is corrupt") from None
 
     def put(self, key: str, response: dict) -> None:
-        with self._lock, self._db:  # one transaction: the entry is written whole or not at all
-            self._sql("INSERT OR REPLACE INTO responses VALUES (?, ?)", (key, json.dumps(response)))
-
-    def _sql(self, query: str, args: tuple):
-        try:
-            return self._db.execute(query, args)
-        except sqlite3.DatabaseError as e:
-            raise CacheError(f"{self.path} is not a readable verdict cache ({e})") from None
+        """Store a response; return once it is committed (with every other reply queued by then)."""
+        with self._queue_lock:
+            self._queue[key] = json.dumps(response)
+        with self._lock:
+            with self._queue_lock:
+                rows, self._queue = self._queue, {}
+            if not rows:  # another thread's commit took this reply along
+                return
+            try:
+                with self._failing("write"):
+                    self._write([("INSERT OR REPLACE INTO responses VALUES (?, ?)", list(rows.items()))])
+            except CacheError:
+                with self._queue_lock:  # not committed: keep the rows queued for the next commit
+                    self._queue = {**rows, **self._queue}
+                raise
 
     def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
 
 
 def reported_usage(response: dict) -> dict:
@@ -153,50 +228,111 @@ def text_of(response: dict, i: int = 0) -> str:
     return response["choices"][i]["message"]["content"]
 
 
+def check_base_url(url) -> str:
+    """url without its trailing "/", if it is http(s)://HOST[:PORT][/PATH]; else ValueError naming it: such a
+    URL is wrong for good, so it fails before any request rather than after a round of retries."""
+    try:
+        parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
+        port_ok = parts is None or parts.port is None or parts.port > 0  # .port raises on a malformed port
+    except ValueError:
+        parts, port_ok = None, False
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or not port_ok \
+            or any(c.isspace() for c in parts.netloc):
+        raise ValueError(f"the endpoint URL must be http:// or https:// with a host, e.g. http://127.0.0.1:8000/v1; "
+                         f"got {url!r}")
+    return url.rstrip("/")
+
+
+class _Flight:
+    """One request in flight: its outcome, once known, for every identical call waiting on it."""
+
+    def __init__(self):
+        self.done, self.waiting = threading.Event(), 0
+        self.response, self.source, self.error = None, None, None  # source: "server" or "cache"
+
+    def finish(self, response: dict | None, source: str | None, error: BaseException | None = None) -> None:
+        self.response, self.source, self.error = response, source, error
+        self.done.set()
+
+
+class InFlight:
+    """The requests a client and its forks have in flight, by cache key. An identical call made meanwhile
+    waits for the first one's outcome instead of sending a request of its own."""
+
+    def __init__(self):
+        self._lock, self._flights = threading.Lock(), {}
+
+    def join(self, key: str) -> tuple:
+        """(flight, True) for the first call of `key`, which must end it with leave(); (flight, False) for a follower."""
+        with self._lock:
+            flight = self._flights.get(key)
+            if flight is None:
+                flight = self._flights[key] = _Flight()
+                return flight, True
+            flight.waiting += 1
+            return flight, False
+
+    def leave(self, key: str) -> None:
+        with self._lock:
+            del self._flights[key]
+
+    def waiting(self) -> int:
+        """How many calls are waiting for an identical call's reply now."""
+        with self._lock:
+            return sum(f.waiting for f in self._flights.values() if not f.done.is_set())
+
+
 class Client:
     """POST {base_url}/chat/completions on a requests.Session, with bounded retries.
 
     Retries (at most `retries`, waiting backoff·2^attempt·U(0.5, 1) or Retry-After) happen only on
-    connection errors, timeouts, 429 and 5xx; any other 4xx raises EndpointError at once. The API
-    key is read from os.environ[api_key_env] at each request and never kept, printed or logged.
-    on_chat(), when given, is called before every chat call; an exception it raises refuses the call
-    (evaluate.py's call budget).
+    connection errors, timeouts, 429, 5xx, and a 200 whose body is malformed (not JSON, no choices, a
+    choice without string content); any other 4xx and an unusable URL raise EndpointError at once. The API
+    key is read from os.environ[api_key_env] at each request and never kept, printed or logged; every
+    EndpointError message goes through _error, which removes it.
+
+    Identical calls in flight at the same time (the same cache key, on this client or its forks) send one
+    request and share its response (or its error). on_chat(), when given, is called before every chat
+    call, merged ones included; an exception it raises refuses the call (evaluate.py's call budget).
     """
 
-    def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", timeout: float = 120.0,
+    def __init__(self, base_url: str, model: str, api_key_env: str = DEFAULT_KEY_ENV, timeout: float = 120.0,
                  retries: int = 4, cache: Cache | None = None, backoff: float = 0.5, sleep: Callable = time.sleep,
-                 on_chat: Callable[[], None] | None = None):
+                 on_chat: Callable[[], None] | None = None, in_flight: InFlight | None = None):
         if not (isinstance(retries, int) and retries >= 0):
             raise ValueError(f"retries must be an integer >= 0, got retries={retries!r}")
         if not (timeout > 0 and backoff >= 0):
             raise ValueError(f"need timeout > 0 and backoff >= 0, got timeout={timeout!r}, backoff={backoff!r}")
-        self.base_url, self.model, self.api_key_env = base_url.rstrip("/"), model, api_key_env
+        self.base_url, self.model, self.api_key_env = check_base_url(base_url), model, api_key_env
         self.timeout, self.retries, self.cache, self.backoff, self._sleep = timeout, retries, cache, backoff, sleep
-        self.on_chat = on_chat
+        self.on_chat, self.in_flight = on_chat, in_flight or InFlight()
         self.session = requests.Session()
         self.session.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=64))  # one connection per thread
         self.session.mount("https://", requests.adapters.HTTPAdapter(pool_maxsize=64))
         self._lock = threading.Lock()
-        self._usage = dict(requests=0, calls=0, cache_hits=0, replies=0, prompt_tokens=0, completion_tokens=0,
-                           call_tokens=0)
+        self._usage = dict(requests=0, calls=0, cache_hits=0, merged=0, replies=0, prompt_tokens=0,
+                           completion_tokens=0, call_tokens=0)
 
     def __repr__(self) -> str:
         return f"Client(base_url={self.base_url!r}, model={self.model!r})"
 
     def fork(self, on_chat: Callable[[], None] | None = None) -> "Client":
-        """A client for the same endpoint, model, settings and cache, with its own session and counters."""
+        """A client for the same endpoint, model, settings, cache and requests in flight, with its own session
+        and counters."""
         return Client(self.base_url, self.model, self.api_key_env, self.timeout, self.retries, self.cache,
-                      self.backoff, self._sleep, on_chat)
+                      self.backoff, self._sleep, on_chat, self.in_flight)
 
     def close(self) -> None:
         self.session.close()
 
     @property
     def usage(self) -> dict:
-        """requests: HTTP attempts; calls: chat calls; cache_hits; replies: valid responses from the server;
-        prompt_tokens, completion_tokens: what the server reported for those replies (what this process
-        paid for); call_tokens: prompt + completion tokens of every response returned, cached ones too
-        (what the calls cost, had nothing been cached)."""
+        """requests: HTTP attempts; calls: chat calls (each one answered, merged or failed); cache_hits: calls
+        answered by the cache; merged: calls answered by an identical call in flight at the same time (they
+        send nothing); replies: valid responses from the server; prompt_tokens, completion_tokens: what the
+        server reported for those replies (what this process paid for); call_tokens: prompt + completion
+        tokens of every response returned, cached and merged ones too (what the calls cost, had nothing been
+        cached or merged). A successful call is exactly one of a reply, a cache hit or a merged call."""
         with self._lock:
             return dict(self._usage)
 
@@ -205,9 +341,12 @@ class Client:
             for k, v in inc.items():
                 self._usage[k] += v
 
-    def _redact(self, text: str) -> str:
+    def _error(self, url: str, status: int | None, message: str) -> EndpointError:
+        """The one way this client makes an EndpointError: the API key removed from the URL and the message,
+        before the message is folded onto one line and shortened (so no part of the key survives the cut)."""
         key = os.environ.get(self.api_key_env)
-        return text.replace(key, "***") if key else text
+        redact = (lambda text: text.replace(key, "***")) if key else (lambda text: text)
+        return EndpointError(redact(url), status, one_line(redact(message)))
 
     def chat(self, messages: list, **params) -> dict:
         """The response JSON of one chat completion; parameters set to None are not sent."""
@@ -215,57 +354,87 @@ class Client:
             self.on_chat()
         payload = {"model": self.model, "messages": messages, **{k: v for k, v in params.items() if v is not None}}
         self._count(calls=1)
-        key = cache_key(payload) if self.cache is not None else None
-        if key is not None and (hit := self.cache.get(key)) is not None:
+        key = cache_key(payload, self.base_url)
+        flight, first = self.in_flight.join(key)
+        if not first:  # an identical call is in flight: its outcome is this call's
+            flight.done.wait()
+            if flight.error is not None:
+                raise flight.error
+            self._count(call_tokens=sum(reported_usage(flight.response).values()),
+                        **{"cache_hits" if flight.source == "cache" else "merged": 1})
+            return copy.deepcopy(flight.response)
+        try:
+            response, source = self._answer(key, payload)
+            flight.finish(response, source)
+            return response
+        except BaseException as e:
+            flight.finish(None, None, e if isinstance(e, Exception) else
+                          self._error(self.base_url, None, "the identical call this one waited for was interrupted"))
+            raise
+        finally:
+            self.in_flight.leave(key)
+
+    def _answer(self, key: str, payload: dict) -> tuple:
+        """(response, "cache") from the cache, else (response, "server") from the endpoint, then cached."""
+        hit = self.cache.get(key) if self.cache is not None else None
+        if hit is not None:
             self._count(cache_hits=1, call_tokens=sum(reported_usage(hit).values()))
-            return hit
+            return hit, "cache"
         response = self._post(payload)
         tokens = reported_usage(response)
         self._count(replies=1, call_tokens=sum(tokens.values()), **tokens)
-        if key is not None:
+        if self.cache is not None:
             self.cache.put(key, response)
-        return response
+        return response, "server"
 
     def _post(self, payload: dict) -> dict:
         url = f"{self.base_url}/chat/completions"
-        key = os.environ.get(self.api_key_env)
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
         for attempt in range(self.retries + 1):
             wait = self.backoff * 2 ** attempt * random.uniform(0.5, 1.0)
             self._count(requests=1)
-            try:
-                r = self.session.post(url, json=payload, headers=headers, timeout=self.timeout)
-            except requests.Timeout:
-                error = EndpointError(url, None, f"timed out after {self.timeout} s")
-            except requests.RequestException as e:  # connection refused, reset, DNS, ...
-                error = EndpointError(url, None, self._redact(f"connection failed: {one_line(e)}"))
-            else:
-                if r.status_code == 429 or r.status_code >= 500:  # transient: wait as told, else back off
-                    error = EndpointError(url, r.status_code, self._redact(_server_message(r)))
-                    told = _retry_after(r)
-                    wait = wait if told is None else told
-                elif r.status_code >= 400:  # the request itself is wrong: retrying cannot help
-                    raise EndpointError(url, r.status_code, self._redact(_server_message(r)))
-                else:
-                    return self._validate(url, r)
+            body, error, told = self._attempt(url, payload)
+            if body is not None:
+                return body
             if attempt < self.retries:
-                self._sleep(min(wait, MAX_WAIT))
+                self._sleep(min(wait if told is None else told, MAX_WAIT))
         raise error
 
-    def _validate(self, url: str, r: requests.Response) -> dict:
-        """The body must be JSON with non-empty "choices", each holding a message with string content."""
+    def _attempt(self, url: str, payload: dict) -> tuple:
+        """One request: (body, None, None) for a valid reply; (None, EndpointError, Retry-After or None) for a
+        failure worth retrying; EndpointError raised at once for one that retrying cannot help."""
+        key = os.environ.get(self.api_key_env)
         try:
-            body = r.json()
-        except ValueError:
-            raise EndpointError(url, None, f"HTTP {r.status_code} body is not JSON: {one_line(r.text, 120)!r}") from None
-        choices = body.get("choices") if isinstance(body, dict) else None
-        if not isinstance(choices, list) or not choices:
-            said = f" (server said: {self._redact(_server_message(r))})" if isinstance(body, dict) and "error" in body else ""
-            raise EndpointError(url, None, f"response has no choices{said}")
-        for c in choices:
-            if not (isinstance(c, dict) and isinstance(c.get("message"), dict) and isinstance(c["message"].get("content"), str)):
-                raise EndpointError(url, None, f"a choice has no message with string content: {one_line(c, 120)}")
-        return body
+            r = self.session.post(url, json=payload, headers={"Authorization": f"Bearer {key}"} if key else {},
+                                  timeout=self.timeout)
+        except (requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema, requests.exceptions.MissingSchema) as e:
+            raise self._error(url, None, f"unusable URL: {e}") from None
+        except requests.Timeout:
+            return None, self._error(url, None, f"timed out after {self.timeout} s"), None
+        except requests.RequestException as e:  # connection refused, reset, DNS, ...
+            return None, self._error(url, None, f"connection failed: {e}"), None
+        if r.status_code == 429 or r.status_code >= 500:  # transient: wait as told, else back off
+            return None, self._error(url, r.status_code, _server_message(r)), _retry_after(r)
+        if r.status_code >= 400:  # the request itself is wrong
+            raise self._error(url, r.status_code, _server_message(r))
+        body, problem = _chat_body(r)
+        return body, None if problem is None else self._error(url, None, problem), None
+
+
+def _chat_body(r: requests.Response) -> tuple:
+    """(body, None) if the body is JSON with non-empty "choices", each holding a message with string
+    content; else (None, what is wrong), unabridged (the caller redacts and shortens it)."""
+    try:
+        body = r.json()
+    except ValueError:
+        return None, f"HTTP {r.status_code} body is not JSON: {r.text}"
+    choices = body.get("choices") if isinstance(body, dict) else None
+    if not isinstance(choices, list) or not choices:
+        said = f" (server said: {_server_message(r)})" if isinstance(body, dict) and "error" in body else ""
+        return None, f"response has no choices{said}"
+    for c in choices:
+        if not (isinstance(c, dict) and isinstance(c.get("message"), dict) and isinstance(c["message"].get("content"), str)):
+            return None, f"a choice has no message with string content: {json.dumps(c)}"
+    return body, None
 
 
 # ----------------------------------------------------------------------------- command-line flags
@@ -284,19 +453,43 @@ def add_endpoint_args(parser) -> None:
     g.add_argument("--model", default="default", help="the reasoner's model name")
     g.add_argument("--judge-model", help="the judges' model name (default: --model)")
     g.add_argument("--judge-base-url", help="the judges' endpoint (default: --base-url)")
-    g.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
+    g.add_argument("--api-key-env", help=f"environment variable holding the API key ({DEFAULT_KEY_ENV}); when it "
+                   "is unset, no key is sent, with a warning if this flag was given or an endpoint is not loopback")
     g.add_argument("--timeout", type=float, default=120.0, help="seconds per request (120)")
-    g.add_argument("--retries", type=int, default=4, help="retries on connection errors, timeouts, 429, 5xx (4)")
+    g.add_argument("--retries", type=int, default=4,
+                   help="retries on connection errors, timeouts, 429, 5xx and malformed replies (4)")
     g.add_argument("--concurrency", type=int, default=4,
                    help="requests in flight at once (4): demo.py overlaps a step's judge calls, evaluate.py runs items")
     g.add_argument("--cache", help="sqlite response cache file (demo.py: off by default; evaluate.py: OUT/cache.sqlite)")
 
 
 def clients_from_args(args) -> tuple:
-    """(reasoner client, judge client) from add_endpoint_args' flags; the same object when they agree."""
+    """(reasoner client, judge client) from add_endpoint_args' flags; the same object when they agree.
+    ValueError for an unusable URL, CacheError for an unusable cache file."""
     cache = Cache(args.cache) if args.cache else None
-    make = lambda url, model: Client(url, model, args.api_key_env, args.timeout, args.retries, cache)
+    key_env = args.api_key_env or DEFAULT_KEY_ENV
+    make = lambda url, model: Client(url, model, key_env, args.timeout, args.retries, cache)
     reasoner = make(args.base_url, args.model)
     judge_url, judge_model = args.judge_base_url or args.base_url, args.judge_model or args.model
     same = (judge_url, judge_model) == (args.base_url, args.model)
     return reasoner, reasoner if same else make(judge_url, judge_model)
+
+
+def is_loopback(url: str) -> bool:
+    """Whether url's host is this machine (localhost, 127.0.0.0/8, ::1)."""
+    try:
+        host = urllib.parse.urlsplit(url).hostname or ""
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name, not an address (or no URL at all)
+        return False
+
+
+def key_warning(args) -> str | None:
+    """One line to print when no API key will be sent and one is probably expected, else None: the
+    variable named by --api-key-env is unset or empty, and either --api-key-env was given or an endpoint
+    is not on loopback (a local server usually needs no key). It names the variable, never a key."""
+    name = args.api_key_env or DEFAULT_KEY_ENV
+    urls = [u for u in (args.base_url, args.judge_base_url) if u]
+    if os.environ.get(name) or (args.api_key_env is None and all(map(is_loopback, urls))):
+        return None
+    return f"warning: ${name} is not set, so no API key is sent to {' and '.join(urls)}"

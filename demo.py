@@ -16,14 +16,19 @@ optionally in the judge modes of the related papers (grounding.JudgeMode): SGV's
 EVPV's fact sheet, with its reliability gate; the trace's meta then holds the prior, the fact sheet (or
 "degraded") and the gate's checks, and one line sums up their extra calls and tokens.
 
-Every run prints a table per step, writes the trace (--trace, JSON, "verdict-trace/1") and draws the
+Every run prints a table per step, writes the trace (--trace, JSON, verdict.TRACE_FORMAT) and draws the
 decision plane (--plot, PNG): each candidate at (Δ*, s̄*), the acceptance region Δ* < ε, s̄* > τ shaded.
+Bad flags stop the run before any call: τ outside [0, 1], ε outside (0, 1], a blank --question, --choices
+that are not two or more "A. text" options, an unusable URL. Live, when the API key's variable is unset
+although a key is expected (--api-key-env was given, or an endpoint is not on this machine), one warning
+goes to stderr; the key itself is never printed.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import re
 import sys
 from dataclasses import replace
 
@@ -86,20 +91,44 @@ def fmt(x: float) -> str:
     return "  -  " if math.isnan(x) else f"{x:.3f}"
 
 
+HOW = {  # what each rule does: (a candidate passed its filter, none did), or one phrase for a rule with no filter
+    "verdict": ("accepted, highest s̄*", "fallback: none accepted, highest s̄*−Δ*"),
+    "raw-dual": ("accepted on raw scores, highest raw mean", "fallback: none accepted on raw scores, highest mean−Δ"),
+    "no-rank": ("the first accepted, in sampling order", "fallback: none accepted, the first candidate"),
+    "variance": ("raw std below ε, highest raw mean", "none with raw std below ε, highest raw mean"),
+    "mean": "no filter, highest raw mean",
+    "min": "no filter, highest minimum score",
+    "max": "no filter, highest maximum score",
+    "majority": "no filter, most judges above τ, then highest raw mean",
+    "no-filter": "no filter, highest s̄*",
+}
+
+
+def decision(rule: str, sel: verdict.Selection) -> str:
+    """How `rule` chose, in words. A rule with no filter passes every candidate that 2 or more judges scored."""
+    how = HOW[rule]
+    if isinstance(how, tuple):
+        return how[sel.fallback]
+    return how + ("; no candidate has 2 judge scores" if sel.fallback else "")
+
+
 def report(trace: verdict.Trace, out=sys.stdout) -> None:
-    """Print each step's table, the final answer and one line of totals."""
+    """Print each step's table, the final answer and one line of totals. The "ok" column is the rule's
+    filter (yes/no), or "-" for a rule with no filter."""
+    rule = trace.config.rule
+    filtered = isinstance(HOW[rule], tuple)
     for t, rec in enumerate(trace.steps, 1):
         sel = rec.selection
         raw = verdict.select(rec.s_hat, trace.config.lam, trace.config.tau, trace.config.eps, rule="mean").index
-        how = "fallback: none accepted, highest s̄*−Δ*" if sel.fallback else "accepted, highest s̄*"
-        print(f"\nstep {t}  (chosen #{sel.index}, {how})", file=out)
+        print(f"\nstep {t}  (chosen #{sel.index}, {decision(rule, sel)})", file=out)
         print(f"  #  {'candidate':<46}   ŝ_V    ŝ_L    ŝ_C     s̄*     Δ*   ok", file=out)
         for k, cand in enumerate(rec.candidates):
             text = cand.replace("\n", " ")
             text = text if len(text) <= 46 else text[:45] + "…"
             row = "  ".join(fmt(x) for x in (*rec.s_hat[k], sel.s_bar_star[k], sel.delta_star[k]))
-            mark = " ◀ chosen" + (" (fallback)" if sel.fallback else "") if k == sel.index else ""
-            print(f"  {k}  {text:<46}  {row}  {'yes' if sel.accepted[k] else ' no'}{mark}", file=out)
+            ok = ("yes" if sel.accepted[k] else " no") if filtered else "  -"
+            mark = " ◀ chosen" + (" (fallback)" if sel.fallback and filtered else "") if k == sel.index else ""
+            print(f"  {k}  {text:<46}  {row}  {ok}{mark}", file=out)
         if raw != sel.index:
             print(f"  the raw mean would have chosen #{raw} instead", file=out)
     tot = trace.totals()
@@ -183,8 +212,8 @@ def parse_args(argv):
     p.add_argument("--image", action="append", default=[], help="image path; repeat for several (live mode)")
     p.add_argument("--choices", help='options as "A. left|B. right"; appended to the question')
     p.add_argument("--n", type=int, default=3, help="candidates per step (3)")
-    p.add_argument("--tau", type=float, default=0.6, help="confidence threshold τ (0.6)")
-    p.add_argument("--eps", type=float, default=0.1, help="dispersion tolerance ε (0.1)")
+    p.add_argument("--tau", type=float, default=0.6, help="confidence threshold τ, in [0, 1] (0.6)")
+    p.add_argument("--eps", type=float, default=0.1, help="dispersion tolerance ε, in (0, 1] (0.1)")
     p.add_argument("--rule", default="verdict", choices=verdict.RULES, help="selection rule (verdict)")
     p.add_argument("--max-steps", type=int, default=8, help="longest chain (8)")
     p.add_argument("--trace", default="verdict_trace.json", help="where to write the trace JSON")
@@ -196,8 +225,31 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
+CHOICE = re.compile(r"([A-Za-z])\s*[.):]\s*(\S.*)")  # "A. left", "b) right", "C: both"
+
+
+def parse_choices(text: str) -> list:
+    """The options of --choices "A. left|B. right": two or more, each a letter, a dot (or ")" or ":") and
+    its text, the letters distinct. ValueError names the flag and its value otherwise."""
+    options = [o.strip() for o in text.split("|")]
+    found = [CHOICE.fullmatch(o) for o in options]
+    letters = [m[1].upper() for m in found if m]
+    if len(options) < 2 or not all(found) or len(set(letters)) != len(letters):
+        raise ValueError(f'--choices must be two or more options "A. text|B. text", each a letter, a dot and its '
+                         f"text, with distinct letters; got {text!r}")
+    return options
+
+
 def check_args(args) -> tuple:
-    """(config, judge mode) from the flags; ValueError names the first bad flag, before any call is made."""
+    """(config, judge mode) from the flags; ValueError names the first bad flag, before any call is made.
+
+    τ must lie in [0, 1]: s̄* is a mean of scores in [0, 1]. ε must lie in (0, 1]: Δ* >= 0, so ε <= 0
+    accepts nothing (Δ* of scores in [0, 1] is at most 0.5, so any ε above that filters nothing).
+    """
+    if not 0 <= args.tau <= 1:
+        raise ValueError(f"--tau must be in [0, 1] (s̄* is a mean of scores in [0, 1]), got {args.tau}")
+    if not 0 < args.eps <= 1:
+        raise ValueError(f"--eps must be in (0, 1] (Δ* >= 0, so eps <= 0 accepts nothing), got {args.eps}")
     config = verdict.Config(n=args.n, tau=args.tau, eps=args.eps, rule=args.rule, max_steps=args.max_steps)
     mode = grounding.JudgeMode.parse(args.judge_mode)
     mode = replace(mode, gate=mode.gate or args.gate)
@@ -205,7 +257,13 @@ def check_args(args) -> tuple:
         raise ValueError(f"judge mode {mode.name!r} needs a live model (--base-url)")
     if args.mode_max_tokens < 1:
         raise ValueError(f"--mode-max-tokens must be >= 1, got {args.mode_max_tokens}")
+    if args.question is not None and not args.question.strip():
+        raise ValueError("--question is blank")
+    if args.choices is not None:
+        parse_choices(args.choices)
     if args.base_url is not None:
+        for url in filter(None, (args.base_url, args.judge_base_url)):
+            client.check_base_url(url)
         if not args.question:
             raise ValueError("live mode needs --question")
         missing = [p for p in args.image if not os.path.isfile(p)]
@@ -226,7 +284,7 @@ def run_offline(config: verdict.Config) -> verdict.Trace:
 
 def run_live(args, config: verdict.Config, mode: grounding.JudgeMode) -> verdict.Trace:
     """A real reasoner and real judges at --base-url; EndpointError or ValueError when the endpoint fails."""
-    question = args.question + ("\n" + "\n".join(args.choices.split("|")) if args.choices else "")
+    question = args.question.strip() + ("\n" + "\n".join(parse_choices(args.choices)) if args.choices else "")
     print(f"live demo: reasoner {args.model} at {args.base_url}")
     reasoner, judge = client.clients_from_args(args)
     evidence = grounding.Grounding(judge, mode, max_tokens=args.mode_max_tokens)
@@ -242,6 +300,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     try:
         config, mode = check_args(args)
+        if args.base_url is not None and (warning := client.key_warning(args)):
+            print(f"demo.py: {warning}", file=sys.stderr)
         trace = run_offline(config) if args.base_url is None else run_live(args, config, mode)
     except (client.EndpointError, client.CacheError, ValueError) as e:
         print(f"demo.py: error: {e}", file=sys.stderr)

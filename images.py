@@ -15,6 +15,7 @@ images. An image is sent as a PNG data URL inside an OpenAI-style chat message:
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import io
 import math
@@ -32,10 +33,12 @@ MAX_PIXELS = 1280 * 28 * 28  # Qwen2.5-VL's default budget: 1280 visual tokens o
 
 _encoded: OrderedDict = OrderedDict()  # (fingerprint, max_pixels) -> data URL, least recently used first
 _encoded_lock = threading.Lock()
+_pil_lock = threading.RLock()  # a PIL image may decode lazily, and two threads decoding one image corrupt it
 
 
 def fingerprint(image) -> tuple:
-    """What identifies an image's content cheaply: path + mtime + size, or a hash of the bytes/pixels."""
+    """What identifies an image's content cheaply: path + mtime + size, or a hash of the bytes, or of a PIL
+    image's mode, size, orientation, palette, transparency and pixels (everything _to_rgb reads)."""
     if isinstance(image, (str, Path)):
         try:
             st = os.stat(image)
@@ -45,9 +48,11 @@ def fingerprint(image) -> tuple:
     if isinstance(image, (bytes, bytearray, memoryview)):
         return ("bytes", hashlib.sha256(image).hexdigest())
     if isinstance(image, Image.Image):
-        h = hashlib.sha256(f"{image.mode}{image.size}{image.getexif().get(0x0112)}".encode())
-        h.update(image.tobytes())
-        return ("pil", h.hexdigest())
+        with _pil_lock:
+            pixels = image.tobytes()  # decodes a lazily opened image first
+            palette = (image.palette.mode, image.palette.tobytes()) if image.palette is not None else None
+            meta = (image.mode, image.size, image.getexif().get(0x0112), palette, image.info.get("transparency"))
+        return ("pil", hashlib.sha256(repr(meta).encode() + pixels).hexdigest())
     raise ValueError(f"an image must be a path, bytes or a PIL.Image, got {type(image).__name__}")
 
 
@@ -66,11 +71,13 @@ def load(image) -> Image.Image:
 
 
 def _to_rgb(img: Image.Image) -> Image.Image:
-    """RGB from any mode: 16-bit greyscale scaled from 0..65535, I/F stretched min..max, alpha on white."""
+    """RGB from any mode: integer greyscale (I;16, I) scaled from 0..65535 when its values fit there, else,
+    like F, stretched min..max; alpha composited on white."""
     img = ImageOps.exif_transpose(img)
     if img.mode.startswith("I;16") or img.mode in ("I", "F"):  # convert("RGB") would clip these to white
         a = np.asarray(img, dtype=np.float64)                                      # [h, w]
-        lo, hi = (0.0, 65535.0) if img.mode.startswith("I;16") else (a.min(), a.max())
+        sixteen_bit = img.mode != "F" and a.min() >= 0 and a.max() <= 65535  # the same pixels, the same render
+        lo, hi = (0.0, 65535.0) if sixteen_bit else (a.min(), a.max())
         img = Image.fromarray(np.round((a - lo) * (255.0 / max(hi - lo, 1e-12))).clip(0, 255).astype(np.uint8))
     if img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info:
         rgba = img.convert("RGBA")
@@ -78,26 +85,37 @@ def _to_rgb(img: Image.Image) -> Image.Image:
     return img.convert("RGB")
 
 
+def budget_size(size: tuple, max_pixels: int) -> tuple:
+    """(w', h') with w'·h' <= max_pixels, each >= 1, keeping the aspect ratio of size = (w, h) as far as that
+    allows: both sides scaled by r = sqrt(max_pixels / (w·h)), rounded down; a side that would fall below
+    1 pixel stays 1 and the other side takes the rest of the budget (5000×1 at 1000 pixels: 1000×1)."""
+    w, h = size
+    r = math.sqrt(max_pixels / (w * h))
+    w2, h2 = max(1, int(w * r)), max(1, int(h * r))
+    if w2 * h2 > max_pixels:  # the shorter side was raised to 1 pixel: the longer one takes what is left
+        w2, h2 = (max_pixels // h2, h2) if w2 > h2 else (w2, max_pixels // w2)
+    return w2, h2
+
+
 def encode_image(image, max_pixels: int = MAX_PIXELS) -> str:
     """A "data:image/png;base64,..." URL for a path, bytes or PIL.Image.
 
     EXIF orientation applied, any mode converted to RGB (alpha composited on white), downscaled to
     at most `max_pixels` pixels keeping the aspect ratio, encoded as PNG (lossless: the model sees
-    the pixels it was given). Memoised, so the n×m judge calls of a step encode once.
+    the pixels it was given). Memoised, so the n×m judge calls of a step encode once. Thread-safe, also
+    for one lazily opened PIL image encoded from several threads at once.
     """
     if not (isinstance(max_pixels, int) and max_pixels >= 1):
         raise ValueError(f"max_pixels must be an integer >= 1, got max_pixels={max_pixels!r}")
-    key = (fingerprint(image), max_pixels)
-    with _encoded_lock:
-        if key in _encoded:
-            _encoded.move_to_end(key)
-            return _encoded[key]
-    img = _to_rgb(load(image))
-    w, h = img.size
-    if w * h > max_pixels:
-        r = math.sqrt(max_pixels / (w * h))
-        w2 = max(1, int(w * r))
-        img = img.resize((w2, max(1, min(int(h * r), max_pixels // w2))), Image.Resampling.LANCZOS, reducing_gap=3.0)
+    with _pil_lock if isinstance(image, Image.Image) else contextlib.nullcontext():  # the caller's image: one reader
+        key = (fingerprint(image), max_pixels)
+        with _encoded_lock:
+            if key in _encoded:
+                _encoded.move_to_end(key)
+                return _encoded[key]
+        img = _to_rgb(load(image))  # a new image, this thread's own
+    if img.width * img.height > max_pixels:
+        img = img.resize(budget_size(img.size, max_pixels), Image.Resampling.LANCZOS, reducing_gap=3.0)
     buf = io.BytesIO()
     img.save(buf, "PNG")
     url = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")

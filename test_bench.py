@@ -1,6 +1,8 @@
 """Tests for bench.py: the latency model's arithmetic, the simulated server's replies and prefix
 cache, the step modes' call counts, and the report's sections (a --quick run). No timing is asserted."""
 import math
+import os
+import re
 
 import numpy as np
 import pytest
@@ -100,7 +102,24 @@ def test_quick_report_has_every_section(tmp_path, monkeypatch):
     assert bench.main(["--quick", "--out", str(out)]) == 0
     text = out.read_text()
     for heading in ("## 1. Consensus throughput", "### 2a. Simulated", "**This is a simulation**", "### 2b. Real",
-                    "skipped: no live server", "## 3. Memory", "Peak RSS", "## Targets", "| sequential"):
+                    "skipped: no live server", "## 3. Memory", "## 4. The response cache", "## Targets", "| sequential"):
         assert heading in text
+    # every evaluate.py run succeeded: the memory section's figure, both cache runs, and no failure anywhere
+    assert "failed" not in text and re.search(r"every method, .*: exit code 0, [\d,]+ requests, \d+ s\.\n\n"
+                                              r"\*\*Peak RSS of the evaluate\.py process: \d+ MiB\*\*", text)
+    assert re.search(r"^- cache in a file: .*exit code 0", text, re.M) and re.search(r"^- cache in memory: .*--cache "
+                                                                                      r":memory:.*exit code 0", text, re.M)
+    assert re.search(r"^\| file \| [\d,]+ µs per put \| [\d,]+ µs per put \|$", text, re.M)
     assert "not measured" in text  # --quick does not reach N = 10⁵ and 10⁶
     assert np.all([line.count("|") >= 4 for line in text.splitlines() if line.startswith("| closed form")])
+
+
+def test_a_failed_evaluate_run_reports_the_failure_and_no_peak_rss(monkeypatch):
+    # a benchmark file that is not there: evaluate.py exits 2
+    monkeypatch.setattr(bench, "write_items", lambda folder, k: os.path.join(folder, "missing.jsonl"))
+    lines = bench.memory_section(1)
+    text = "\n".join(lines)
+    assert "**the run failed** (exit code 2" in text and "missing.jsonl: no such file" in text and "Peak RSS" not in text
+    assert lines[-1] == "No peak RSS is reported for a failed run."
+    cache = "\n".join(bench.cache_section(1, 10))
+    assert cache.count("**the run failed**") == 2 and "takes" not in cache

@@ -2,16 +2,23 @@
 the API key, the response cache, forks and the command-line flags. No other network."""
 import argparse
 import json
+import os
+import signal
 import socket
 import sqlite3
+import subprocess
+import sys
 import threading
+import time
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from PIL import Image
 
 import verdict
-from client import Cache, CacheError, Client, EndpointError, Parser, add_endpoint_args, cache_key, clients_from_args
+from client import (Cache, CacheError, Client, EndpointError, Parser, add_endpoint_args, cache_key, clients_from_args,
+                    key_warning)
 from images import messages
 from judges import Reasoner, make_judges, thread_map
 from loopback import chat_response, scripted, user_text
@@ -86,11 +93,37 @@ def test_connection_refused_is_retried_then_raises():
     ({"choices": [{"index": 0}]}, "no message"),
     ({"choices": [{"message": {"role": "assistant", "content": None}}]}, "no message"),
 ])
-def test_malformed_body_raises_endpoint_error(loopback, payload, needle):
+def test_malformed_200_is_retried_like_a_5xx_then_raises(loopback, payload, needle):
     srv = loopback(scripted(then=(200, payload)))
+    waits = []
     with pytest.raises(EndpointError) as e:
-        Client(srv.url, "m").chat([{"role": "user", "content": "hi"}])
-    assert e.value.status is None and needle in str(e.value) and len(srv.chats) == 1
+        Client(srv.url, "m", retries=2, backoff=1.0, sleep=waits.append).chat([{"role": "user", "content": "hi"}])
+    assert e.value.status is None and needle in str(e.value) and "\n" not in str(e.value)
+    assert len(srv.chats) == 3 and len(waits) == 2 and all(0.5 * 2 ** a <= w <= 2 ** a for a, w in enumerate(waits))
+
+
+def test_one_malformed_reply_then_a_good_one_succeeds(loopback):
+    srv = loopback(scripted((200, b"<html>oops</html>"), (200, {"choices": []}), "ok"))
+    client = Client(srv.url, "m", retries=2, sleep=lambda s: None)
+    assert client.chat([{"role": "user", "content": "hi"}])["choices"][0]["message"]["content"] == "ok"
+    assert client.usage["requests"] == 3 and client.usage["replies"] == 1 and client.usage["calls"] == 1
+
+
+@pytest.mark.parametrize("url", ["ftp://127.0.0.1:9/v1", "127.0.0.1:9/v1", "localhost:8000/v1", "", "http://",
+                                 "https:///v1", "http://127.0.0.1:99999/v1", "http://[::1/v1", "http://a b/v1", None])
+def test_an_unusable_url_fails_at_once_with_a_clear_error(url):
+    with pytest.raises(ValueError, match=r"endpoint URL must be http:// or https:// with a host.*got"):
+        Client(url, "m", sleep=pytest.fail)
+
+
+def test_a_url_error_from_requests_is_not_retried(loopback, monkeypatch):
+    import requests
+    client = Client("http://127.0.0.1:9/v1", "m", retries=3, sleep=pytest.fail)
+    monkeypatch.setattr(client.session, "post", lambda *a, **k: (_ for _ in ()).throw(
+        requests.exceptions.InvalidURL("Failed to parse: http://127.0.0.1:9/v1")))
+    with pytest.raises(EndpointError, match="unusable URL: Failed to parse"):
+        client.chat([{"role": "user", "content": "hi"}])
+    assert client.usage["requests"] == 1
 
 
 def test_usage_counts_tokens_calls_and_requests(loopback):
@@ -98,8 +131,8 @@ def test_usage_counts_tokens_calls_and_requests(loopback):
     client = Client(srv.url, "m", backoff=0.0)
     for _ in range(2):
         client.chat([{"role": "user", "content": "hi"}])
-    assert client.usage == dict(requests=3, calls=2, cache_hits=0, replies=2, prompt_tokens=22, completion_tokens=8,
-                                call_tokens=30)
+    assert client.usage == dict(requests=3, calls=2, cache_hits=0, merged=0, replies=2, prompt_tokens=22,
+                                completion_tokens=8, call_tokens=30)
 
 
 # ----------------------------------------------------------------------------- secrets
@@ -125,6 +158,26 @@ def test_api_key_is_sent_but_absent_from_traces_reprs_and_errors(loopback, monke
         assert SECRET not in str(e.value) + repr(e.value) + e.value.message and "***" in e.value.message
 
 
+@pytest.mark.parametrize("status, payload", [  # x * k puts the key across the 300-character cut of a message
+    (200, f"<html>{SECRET}</html>".encode()),                                               # 200, body not JSON
+    (200, f"<html>{'x' * 256} {SECRET}</html>".encode()),
+    (200, {"choices": [{"message": {"content": None}, "echo": SECRET}]}),                   # choice without content
+    (200, {"choices": [{"message": {"content": None}, "echo": "x" * 204 + SECRET}]}),
+    (200, {"error": {"message": f"bad key {SECRET}"}}),                                     # no choices, an error
+    (400, {"error": {"message": f"{'x' * 285} key {SECRET} refused"}}),
+    (500, f"upstream rejected key {SECRET}"),
+])
+def test_the_key_is_redacted_on_every_error_path(loopback, monkeypatch, status, payload):
+    monkeypatch.setenv("VERDICT_TEST_KEY", SECRET)
+    srv = loopback(scripted(then=(status, payload)))
+    with pytest.raises(EndpointError) as e:
+        Client(srv.url, "m", api_key_env="VERDICT_TEST_KEY", retries=1, sleep=lambda s: None).chat(
+            [{"role": "user", "content": "hi"}])
+    said = str(e.value) + repr(e.value) + e.value.message + e.value.url
+    assert "***" in said and all(SECRET[:k] not in said for k in (8, 12)) and srv.requests[0].headers[
+        "Authorization"] == f"Bearer {SECRET}"
+
+
 def test_no_authorization_header_without_a_key(loopback, monkeypatch):
     monkeypatch.delenv("VERDICT_NO_KEY", raising=False)
     srv = loopback(scripted("ok"))
@@ -146,22 +199,33 @@ def test_cache_hits_and_survives_a_restart(loopback, tmp_path, png):
     first.cache.close()
     again = Client(srv.url, "m", cache=Cache(path))  # a new process, the same file
     assert again.chat(msgs, temperature=0.0, seed=1) == a and len(srv.chats) == 2
-    assert again.usage == dict(requests=0, calls=1, cache_hits=1, replies=0, prompt_tokens=0, completion_tokens=0,
-                                call_tokens=12)  # the cached reply's 10 + 2 tokens: what the call costs
+    assert again.usage == dict(requests=0, calls=1, cache_hits=1, merged=0, replies=0, prompt_tokens=0,
+                               completion_tokens=0, call_tokens=12)  # the cached reply's 10 + 2 tokens: what the call costs
     other = Client(srv.url, "another-model", cache=Cache(path))
     other.chat(msgs, temperature=0.0, seed=1)
     assert len(srv.chats) == 3
 
 
-def test_cache_key_hashes_images_and_covers_every_parameter(png, tmp_path):
-    msgs = messages("s", [png], "t")
-    key = cache_key({"model": "m", "messages": msgs, "seed": 0})
-    assert key == cache_key({"seed": 0, "messages": messages("s", [png.read_bytes()], "t"), "model": "m"})
+def test_cache_key_hashes_images_and_covers_every_parameter_and_the_endpoint(png, tmp_path):
+    msgs, url = messages("s", [png], "t"), "http://127.0.0.1:8000/v1"
+    key = cache_key({"model": "m", "messages": msgs, "seed": 0}, url)
+    assert key == cache_key({"seed": 0, "messages": messages("s", [png.read_bytes()], "t"), "model": "m"}, url)
     other = tmp_path / "other.png"
     Image.new("RGB", (64, 48), "blue").save(other)
-    assert key != cache_key({"model": "m", "messages": messages("s", [other], "t"), "seed": 0})
+    assert key != cache_key({"model": "m", "messages": messages("s", [other], "t"), "seed": 0}, url)
     for change in ({"seed": 1}, {"model": "n"}, {"n": 3}, {"temperature": 0.8}):
-        assert key != cache_key({"model": "m", "messages": msgs, "seed": 0, **change})
+        assert key != cache_key({"model": "m", "messages": msgs, "seed": 0, **change}, url)
+    assert key != cache_key({"model": "m", "messages": msgs, "seed": 0}, "http://127.0.0.1:8001/v1")
+
+
+def test_two_servers_with_the_same_model_name_never_share_cached_answers(loopback, tmp_path):
+    first, second = loopback(scripted(then="from the first server")), loopback(scripted(then="from the second server"))
+    cache = Cache(tmp_path / "c.sqlite")
+    ask = lambda srv: Client(srv.url, "default", cache=cache).chat([{"role": "user", "content": "hi"}])
+    assert ask(first)["choices"][0]["message"]["content"] == "from the first server"
+    assert ask(second)["choices"][0]["message"]["content"] == "from the second server"
+    assert ask(first)["choices"][0]["message"]["content"] == "from the first server"  # a hit, of its own server
+    assert (len(first.chats), len(second.chats)) == (1, 1)
 
 
 def test_cache_is_thread_safe_and_reruns_are_free(loopback, tmp_path):
@@ -201,13 +265,145 @@ def test_cache_rejects_another_format_version_and_foreign_databases(tmp_path):
     Cache(path).close()
     with sqlite3.connect(path) as db:
         db.execute("UPDATE meta SET value='verdict-cache/0' WHERE name='format'")
-    with pytest.raises(CacheError, match=r"old\.sqlite.*verdict-cache/0.*verdict-cache/1"):
+    with pytest.raises(CacheError, match=r"old\.sqlite.*verdict-cache/0.*verdict-cache/2"):
         Cache(path)
     foreign = tmp_path / "foreign.sqlite"
     with sqlite3.connect(foreign) as db:
         db.execute("CREATE TABLE t (x)")
     with pytest.raises(CacheError, match="foreign.sqlite"):
         Cache(foreign)
+
+
+def test_cache_rejects_garbage_in_the_middle_when_it_opens(tmp_path):
+    path = tmp_path / "garbled.sqlite"
+    cache = Cache(path)
+    for i in range(200):
+        cache.put(f"k{i}", chat_response(f"{i} " + "x" * 1000))
+    cache.close()
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2 // 4096 * 4096  # one whole page in the middle; the header and the schema are intact
+    data[middle:middle + 4096] = np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes()
+    path.write_bytes(bytes(data))
+    with pytest.raises(CacheError, match=r"garbled\.sqlite is damaged"):
+        Cache(path)  # at once, before any entry is read
+
+
+LOCKERS = {  # another process's hold on the file, and what it blocks
+    "writing": 'db.execute("BEGIN IMMEDIATE"); db.execute("INSERT INTO responses VALUES (\'b\', \'{}\')")',
+    "exclusive": 'db.execute("PRAGMA locking_mode=EXCLUSIVE"); db.execute("BEGIN EXCLUSIVE")',
+}
+
+
+@pytest.mark.parametrize("hold", LOCKERS)
+def test_a_cache_locked_by_another_process_is_reported_as_locked_not_corrupt(tmp_path, hold):
+    path = tmp_path / "busy.sqlite"
+    Cache(path).close()
+    code = f"import sqlite3, sys\ndb = sqlite3.connect({str(path)!r}, isolation_level=None)\n{LOCKERS[hold]}\n" \
+           "print('locked', flush=True)\nsys.stdin.read()\n"
+    other = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline() == "locked\n"
+        with pytest.raises(CacheError) as e:
+            cache = Cache(path, timeout=0.2)  # "exclusive" blocks even reading: this raises
+            cache.put("k", chat_response("x"))  # "writing" blocks writing only
+    finally:
+        other.communicate("")
+    assert str(e.value).startswith(f"{path} is locked by another process (waited 0.2 s to ")
+    assert "damaged" not in str(e.value) and "not a readable" not in str(e.value) and "delete" not in str(e.value)
+
+
+def test_every_cache_failure_is_a_cache_error(tmp_path):
+    for bad in (tmp_path / "no" / "such" / "dir" / "c.sqlite", tmp_path, "nul\0byte.sqlite"):
+        with pytest.raises(CacheError, match="cannot open"):
+            Cache(bad)
+    cache = Cache(tmp_path / "c.sqlite")
+    cache.close()
+    for use in (lambda: cache.get("k"), lambda: cache.put("k", chat_response("x"))):
+        with pytest.raises(CacheError, match=r"c\.sqlite: the response cache is closed"):
+            use()
+    with pytest.raises(ValueError, match="timeout"):  # a bad argument is the caller's error, not the file's
+        Cache(tmp_path / "c.sqlite", timeout=0)
+
+
+KILLED_WRITER = """
+import sys, threading
+from client import Cache
+from loopback import chat_response
+cache, out = Cache(sys.argv[1]), threading.Lock()
+def write(t):
+    for i in range(10**9):
+        cache.put(f"{t}-{i}", chat_response(f"reply {t}-{i}"))
+        with out:  # put has returned: the reply is committed
+            print(f"{t}-{i}", flush=True)
+for t in range(4):
+    threading.Thread(target=write, args=(t,)).start()
+"""
+
+
+def test_a_committed_reply_survives_sigkill_and_the_cache_uses_wal(tmp_path):
+    path = tmp_path / "killed.sqlite"
+    writer = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(path)], stdout=subprocess.PIPE, text=True,
+                              cwd=os.path.dirname(os.path.abspath(__file__)))
+    committed = [writer.stdout.readline().strip() for _ in range(300)]  # 4 threads writing, killed mid-stream
+    os.kill(writer.pid, signal.SIGKILL)
+    writer.communicate()
+    assert writer.returncode == -signal.SIGKILL and all(committed)
+    cache = Cache(path)  # opens: the integrity check passes
+    assert all(cache.get(k) == chat_response(f"reply {k}") for k in committed)
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+# ----------------------------------------------------------------------------- identical requests in flight
+
+def gated(reply, calls: int) -> tuple:
+    """(handler, box): the handler answers reply(body) only once each of `calls` calls of box["client"] has
+    sent a request or joined an identical one in flight (polled, at most 10 s), so that they overlap."""
+    box, opened = {}, threading.Event()  # once open, the gate stays open
+
+    def handler(body, path):
+        deadline = time.monotonic() + 10
+        while not opened.is_set() and time.monotonic() < deadline:
+            if box["client"].in_flight.waiting() + len(box["srv"].chats) >= calls:
+                opened.set()
+            time.sleep(0.005)
+        return reply(body)
+    return handler, box
+
+
+def test_identical_concurrent_calls_send_one_request(loopback):
+    handler, box = gated(lambda body: chat_response(user_text(body).upper()), calls=9)
+    srv = box["srv"] = loopback(handler)
+    client = box["client"] = Client(srv.url, "m")
+    ask = lambda i: client.chat(messages("s", [], f"q{i % 3}"))["choices"][0]["message"]["content"]
+    assert thread_map(9)(ask, range(9)) == [f"Q{i % 3}" for i in range(9)]
+    assert len(srv.chats) == 3 and sorted(user_text(b) for b in srv.chats) == ["q0", "q1", "q2"]
+    # 3 replies of 10 + 1 tokens paid for; 9 calls that would cost 9 · 11 tokens
+    assert client.usage == dict(requests=3, calls=9, cache_hits=0, merged=6, replies=3, prompt_tokens=30,
+                                completion_tokens=3, call_tokens=99)
+
+
+def test_merged_calls_share_an_error_and_span_forks_and_budgets(loopback):
+    handler, box = gated(lambda body: (400, {"error": {"message": "bad request"}}), calls=4)
+    srv = box["srv"] = loopback(handler)
+    parent = box["client"] = Client(srv.url, "m")
+    spent = []
+    forks = [parent.fork(on_chat=lambda: spent.append(1)) for _ in range(4)]  # a merged call is still a call
+    ask = lambda c: pytest.raises(EndpointError, c.chat, [{"role": "user", "content": "hi"}]).value.message
+    assert thread_map(4)(ask, forks) == ["bad request"] * 4
+    assert len(srv.chats) == 1 and len(spent) == 4
+    assert sum(f.usage["requests"] for f in forks) == 1 and [f.usage["calls"] for f in forks] == [1] * 4
+    assert sum(f.usage["merged"] + f.usage["replies"] for f in forks) == 0  # nothing was answered
+
+
+def test_a_rerun_from_the_cache_counts_every_call_as_a_hit(loopback, tmp_path):
+    srv = loopback(scripted(then=lambda body, path: chat_response(user_text(body))))
+    cache = Cache(tmp_path / "c.sqlite")
+    ask = lambda c: lambda i: c.chat(messages("s", [], f"q{i % 3}"))
+    thread_map(1)(ask(Client(srv.url, "m", cache=cache)), range(3))
+    rerun = Client(srv.url, "m", cache=cache)
+    thread_map(9)(ask(rerun), range(9))  # followers of a cache hit count as hits, not as merged calls
+    assert len(srv.chats) == 3 and rerun.usage["cache_hits"] == 9 and rerun.usage["merged"] == 0
 
 
 # ----------------------------------------------------------------------------- command-line flags
@@ -217,9 +413,34 @@ def test_clients_from_args_share_or_split_the_client():
     add_endpoint_args(p)
     reasoner, judge = clients_from_args(p.parse_args(["--base-url", "http://h/v1", "--model", "a", "--retries", "1"]))
     assert reasoner is judge and reasoner.retries == 1 and reasoner.cache is None
+    assert reasoner.api_key_env == "OPENAI_API_KEY"
     reasoner, judge = clients_from_args(p.parse_args(["--base-url", "http://h/v1", "--model", "a", "--judge-model", "b"]))
     assert (reasoner.model, judge.model, judge.base_url) == ("a", "b", "http://h/v1")
 
+
+
+LOCAL, REMOTE = "http://127.0.0.1:8000/v1", "https://api.example.com/v1"
+
+
+@pytest.mark.parametrize("flags, key_set, warned", [
+    (["--base-url", LOCAL], False, None),                                   # a local server needs no key
+    (["--base-url", "http://localhost:8000/v1"], False, None),
+    (["--base-url", "http://[::1]:8000/v1"], False, None),
+    (["--base-url", REMOTE], False, f"$OPENAI_API_KEY is not set, so no API key is sent to {REMOTE}"),
+    (["--base-url", LOCAL, "--judge-base-url", REMOTE], False,
+     f"$OPENAI_API_KEY is not set, so no API key is sent to {LOCAL} and {REMOTE}"),
+    (["--base-url", LOCAL, "--api-key-env", "VERDICT_KEY"], False,         # asked for a key by name
+     f"$VERDICT_KEY is not set, so no API key is sent to {LOCAL}"),
+    (["--base-url", REMOTE, "--api-key-env", "VERDICT_KEY"], True, None),
+    (["--base-url", REMOTE], True, None),
+])
+def test_key_warning_names_the_variable_only_when_a_key_is_expected(monkeypatch, flags, key_set, warned):
+    p = argparse.ArgumentParser()
+    add_endpoint_args(p)
+    args = p.parse_args(flags)
+    name = args.api_key_env or "OPENAI_API_KEY"
+    monkeypatch.setenv(name, SECRET) if key_set else monkeypatch.delenv(name, raising=False)
+    assert key_warning(args) == (warned and "warning: " + warned)
 
 
 def test_parser_errors_are_one_line_with_exit_2(capsys):
@@ -249,8 +470,8 @@ def test_fork_shares_endpoint_and_cache_not_counters_and_on_chat_can_refuse(loop
     assert (child.base_url, child.model, child.retries, child.timeout, child.cache) == (
         parent.base_url, parent.model, 1, 9.0, parent.cache) and child.session is not parent.session
     ask(child, "first")  # the parent's reply, from the shared cache
-    assert child.usage == dict(requests=0, calls=1, cache_hits=1, replies=0, prompt_tokens=0, completion_tokens=0,
-                               call_tokens=11)  # "ok": 10 prompt tokens + 1 completion word
+    assert child.usage == dict(requests=0, calls=1, cache_hits=1, merged=0, replies=0, prompt_tokens=0,
+                               completion_tokens=0, call_tokens=11)  # "ok": 10 prompt tokens + 1 completion word
     ask(child, "second")
     with pytest.raises(RuntimeError, match="budget spent"):
         ask(child, "third")

@@ -101,7 +101,11 @@ def test_live_mode_against_loopback(tmp_path):
     assert all(v == 0.8 for s in d["steps"] for r in s["s_hat"] for v in r)
     assert "sk-secret-demo" not in (tmp_path / "verdict_trace.json").read_text() + out.stdout + out.stderr
     chat = [r for r in requests if r[0].endswith("/chat/completions")]
-    assert len(chat) == sum(1 + 3 * len(s["candidates"]) for s in d["steps"])
+    usage = d["meta"]["usage"]["reasoner"]
+    # 1 reasoner call and 3 judge calls per candidate; the 3 identical candidates "Final answer: B" make
+    # identical judge calls, and those in flight at the same time share one request
+    assert usage["calls"] == sum(1 + 3 * len(s["candidates"]) for s in d["steps"])
+    assert len({json.dumps(r[1], sort_keys=True) for r in chat}) <= len(chat) == usage["calls"] - usage["merged"]
 
 
 def test_live_mode_text_only(tmp_path):
@@ -130,14 +134,16 @@ def test_live_mode_with_judge_modes_records_them_in_the_trace(tmp_path):
     with LoopbackServer(grounded_server) as srv:
         out = run_demo(["--base-url", srv.url, "--model", "scripted", "--question", "Left or right?", "--n", "2",
                         "--max-steps", "1", "--judge-mode", "prior,premises", "--gate"], cwd=tmp_path)
-        prompts = [r[1]["messages"][-1]["content"] for r in srv.requests if r[0].endswith("/chat/completions")]
+        chats = [r[1] for r in srv.requests if r[0].endswith("/chat/completions")]
     assert out.returncode == 0, out.stderr
     d = json.loads((tmp_path / "verdict_trace.json").read_text())
     check_trace(d)
     g = d["meta"]["grounding"]
     assert g["judge_mode"] == "prior+premises+gate" and g["prior"] == "- The ball must be found right of the cube."
     assert g["fact_sheet_status"] == "ok" and [e["r"] for e in g["gate"]] == [1.0, 1.0]
-    assert g["extra_calls"] == 1 + 1 + 2 and sum("Reference expectations" in p for p in prompts) == 2 * 3
+    judged = [c["messages"] for c in chats if "Score:" in c["messages"][-1]["content"]]
+    assert g["extra_calls"] == 1 + 1 + 2 and all("Reference expectations" in m[-1]["content"] for m in judged)
+    assert len({json.dumps(m) for m in judged}) == 3 and d["totals"]["judge_calls"] == 2 * 3  # 2 identical candidates
     assert ("judge mode prior+premises+gate; prior of 43 characters; fact sheet ok (2 facts); "
             "2 premise checks (r = 1.00, 1.00); 4 extra calls, ") in out.stdout
 
@@ -156,11 +162,73 @@ def refuse_model(body, path):
     (["--judge-mode", "prior"], "needs a live model (--base-url)"),
     (["--base-url", "http://127.0.0.1:9/v1", "--question", "q", "--judge-mode", "sgv"], "judge mode 'sgv'"),
     (["--base-url", "http://127.0.0.1:9/v1", "--question", "q", "--gate"], "the gate needs the premises mode"),
+    (["--base-url", "http://127.0.0.1:9/v1", "--question", "   "], "--question is blank"),
+    (["--question", " \t "], "--question is blank"),
+    (["--choices", "garbage"], "--choices must be two or more options"),
+    (["--choices", "|||"], "got '|||'"),
+    (["--choices", "A. left"], "--choices must be two or more options"),
+    (["--choices", "A. left|a. right"], "distinct letters"),
+    (["--base-url", "ftp://127.0.0.1:9/v1", "--question", "q"], "endpoint URL must be http:// or https://"),
 ])
 def test_errors_are_one_line_with_exit_2(tmp_path, args, needle):
     out = run_demo(args, cwd=tmp_path)
     assert out.returncode == 2 and out.stdout == ""
     assert len(out.stderr.strip().splitlines()) == 1 and needle in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("flag, value", [("--tau", "2"), ("--tau", "-0.1"), ("--eps", "-1"), ("--eps", "0"),
+                                         ("--eps", "1.5")])
+def test_tau_and_eps_out_of_range_are_refused_before_any_call(tmp_path, flag, value):
+    with LoopbackServer(scripted_judge_server) as srv:
+        out = run_demo(["--base-url", srv.url, "--question", "q", flag, value], cwd=tmp_path)
+        assert srv.requests == []
+    assert out.returncode == 2 and out.stderr.startswith(f"demo.py: error: {flag} must be in ")
+    assert len(out.stderr.splitlines()) == 1 and not (tmp_path / "verdict_trace.json").exists()
+
+
+@pytest.mark.parametrize("tau, eps", [("0", "1"), ("1", "0.01")])
+def test_tau_and_eps_at_the_ends_of_their_ranges_run_and_plot(tmp_path, tau, eps):
+    out = run_demo(["--tau", tau, "--eps", eps], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    with Image.open(tmp_path / "verdict_decisions.png") as img:
+        assert img.size == (640, 480)
+
+
+@pytest.mark.parametrize("rule, how", [("max", "no filter, highest maximum score"), ("mean", "no filter, highest raw mean"),
+                                       ("majority", "no filter, most judges above τ, then highest raw mean"),
+                                       ("no-filter", "no filter, highest s̄*")])
+def test_a_rule_without_a_filter_says_what_it_did(tmp_path, rule, how):
+    out = run_demo(["--rule", rule], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    d = json.loads((tmp_path / "verdict_trace.json").read_text())
+    headers = re.findall(r"^step \d+ +\(chosen #(\d+), (.*)\)$", out.stdout, re.M)
+    assert headers == [(str(s["index"]), how) for s in d["steps"]]
+    rows = re.findall(r"^  \d  .*  (yes| no|  -)( ◀ chosen.*)?$", out.stdout, re.M)
+    assert len(rows) == 9 and all(ok == "  -" for ok, _ in rows) and "(fallback)" not in out.stdout
+    if rule == "max":  # step 1: (0.9, 0.2, 0.9) has the highest maximum, 0.9
+        assert headers[0][0] == "1"
+
+
+def test_a_rule_with_a_filter_marks_its_rows(tmp_path):
+    out = run_demo(["--rule", "raw-dual"], cwd=tmp_path)
+    d = json.loads((tmp_path / "verdict_trace.json").read_text())
+    flags = [m[1] == "yes" for m in re.finditer(r"(yes| no)( ◀ chosen.*)?$", out.stdout, re.M)]
+    assert flags == [a for s in d["steps"] for a in s["accepted"]] and not all(flags)
+    assert re.search(r"^step 1 +\(chosen #\d, (accepted on raw scores, highest raw mean|fallback: .*)\)$", out.stdout, re.M)
+
+
+@pytest.mark.parametrize("flags, env, warned", [
+    (["--api-key-env", "VERDICT_UNSET_KEY"], {}, "demo.py: warning: $VERDICT_UNSET_KEY is not set, so no API key is sent to "),
+    ([], {"OPENAI_API_KEY": ""}, None),   # the default variable, unset, on loopback: a local server needs no key
+    (["--api-key-env", "VERDICT_SET_KEY"], {"VERDICT_SET_KEY": "sk-demo-secret"}, None),
+])
+def test_an_unset_key_variable_is_warned_about_once(tmp_path, flags, env, warned):
+    with LoopbackServer(scripted_judge_server) as srv:
+        out = run_demo(["--base-url", srv.url, "--question", "Is 3 > 2?", "--max-steps", "1", *flags], cwd=tmp_path,
+                       env={"VERDICT_UNSET_KEY": "", **env})
+        url = srv.url
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ("" if warned is None else f"{warned}{url}\n") and "sk-demo-secret" not in out.stderr
 
 
 def test_unreachable_server_and_wrong_model(tmp_path):

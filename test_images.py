@@ -3,6 +3,7 @@ and the chat messages that carry images."""
 import base64
 import io
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -107,3 +108,65 @@ def test_encodings_are_memoised_and_follow_file_changes(png):
     os.utime(png, ns=(1, 1))
     assert encode_image(png) != a
 
+
+
+def _palette_image(palette, transparency=None):
+    img = Image.new("P", (8, 6), 1)  # every pixel is index 1
+    img.putpalette(palette + [0] * (768 - len(palette)))
+    if transparency is not None:
+        img.info["transparency"] = transparency
+    return img
+
+
+def test_palette_images_with_the_same_indices_and_another_palette_or_transparency_differ():
+    red, blue = _palette_image([0, 0, 0, 200, 10, 10]), _palette_image([0, 0, 0, 10, 10, 200])
+    clear = _palette_image([0, 0, 0, 200, 10, 10], transparency=1)
+    assert red.tobytes() == blue.tobytes() == clear.tobytes()  # the same indices
+    pixels = [decode(encode_image(img)).getpixel((3, 3)) for img in (red, blue, clear)]
+    assert pixels == [(200, 10, 10), (10, 10, 200), (255, 255, 255)]  # index 1 transparent: white
+
+
+def test_one_lazily_opened_image_encoded_from_many_threads_at_once(tmp_path):
+    path = tmp_path / "noise.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (400, 400, 3), dtype=np.uint8)).save(path)
+    expected = encode_image(path)
+    for _ in range(5):  # each time a fresh, not yet decoded image shared by 8 threads
+        lazy = Image.open(path)
+        with ThreadPoolExecutor(8) as pool:
+            assert list(pool.map(lambda _: encode_image(lazy), range(8))) == [expected] * 8
+
+
+@pytest.mark.parametrize("size, budget, expected", [
+    ((5000, 1), 1000, (1000, 1)),   # the short side cannot shrink below 1: the long one takes the budget
+    ((1, 5000), 1000, (1, 1000)),
+    ((5000, 3), 1000, (1000, 1)),   # r = 0.258: 1290 × 0.77 -> 1290 × 1 -> 1000 × 1
+    ((2400, 1800), 100, (11, 8)),   # r = 0.00481: 11.5 × 8.7 -> 11 × 8
+])
+def test_budget_size_golden(size, budget, expected):
+    assert images.budget_size(size, budget) == expected
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_budget_size_keeps_the_budget_for_any_aspect_ratio(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(500):
+        w, h = (int(x) for x in np.exp(rng.uniform(0, np.log(20000), 2)))
+        budget = int(rng.integers(1, w * h + 1))
+        w2, h2 = images.budget_size((w, h), budget)
+        assert 1 <= w2 <= w and 1 <= h2 <= h and w2 * h2 <= budget
+        if min(w2, h2) >= 20:  # both sides large enough to carry the aspect ratio
+            assert abs(np.log((w2 / h2) / (w / h))) < 0.1
+
+
+def test_extreme_aspect_ratio_is_encoded_within_the_budget():
+    w, h = decode(encode_image(Image.new("RGB", (5000, 1), "red"), max_pixels=1000)).size
+    assert w * h <= 1000 and (w, h) == (1000, 1)
+
+
+def test_modes_i_and_i16_with_the_same_pixels_render_the_same(tmp_path):
+    a = np.random.default_rng(1).integers(0, 65536, (6, 8)).astype(np.uint16)
+    sixteen, wide = Image.fromarray(a), Image.fromarray(a.astype(np.int32))
+    assert (sixteen.mode, wide.mode) == ("I;16", "I")
+    out = [np.asarray(decode(encode_image(img))) for img in (sixteen, wide)]
+    assert np.array_equal(out[0], out[1])
+    assert np.array_equal(out[0][..., 0], np.round(a / 65535 * 255).astype(np.uint8))  # 0..65535 -> 0..255

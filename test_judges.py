@@ -328,7 +328,7 @@ def test_judge_calls_overlap_under_thread_map(loopback):
         if is_judge(body):
             barrier.wait()
             return chat_response("Fine.\nScore: 0.9")
-        return chat_response(["Final answer: A"] * body["n"])
+        return chat_response([f"Final answer: {'AB'[i]}" for i in range(body["n"])])  # distinct: no call merges
     srv = loopback(handler)
     client = Client(srv.url, "m", retries=0)
     cfg = verdict.Config(n=2, max_steps=1)
