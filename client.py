@@ -463,16 +463,19 @@ def add_endpoint_args(parser) -> None:
     g.add_argument("--cache", help="sqlite response cache file (demo.py: off by default; evaluate.py: OUT/cache.sqlite)")
 
 
+def endpoint_client(args, url: str, model: str, cache: Cache | None = None) -> Client:
+    """A Client for url and model with add_endpoint_args' key variable, timeout and retries."""
+    return Client(url, model, args.api_key_env or DEFAULT_KEY_ENV, args.timeout, args.retries, cache)
+
+
 def clients_from_args(args) -> tuple:
     """(reasoner client, judge client) from add_endpoint_args' flags; the same object when they agree.
     ValueError for an unusable URL, CacheError for an unusable cache file."""
     cache = Cache(args.cache) if args.cache else None
-    key_env = args.api_key_env or DEFAULT_KEY_ENV
-    make = lambda url, model: Client(url, model, key_env, args.timeout, args.retries, cache)
-    reasoner = make(args.base_url, args.model)
+    reasoner = endpoint_client(args, args.base_url, args.model, cache)
     judge_url, judge_model = args.judge_base_url or args.base_url, args.judge_model or args.model
     same = (judge_url, judge_model) == (args.base_url, args.model)
-    return reasoner, reasoner if same else make(judge_url, judge_model)
+    return reasoner, reasoner if same else endpoint_client(args, judge_url, judge_model, cache)
 
 
 def is_loopback(url: str) -> bool:

@@ -434,10 +434,12 @@ def run(args, methods: list, config: verdict.Config, record: dict) -> int:
         loaded = load_data(args)
         args.cache = args.cache or os.path.join(args.out, "cache.sqlite")  # so the methods always share calls
         reasoner, judge = client.clients_from_args(args)
-        extractor = client.Client(record["extract_base_url"], args.extract_model, args.api_key_env, args.timeout,
-                                  args.retries, reasoner.cache) if args.extract_model else None
+        extractor = (client.endpoint_client(args, record["extract_base_url"], args.extract_model, reasoner.cache)
+                     if args.extract_model else None)
     except (ValueError, OSError, client.CacheError) as e:
         return fail(e)
+    if warning := client.key_warning(args):
+        print(f"evaluate.py: {warning}", file=sys.stderr)
     for f in loaded:
         for w in f.warnings:
             print(f"evaluate.py: warning: {w}", file=sys.stderr)

@@ -38,7 +38,7 @@ _pil_lock = threading.RLock()  # a PIL image may decode lazily, and two threads 
 
 def fingerprint(image) -> tuple:
     """What identifies an image's content cheaply: path + mtime + size, or a hash of the bytes, or of a PIL
-    image's mode, size, orientation, palette, transparency and pixels (everything _to_rgb reads)."""
+    image's mode, size, orientation, palette, transparency and pixels (everything to_rgb reads)."""
     if isinstance(image, (str, Path)):
         try:
             st = os.stat(image)
@@ -70,7 +70,7 @@ def load(image) -> Image.Image:
         raise ValueError(f"cannot decode image {name}: {e}") from None
 
 
-def _to_rgb(img: Image.Image) -> Image.Image:
+def to_rgb(img: Image.Image) -> Image.Image:
     """RGB from any mode: integer greyscale (I;16, I) scaled from 0..65535 when its values fit there, else,
     like F, stretched min..max; alpha composited on white."""
     img = ImageOps.exif_transpose(img)
@@ -113,7 +113,7 @@ def encode_image(image, max_pixels: int = MAX_PIXELS) -> str:
             if key in _encoded:
                 _encoded.move_to_end(key)
                 return _encoded[key]
-        img = _to_rgb(load(image))  # a new image, this thread's own
+        img = to_rgb(load(image))  # a new image, this thread's own
     if img.width * img.height > max_pixels:
         img = img.resize(budget_size(img.size, max_pixels), Image.Resampling.LANCZOS, reducing_gap=3.0)
     buf = io.BytesIO()
@@ -137,7 +137,6 @@ def messages(system: str, images: Sequence, text: str, max_pixels: int = MAX_PIX
         return [{"role": "system", "content": system}, {"role": "user", "content": text}]
     parts = [{"type": "image_url", "image_url": {"url": encode_image(im, max_pixels)}} for im in images]
     return [{"role": "system", "content": system}, {"role": "user", "content": parts + [{"type": "text", "text": text}]}]
-
 
 
 def font(size: int):

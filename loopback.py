@@ -103,7 +103,8 @@ def scripted(*replies, then=None) -> Callable:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
-    block_on_close = False  # a handler still blocked in a test must not hang shutdown
+    block_on_close = False   # a handler still blocked in a test must not hang shutdown
+    request_queue_size = 64  # the listen backlog: the default 5 stalls many concurrent clients for about 1 s
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -36,7 +36,7 @@ from typing import Any, Sequence
 import numpy as np
 from PIL import Image
 
-from images import MAX_PIXELS, _to_rgb, encode_image, load
+from images import MAX_PIXELS, to_rgb, encode_image, load
 
 COORDS = ("source", "sent", "norm1000")
 MAX_ZOOM = 4.0   # App. B: "zoom is capped at 4.0"
@@ -187,7 +187,7 @@ def zoom_in(image, box, zoom: float = 1.0, *, coords: str, min_side: int = MIN_S
     than `max_pixels`). ValueError names a bad box (not 4 finite numbers, degenerate, outside the
     image), an unknown `coords` or a zoom below 1.
     """
-    img = _to_rgb(load(image))
+    img = to_rgb(load(image))
     sent = sent_size(image, max_pixels) if coords == "sent" else None
     x1, y1, x2, y2 = crop_box(to_source(box, coords, img.size, sent), img.size)
     size, s = out_size(x2 - x1, y2 - y1, zoom, min_side, max_pixels)
@@ -229,7 +229,7 @@ def edges(image) -> Image.Image:
     Grey = 0.299 R + 0.587 G + 0.114 B on the RGB image, kept in floating point. E = 255·(M − min M) /
     (max M − min M); a flat image (max M = min M) gives all zeros, as OpenCV's NORM_MINMAX does.
     """
-    rgb = np.asarray(_to_rgb(load(image)), dtype=np.float64)  # [h, w, 3]
+    rgb = np.asarray(to_rgb(load(image)), dtype=np.float64)  # [h, w, 3]
     m = scharr_magnitude(rgb @ GREY)                           # [h, w, 3] -> [h, w]
     span = m.max() - m.min()
     e = (m - m.min()) * (255.0 / span) if span > 0 else np.zeros_like(m)  # [h, w]
