@@ -2,6 +2,8 @@
 values with their derivations (including the paper's two errata), selection, the loop, guards."""
 import json
 import math
+from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -9,16 +11,36 @@ import pytest
 import verdict as V
 from verdict import Config, consensus, consensus_matrix, dispersion, run, select
 
+pytestmark = pytest.mark.filterwarnings("error")  # the math warns about nothing, abstentions included
+
 NAN = float("nan")
 LAM = np.array(V.STUBBORNNESS)
 SEEDS = range(8)
+TINIEST = 5e-324  # the smallest positive float (subnormal): λ has no floor above it
+
+
+def papers_system(lam):
+    """A of the paper's m×m system A s = λ ∘ ŝ: A_ii = 1 + λ_i, A_ij = −1/(m−1)."""
+    lam = np.asarray(lam, float)
+    m = len(lam)
+    return np.full((m, m), -1.0 / (m - 1)) + np.diag(1.0 + lam + 1.0 / (m - 1))
 
 
 def solve_system(s_hat, lam):
-    """The paper's m×m system (1 + λ_i) s_i − (1/(m−1)) Σ_{j≠i} s_j = λ_i ŝ_i, solved directly."""
-    m = len(lam)
-    A = np.full((m, m), -1.0 / (m - 1)) + np.diag(1.0 + np.asarray(lam) + 1.0 / (m - 1))
-    return np.linalg.solve(A, np.asarray(lam) * s_hat)
+    """The paper's system (1 + λ_i) s_i − (1/(m−1)) Σ_{j≠i} s_j = λ_i ŝ_i, solved by np.linalg.solve.
+
+    The equation of the judge k with the largest λ is replaced by the sum of all m equations divided
+    by λ_k, a row operation that keeps the solution: column j of A sums to (1 + λ_j) − (m−1)/(m−1) = λ_j,
+    so that row reads Σ_j (λ_j/λ_k) s_j = Σ_j (λ_j/λ_k) ŝ_j. A itself is singular at λ = 0 and its
+    condition number grows like 1/λ: np.linalg.solve(A, λ ∘ ŝ) is about 0.3% off at λ ≈ 1e-14 and raises
+    at 1e-17. With the row replaced the system is well conditioned for every λ > 0, extreme ratios
+    included (the sum row leans towards judge k, whose own equation it replaces):
+    test_the_oracle_is_exact_to_rounding checks it against exact rational arithmetic.
+    """
+    lam, s_hat = np.asarray(lam, float), np.asarray(s_hat, float)
+    A, b, k = papers_system(lam), lam * s_hat, int(np.argmax(lam))
+    A[k], b[k] = lam / lam[k], (lam / lam[k]) @ s_hat
+    return np.linalg.solve(A, b)
 
 
 def rand_case(rng, m=None):
@@ -38,6 +60,84 @@ def test_closed_form_matches_linalg_solve(seed):
         np.testing.assert_allclose(consensus(s_hat, lam), want, rtol=0, atol=1e-12)
         M = consensus_matrix(lam)
         np.testing.assert_allclose(s_hat @ M.T, want, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_oracle_solves_the_papers_system(seed):
+    # The row replacement in solve_system is a row operation: for ordinary λ, where A is well
+    # conditioned, it gives what np.linalg.solve gives on A itself.
+    rng = np.random.default_rng(seed)
+    for m in range(2, 9):
+        lam, s_hat = rng.uniform(0.05, 20, m), rng.random(m)
+        np.testing.assert_allclose(solve_system(s_hat, lam), np.linalg.solve(papers_system(lam), lam * s_hat),
+                                   rtol=0, atol=1e-12)
+
+
+def exact_solve(s_hat, lam):
+    """The paper's system solved in exact rational arithmetic (Gaussian elimination on Fractions)."""
+    m, c = len(lam), Fraction(1, len(lam) - 1)
+    rows = [[1 + Fraction(lam[i]) if j == i else -c for j in range(m)] + [Fraction(lam[i]) * Fraction(s_hat[i])]
+            for i in range(m)]
+    for p in range(m):  # A is strictly diagonally dominant (1 + λ_i > (m−1)·c = 1): no pivot is 0
+        for r in rows[p + 1:]:
+            f = r[p] / rows[p][p]
+            r[:] = [x - f * y for x, y in zip(r, rows[p])]
+    s = [Fraction(0)] * m
+    for i in reversed(range(m)):
+        s[i] = (rows[i][m] - sum(rows[i][j] * s[j] for j in range(i + 1, m))) / rows[i][i]
+    return np.array([float(x) for x in s])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_oracle_is_exact_to_rounding(seed):
+    rng = np.random.default_rng(seed)
+    for scale in (1e3, 1.0, 1e-14, 1e-17, 1e-200, TINIEST, None):
+        m = int(rng.integers(2, 6))
+        lam = 10.0 ** rng.uniform(-323, 300, m) if scale is None else np.maximum(scale * rng.uniform(1, 20, m), TINIEST)
+        s_hat = rng.random(m)
+        np.testing.assert_allclose(solve_system(s_hat, lam), exact_solve(s_hat, lam), rtol=0, atol=1e-14)
+
+
+def oracle_rows(s_hat, lam):
+    """The consensus of each row of s_hat [r, m] by the oracle, over the judges who answered."""
+    out = np.full(s_hat.shape, NAN)
+    for row, o in zip(s_hat, out):
+        who = ~np.isnan(row)
+        o[who] = solve_system(row[who], lam[who]) if who.sum() >= 2 else row[who]
+    return out
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_closed_form_matches_the_oracle_down_to_the_smallest_lambda(seed):
+    # No floor on λ: every finite λ > 0 is accepted, so the closed form is checked against the oracle
+    # from λ ~ 1e3 down to the smallest subnormal 5e-324, with and without abstentions, and with λ_i drawn
+    # independently over 1e-323 .. 1e300, where their ratios are extreme too.
+    rng = np.random.default_rng(seed)
+    lams = [np.maximum(10.0 ** -k * rng.uniform(1, 20, int(rng.integers(2, 9))), TINIEST) for k in range(-3, 324, 9)]
+    lams += [np.full(int(rng.integers(2, 9)), TINIEST)]
+    lams += [10.0 ** rng.uniform(-323, 300, int(rng.integers(2, 9))) for _ in range(20)]
+    for lam in lams:
+        s_hat = rng.random((12, len(lam)))
+        np.testing.assert_allclose(consensus(s_hat, lam), oracle_rows(s_hat, lam), rtol=0, atol=1e-13)
+        s_hat[rng.random(s_hat.shape) < 0.3] = NAN                                 # some rows below 2 answers
+        np.testing.assert_allclose(consensus(s_hat, lam), oracle_rows(s_hat, lam), rtol=0, atol=1e-13)
+
+
+def test_tiny_lambda_golden():
+    # Equal λ: S = m ŝ̄ (the plain mean is kept), a = λ + m c, so s_i* = (λ ŝ_i + c m ŝ̄)/(λ + m c)
+    # = ŝ̄ + λ (ŝ_i − ŝ̄)/(λ + m c): every score moves to the mean as λ → 0. ŝ = (0.9, 0.2, 0.5): ŝ̄ = 8/15,
+    # m c = 3/2. (With the textbook denominator 1 − c Σ 1/a_i, s* is 0.08% off at λ = 1e-14 and inf at 1e-17.)
+    s_hat = np.array([0.9, 0.2, 0.5])
+    for lam in (1e-14, 1e-17, 1e-300, TINIEST):
+        want = 8 / 15 + lam * (s_hat - 8 / 15) / (lam + 1.5)
+        np.testing.assert_allclose(consensus(s_hat, [lam] * 3), want, rtol=0, atol=1e-15)
+    # m = 2, c = 1: det A = λ_1 + λ_2 + λ_1 λ_2 and s_1 = ((1 + λ_2) λ_1 ŝ_1 + λ_2 ŝ_2) / det → (λ_1 ŝ_1 + λ_2 ŝ_2)
+    # / (λ_1 + λ_2): with λ = (1e-17, 2e-17) and ŝ = (0.9, 0.3) both scores are 0.5 (to 1e-17).
+    np.testing.assert_allclose(consensus([0.9, 0.3], [1e-17, 2e-17]), [0.5, 0.5], rtol=0, atol=1e-15)
+    # An agreeing candidate is accepted at any λ > 0: it is a fixed point (s̄* = 0.7, Δ* = 0).
+    sel = select([[0.7, 0.7, 0.7], [0.9, 0.2, 0.5]], [1e-17] * 3)
+    assert sel.accepted.tolist() == [True, False] and not sel.fallback and sel.index == 0
+    np.testing.assert_allclose(sel.s_bar_star, [0.7, 8 / 15], rtol=0, atol=1e-15)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -230,6 +330,84 @@ def test_exact_ties_are_decided_by_the_mathematics_not_by_rounding():
     assert select([[0.8, 0.7, 0.6], [0.6, 0.8, 0.7]], lam=(1.0, 1.0, 1.0), rule="mean").index == 0
 
 
+def test_select_all_defaults_are_the_papers():
+    # τ = 0.6 and ε = 0.1: on the hand-made case ε = 1.1 would accept candidate 0 (highest s̄* .6991) and
+    # τ = 1.6 would accept nothing.
+    s_hat = [[0.95, 0.95, 0.05], [0.70, 0.62, 0.66], [0.90, 0.20, 0.90], [0.66, 0.64, 0.65]]
+    for rule, sel in V.select_all(s_hat).items():
+        one = select(s_hat, V.STUBBORNNESS, 0.6, 0.1, rule)
+        assert (sel.index, sel.fallback, sel.accepted.tolist()) == (one.index, one.fallback, one.accepted.tolist())
+    assert V.select_all(s_hat)["verdict"].accepted.tolist() == [False, True, False, True]
+
+
+def test_fallback_keys_subtract_the_dispersion():
+    # Both candidates are rejected. With the paper's λ (s* = M ŝ, M above):
+    #   0: (0.9, 0.2, 0.9):    s̄* .67561, Δ* .12683 > ε;  s̄* − Δ* = .54878;  raw mean .66667, raw Δ .31111: .35556
+    #   1: (0.58, 0.57, 0.58): s̄* .57679 < τ, Δ* .00181; s̄* − Δ* = .57498;  raw mean .57667 < τ, raw Δ .00444: .57222
+    # Ranking by s̄* (or s̄* + Δ*, or the raw mean) alone would pick 0.
+    s_hat = [[0.9, 0.2, 0.9], [0.58, 0.57, 0.58]]
+    for rule in ("verdict", "raw-dual"):
+        sel = select(s_hat, rule=rule)
+        assert sel.fallback and not sel.accepted.any() and sel.index == 1, rule
+    assert select(s_hat, rule="no-filter").index == 0 and select(s_hat, rule="mean").index == 0
+
+
+def test_accepted_candidates_rank_by_their_mean_not_their_order():
+    # Both accepted: (0.7, 0.6, 0.7) s̄* .66794, Δ* .01812 (raw .66667, .04444, std .04714) and
+    # (0.8, 0.8, 0.75) s̄* .78606, Δ* .00836 (raw .78333, .02222, std .02357). The second is better.
+    s_hat = [[0.7, 0.6, 0.7], [0.8, 0.8, 0.75]]
+    for rule in ("verdict", "raw-dual", "variance"):
+        sel = select(s_hat, rule=rule)
+        assert sel.accepted.tolist() == [True, True] and sel.index == 1 and not sel.fallback, rule
+    assert select(s_hat, rule="no-rank").index == 0  # sampling order
+
+
+def test_thresholds_are_strict():
+    # m = 2, λ = (1, 1): c = 1, a = 3, S = ŝ_1 + ŝ_2 (equal λ keep the mean), s_i* = (ŝ_i + S)/3.
+    # ŝ = (0.9, 0.6): s* = (0.8, 0.7), s̄* = 0.75, Δ* = 0.05; raw mean 0.75, raw Δ 0.15.
+    # A value equal to its threshold fails it; one just past it passes.
+    one = [[0.9, 0.6]]
+    accepted = lambda rule, tau, eps: bool(select(one, (1.0, 1.0), tau, eps, rule).accepted[0])
+    for rule in ("verdict", "no-rank"):
+        assert not accepted(rule, 0.75, 0.5) and accepted(rule, 0.7499, 0.5), rule      # s̄* > τ
+        assert not accepted(rule, 0.5, 0.05) and accepted(rule, 0.5, 0.0501), rule      # Δ* < ε
+    assert not accepted("raw-dual", 0.75, 0.5) and accepted("raw-dual", 0.7499, 0.5)    # mean > τ
+    assert not accepted("raw-dual", 0.5, 0.15) and accepted("raw-dual", 0.5, 0.1501)    # Δ̂ < ε
+    # variance: std of (0.5, 0.7) is exactly 0.1 = ε, so it is not below ε (0.1² = 0.010000000000000002
+    # in floating point, which let a variance of 0.01 pass).
+    assert not select([[0.5, 0.7]], (1.0, 1.0), 0.6, 0.1, "variance").accepted[0]
+    assert select([[0.5, 0.7]], (1.0, 1.0), 0.6, 0.1001, "variance").accepted[0]
+    # majority counts scores strictly above τ: (0.6, 0.6, 0.65) has 1 (3 with ≥), (0.9, 0.7, 0.1) has 2.
+    assert select([[0.6, 0.6, 0.65], [0.9, 0.7, 0.1]], rule="majority").index == 1
+    # Rounded to 12 decimals: 6 × 0.1 = 0.6000000000000001 is not above τ = 0.6.
+    assert select([[0.1 * 6, 0.1 * 6, 0.65], [0.9, 0.7, 0.1]], rule="majority").index == 1
+
+
+def test_majority_counts_first_then_the_raw_mean():
+    # judges above τ = 0.6: 2, 3, 3; raw means .85, .61, .70. The count decides before the mean
+    # (0 has the highest mean), and the mean breaks the tie between 1 and 2 (not the index).
+    s_hat = [[1.0, 1.0, 0.55], [0.61, 0.61, 0.61], [0.7, 0.7, 0.7]]
+    assert select(s_hat, rule="majority").index == 2
+    assert select(s_hat, rule="mean").index == 0
+
+
+def test_min_and_max_take_the_extreme_raw_score():
+    # mins .1, .5, .4 and maxes .9, .5, .95; NaN (abstention) is skipped, not a minimum.
+    s_hat = [[0.1, 0.9, 0.5], [0.5, NAN, 0.5], [0.4, 0.95, 0.6]]
+    assert select(s_hat, rule="min").index == 1 and select(s_hat, rule="max").index == 2
+
+
+def test_best_is_lexicographic_with_nan_last_and_ties_to_the_lowest_index():
+    assert V._best([0, 1, 1], [5, 1, 2]) == 2                 # the first key decides; the second among ties
+    assert V._best([1, 1, 0], [0.2, 0.5, 9], [9, 0, 9]) == 1  # a later key never overrides an earlier one
+    assert V._best([1, 0, 0], [NAN, 5, 5], [0, 0, 1]) == 0    # a decided first key is final, NaN or not
+    assert V._best([NAN, 0.0]) == 1 and V._best([NAN, -5.0]) == 1  # NaN counts as −∞
+    assert V._best([NAN, NAN]) == 0 and V._best([0.4, 0.4, 0.4]) == 0
+    assert V._best([0.3, 0.1 + 0.2]) == 0                     # 0.30000000000000004 rounds to a tie with 0.3
+    assert V._best([0.3, 0.3 + 1e-11]) == 1                   # a difference at 11 decimals still counts
+    np.testing.assert_array_equal(V._best(np.array([[0, 1], [1, 0], [2, 2]])), [1, 0, 0])  # batched: per row
+
+
 def test_fully_answered_rows_do_not_depend_on_the_rest_of_the_batch():
     s_hat = np.random.default_rng(3).random((50, 3))
     with_gap = np.vstack([s_hat, [[0.4, NAN, 0.9]]])
@@ -249,6 +427,77 @@ def test_batched_select_equals_select_step_by_step(seed):
             one = select(s_hat[t], lam, 0.6, 0.1, rule)
             assert (batch.index[t], batch.fallback[t], batch.verified[t]) == (one.index, one.fallback, one.verified)
             assert np.array_equal(batch.accepted[t], one.accepted), (rule, t)
+
+
+def reference_candidate(row, lam, tau):
+    """One candidate's statistics, in plain Python over the judges who answered; s* by the oracle."""
+    raw = [float(x) for x in row if not math.isnan(x)]
+    star = list(solve_system(raw, [l for x, l in zip(row, lam) if not math.isnan(x)])) if len(raw) >= 2 else raw
+    mean = lambda v: sum(v) / len(v) if v else NAN
+    mad = lambda v: mean([abs(x - mean(v)) for x in v])
+    return {"verified": len(raw) >= 2, "s_bar_star": mean(star), "delta_star": mad(star), "s_bar": mean(raw),
+            "delta": mad(raw), "std": math.sqrt(mean([(x - mean(raw)) ** 2 for x in raw])) if raw else NAN,
+            "min": min(raw, default=NAN), "max": max(raw, default=NAN),
+            "above": sum(round(x, 12) > tau for x in raw)}
+
+
+def reference_rule(rule, c, tau, eps):
+    """(accepted, ranking key if some candidate is accepted, ranking key if none is) of candidate c,
+    from the definitions in select's docstring; comparisons on values rounded to 12 decimals."""
+    dual = c["verified"] and round(c["s_bar_star"], 12) > tau and round(c["delta_star"], 12) < eps
+    if rule == "verdict":
+        return dual, (c["s_bar_star"],), (c["s_bar_star"] - c["delta_star"],)
+    if rule == "no-rank":
+        return dual, (), ()
+    if rule == "raw-dual":
+        raw_dual = c["verified"] and round(c["s_bar"], 12) > tau and round(c["delta"], 12) < eps
+        return raw_dual, (c["s_bar"],), (c["s_bar"] - c["delta"],)
+    if rule == "variance":
+        return c["verified"] and round(c["std"], 12) < eps, (c["s_bar"],), (c["s_bar"],)
+    key = {"mean": (c["s_bar"],), "min": (c["min"],), "max": (c["max"],), "majority": (c["above"], c["s_bar"]),
+           "no-filter": (c["s_bar_star"],)}[rule]
+    return c["verified"], key, key
+
+
+def reference_select(cands, rule, tau, eps):
+    """(index, fallback, verified, accepted) of one step from its candidates' statistics, one candidate
+    at a time: the best accepted candidate; if none, the best verified one by the fallback key; if
+    none, the best of all. NaN keys rank last, ties go to the lowest index."""
+    judged = [reference_rule(rule, c, tau, eps) for c in cands]
+    accepted = [ok for ok, _, _ in judged]
+    pool = ([i for i, ok in enumerate(accepted) if ok] or [i for i, c in enumerate(cands) if c["verified"]]
+            or list(range(len(cands))))
+    rank = lambda i: tuple(-math.inf if math.isnan(k) else round(k, 12) for k in judged[i][1 if any(accepted) else 2])
+    index = pool[0]
+    for i in pool[1:]:
+        if rank(i) > rank(index):
+            index = i
+    return index, not any(accepted), any(c["verified"] for c in cands), accepted
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_every_rule_matches_an_independent_reference(seed):
+    # Scores on a grid of tenths (or twentieths) with τ and ε on the same grid, so ties, scores equal
+    # to τ and dispersions equal to ε are common; abstentions leave some candidates with 0 or 1 answers;
+    # equal λ make ties in s̄* too. Seeds 6 and 7 draw continuous scores.
+    rng = np.random.default_rng(seed)
+    n, m = int(rng.integers(2, 7)), int(rng.integers(2, 6))
+    grid = (10, 20, 10, 20, 10, 20, None, None)[seed]
+    s_hat = rng.integers(0, grid + 1, size=(150, n, m)) / grid if grid else rng.random((150, n, m))
+    s_hat[rng.random(s_hat.shape) < 0.25] = NAN
+    lam = np.ones(m) if seed % 2 == 0 else rng.uniform(0.2, 3.0, m)
+    tau, eps = float(rng.choice([0.5, 0.6, 0.7])), float(rng.choice([0.05, 0.1, 0.15]))
+    cands = [[reference_candidate(row, lam, tau) for row in step] for step in s_hat]
+    for rule, sel in V.select_all(s_hat, lam, tau, eps).items():
+        for t, cs in enumerate(cands):
+            index, fallback, verified, accepted = reference_select(cs, rule, tau, eps)
+            assert (sel.index[t], sel.fallback[t], sel.verified[t]) == (index, fallback, verified), (rule, t)
+            assert sel.accepted[t].tolist() == accepted, (rule, t)
+    if grid:  # the inputs reach what the rules decide at: a mean at τ, a dispersion at ε, tied means
+        r = lambda x: round(x, 12)
+        assert any(r(c["s_bar"]) == tau for cs in cands for c in cs)
+        assert any(r(c["delta"]) == eps or r(c["std"]) == eps for cs in cands for c in cs)
+        assert any(len({r(c["s_bar"]) for c in cs if c["verified"]}) < sum(c["verified"] for c in cs) for cs in cands)
 
 
 def test_abstentions():
@@ -349,7 +598,9 @@ def test_no_judges_is_the_base_reasoner_alone():
     assert trace.chain == ["step 0 of 1", "step 1 of 1"] and trace.stopped == "max_steps"
     rec = trace.steps[0]
     assert rec.s_hat.shape == (2, 0) and rec.selection.index == 0 and not rec.selection.verified
-    assert not rec.selection.fallback and rec.abstentions == 0
+    assert not rec.selection.fallback and rec.abstentions == 0 and rec.selection.verified is False
+    assert rec.selection.s_star.shape == (2, 0) and rec.selection.accepted.dtype == bool
+    assert rec.selection.s_bar_star.dtype == float and np.isnan(rec.selection.delta_star).all()
     d = trace.to_dict()
     assert d["totals"] == {"steps": 2, "fallbacks": 0, "fallback_rate": 0.0, "abstentions": 0, "judge_calls": 0}
     assert d["steps"][0]["s_bar_star"] == [None, None] and json.loads(json.dumps(d, allow_nan=False)) == d
@@ -368,8 +619,113 @@ def test_stop_ends_the_chain_and_keeps_the_completed_steps():
     trace = run("q", propose, [budgeted, judges[1], judges[2]])
     assert trace.stopped == "budget" and len(trace.steps) == 1 and trace.answer is None
     assert trace.chain == ["The red cube is left of the ball."]
+    assert trace.question == "q" and trace.config == Config()
     stopped_in_proposal = run("q", lambda s, n: (_ for _ in ()).throw(V.Stop("no more calls")), judges)
     assert stopped_in_proposal.stopped == "no more calls" and stopped_in_proposal.steps == ()
+    assert stopped_in_proposal.totals() == {"steps": 0, "fallbacks": 0, "fallback_rate": 0.0, "abstentions": 0,
+                                            "judge_calls": 0}
+
+
+def test_the_loop_passes_the_question_images_and_chosen_steps():
+    seen = []
+
+    def propose(state, n):
+        seen.append(state)
+        return [f"step {len(state.steps)}", "Final answer: A" if state.steps else "other"]
+    judge = lambda state, step: 0.9 if step.startswith("step") else 0.1
+    trace = run("Which?", propose, [judge] * 3, Config(max_steps=3), image=["a.png", "b.png"])
+    assert [s.question for s in seen] == ["Which?"] * 3 and [s.images for s in seen] == [("a.png", "b.png")] * 3
+    assert [s.steps for s in seen] == [(), ("step 0",), ("step 0", "step 1")]
+    assert trace.question == "Which?" and trace.stopped == "max_steps" and trace.config == Config(max_steps=3)
+    assert V.as_images(None) == () and V.as_images("a.png") == ("a.png",) and V.as_images(b"x") == (b"x",)
+    assert V.as_images(["a", "b"]) == ("a", "b") and V.as_images(("a",)) == ("a",)
+
+
+def test_step_selects_with_the_configured_rule():
+    # (0.95, 0.95, 0.05) has the highest maximum; VERDICT rejects it (Δ* .1505) and takes (0.7, 0.62, 0.66).
+    scores = {"veto": (0.95, 0.95, 0.05), "calm": (0.70, 0.62, 0.66)}
+    propose = lambda state, n: ["veto", "calm"]
+    judges = [lambda s, c, i=i: scores[c][i] for i in range(3)]
+    assert V.step(V.State("q"), propose, judges).chosen == "calm"
+    assert V.step(V.State("q"), propose, judges, Config(rule="max")).chosen == "veto"
+
+
+def test_trace_dict_golden():
+    calls = []
+    propose, judges = scripted(calls)
+    d = run("q", propose, judges).to_dict()
+    assert list(d) == ["format", "question", "config", "steps", "chain", "answer", "stopped", "totals", "meta"]
+    assert d["question"] == "q" and d["answer"] == "B" and d["stopped"] == "final" and d["meta"] == {}
+    assert d["config"] == {"lam": [1.5, 1.0, 0.8], "n": 3, "tau": 0.6, "eps": 0.1, "rule": "verdict",
+                           "max_steps": 8, "final": V.FINAL_ANSWER}
+    assert d["chain"] == ["The red cube is left of the ball.", "So the ball is on the right.", "Final answer: B"]
+    s0 = d["steps"][0]  # Proposition 1's two vectors: the calm one accepted, the conflict rejected
+    assert list(s0) == ["candidates", "s_hat", "s_star", "s_bar_star", "delta_star", "accepted", "index",
+                        "fallback", "verified", "abstentions"]
+    assert s0["candidates"] == list(SCRIPT[0]) and s0["s_hat"][1] == [0.9, 0.2, 0.9]
+    np.testing.assert_allclose(s0["s_star"][1], [0.787805, 0.485366, 0.753659], atol=1e-6)
+    np.testing.assert_allclose(s0["s_bar_star"][:2], [0.66794, 0.67561], atol=1e-5)
+    np.testing.assert_allclose(s0["delta_star"][:2], [0.01812, 0.12683], atol=1e-5)
+    assert s0["accepted"] == [True, False, False] and s0["index"] == 0
+    assert s0["fallback"] is False and s0["verified"] is True and s0["abstentions"] == 0
+
+
+def test_config_normalises_lam_and_accepts_the_smallest_values():
+    cfg = Config(lam=[1, Fraction(1, 2), np.float32(2)], n=1, max_steps=1)
+    assert cfg.lam == (1.0, 0.5, 2.0) and all(type(x) is float for x in cfg.lam)
+    assert Config(lam=(TINIEST, TINIEST, TINIEST)).lam == (TINIEST,) * 3
+
+
+def test_inputs_are_read_as_floats():
+    # Python ints, Fractions and numpy scalars are numbers like any other.
+    exact = [Fraction(9, 10), Fraction(1, 5), Fraction(9, 10)]
+    lam = [Fraction(3, 2), 1, Fraction(4, 5)]
+    np.testing.assert_array_equal(consensus(exact, lam), consensus([0.9, 0.2, 0.9], V.STUBBORNNESS))
+    assert dispersion([Fraction(7, 10), Fraction(3, 5), Fraction(7, 10)]) == dispersion([0.7, 0.6, 0.7])
+    assert select([[1, 1, 1], [0, 1, 0]]).index == 0
+
+
+# ----------------------------------------------------------------------------- judges' return values
+
+def logical_judge(state, step):
+    return 0.5
+
+
+BAD = [None, "0.9", True, False, np.True_, [0.5], np.array([0.5]), Decimal("0.5"), complex(0.5, 0),
+       1.5, -0.1, math.inf, -math.inf, 2, 10 ** 400, np.float64(1.5)]
+
+
+@pytest.mark.parametrize("value", BAD, ids=[type(v).__name__ + str(i) for i, v in enumerate(BAD)])
+def test_a_judge_returns_a_real_number_or_nan(value):
+    # None, strings, bools and non-real numbers are bugs in the judge, not abstentions; out of range is
+    # never clamped. The error names the judge by index and repr (a function's repr holds its name).
+    judges = [lambda s, c: 0.5, lambda s, c: value, logical_judge]
+    with pytest.raises(ValueError) as info:
+        run("q", lambda s, n: ["a"], judges)
+    assert f"judge 1 ({judges[1]!r}) returned {value!r}" in str(info.value)
+    with pytest.raises(ValueError, match=r"^judge 2 \(<function .*contextual at "):
+        def contextual(state, step):
+            return value
+        run("q", lambda s, n: ["a", "b"], [logical_judge, logical_judge, contextual])
+
+
+def test_a_named_judge_is_named():
+    class Judge:
+        def __repr__(self):
+            return "Judge('visual')"
+
+        def __call__(self, state, step):
+            return None
+    with pytest.raises(ValueError, match=r"^judge 0 \(Judge\('visual'\)\) returned None; a judge returns a real number"):
+        run("q", lambda s, n: ["a", "b"], [Judge(), logical_judge, logical_judge])
+
+
+def test_judges_may_return_any_real_number_or_nan():
+    values = [0, 1, 0.25, np.float32(0.5), np.float64(0.75), np.int64(1), Fraction(1, 4), NAN, np.float32("nan")]
+    judges = [lambda s, c, v=v: v for v in values]
+    rec = V.step(V.State("q"), lambda s, n: ["a"], judges, Config(lam=(1.0,) * len(values)))
+    assert rec.s_hat.dtype == float and rec.abstentions == 2
+    np.testing.assert_array_equal(rec.s_hat, [[0, 1, 0.25, 0.5, 0.75, 1, 0.25, NAN, NAN]])
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -385,13 +741,13 @@ def test_stop_ends_the_chain_and_keeps_the_completed_steps():
     (lambda: consensus([0.5, math.inf, NAN]), "inf"),
     (lambda: consensus(0.5), "shape"),
     (lambda: select([0.5, 0.5, 0.5]), "shape"),
-    (lambda: select(np.zeros((0, 3))), "n=0"),
+    (lambda: select(np.zeros((0, 3))), "select needs at least one candidate, got n=0"),
     (lambda: select([[0.5, 0.5, 0.5]], tau=NAN), "tau"),
     (lambda: select([[0.5, 0.5, 0.5]], eps=math.inf), "eps"),
-    (lambda: select([[0.5, 0.5, 0.5]], rule="median"), "median"),
+    (lambda: select([[0.5, 0.5, 0.5]], rule="median"), "unknown rule 'median'; expected one of verdict, mean, min"),
     (lambda: select([[0.5, 0.5]]), "one stubbornness per judge"),
     (lambda: consensus_matrix([2.0]), "m=2"),
-    (lambda: Config(rule="best"), "best"),
+    (lambda: Config(rule="best"), "unknown rule 'best'; expected one of verdict, mean, min"),
     (lambda: Config(n=0), "n=0"),
     (lambda: Config(max_steps=0), "max_steps"),
     (lambda: Config(tau=NAN), "tau"),
@@ -405,3 +761,11 @@ def test_bad_input_names_the_problem(call, message):
     with pytest.raises(ValueError) as info:
         call()
     assert message in str(info.value)
+
+
+def test_some_messages_in_full():
+    with pytest.raises(ValueError, match=r"^select needs at least one candidate, got n=0$"):
+        select(np.zeros((2, 0, 3)))
+    rules = "verdict, mean, min, max, majority, variance, raw-dual, no-filter, no-rank"
+    with pytest.raises(ValueError, match=f"^unknown rule 'median'; expected one of {rules}$"):
+        V.select_all([[0.5, 0.5]], (1, 1), rules=("mean", "median"))

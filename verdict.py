@@ -21,6 +21,7 @@ dispersion).
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Sequence
@@ -37,7 +38,10 @@ TRACE_FORMAT = "verdict-trace/2"
 # ----------------------------------------------------------------------------- guards
 
 def _check_lam(lam, m: int) -> np.ndarray:
-    """λ as a float vector of length m, every entry finite and > 0."""
+    """λ as a float vector of length m, every entry finite and > 0.
+
+    There is no lower floor: consensus is accurate to rounding for every λ > 0, down to the smallest
+    subnormal float (5e-324); see its docstring."""
     lam = np.asarray(lam, dtype=float)
     if lam.ndim != 1 or lam.shape[0] != m:
         raise ValueError(f"lam must have one stubbornness per judge (m={m}), got shape {lam.shape}")
@@ -55,9 +59,7 @@ def _check_scores(s_hat) -> np.ndarray:
         raise ValueError(f"scores must have shape [..., m], got shape {s_hat.shape}")
     if s_hat.shape[-1] < 2:  # a single judge has nobody to disagree with
         raise ValueError(f"need at least m=2 judges, got m={s_hat.shape[-1]}")
-    if s_hat.size and not np.isnan(s_hat.max()) and s_hat.min() >= 0 and s_hat.max() <= 1:
-        return s_hat  # fast path: no abstention, everything in range
-    bad = s_hat[~np.isnan(s_hat) & ~((s_hat >= 0) & (s_hat <= 1))]
+    bad = s_hat[~(np.isnan(s_hat) | ((s_hat >= 0) & (s_hat <= 1)))]
     if bad.size:  # out of range or ±inf: never clamped, it is a bug in the judge
         raise ValueError(f"scores must lie in [0, 1] (NaN = abstain), got {bad[0]!r}")
     return s_hat
@@ -67,7 +69,7 @@ def _nanmean(x: np.ndarray) -> np.ndarray:
     """Mean over the last axis of the non-NaN entries; NaN where a row has none.  [..., m] -> [...]"""
     answered = ~np.isnan(x)
     ones = np.ones(x.shape[-1])  # a product with ones: much faster than .sum(-1) over a short axis
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore"):  # a row with no answer is 0/0 = NaN, as documented
         return (np.where(answered, x, 0.0) @ ones) / (answered @ ones)
 
 
@@ -91,7 +93,13 @@ def consensus(s_hat, lam=STUBBORNNESS) -> np.ndarray:
 
     Closed form (Sherman–Morrison, O(m) per row): with c = 1/(m−1) and a_i = 1 + λ_i + c,
         S = Σ_j s_j = (Σ_i λ_i ŝ_i / a_i) / (1 − c Σ_i 1/a_i),    s_i = (λ_i ŝ_i + c S) / a_i.
-    The denominator is > 0 for every λ > 0, so the solution exists and is unique.
+    The denominator is computed in a form that subtracts nothing. Since 1 + c = m c, a_i − m c = λ_i:
+        1 − c Σ_i 1/a_i = Σ_i (1/m − c/a_i) = Σ_i (a_i − m c) / (m a_i) = (1/m) Σ_i λ_i/a_i  > 0,
+    so S = m · Σ_i w_i ŝ_i / Σ_i w_i with w_i = λ_i/a_i: m times a weighted mean of ŝ, the solution
+    exists and is unique. The textbook form 1 − c Σ 1/a_i subtracts two numbers that agree to about
+    −log10 λ digits, and loses them as λ → 0 (at λ = 1e-14, s* is off by about 0.1%; at λ = 1e-17 the
+    difference is 0). Here every term is positive, and w is scaled by 1/max λ (a common factor cancels),
+    so every finite λ > 0 is accepted, subnormal ones included, and s* is accurate to rounding.
 
     Abstentions: a NaN in ŝ removes that judge from its row's game. The row is solved over the
     m' judges that answered (their own λ, c = 1/(m'−1)); the abstainer's s* is NaN. With m' = 1
@@ -99,31 +107,29 @@ def consensus(s_hat, lam=STUBBORNNESS) -> np.ndarray:
     Invariant (not the plain mean, see erratum 1): Σ_i λ_i s*_i = Σ_i λ_i ŝ_i.
     """
     s_hat = _check_scores(s_hat)
-    m = s_hat.shape[-1]
-    lam = _check_lam(lam, m)
-    full = ~np.isnan(s_hat).any(-1)                        # [...] rows where every judge answered
-    if full.all():
-        return _closed_form(s_hat, lam)
-    s_star = np.full_like(s_hat, np.nan)                   # [..., m]
-    s_star[full] = _closed_form(s_hat[full], lam)          # the same arithmetic as a NaN-free call
-    part = s_hat[~full]                                    # [r, m] rows with an abstention
-    answered = ~np.isnan(part)                             # [r, m]
-    k = answered.sum(-1, keepdims=True)                    # [r, 1] judges that answered
-    c = 1.0 / np.maximum(k - 1, 1)                         # [r, 1] (k < 2 handled below)
-    a = 1.0 + lam + c                                      # [r, m]
-    x = np.where(answered, part, 0.0)                      # [r, m] abstainers contribute 0
-    S = (x * (lam / a)).sum(-1, keepdims=True) / (1.0 - c * np.where(answered, 1.0 / a, 0.0).sum(-1, keepdims=True))
-    solved = np.where(answered, x * (lam / a) + (c / a) * S, np.nan)  # [r, m]
-    s_star[~full] = np.where(k < 2, part, solved)          # m' ≤ 1: no game, keep ŝ (or NaN)
+    lam = _check_lam(lam, s_hat.shape[-1])
+    answered = ~np.isnan(s_hat)                            # [..., m]
+    s_star = _closed_form(s_hat, lam)                      # [..., m] right where every judge answered
+    few = answered.sum(-1) < 2                             # [...] m' ≤ 1: no game, ŝ stands (NaN if none)
+    s_star[few] = s_hat[few]
+    some = ~answered.all(-1) & ~few                        # [...] 2 ≤ m' < m: the game of those who answered
+    s_star[some] = _closed_form(s_hat[some], np.where(answered[some], lam, 0.0))  # [r, m]
     return s_star
 
 
 def _closed_form(s_hat: np.ndarray, lam: np.ndarray) -> np.ndarray:
-    """The closed form on rows where every judge answered.  [..., m] -> [..., m]"""
-    c = 1.0 / (s_hat.shape[-1] - 1)
-    a = 1.0 + lam + c                                      # [m]
-    S = (s_hat @ (lam / a)) / (1.0 - c * np.sum(1.0 / a))  # [..., m] -> [...]
-    return s_hat * (lam / a) + (c / a) * S[..., None]      # [..., m]
+    """The closed form of `consensus`, with λ [m] for all rows or λ [r, m] per row.  [..., m] -> [..., m]
+
+    λ_i = 0 marks a judge who did not answer (ŝ_i = NaN): its weight w_i is 0, so it takes no part
+    in S, m' counts the λ_i > 0, and its s_i = (0·NaN + c S)/a_i is NaN. Every row needs m' ≥ 2.
+    """
+    k = (lam > 0).sum(-1, keepdims=True)                   # [1] or [r, 1]: m', the judges in the game
+    c = 1.0 / (k - 1)
+    a = 1.0 + lam + c                                      # [m] or [r, m]
+    w = lam / lam.max(-1, keepdims=True) / a               # λ_i/a_i up to a common factor
+    w = w / w.sum(-1, keepdims=True)                       # normalised: S = m' Σ_i w_i ŝ_i
+    S = k * np.einsum("...i,...i->...", np.nan_to_num(s_hat), w)[..., None]  # [..., m] -> [..., 1]
+    return (lam * s_hat + c * S) / a                       # [..., m]
 
 
 def dispersion(s) -> np.ndarray:
@@ -168,12 +174,8 @@ def _best(*keys) -> np.ndarray:
 
     NaN counts as −∞; values are rounded to DECIMALS; ties go to the lowest index.
     """
-    best = np.ones(np.shape(keys[0]), bool)                               # [..., n] still in the running
-    for k in keys:
-        k = _q(np.nan_to_num(np.asarray(k, float), nan=-np.inf))
-        k = np.where(best, k, -np.inf)                                    # [..., n]
-        best &= k == k.max(-1, keepdims=True)                             # [..., n]
-    return best.argmax(-1)                                                # [..., n] -> [...] first True
+    desc = [-_q(np.nan_to_num(np.asarray(k, float), nan=-np.inf)) for k in reversed(keys)]  # [..., n] each
+    return np.lexsort(desc)[..., 0]  # a stable ascending sort on −key, last key first: [..., n] -> [...]
 
 
 def select(s_hat, lam=STUBBORNNESS, tau: float = 0.6, eps: float = 0.1, rule: str = "verdict") -> Selection:
@@ -185,7 +187,7 @@ def select(s_hat, lam=STUBBORNNESS, tau: float = 0.6, eps: float = 0.1, rule: st
     min       : the highest minimum raw score.
     max       : the highest maximum raw score.
     majority  : the most judges with a raw score above τ; ties broken by the raw mean.
-    variance  : among candidates with raw variance below ε² (std below ε), the highest raw mean;
+    variance  : among candidates whose raw standard deviation is below ε, the highest raw mean;
                 if none qualifies, the highest raw mean overall.
     raw-dual  : VERDICT's dual rule on the raw scores (raw mean > τ, raw Δ < ε; fallback mean − Δ).
     no-filter : the highest s̄*, with no filter.
@@ -205,7 +207,6 @@ class _Stats:
     """Everything the rules rank by, for one batch of steps.  Each field is [..., n] unless noted."""
     s_hat: np.ndarray       # [..., n, m] raw scores
     verified: np.ndarray    # 2 or more judges answered
-    s_star: np.ndarray      # [..., n, m]
     s_bar_star: np.ndarray
     delta_star: np.ndarray
     s_bar: np.ndarray       # raw mean ŝ̄
@@ -234,14 +235,13 @@ def _rule(rule: str, st: _Stats) -> tuple:
     if rule == "no-rank":  # VERDICT's filter, then sampling order
         return st.dual(st.s_bar_star, st.delta_star), ()
     if rule == "variance":
-        with np.errstate(invalid="ignore"):  # rows with no answer give NaN, which fails the test
-            calm = st.verified & (_q(_nanmean((st.s_hat - st.s_bar[..., None]) ** 2)) < st.eps ** 2)
-        return calm, (st.s_bar,)
+        std = np.sqrt(_nanmean((st.s_hat - st.s_bar[..., None]) ** 2))  # [..., n, m] -> [..., n]
+        return st.verified & (_q(std) < st.eps), (st.s_bar,)
     keys = {  # rules with no filter: every verified candidate is eligible
         "mean": (st.s_bar,),
         "min": (np.fmin.reduce(st.s_hat, axis=-1),),                    # fmin/fmax skip NaN
         "max": (np.fmax.reduce(st.s_hat, axis=-1),),
-        "majority": ((st.s_hat > st.tau).sum(-1), st.s_bar),
+        "majority": ((_q(st.s_hat) > st.tau).sum(-1), st.s_bar),       # NaN > τ is False
         "no-filter": (st.s_bar_star,),
     }[rule]
     return st.verified, keys
@@ -263,7 +263,7 @@ def select_all(s_hat, lam=STUBBORNNESS, tau: float = 0.6, eps: float = 0.1, rule
         if rule not in RULES:
             raise ValueError(f"unknown rule {rule!r}; expected one of {', '.join(RULES)}")
     s_star = consensus(s_hat, lam)                                               # [..., n, m]
-    st = _Stats(s_hat=s_hat, verified=(~np.isnan(s_hat)).sum(-1) >= 2, s_star=s_star,
+    st = _Stats(s_hat=s_hat, verified=(~np.isnan(s_hat)).sum(-1) >= 2,
                 s_bar_star=_nanmean(s_star), delta_star=dispersion(s_star),      # [..., n] each
                 s_bar=_nanmean(s_hat), delta=dispersion(s_hat), tau=tau, eps=eps)
     out = {}
@@ -430,13 +430,25 @@ def _unjudged(n: int) -> Selection:
                      s_star=np.empty((n, 0)), s_bar_star=nan, delta_star=nan)
 
 
+def _judged(s: Any, i: int, judge: Callable) -> float:
+    """Judge i's return value s as a float: a real number in [0, 1], or NaN to abstain. None, a string,
+    a bool or an out-of-range number is a bug in the judge, never an abstention or a clamped score."""
+    real = isinstance(s, numbers.Real) and not isinstance(s, bool)  # np.bool_ is no numbers.Real
+    if not (real and (0 <= s <= 1 or s != s)):                     # s != s: NaN (no float() of a huge int)
+        raise ValueError(f"judge {i} ({judge!r}) returned {s!r}; a judge returns a real number in [0, 1], "
+                         f"or NaN to abstain")
+    return float(s)
+
+
 def step(state: State, propose: Callable[[State, int], Sequence[str]], judges: Sequence[Callable[[State, str], float]],
          config: Config = Config(), map_fn: Callable[..., Iterable] = map) -> StepRecord:
     """One VERDICT step: propose config.n candidates, score each with every judge (n×m calls, through
     map_fn, candidate-major), select with config.rule. With no judges, candidate 0 is taken unverified.
 
     propose(state, n) -> list of candidate steps (at least one).
-    judge(state, step) -> float in [0, 1], or NaN to abstain. judges are in the order of config.lam.
+    judge(state, step) -> a real number in [0, 1] (int, float, numpy floating), or NaN to abstain;
+    anything else (None, "0.9", True, 1.5) raises ValueError naming the judge. judges are in the order
+    of config.lam.
     map_fn(f, items) must return the results in the order of items (as map and Executor.map do).
     """
     if judges and len(judges) != len(config.lam):  # one stubbornness per judge
@@ -448,7 +460,8 @@ def step(state: State, propose: Callable[[State, int], Sequence[str]], judges: S
         return StepRecord(candidates, np.empty((len(candidates), 0)), _unjudged(len(candidates)))
     calls = [(c, j) for c in candidates for j in judges]                 # candidate-major: [n·m]
     scores = list(map_fn(lambda cj: cj[1](state, cj[0]), calls))
-    s_hat = np.array(scores, dtype=float).reshape(len(candidates), len(judges))  # [n·m] -> [n, m]
+    scores = [_judged(s, k % len(judges), judges[k % len(judges)]) for k, s in enumerate(scores)]
+    s_hat = np.array(scores).reshape(len(candidates), len(judges))      # [n·m] -> [n, m]
     return StepRecord(candidates, s_hat, select(s_hat, config.lam, config.tau, config.eps, config.rule))
 
 
