@@ -1,6 +1,9 @@
 """Tests for answers.py: VLMEvalKit's can_infer on 73 replies traced by hand (the version at commit e8e78f05,
 2026-08-18), what each outcome is called, free-form values (MathVista) with their precision and unit, and
 the extraction model against a loopback server."""
+import json
+import os
+
 import pytest
 
 import answers
@@ -16,87 +19,16 @@ YN = {"A": "Yes", "B": "No"}
 NUM = {"A": "1", "B": "2", "C": "3", "D": "4"}
 OPEN = {"A": "42", "B": "Other Answers"}  # an MMMU open question, as VLMEvalKit scores it
 
-# (row, reply, options, what VLMEvalKit's can_infer returns; None for False). Worked by its rules: tokens split
+# docs/can_infer.jsonl holds one row per line: its number, the reply, the options (a name above) and what
+# VLMEvalKit's can_infer returns (null for False). Worked by its rules: tokens split
 # at whitespace and . ( ) [ ] , : ; ! * # { }; one distinct option letter, first seen among the last four
 # tokens; else a lone Z; else "answer is X" (X in A-D); else exactly one option text inside a reply at most
 # twice as long as all option texts together. For example row 6: "B" is token 4 of 21, too early, so the
 # regex finds "answer is **B"; row 17 is 73 characters, more than 2 · 22, so no option text is tried; row
 # 28's regex reads the "c" of "clearly"; row 72 takes the article "A" as option A.
-CAN_INFER = [
-    (1, 'A', C4, 'A'),
-    (2, 'B.', C4, 'B'),
-    (3, '(C)', C4, 'C'),
-    (4, 'b', C4, None),
-    (5, 'The answer is b', C4, 'B'),
-    (6, "The correct answer is **B**. Here's why: the picture shows a brown dog sitting on green grass next to a fence.", C4, 'B'),
-    (7, '**B**', C4, 'B'),
-    (8, 'B) dog', C4, 'B'),
-    (9, 'Answer: C', C4, 'C'),
-    (10, "I think it's A or B", C4, None),
-    (11, 'dog', C4, 'B'),
-    (12, 'It is a dog', C4, 'B'),
-    (13, 'A dog', C4, 'A'),
-    (14, 'Answer: A dog', C4, 'A'),
-    (15, 'The cat and the dog', C4, None),
-    (16, 'teddy bear', C4, 'C'),
-    (17, 'The image shows a small brown dog lying on a wooden floor next to a sofa.', C4, None),
-    (18, '', C4, None),
-    (19, 'Z', C4, 'Z'),
-    (20, 'Cannot determine the answer', C4, 'Z'),
-    (21, 'Failed to obtain answer via API', C4, None),
-    (22, 'C. teddy bear', C4, 'C'),
-    (23, 'The answer is (D).', C4, 'D'),
-    (24, 'D is wrong, the answer is A', C4, 'A'),
-    (25, 'A, B', C4, None),
-    (26, 'Option B', C4, 'B'),
-    (27, 'B\n\nExplanation: the object in the image is clearly a small brown dog sitting on the grass', C4, None),
-    (28, 'The answer is clearly not visible', C4, 'C'),
-    (29, 'Answer is a', C4, 'A'),
-    (30, 'My answer is E', C4, None),
-    (31, 'My answer is E', C5, 'E'),
-    (32, 'answer: b', C4, None),
-    (33, 'No', YN, 'B'),
-    (34, 'Yes, I know', YN, None),
-    (35, 'Yes', YN, 'A'),
-    (36, 'yes', YN, 'A'),
-    (37, '3', NUM, 'C'),
-    (38, '12', NUM, None),
-    (39, 'C', C2, None),
-    (40, 'The answer is A. A cat is visible.', C4, 'A'),
-    (41, '[B]', C4, 'B'),
-    (42, '{C}', C4, 'C'),
-    (43, '#D', C4, 'D'),
-    (44, 'B!', C4, 'B'),
-    (45, "B's", C4, None),
-    (46, 'Option-B', C4, None),
-    (47, 'B/C', C4, None),
-    (48, '(B)(C)', C4, None),
-    (49, "I'm sorry, but without the image provided, I can't answer", C4, 'Z'),
-    (50, 'Z. None of the above', C4, 'Z'),
-    (51, '**Answer:** A', C4, 'A'),
-    (52, 'A\nB\nC', C4, None),
-    (53, 'Based on the image, I would choose A', C4, 'A'),
-    (54, 'A is the answer because the dog is on the left side of the picture', C4, None),
-    (55, 'The correct answer is (b) dog', C4, 'B'),
-    (56, 'The correct answer is (b)', C4, None),
-    (57, 'The answer is D', C3, None),
-    (58, 'The answer is based on the dog', C4, 'B'),
-    (59, 'A. cat B. dog', C4, None),
-    (60, 'Final answer: B', C4, 'B'),
-    (61, 'B B B', C4, 'B'),
-    (62, 'The first option A seems right but on reflection it is B', C4, None),
-    (63, '<answer>B</answer>', C4, None),
-    (64, '\\boxed{B}', C4, 'B'),
-    (65, 'rabbit', C4, 'D'),
-    (66, 'a rabbit and a cat', C4, None),
-    (67, 'CAT', C4, 'A'),
-    (68, '(A) cat', C4, 'A'),
-    (69, 'Answer: (A)\nReason: looks like it', C4, None),
-    (70, '42', OPEN, 'A'),
-    (71, 'The answer is 42.', OPEN, 'A'),
-    (72, 'A total of 17', OPEN, 'A'),
-    (73, 'Other answers', OPEN, 'B'),
-]
+OPTION_SETS = {"C4": C4, "C5": C5, "C3": C3, "C2": C2, "YN": YN, "NUM": NUM, "OPEN": OPEN}
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "docs", "can_infer.jsonl"), encoding="utf-8") as fh:
+    CAN_INFER = [(r["row"], r["reply"], OPTION_SETS[r["options"]], r["can_infer"]) for r in map(json.loads, fh)]
 
 
 @pytest.mark.parametrize("row, reply, choices, expected", CAN_INFER, ids=[str(r[0]) for r in CAN_INFER])
