@@ -221,6 +221,7 @@ def parse_args(argv):
     p.add_argument("--judge-mode", default="plain", help="live mode: prior (SGV), premises (EVPV), or prior,premises")
     p.add_argument("--gate", action="store_true", help="with premises: EVPV's reliability gate on ŝ_V (+1 call per candidate)")
     p.add_argument("--mode-max-tokens", type=int, default=512, help="tokens per prior, fact-sheet, premise-check reply (512)")
+    judges.add_format_arg(p)
     client.add_endpoint_args(p)
     return p.parse_args(argv)
 
@@ -288,12 +289,13 @@ def run_live(args, config: verdict.Config, mode: grounding.JudgeMode) -> verdict
     print(f"live demo: reasoner {args.model} at {args.base_url}")
     reasoner, judge = client.clients_from_args(args)
     evidence = grounding.Grounding(judge, mode, max_tokens=args.mode_max_tokens)
-    trace = verdict.run(question, judges.Reasoner(reasoner), judges.make_judges(judge, grounding=evidence), config,
+    judge_fns = judges.make_judges(judge, grounding=evidence, fmt=args.judge_format)
+    trace = verdict.run(question, judges.Reasoner(reasoner), judge_fns, config,
                         image=args.image or None, map_fn=judges.thread_map(args.concurrency))
     usage = {"reasoner": reasoner.usage} if reasoner is judge else {"reasoner": reasoner.usage, "judges": judge.usage}
     grounded = {"grounding": evidence.record(question, args.image)} if mode.active else {}
     return replace(trace, meta={"mode": "live", "model": args.model, "judge_model": judge.model, "usage": usage,
-                                **grounded})
+                                **grounded, **judges.record(trace, judge_fns)})
 
 
 def main(argv=None) -> int:

@@ -94,7 +94,7 @@ class Settings:
     config: verdict.Config
     max_calls: int | None      # per chain
     max_tokens: int            # per reasoner step
-    judge_kw: dict             # Judge's max_tokens, score_only
+    judge_kw: dict             # Judge's max_tokens, score_only, and the run's one JudgeFormat
     mode_kw: dict              # Grounding's max_tokens
 
 
@@ -177,7 +177,8 @@ def run_chain(item: Item, seed: int, method: str, clients: ChainClients, setting
     except (client.EndpointError, ValueError) as e:
         error = e
     record = evidence.record(item.question, item.images)
-    meta = {"method": method, "seed": seed, **({"grounding": record} if evidence.mode.active else {})}
+    meta = {"method": method, "seed": seed, **({"grounding": record} if evidence.mode.active else {}),
+            **(judges.record(trace, judge_fns) if trace else {})}
     used = {k: v - before[k] for k, v in clients.usage().items()}
     return {"format": ROW_FORMAT, "data": item.data, "id": item.id, "row": item.row, "seed": seed,
             "method": method, "answer": item.answer, "pred": pred, "extracted": how, "correct": correct,
@@ -302,7 +303,8 @@ def parse_args(argv):
     p.add_argument("--max-calls", type=int, help="most model calls per chain; past it the chain stops as 'budget'")
     p.add_argument("--max-tokens", type=int, default=256, help="tokens per reasoner step (256)")
     p.add_argument("--judge-max-tokens", type=int, help="tokens per judge reply (judges.py's default)")
-    p.add_argument("--score-only", action="store_true", help="judges reply with the score line only")
+    p.add_argument("--score-only", action="store_true", help="judges reply with the score alone")
+    judges.add_format_arg(p)
     p.add_argument("--judge-modes", default="plain", help="judge modes, comma-separated, each a row per judged rule: "
                    "plain, prior (SGV), premises (EVPV), premises+gate, prior+premises, ... (plain)")
     p.add_argument("--mode-max-tokens", type=int, help="tokens per prior, fact-sheet, premise-check reply (512)")
@@ -377,6 +379,7 @@ def load_data(args) -> list:
 
 def settings_of(args, config: verdict.Config) -> Settings:
     judge_kw = {k: v for k, v in (("max_tokens", args.judge_max_tokens), ("score_only", args.score_only)) if v}
+    judge_kw["fmt"] = judges.JudgeFormat(args.judge_format)  # one for the run: a fallback to text holds for every chain
     return Settings(config, args.max_calls, args.max_tokens, judge_kw,
                     {"max_tokens": args.mode_max_tokens} if args.mode_max_tokens else {})
 
@@ -389,7 +392,7 @@ def run_record(args, config: verdict.Config) -> dict:
         "model": args.model, "judge_model": args.judge_model or args.model,
         "base_url": url(args.base_url), "judge_base_url": url(args.judge_base_url or args.base_url),
         "config": {**asdict(config), "rule": None}, "max_calls": args.max_calls, "max_tokens": args.max_tokens,
-        "judge_max_tokens": args.judge_max_tokens, "score_only": args.score_only,
+        "judge_max_tokens": args.judge_max_tokens, "score_only": args.score_only, "judge_format": args.judge_format,
         "mode_max_tokens": args.mode_max_tokens, "extract_model": args.extract_model,
         "extract_base_url": url(args.extract_base_url or args.judge_base_url or args.base_url) if args.extract_model else None,
         "shard": args.shard}))

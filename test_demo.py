@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -18,9 +19,9 @@ from loopback import LoopbackServer, chat_response
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run_demo(args, cwd, env=None):
+def run_demo(args, cwd, env=None, timeout=120):
     return subprocess.run([sys.executable, os.path.join(HERE, "demo.py"), *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=120, env={**os.environ, **(env or {})})
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
 
 
 def check_trace(d):
@@ -91,7 +92,7 @@ def test_live_mode_against_loopback(tmp_path):
     demo.draw_scene(str(img))
     with LoopbackServer(scripted_judge_server) as srv:
         out = run_demo(["--base-url", srv.url, "--model", "scripted", "--image", str(img), "--question", "Left or right?",
-                        "--choices", "A. left|B. right", "--max-steps", "3", "--concurrency", "4"],
+                        "--choices", "A. left|B. right", "--max-steps", "3", "--concurrency", "4", "--judge-format", "text"],
                        cwd=tmp_path, env={"OPENAI_API_KEY": "sk-secret-demo"})
         assert out.returncode == 0, out.stderr
         requests = list(srv.requests)
@@ -110,11 +111,63 @@ def test_live_mode_against_loopback(tmp_path):
 
 def test_live_mode_text_only(tmp_path):
     with LoopbackServer(scripted_judge_server) as srv:
-        out = run_demo(["--base-url", srv.url, "--model", "scripted", "--question", "Is 3 > 2?", "--max-steps", "2"],
+        out = run_demo(["--base-url", srv.url, "--model", "scripted", "--question", "Is 3 > 2?", "--max-steps", "2",
+                        "--judge-format", "text"],
                        cwd=tmp_path)
         user = [r[1]["messages"][-1]["content"] for r in srv.requests if r[0].endswith("/chat/completions")]
     assert out.returncode == 0, out.stderr
     assert user and all(isinstance(u, str) for u in user)  # no image: plain string content
+
+
+def json_judge_server(body, path):
+    """scripted_judge_server, except that a judge asked for JSON (response_format) answers score 7 of 9."""
+    if "response_format" in body:
+        return 200, chat_response('{"reason": "The ball is right of the cube.", "score": 7}'), {}
+    return scripted_judge_server(body, path)
+
+
+def test_live_mode_asks_for_json_by_default(tmp_path):
+    with LoopbackServer(json_judge_server) as srv:
+        out = run_demo(["--base-url", srv.url, "--model", "scripted", "--question", "Left or right?", "--n", "2"],
+                       cwd=tmp_path)
+        judged = [b for b in srv.chats if "response_format" in b]
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    d = json.loads((tmp_path / "verdict_trace.json").read_text())
+    check_trace(d)
+    assert all(v == 7 / 9 for s in d["steps"] for r in s["s_hat"] for v in r)
+    # Identical judge calls in flight at once share one request (client.Client), so count distinct requests.
+    distinct = {(t, c) for t, s in enumerate(d["steps"]) for c in s["candidates"]}
+    assert len({json.dumps(b, sort_keys=True) for b in judged}) == 3 * len(distinct)
+    assert len(judged) <= d["totals"]["judge_calls"] == sum(3 * len(s["candidates"]) for s in d["steps"])
+    meta = d["meta"]["judges"]
+    assert (meta["format"], meta["format_used"], meta["fallback"], meta["s_hat"]) == ("json", "json", None, "sampled")
+    assert meta["sampled"] == [s["s_hat"] for s in d["steps"]]
+    assert meta["weighted"] == [[[None] * 3] * len(s["candidates"]) for s in d["steps"]]  # this server sends no logprobs
+
+
+def refuse_json(body, path):
+    """scripted_judge_server behind a server that cannot constrain its output: response_format gets a 400."""
+    if "response_format" in body:
+        return 400, {"error": {"code": 400, "type": "invalid_request_error",
+                               "message": 'response_format type must be one of "text" or "json_object", '
+                                          'but got: json_schema'}}
+    return scripted_judge_server(body, path)
+
+
+def test_live_mode_falls_back_to_text_once_and_says_so(tmp_path):
+    with LoopbackServer(refuse_json) as srv:
+        out = run_demo(["--base-url", srv.url, "--model", "scripted", "--question", "Left or right?", "--n", "2",
+                        "--concurrency", "4"], cwd=tmp_path)
+        refused = sum("response_format" in b for b in srv.chats)
+    assert out.returncode == 0, out.stderr
+    assert len(out.stderr.splitlines()) == 1 and "refused response_format" in out.stderr
+    assert "but got: json_schema" in out.stderr
+    d = json.loads((tmp_path / "verdict_trace.json").read_text())
+    check_trace(d)
+    assert all(v == 0.8 for s in d["steps"] for r in s["s_hat"] for v in r) and 1 <= refused <= 4
+    meta = d["meta"]["judges"]
+    assert (meta["format"], meta["format_used"]) == ("json", "text") and 1 <= meta["fallback"]["at_call"] <= refused
+    assert "HTTP 400" in meta["fallback"]["error"]
 
 
 def grounded_server(body, path):
@@ -133,7 +186,8 @@ def grounded_server(body, path):
 def test_live_mode_with_judge_modes_records_them_in_the_trace(tmp_path):
     with LoopbackServer(grounded_server) as srv:
         out = run_demo(["--base-url", srv.url, "--model", "scripted", "--question", "Left or right?", "--n", "2",
-                        "--max-steps", "1", "--judge-mode", "prior,premises", "--gate"], cwd=tmp_path)
+                        "--max-steps", "1", "--judge-mode", "prior,premises", "--gate", "--judge-format", "text"],
+                       cwd=tmp_path)
         chats = [r[1] for r in srv.requests if r[0].endswith("/chat/completions")]
     assert out.returncode == 0, out.stderr
     d = json.loads((tmp_path / "verdict_trace.json").read_text())
@@ -246,13 +300,47 @@ def test_unreachable_server_and_wrong_model(tmp_path):
 
 
 @pytest.mark.live
-def test_live_text_only_against_a_real_server(tmp_path, live_url):
+def test_live_json_judges_score_and_decide_on_a_real_server(tmp_path, live_url):
+    """A real server (serve_tiny.sh: SmolLM2-135M-Instruct on llama-server) with json judges, the default: nearly
+    every judge call yields a score, and a step whose every candidate all three judges scored was decided as
+    verdict.select decides on the recorded ŝ. The model's judgements mean nothing; the decisions are real."""
     out = run_demo(["--base-url", live_url, "--model", "live", "--question", "Is 7 greater than 5?",
-                    "--choices", "A. yes|B. no", "--n", "2", "--max-steps", "1", "--concurrency", "4"], cwd=tmp_path)
+                    "--choices", "A. yes|B. no", "--n", "3", "--max-steps", "1", "--concurrency", "4"],
+                   cwd=tmp_path, timeout=900)
     assert out.returncode == 0, out.stderr
     d = json.loads((tmp_path / "verdict_trace.json").read_text())
     check_trace(d)
-    assert d["meta"]["mode"] == "live" and len(d["steps"]) == 1
+    judged = d["meta"]["judges"]
+    assert d["meta"]["mode"] == "live" and (judged["format_used"], judged["fallback"]) == ("json", None)
+    calls, abstained = d["totals"]["judge_calls"], d["totals"]["abstentions"]
+    assert calls == 9 and (calls - abstained) / calls >= 0.95
+    full = [s for s in d["steps"] if all(v is not None for r in s["s_hat"] for v in r)]
+    assert full, "no step had every candidate scored by all three judges"
+    cfg = d["config"]
+    for s in full:
+        sel = verdict.select(np.array(s["s_hat"]), tuple(cfg["lam"]), cfg["tau"], cfg["eps"], cfg["rule"])
+        assert (s["index"], s["fallback"], s["accepted"]) == (sel.index, sel.fallback, sel.accepted.tolist())
+        assert s["s_bar_star"] == pytest.approx(sel.s_bar_star.tolist())
+        assert s["delta_star"] == pytest.approx(sel.delta_star.tolist())
+    # llama-server returns top_logprobs, so each score comes with its probability-weighted twin.
+    pairs = [(a, b) for s, w in zip(judged["sampled"], judged["weighted"]) for r, q in zip(s, w) for a, b in zip(r, q)]
+    assert all((a is None) == (b is None) and (b is None or 0 <= b <= 1) for a, b in pairs)
+    usage = d["meta"]["usage"]["reasoner"]
+    assert 1 + calls <= usage["calls"] <= 1 + 3 + 2 * calls and usage["completion_tokens"] > 0
+
+
+@pytest.mark.live
+def test_live_text_judges_against_a_real_server(tmp_path, live_url):
+    """The text format on the same server: structure and honest counts, whether or not the model writes a
+    score line (SmolLM2 rarely does, so this exercises real abstentions)."""
+    out = run_demo(["--base-url", live_url, "--model", "live", "--question", "Is 7 greater than 5?",
+                    "--choices", "A. yes|B. no", "--n", "2", "--max-steps", "1", "--concurrency", "4",
+                    "--judge-format", "text"], cwd=tmp_path, timeout=900)
+    assert out.returncode == 0, out.stderr
+    d = json.loads((tmp_path / "verdict_trace.json").read_text())
+    check_trace(d)
+    assert d["meta"]["mode"] == "live" and len(d["steps"]) == 1 and d["meta"]["judges"]["format_used"] == "text"
+    assert d["meta"]["judges"]["weighted"] == [[[None] * 3] * len(d["steps"][0]["candidates"])]  # text: none
     usage = d["meta"]["usage"]["reasoner"]
     # A real server answered every call: 1 reasoner call (n=2 in one request, plus top-ups if it
     # ignored n) and 6 judge calls, each retried once at most when its score did not parse.

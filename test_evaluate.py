@@ -45,9 +45,9 @@ def write_jsonl(path, n=4, answers="BBAB"):
     return str(path)
 
 
-def run(args, cwd=None):
+def run(args, cwd=None, timeout=300):
     return subprocess.run([sys.executable, os.path.join(HERE, "evaluate.py"), *args], capture_output=True, text=True,
-                          timeout=300, cwd=cwd)
+                          timeout=timeout, cwd=cwd)
 
 
 def rows_of(out) -> list:
@@ -69,7 +69,7 @@ def test_tsv_run_sends_every_image_and_reports_skipped_rows(tmp_path, loopback):
     srv = loopback(script)
     out = tmp_path / "out"
     assert evaluate.main(["--data", str(path), "--base-url", srv.url, "--out", str(out), "--seeds", "1",
-                          "--rules", "base,verdict"]) == 0
+                          "--rules", "base,verdict", "--judge-format", "text"]) == 0
     got = rows_of(out)
     assert len(got) == 3 * 2 and {r["id"] for r in got} == {"10", "11", "12"}  # row 15 has no image: dropped
     parts = [[p for p in c["messages"][1]["content"] if p["type"] == "image_url"] if isinstance(c["messages"][1]["content"], list)
@@ -91,7 +91,7 @@ def test_jsonl_run_rows_traces_and_sharing(tmp_path, loopback):
     srv = loopback(script)
     data, out = write_jsonl(tmp_path / "q.jsonl"), tmp_path / "out"
     assert evaluate.main(["--data", data, "--base-url", srv.url, "--out", str(out), "--seeds", "2",
-                          "--max-steps", "3", "--concurrency", "3"]) == 0
+                          "--max-steps", "3", "--concurrency", "3", "--judge-format", "text"]) == 0
     rows = rows_of(out)
     assert len(rows) == 4 * 2 * len(evaluate.METHODS)
     assert len({evaluate.row_key(r) for r in rows}) == len(rows)
@@ -130,9 +130,9 @@ def test_rules_share_calls_when_chains_coincide(tmp_path, loopback):
     alone_srv, all_srv = loopback(agreeing), loopback(agreeing)
     data = write_jsonl(tmp_path / "q.jsonl", n=2)
     assert evaluate.main(["--data", data, "--base-url", alone_srv.url, "--out", str(tmp_path / "a"), "--seeds", "2",
-                          "--rules", "verdict"]) == 0
+                          "--rules", "verdict", "--judge-format", "text"]) == 0
     assert evaluate.main(["--data", data, "--base-url", all_srv.url, "--out", str(tmp_path / "b"), "--seeds", "2",
-                          "--rules", ",".join(verdict.RULES)]) == 0
+                          "--rules", ",".join(verdict.RULES), "--judge-format", "text"]) == 0
     assert len(all_srv.chats) == len(alone_srv.chats) == 2 * 2 * (1 + 3 * 3 + 1 + 2 * 3)  # 2 items, 2 seeds, 2 steps
     rows = rows_of(tmp_path / "b")
     assert sum(r["calls"] for r in rows) == 9 * sum(r["calls"] for r in rows_of(tmp_path / "a"))  # what nine unshared runs need
@@ -148,7 +148,8 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path, loopback):
         return script(body, path)
     srv = loopback(blocking)
     data, out, ref = write_jsonl(tmp_path / "q.jsonl", n=5), tmp_path / "out", tmp_path / "ref"
-    args = ["--data", data, "--base-url", srv.url, "--seeds", "2", "--max-steps", "3", "--retries", "0"]
+    args = ["--data", data, "--base-url", srv.url, "--seeds", "2", "--max-steps", "3", "--retries", "0",
+            "--judge-format", "text"]
     proc = subprocess.Popen([sys.executable, os.path.join(HERE, "evaluate.py"), *args, "--out", str(out), "--concurrency", "1"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -183,7 +184,8 @@ def test_budget_stops_chains(tmp_path, loopback, judge_model):
     srv = loopback(endless)
     out = tmp_path / "out"
     assert evaluate.main(["--data", write_jsonl(tmp_path / "q.jsonl", n=1), "--base-url", srv.url, "--out", str(out),
-                          "--seeds", "1", "--rules", "base,verdict", "--max-steps", "5", "--max-calls", "12", *judge_model]) == 0
+                          "--seeds", "1", "--rules", "base,verdict", "--max-steps", "5", "--max-calls", "12", *judge_model,
+                          "--judge-format", "text"]) == 0
     base, rule = rows_of(out)
     assert base["stopped"] == "max_steps" and base["calls"] == 5 and len(base["trace"]["steps"]) == 5
     # Step 1 costs 1 + 9 calls; step 2's proposal and two judge calls reach 12, the 13th stops the chain.
@@ -194,6 +196,25 @@ def test_budget_stops_chains(tmp_path, loopback, judge_model):
     assert (base["pred"], base["extracted"]) == ("B", "letter")
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stats"]["verdict"]["stopped"] == {"final": 0, "max_steps": 0, "budget": 1}
+
+
+def test_json_refused_falls_back_to_text_once_for_the_whole_run(tmp_path, loopback):
+    def refuse_json(body, path):  # a server that cannot constrain its output
+        if "response_format" in body:
+            return 400, {"error": {"message": 'response_format type must be one of "text" or "json_object", '
+                                              'but got: json_schema'}}
+        return script(body, path)
+    srv = loopback(refuse_json)
+    out = tmp_path / "out"
+    proc = run(["--data", write_jsonl(tmp_path / "q.jsonl", n=3), "--base-url", srv.url, "--out", str(out),
+                "--seeds", "1", "--rules", "verdict", "--concurrency", "3"])  # json, the default
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("refused response_format") == 1  # once for the run, though its 3 items run at once
+    metas = [r["trace"]["meta"]["judges"] for r in rows_of(out)]
+    assert len(metas) == 3 and all((m["format"], m["format_used"]) == ("json", "text") for m in metas)
+    assert metas[0]["fallback"]["at_call"] >= 1 and all(m["fallback"] == metas[0]["fallback"] for m in metas)
+    assert all(None not in r for row in rows_of(out) for s in row["trace"]["steps"] for r in s["s_hat"])
+    assert json.loads((out / "run.json").read_text())["settings"]["judge_format"] == "json"
 
 
 SHEET = json.dumps({"objects": [{"fact": "two numbers"}], "numbers": [], "relations": [], "structure": []})
@@ -213,7 +234,8 @@ def test_judge_modes_are_rows_that_share_the_reasoners_candidates(tmp_path, loop
     srv = loopback(grounded)
     data, out = write_jsonl(tmp_path / "q.jsonl", n=2), tmp_path / "out"
     assert evaluate.main(["--data", data, "--base-url", srv.url, "--out", str(out), "--seeds", "1", "--rules", "base,verdict",
-                          "--judge-modes", "plain,prior,premises,prior+premises,premises+gate"]) == 0
+                          "--judge-modes", "plain,prior,premises,prior+premises,premises+gate",
+                          "--judge-format", "text"]) == 0
     rows = {r["method"]: r for r in rows_of(out) if r["id"] == "q0"}
     assert list(rows) == ["base", "verdict", "verdict+prior", "verdict+premises", "verdict+prior+premises",
                           "verdict+premises+gate"]
@@ -252,7 +274,8 @@ def test_endpoint_error_is_a_row_and_is_retried(tmp_path, loopback):
         return script(body, path)
     srv = loopback(flaky)
     data, out = write_jsonl(tmp_path / "q.jsonl", n=3), tmp_path / "out"
-    args = ["--data", data, "--base-url", srv.url, "--out", str(out), "--seeds", "1", "--rules", "base,verdict"]
+    args = ["--data", data, "--base-url", srv.url, "--out", str(out), "--seeds", "1", "--rules", "base,verdict",
+            "--judge-format", "text"]
     assert evaluate.main(args) == 3  # 2 of 6 chains failed: more than --max-error-rate 0.05
     assert evaluate.main(args + ["--max-error-rate", "0.5"]) == 0  # the same table, under a laxer threshold
     rows = {r["id"]: r for r in rows_of(out) if r["method"] == "verdict"}
@@ -303,7 +326,8 @@ def test_other_settings_in_out_dir_refused(tmp_path, loopback):
 
 @pytest.mark.live
 def test_live_structure(tmp_path, live_url):
-    """A real server (serve_tiny.sh): 5 text-only questions, every row well formed. Answers not checked."""
+    """A real server (serve_tiny.sh): 5 text-only questions, every row well formed, and the json judges (score
+    only) scored at least 95% of their calls. Answers not checked: a 135M model's are noise."""
     path = tmp_path / "arith.jsonl"
     with open(path, "w") as fh:
         for i in range(5):
@@ -312,17 +336,20 @@ def test_live_structure(tmp_path, live_url):
                                  "options": {"A": str(a + b) if i % 2 == 0 else str(a + b + 1),
                                              "B": str(a + b + 2) if i % 2 == 0 else str(a + b)}}) + "\n")
     out = run(["--data", str(path), "--base-url", live_url, "--out", str(tmp_path / "o"), "--seeds", "1",
-               "--rules", "base,verdict", "--n", "2", "--max-steps", "1", "--max-tokens", "24", "--score-only",
-               "--judge-max-tokens", "8"])
+               "--rules", "base,verdict", "--n", "2", "--max-steps", "1", "--max-tokens", "24", "--score-only"],
+              timeout=900)
     assert out.returncode == 0, out.stderr
     rows = rows_of(tmp_path / "o")
     assert len(rows) == 5 * 2 and {r["method"] for r in rows} == {"base", "verdict"}
     for r in rows:
-        assert r["extracted"] in ("letter", "text", "unanswered") and (r["trace"] is None) == (r["error"] is not None)
+        assert r["extracted"] in ("letter", "text", "declined", "unanswered") and (r["trace"] is None) == (r["error"] is not None)
         if r["trace"]:
             assert r["trace"]["format"] == verdict.TRACE_FORMAT and r["stopped"] in ("final", "max_steps")
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
-    assert summary["format"] == "verdict-eval/1" and set(summary["accuracy"]) == {"base", "verdict"}
+    assert summary["format"] == "verdict-eval/2" and set(summary["accuracy"]) == {"base", "verdict"}
+    assert summary["stats"]["verdict"]["abstention_rate"] <= 0.05
+    judged = [r["trace"]["meta"]["judges"] for r in rows if r["method"] == "verdict" and r["trace"]]
+    assert judged and all((m["format_used"], m["fallback"]) == ("json", None) for m in judged)
 
 
 # ----------------------------------------------------------------------------- run directory, cache, exit status
@@ -352,7 +379,7 @@ def test_cache_error_stops_the_run_and_keeps_finished_rows(tmp_path, loopback, m
     monkeypatch.setattr(evaluate.client.Cache, "get", failing_get)
     out = tmp_path / "out"
     code = evaluate.main(["--data", write_jsonl(tmp_path / "q.jsonl", n=4), "--base-url", srv.url, "--out", str(out),
-                          "--seeds", "1", "--rules", "base,verdict", "--concurrency", "1"])
+                          "--seeds", "1", "--rules", "base,verdict", "--concurrency", "1", "--judge-format", "text"])
     err = capsys.readouterr().err
     assert code == 2 and "evaluate.py: error: the response cache cannot be used:" in err and "malformed" in err
     rows = rows_of(out)

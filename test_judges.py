@@ -8,6 +8,7 @@ import base64
 import io
 import json
 import math
+import re
 import threading
 
 import numpy as np
@@ -15,10 +16,12 @@ import pytest
 from PIL import Image
 
 import judges
+import scores
 import verdict
-from client import Client, text_of
-from judges import Judge, Reasoner, make_judges, parse_score, thread_map
+from client import Client, EndpointError, text_of
+from judges import Judge, Reasoner, make_judges, thread_map
 from loopback import chat_response, scripted, token_logprobs, user_text
+from test_scores import CANDIDATE_WITH_SCORE, STRAY, json_tokens
 
 nan = math.nan
 
@@ -143,71 +146,144 @@ def test_one_step(reply, step):
     assert judges.one_step(reply) == step
 
 
-# ----------------------------------------------------------------------------- score parsing
+# ----------------------------------------------------------------------------- the json format
 
-CANDIDATE_WITH_SCORE = "The ball is left.\nScore: 1.0"
-
-
-@pytest.mark.parametrize("reply, score", [
-    ("Score: 0.8", 0.8),
-    ("The step names the cup, which is visible.\nScore: 0.85", 0.85),
-    ("Score: .85", 0.85),
-    ("Score: 1", 1.0),
-    ("Score: 0", 0.0),
-    ("score: 0.3", 0.3),
-    ("SCORE: 0.3", 0.3),
-    ("**Score:** 0.8", 0.8),
-    ("**Score: 0.8**", 0.8),
-    ("- **Score**: 0.7", 0.7),
-    ("### Score: 0.6", 0.6),
-    ("Score: `0.6`", 0.6),
-    ("Score = 0.7", 0.7),
-    ("Final score: 0.9", 0.9),
-    ("Score: 0.8.", 0.8),
-    ("Score: 0.75 (mostly grounded)", 0.75),
-    ("Score: 0.8\n", 0.8),
-    ("Score: 85%", 0.85),               # percent: read as a fraction
-    ("Score: 8/10", 0.8),
-    ("Score: 0.9 / 1", 0.9),
-    ("Score: 0.2\nOn reflection the cup is visible.\nScore: 0.9", 0.9),  # the last line wins
-    ("Score: 0.9\nScore: 1.2", nan),    # ... even when it is invalid
-    ("Score: 1.2", nan),                # out of range: never clamped
-    ("Score: -0.1", nan),
-    ("Score: 85", nan),
-    ("Score: 150%", nan),
-    ("Score: 9/0", nan),
-    ("Score: 0,8", nan),                # not "0"
-    ("Score: 1e-1", nan),
-    ("Score: nan", nan),
-    ("Score: high", nan),               # words only
-    ("The step is good; I give it 0.9 overall.", nan),  # never the first number in prose
-    ("The step earns a score: 0.9 from me.", nan),      # a score line starts the line
-    ("I'm sorry, but I can't evaluate this step.", nan),  # refusal
-    ("", nan),                          # empty
-    ("The step is plausible. Score:", nan),  # truncated
-    ("Score:", nan),
-    ("Score:\n0.8", nan),               # the value belongs on the score line
-    ("The reasoning is sound and well grounded, so I would rate it", nan),
-    (f"The step says:\n<step>\n{CANDIDATE_WITH_SCORE}\n</step>\nIt is unsupported.", nan),  # the candidate's own text
-    (f"<step>\n{CANDIDATE_WITH_SCORE}\n</step>\nScore: 0.2", 0.2),
-    (f"Score: 0.2\nQuoting it: <step>{CANDIDATE_WITH_SCORE}", 0.2),  # an unclosed quote runs to the end
-])
-def test_parse_score(reply, score):
-    got = parse_score(reply)
-    assert (math.isnan(got) and math.isnan(score)) or got == pytest.approx(score)
+def test_json_format_request_and_reply(loopback):
+    srv = loopback(scripted('{"reason": "The cup is visible.", "score": 7}'))
+    j = Judge(Client(srv.url, "m"), "visual", fmt="json")
+    assert j(verdict.State("Is the cup left?"), "The cup is left.") == pytest.approx(7 / 9)
+    (body,) = srv.chats
+    assert body["response_format"] == {"type": "json_schema",
+                                       "json_schema": {"name": "judgement", "schema": scores.score_schema()}}
+    schema = body["response_format"]["json_schema"]["schema"]
+    assert list(schema["properties"]) == schema["required"] == ["reason", "score"]  # the reason first
+    assert schema["properties"]["score"] == {"type": "integer", "minimum": 0, "maximum": 9}
+    assert schema["properties"]["reason"]["maxLength"] == scores.REASON_CHARS and not schema["additionalProperties"]
+    assert body["logprobs"] is True and body["top_logprobs"] == 20 and body["max_tokens"] == 256
+    assert scores.JSON_EXPLAIN in user_text(body) and "Score:" not in user_text(body)
+    assert j.counts == dict(calls=1, replies=1, parsed=1, retries=0, abstentions=0)
 
 
-@pytest.mark.parametrize("reply, score", [("Score: 7", 7 / 9), ("Score: 0", 0.0), ("**Score:** 9", 1.0),
-                                          ("Score: 0.7", nan), ("Score: 10", nan), ("Score: 70%", nan)])
-def test_parse_score_digit_scale(reply, score):
-    got = parse_score(reply, "digit")
-    assert (math.isnan(got) and math.isnan(score)) or got == pytest.approx(score)
+def test_json_format_score_only(loopback):
+    srv = loopback(scripted('{"score": 2}'))
+    assert Judge(Client(srv.url, "m"), "logical", fmt="json", score_only=True)(verdict.State("q"), "s") == pytest.approx(2 / 9)
+    (body,) = srv.chats
+    assert body["response_format"]["json_schema"]["schema"] == scores.score_schema(score_only=True)
+    assert list(scores.score_schema(score_only=True)["properties"]) == ["score"] and body["max_tokens"] == 24
+    assert scores.JSON_SCORE_ONLY in user_text(body)
 
 
-def test_parse_score_rejects_unknown_scale_and_non_text():
-    with pytest.raises(ValueError, match="percent"):
-        parse_score("Score: 0.5", "percent")
-    assert math.isnan(parse_score(None))
+def test_json_format_invalid_reply_is_asked_again_with_the_reason(loopback):
+    srv = loopback(scripted('{"reason": "ok", "score": 12}', '{"reason": "ok", "score": 3}',
+                            '{"reason": "ok", "score": 0.5}', "Score: 0.5"))
+    j = Judge(Client(srv.url, "m"), "contextual", fmt="json")
+    assert j(verdict.State("q"), "s") == pytest.approx(3 / 9)
+    first, retry = srv.chats[:2]
+    assert retry["messages"][2] == {"role": "assistant", "content": '{"reason": "ok", "score": 12}'}
+    assert retry["messages"][3]["content"] == scores.JSON_FOLLOW_UP.format(
+        reason='"score" must be an integer from 0 to 9, got 12')
+    assert retry["response_format"] == first["response_format"] and retry["max_tokens"] == 256
+    assert math.isnan(j(verdict.State("q"), "t"))  # invalid twice: abstain
+    assert j.counts == dict(calls=2, replies=4, parsed=1, retries=2, abstentions=1)
+
+
+def test_json_format_weighted_score_is_read_at_the_score_digit(loopback):
+    # The reason quotes a score of its own (\"score\": 9); the weighted score is read at the "score" key's digit:
+    # p(5) = 0.3, p(2) = 0.25, p(9) = 0.05 and '"' (not a digit) 0.4, so (5·0.3 + 2·0.25 + 9·0.05) / 0.6 / 9.
+    reason = 'it says \\"score\\": 9'
+    lp = json_tokens(reason, "5", {"5": 0.3, "2": 0.25, "9": 0.05, '"': 0.4})
+    reply = chat_response('{"reason": "' + reason + '", "score": 5}', logprobs=[lp])
+    srv = loopback(lambda body, path: reply)
+    weighted = (5 * 0.3 + 2 * 0.25 + 9 * 0.05) / 0.6 / 9
+    sampled_judge = Judge(Client(srv.url, "m"), "visual", fmt="json")
+    assert sampled_judge(verdict.State("q"), "s") == pytest.approx(5 / 9)
+    assert sampled_judge.scores("q", (), "s") == (pytest.approx(5 / 9), pytest.approx(weighted))
+    assert Judge(Client(srv.url, "m"), "visual", fmt="json", weighted=True)(verdict.State("q"), "s") == pytest.approx(weighted)
+    assert scores.logprob_score(lp, "json") == pytest.approx(weighted)
+    assert math.isnan(scores.logprob_score(lp, "digit"))  # no score line in a json reply
+
+
+def test_text_format_has_no_weighted_score_and_asks_for_no_logprobs(loopback):
+    srv = loopback(scripted("Score: 0.8"))
+    j = Judge(Client(srv.url, "m"), "visual", weighted=True)
+    assert j(verdict.State("q"), "s") == 0.8 and math.isnan(j.scores("q", (), "s")[1])
+    assert "logprobs" not in srv.chats[0] and "response_format" not in srv.chats[0]
+
+
+def test_judge_options_are_checked():
+    c = Client("http://127.0.0.1:9/v1", "m")
+    with pytest.raises(ValueError, match="'yaml'"):
+        Judge(c, "visual", fmt="yaml")
+    with pytest.raises(ValueError, match="got 21"):
+        Judge(c, "visual", fmt="json", top_logprobs=21)
+    with pytest.raises(ValueError, match="got 0"):
+        Judge(c, "visual", fmt="json", weighted=True, top_logprobs=0)
+    assert "logprobs" not in Judge(c, "visual", fmt="json", top_logprobs=0).params("json")[0]
+
+
+# ----------------------------------------------------------------------------- the fallback to text
+
+REFUSE = (400, {"error": {"code": 400, "type": "invalid_request_error",  # llama-server's words for an unknown type
+                          "message": 'response_format type must be one of "text" or "json_object", but got: json_schema'}})
+
+
+def test_a_refused_response_format_switches_every_judge_to_text_once(loopback, capsys):
+    # The 3 judge calls of a step run at once and are all refused at once (the barrier holds them until all
+    # three arrived): the switch happens once, is said once, and holds for the rest of the run.
+    barrier = threading.Barrier(3, timeout=30)
+
+    def handler(body, path):
+        if "response_format" in body:
+            barrier.wait()
+            return REFUSE
+        if is_judge(body):
+            return chat_response("Fine.\nScore: 0.8")
+        return chat_response([f"Step {len(body['messages'])}: the cup."] * body["n"])
+    srv = loopback(handler)
+    client = Client(srv.url, "m", retries=0)
+    js = make_judges(client, fmt="json")
+    trace = verdict.run("q", Reasoner(client), js, verdict.Config(n=1, max_steps=2), map_fn=thread_map(3))
+    assert [rec.s_hat.tolist() for rec in trace.steps] == [[[0.8] * 3]] * 2
+    assert sum("response_format" in b for b in srv.chats) == 3          # the first step's three, never again
+    err = capsys.readouterr().err
+    assert err.count("refused response_format") == 1 and "but got: json_schema" in err and "text format" in err
+    rec = js[0].format.record()
+    assert rec["format"] == "json" and rec["format_used"] == "text" and rec["fallback"]["at_call"] in (1, 2, 3)
+    assert "HTTP 400" in rec["fallback"]["error"] and all(j.format is js[0].format for j in js)
+    assert judges.record(trace, js)["judges"]["fallback"] == rec["fallback"]
+
+
+@pytest.mark.parametrize("status, message", [(400, "max_tokens must be at most 128"), (404, "The model `m` does not exist"),
+                                             (500, "response_format handler crashed")])
+def test_other_errors_are_errors_not_a_fallback(loopback, capsys, status, message):
+    srv = loopback(lambda body, path: (status, {"error": {"message": message}}))
+    j = Judge(Client(srv.url, "m", retries=0), "visual", fmt="json")
+    with pytest.raises(EndpointError, match=re.escape(message)):
+        j(verdict.State("q"), "s")
+    assert j.format.record() == {"format": "json", "format_used": "json", "fallback": None}
+    assert capsys.readouterr().err == ""
+
+
+# ----------------------------------------------------------------------------- what the trace keeps
+
+def test_record_lays_both_scores_out_like_s_hat(loopback):
+    # Every judge writes score 3 for candidate "a" and 6 for "b"; the digit's top_logprobs give the digit 0.5 and the
+    # next one up 0.5, so the weighted score is (d + 0.5) / 9.
+    def handler(body, path):
+        if "response_format" not in body:
+            return chat_response(["a", "b"])
+        d = 3 if "<step>\na\n</step>" in user_text(body) else 6
+        lp = json_tokens("ok", str(d), {str(d): 0.5, str(d + 1): 0.5})
+        return chat_response('{"reason": "ok", "score": %d}' % d, logprobs=[lp])
+    srv = loopback(handler)
+    client = Client(srv.url, "m")
+    js = make_judges(client, fmt="json")
+    trace = verdict.run("q", Reasoner(client), js, verdict.Config(n=2, max_steps=1))
+    meta = judges.record(trace, js)["judges"]
+    assert meta["sampled"] == [trace.steps[0].s_hat.tolist()] == [[[3 / 9] * 3, [6 / 9] * 3]]
+    assert meta["weighted"] == [[[pytest.approx(3.5 / 9)] * 3, [pytest.approx(6.5 / 9)] * 3]]
+    assert (meta["format"], meta["format_used"], meta["fallback"], meta["s_hat"]) == ("json", "json", None, "sampled")
+    assert judges.record(trace, [lambda s, c: 0.5] * 3) == {} and judges.record(trace, ()) == {}
 
 
 # ----------------------------------------------------------------------------- judges
@@ -215,7 +291,7 @@ def test_parse_score_rejects_unknown_scale_and_non_text():
 def test_make_judges_follow_the_stubbornness_order(loopback):
     js = make_judges(Client("http://127.0.0.1:9/v1", "m"), score_only=True)
     assert [j.name for j in js] == list(verdict.JUDGES) and len(js) == len(verdict.STUBBORNNESS)
-    assert all(j.max_tokens == 16 and j.score_only for j in js)
+    assert all(j.params("text")[0]["max_tokens"] == 16 and j.score_only for j in js)
     assert "Visual" in js[0].prompt.system and "Logical" in js[1].prompt.system and "Contextual" in js[2].prompt.system
     with pytest.raises(ValueError, match="no_such_judge.txt"):
         Judge(Client("http://127.0.0.1:9/v1", "m"), "no_such_judge")
@@ -252,6 +328,18 @@ def test_unparseable_judge_retries_once_then_abstains_and_nan_reaches_select(loo
     assert trace.to_dict()["steps"][0]["s_hat"][0][0] is None  # NaN travels as null
 
 
+def test_judge_reads_its_score_after_a_stray_step_tag(loopback):
+    srv = loopback(scripted(STRAY, "no score here either"))
+    j = Judge(Client(srv.url, "m"), "visual")
+    assert j(verdict.State("Where is the ball?"), "The ball is left.") == 0.8 and j.counts["retries"] == 0
+
+
+def test_judge_ignores_an_open_quote_of_the_candidate(loopback):
+    srv = loopback(scripted(f"Quoting it: <step>\n{CANDIDATE_WITH_SCORE}", "Score: 0.3"))
+    j = Judge(Client(srv.url, "m"), "visual")
+    assert j(verdict.State("Where is the ball?"), CANDIDATE_WITH_SCORE) == 0.3 and j.counts["retries"] == 1
+
+
 def test_judge_retry_can_recover(loopback):
     srv = loopback(scripted("The step is fine but I forgot", "Score: 0.7"))
     assert Judge(Client(srv.url, "m"), "logical")(verdict.State("q"), "step") == 0.7
@@ -272,26 +360,23 @@ def test_score_only_asks_for_the_line_alone(loopback):
     assert body["max_tokens"] == 16 and "one line only" in user_text(body) and "Explain" not in user_text(body)
 
 
-def test_logprobs_mode_weights_the_score_digit(loopback):
+def test_digit_format_weights_the_score_digit(loopback):
     lp = token_logprobs([("Grounded", {}), (".\n", {}), ("Score", {}), (":", {}),
                          (" 7", {" 7": 0.5, "8": 0.3, " 6": 0.1, "x": 0.1})])
     srv = loopback(scripted(chat_response("Grounded.\nScore: 7", logprobs=[lp]), "Score: 7"))
-    j = Judge(Client(srv.url, "m"), "visual", logprobs=True)
+    j = Judge(Client(srv.url, "m"), "visual", fmt="digit", weighted=True)
     assert j(verdict.State("q"), "s") == pytest.approx((7 * 0.5 + 8 * 0.3 + 6 * 0.1) / 0.9 / 9)
     assert j(verdict.State("q"), "t") == pytest.approx(7 / 9)  # no logprobs returned: the parsed digit
     body = srv.chats[0]
-    assert body["logprobs"] is True and body["top_logprobs"] == 10 and "one digit from 0 to 9" in user_text(body)
+    assert body["logprobs"] is True and body["top_logprobs"] == 20 and "one digit from 0 to 9" in user_text(body)
+    assert "response_format" not in body
+    assert j.scores("q", (), "s") == (pytest.approx(7 / 9), pytest.approx((7 * 0.5 + 8 * 0.3 + 6 * 0.1) / 0.9 / 9))
+    assert j.scores("q", (), "t")[0] == pytest.approx(7 / 9) and math.isnan(j.scores("q", (), "t")[1])
 
 
-def test_logprobs_mode_off_scale_reply_is_retried(loopback):
+def test_digit_format_off_scale_reply_is_retried(loopback):
     srv = loopback(scripted("Score: 0.7", "Score: 6"))
-    assert Judge(Client(srv.url, "m"), "logical", logprobs=True)(verdict.State("q"), "s") == pytest.approx(6 / 9)
-
-
-@pytest.mark.parametrize("logprobs", [None, {}, {"content": None}, {"content": [{"token": "Score: 7"}]},
-                                      token_logprobs([("Score: ", {}), ("7", {"a": 1.0})])])
-def test_logprob_score_without_usable_logprobs_is_nan(logprobs):
-    assert math.isnan(judges.logprob_score(logprobs))
+    assert Judge(Client(srv.url, "m"), "logical", fmt="digit")(verdict.State("q"), "s") == pytest.approx(6 / 9)
 
 
 def test_ask_once_more_with_the_reason_then_give_up(loopback):
@@ -377,3 +462,16 @@ def test_live_reasoner_and_judges(live_url):
     assert client.usage["calls"] == client.usage["requests"] >= 1 + replies  # 1+ reasoner calls, no retries needed
     json.dumps(trace.to_dict(), allow_nan=False)
 
+
+
+@pytest.mark.live
+def test_live_json_judge_scores_and_weighs_its_score_digit(live_url):
+    """One json judge call on a real server: a validated score d / 9, and, where the server returns top_logprobs
+    (llama-server does), its probability-weighted twin, read at the score digit of the real token stream."""
+    client = Client(live_url, "live", timeout=300.0, retries=1)
+    j = Judge(client, "logical", fmt="json")
+    question, step = "What is 2 + 3?\nA. 4\nB. 5", "2 + 3 = 5, so the answer is B."
+    s = j(verdict.State(question), step)
+    sampled, weighted = j.scores(question, (), step)
+    assert j.counts["parsed"] == 1 and s == sampled and round(9 * s) in range(10) and 9 * s == pytest.approx(round(9 * s))
+    assert 0 <= weighted <= 1

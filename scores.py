@@ -1,0 +1,228 @@
+"""What a VERDICT judge is asked to reply, and how its reply is read.
+
+Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
+Disagreement-Aware Consensus", ECCV 2026. Each agent returns a raw score ŝ_i in [0, 1] for a candidate
+step; the paper leaves open how a model's reply becomes that number. This module holds that part:
+
+- the reply formats: json (a JSON object under a schema sent as response_format, so a server that
+  supports structured output makes every reply well-formed), text (a last line "Score: x", x in [0, 1])
+  and digit (a last line "Score: d", d in 0..9);
+- reading a reply: parse_score, json_score, and the probability-weighted score logprob_score, each
+  ignoring what the judge quotes of the candidate (fence, unquote); an invalid or out-of-range value
+  is never clamped;
+- JudgeFormat: the format of one run's judges, and its one, said-aloud fallback from json to text
+  when a server refuses response_format.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+import threading
+from typing import Any
+
+import numpy as np
+
+from client import one_line
+
+# ----------------------------------------------------------------------------- formats
+
+FORMATS = ("json", "text", "digit")  # a judge's reply: a JSON object under a schema, a "Score:" line, a digit line
+SCALE = {  # the answer scales parse_score reads
+    "unit": "a number from 0 to 1, where 0 means certainly wrong and 1 certainly right",
+    "digit": "one digit from 0 to 9, where 0 means certainly wrong and 9 certainly right",
+}
+EXPLAIN = "Explain your judgement in at most three sentences, then end your reply with this one line:\nScore: <{scale}>"
+SCORE_ONLY = "Reply with this one line only, without explanation:\nScore: <{scale}>"
+FOLLOW_UP = "Your reply did not end with a valid score line. Reply with this one line only:\nScore: <{scale}>"
+JSON_EXPLAIN = ('Reply with one JSON object of this form:\n{"reason": "<why, in one or two sentences>", "score": <'
+                + SCALE["digit"] + '>}')
+JSON_SCORE_ONLY = 'Reply with one JSON object of this form, without explanation:\n{"score": <' + SCALE["digit"] + '>}'
+JSON_FOLLOW_UP = "Your reply was not the JSON object asked for ({reason}). Reply with that object only."
+REASON_CHARS = 200  # the longest "reason" the json format's schema allows
+
+_SCORE_LINE = re.compile(r"(?im)^[ \t>*_#`-]*(?:(?:final|overall)[ \t]+)?score[ \t*_`]*[:=][ \t]*(.*)$")
+_JSON_SCORE = re.compile(r'"score"\s*:\s*')
+_UNIT = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(%|/(\d+(?:\.\d*)?))?")
+
+
+def score_schema(score_only: bool = False) -> dict:
+    """The JSON schema of a json-format reply: {"reason": 1..REASON_CHARS characters, "score": an integer 0..9},
+    reason first so the score comes after it; {"score"} alone with score_only. An integer, because llama.cpp's
+    grammar enforces minimum/maximum on integers only (on "number" it ignores them), and one digit, which is
+    one token in Qwen's and SmolLM2's tokenizers, so top_logprobs at that token hold the whole score."""
+    props = {"score": {"type": "integer", "minimum": 0, "maximum": 9}}
+    if not score_only:
+        props = {"reason": {"type": "string", "minLength": 1, "maxLength": REASON_CHARS}, **props}
+    return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+
+
+def fence(step: str) -> str:
+    """The candidate with any <step> or </step> of its own defused, so it cannot close its fence."""
+    return re.sub(r"(?i)<(/?)step>", r"[\1step]", step)
+
+
+def unquote(text: str, step: str | None = None) -> str:
+    """text with what the judge quotes of the candidate blanked out, every position and line kept: each
+    <step>…</step>, and after a <step> left open, the candidate's own text (`step`, whitespace aside) if it
+    follows. Any other open <step> is a stray tag and hides only itself. Without `step` a quote cannot be
+    told from a stray tag, and an open <step> hides the rest of the reply."""
+    blank = lambda m: re.sub(r"[^\n]", " ", m.group(0))
+    text = re.sub(r"(?is)<step>.*?</step>", blank, text)
+    if step is None:
+        return re.sub(r"(?is)<step>.*\Z", blank, text)
+    quote = r"\s*" + r"\s+".join(map(re.escape, fence(step).split()))
+    return re.sub(r"(?i)<step>(?:" + quote + ")?", blank, text)
+
+
+def _value_at(line: re.Match) -> int:
+    """Where the value of a _SCORE_LINE match starts, after markdown decorations such as ** or `."""
+    return line.start(1) + len(line.group(1)) - len(line.group(1).lstrip(" \t*_`(<"))
+
+
+def parse_score(text: str, scale: str = "unit", step: str | None = None) -> float:
+    """The judge's score from its reply, or NaN when there is no valid one (never 0, 0.5 or a clamp).
+
+    The LAST score line decides: a line starting "Score:" (or "Score =", "Final score:", markdown
+    decorations such as **Score:** allowed), its first word being the value, bare or in the prompt's
+    own <…>. If that value is invalid, the result is NaN even when an earlier line held a valid one.
+    What the judge quotes of the candidate `step` is ignored (see unquote).
+    unit  : 0.85, .85, 1, 0, "85%" (= 0.85) and "8/10" (= 0.8) are read; anything outside [0, 1]
+            (1.2, -0.1, 85, 150%), words, "0,8" or an empty value is NaN.
+    digit : a single digit d in 0..9 gives d / 9 (the one-token scale of the digit format).
+    """
+    if scale not in SCALE:
+        raise ValueError(f"unknown scale {scale!r}; expected one of {', '.join(SCALE)}")
+    lines = list(_SCORE_LINE.finditer(unquote(text, step))) if isinstance(text, str) else []
+    if not lines:
+        return math.nan
+    value = re.sub(r"[ \t]*/[ \t]*", "/", lines[-1].string[_value_at(lines[-1]):lines[-1].end(1)])
+    words = value.strip().split()
+    value = words[0].rstrip(".,;:!)*_`>") if words else ""
+    if scale == "digit":
+        return int(value) / 9 if re.fullmatch(r"\d", value) else math.nan
+    m = _UNIT.fullmatch(value)
+    if not m:
+        return math.nan
+    s = float(m.group(1))
+    if m.group(2) == "%":
+        s /= 100
+    elif m.group(3) is not None:
+        s = s / float(m.group(3)) if float(m.group(3)) > 0 else math.nan
+    return s if 0 <= s <= 1 else math.nan  # out of range is NaN, never clamped
+
+
+def json_score(text: str, score_only: bool = False) -> float:
+    """d / 9 from a json-format reply {"reason": "...", "score": d}, d an integer 0..9; a ```json fence around it
+    is allowed. Anything else raises ValueError saying what is wrong (the follow-up tells the judge): the
+    server may have ignored the schema, and a 200 proves nothing. Out of range is an error, never a clamp."""
+    body = re.sub(r"(?s)\A\s*```(?:json)?\s*(.*?)\s*```\s*\Z", r"\1", text)
+    try:
+        reply = json.loads(body)
+    except ValueError:
+        raise ValueError("not valid JSON") from None
+    if not isinstance(reply, dict) or "score" not in reply:
+        raise ValueError('not a JSON object with a "score"')
+    score = reply["score"]
+    if not (isinstance(score, int) and not isinstance(score, bool) and 0 <= score <= 9):
+        raise ValueError(f'"score" must be an integer from 0 to 9, got {json.dumps(score)}')
+    if not score_only and not isinstance(reply.get("reason"), str):
+        raise ValueError('"reason" must be a string')
+    return score / 9
+
+
+def _score_at(text: str, fmt: str, step: str | None) -> int | None:
+    """Where the score's digit is in a reply of format fmt (json, or a text score line), or None."""
+    if fmt == "json":
+        m = list(_JSON_SCORE.finditer(text))
+        at = m[-1].end() if m else None
+    else:
+        lines = list(_SCORE_LINE.finditer(unquote(text, step)))
+        at = _value_at(lines[-1]) if lines else None
+    return at if at is not None and re.match(r"[0-9]", text[at:]) else None
+
+
+def logprob_score(logprobs: Any, fmt: str = "digit", step: str | None = None) -> float:
+    """The probability-weighted score Σ_d p(d)·d/9 at the score's digit token, NaN without usable logprobs.
+
+    The token is found in the reply the tokens spell (the "score" value of a json reply, or the value of the
+    last score line outside the quoted candidate `step`); p is renormalised over the digits 0..9 among that
+    token's top_logprobs. So it is the model's distribution over the score digit given
+    that a digit comes there: on llama.cpp's llama-server, whose top_logprobs are taken from the raw logits
+    before any grammar, the digits of that raw distribution; on vLLM, which masks the logits by the grammar
+    first, the same digits renormalised over what the schema allows. A digit missing from the top list counts
+    as 0, so ask for enough (top_logprobs=20). The digits 0..9 are single tokens in Qwen's and SmolLM2's
+    tokenizers; a decimal such as "0.85" spreads over several tokens, so the text format has no weighted score.
+    """
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not isinstance(content, list) or not all(isinstance(t, dict) and isinstance(t.get("token"), str) for t in content):
+        return math.nan
+    at = _score_at("".join(t["token"] for t in content), fmt, step)
+    if at is None:
+        return math.nan
+    pos = 0
+    for t in content:
+        if pos + len(t["token"]) > at:
+            break
+        pos += len(t["token"])
+    before = t["token"][:at - pos].strip()  # what the digit's token holds before it (often nothing)
+    p = np.zeros(10)                                                  # [10] probability of each digit
+    for tok, lp in ((a.get("token"), a.get("logprob")) for a in t.get("top_logprobs") or [] if isinstance(a, dict)):
+        d = tok.strip()[len(before):] if isinstance(tok, str) and tok.strip().startswith(before) else ""
+        if re.fullmatch(r"[0-9]", d) and isinstance(lp, (int, float)) and math.isfinite(lp):
+            p[int(d)] += math.exp(lp)
+    return float(p @ np.arange(10) / 9 / p.sum()) if p.sum() > 0 else math.nan  # [10] @ [10] -> scalar
+
+
+# ----------------------------------------------------------------------------- a run's format and its fallback
+
+class JudgeFormat:
+    """The reply format of one run's judges, shared by all of them (make_judges; evaluate.py's chains too).
+
+    `requested` is what the run asked for. json falls back to text, for the rest of the run, when the server
+    refuses response_format: a 4xx whose message names it or its schema (a server that cannot constrain its
+    output). The switch is said once on stderr and record() keeps when it happened: never silently. Thread-safe,
+    as a step's n×m judge calls run at once: the first refusal switches and speaks, the others just retry.
+    """
+    REFUSAL = re.compile(r"(?i)response_format|json_schema|schema|grammar")
+
+    def __init__(self, requested: str = "json"):
+        if requested not in FORMATS:
+            raise ValueError(f"unknown judge format {requested!r}; expected one of {', '.join(FORMATS)}")
+        self.requested, self._active, self._calls, self._fallback = requested, requested, 0, None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"JudgeFormat({self.requested!r}, active={self.active!r})"
+
+    @property
+    def active(self) -> str:
+        with self._lock:
+            return self._active
+
+    def begin(self) -> tuple:
+        """A judge call starts: (its number in the run, counting from 1; the format it uses)."""
+        with self._lock:
+            self._calls += 1
+            return self._calls, self._active
+
+    def fall_back(self, call: int, error: Exception) -> bool:
+        """True if `error` is the server refusing the json format's response_format: from now on, text."""
+        status = getattr(error, "status", None)
+        if not (self.requested == "json" and isinstance(status, int) and 400 <= status < 500
+                and self.REFUSAL.search(str(error))):
+            return False
+        with self._lock:
+            first, self._active = self._fallback is None, "text"
+            if first:
+                self._fallback = {"at_call": call, "error": one_line(error)}
+        if first:
+            print(f"judges: the server refused response_format ({one_line(error)}); the judges reply in the text "
+                  "format for the rest of this run", file=sys.stderr, flush=True)
+        return True
+
+    def record(self) -> dict:
+        """{"format": requested, "format_used": the one in use now, "fallback": None or {"at_call", "error"}}."""
+        with self._lock:
+            return {"format": self.requested, "format_used": self._active, "fallback": self._fallback}
