@@ -288,8 +288,8 @@ def run_live(args, config: verdict.Config, mode: grounding.JudgeMode) -> verdict
     question = args.question.strip() + ("\n" + "\n".join(parse_choices(args.choices)) if args.choices else "")
     print(f"live demo: reasoner {args.model} at {args.base_url}")
     reasoner, judge = client.clients_from_args(args)
-    evidence = grounding.Grounding(judge, mode, max_tokens=args.mode_max_tokens)
-    judge_fns = judges.make_judges(judge, grounding=evidence, fmt=args.judge_format)
+    evidence = grounding.Grounding(judge, mode, max_tokens=args.mode_max_tokens, fmt=args.judge_format)
+    judge_fns = judges.make_judges(judge, grounding=evidence, fmt=evidence.format)  # one fallback for all requests
     trace = verdict.run(question, judges.Reasoner(reasoner), judge_fns, config,
                         image=args.image or None, map_fn=judges.thread_map(args.concurrency))
     usage = {"reasoner": reasoner.usage} if reasoner is judge else {"reasoner": reasoner.usage, "judges": judge.usage}

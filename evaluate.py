@@ -27,7 +27,9 @@ every judged rule runs in each, as a row named rule+mode: verdict, verdict+prior
 verdict+prior+premises. The reasoner's requests do not depend on the mode, so the cache gives a mode
 row the plain row's candidates wherever their chains coincide, and the rows differ only by the judges.
 Each row records the mode's extra calls and tokens (prior, fact sheet, premise checks; cached replies
-counted) and whether its fact sheet degraded; its trace's meta holds the prior and the fact sheet.
+counted), its fact sheet's status (ok, retried or degraded) and its premise checks (gate_checks); its
+trace's meta holds the prior, the fact sheet and every check. The mode's JSON requests share the judges'
+--judge-format: json sends their schemas in response_format.
 
 Answers are read from the final step: the text after "Final answer:" (trace.answer), or, for a chain
 stopped by --max-steps or --max-calls (stopped = "budget"), its last chosen step, as VLMEvalKit reads a
@@ -95,7 +97,7 @@ class Settings:
     max_calls: int | None      # per chain
     max_tokens: int            # per reasoner step
     judge_kw: dict             # Judge's max_tokens, score_only, and the run's one JudgeFormat
-    mode_kw: dict              # Grounding's max_tokens
+    mode_kw: dict              # Grounding's max_tokens, and the run's JudgeFormat (its JSON requests' schemas)
 
 
 @dataclass
@@ -187,7 +189,8 @@ def run_chain(item: Item, seed: int, method: str, clients: ChainClients, setting
             "calls": used["calls"], "sent": used["requests"], "cached": used["cache_hits"], "replies": used["replies"],
             "tokens": used["call_tokens"], "seconds": round(time.perf_counter() - t0, 3),
             "extra_calls": record["extra_calls"], "extra_tokens": record["extra_tokens"],
-            "fact_sheet_status": record.get("fact_sheet_status"), "extract_calls": ex_calls, "extract_tokens": ex_tokens,
+            "fact_sheet_status": record.get("fact_sheet_status"), "gate_checks": len(record.get("gate", [])),
+            "extract_calls": ex_calls, "extract_tokens": ex_tokens,
             "input": dict(item.fields), "trace": replace(trace, meta=meta).to_dict() if trace else None}, error
 
 
@@ -380,8 +383,8 @@ def load_data(args) -> list:
 def settings_of(args, config: verdict.Config) -> Settings:
     judge_kw = {k: v for k, v in (("max_tokens", args.judge_max_tokens), ("score_only", args.score_only)) if v}
     judge_kw["fmt"] = judges.JudgeFormat(args.judge_format)  # one for the run: a fallback to text holds for every chain
-    return Settings(config, args.max_calls, args.max_tokens, judge_kw,
-                    {"max_tokens": args.mode_max_tokens} if args.mode_max_tokens else {})
+    mode_kw = {"fmt": judge_kw["fmt"], **({"max_tokens": args.mode_max_tokens} if args.mode_max_tokens else {})}
+    return Settings(config, args.max_calls, args.max_tokens, judge_kw, mode_kw)
 
 
 def run_record(args, config: verdict.Config) -> dict:

@@ -25,8 +25,16 @@ gate      EVPV's reliability gate (needs premises), methodology 3 and 4. One tex
           of the candidate; "visual" gates the visual judge's ŝ_V only. Mode words "gate", "gate-step" and
           "gate-visual" choose it.
 
+Structured output. The fact sheet and the premise check are JSON requests (ask_json): each sends its schema
+(fact_sheet_schema, claims_schema) in response_format, so a server that applies it makes even a tiny model's
+reply well-formed, with bounded lists and strings so that it ends within max_tokens. The run's JudgeFormat
+decides, shared with the judges: json sends schemas; text or digit, or a server that refused response_format
+(the fallback, said once for the run), sends the prompt alone. Every reply is validated either way (servers
+skip keywords they do not support, and a 200 proves nothing).
+
 Extra calls per question: prior 1; premises 1 (2 if the first sheet is malformed); gate 1 per candidate
-that a gated judge scored with a number (none once the sheet degraded), however many judges it gates.
+that a gated judge scored with a number (2 if the first reply is malformed; none once the sheet degraded),
+however many judges it gates.
 All are at temperature 0 with a fixed seed, so the on-disk Cache serves them again on a re-run.
 """
 from __future__ import annotations
@@ -45,6 +53,7 @@ import verdict
 from client import Client, one_line, reported_usage, text_of
 from images import fingerprint, messages
 from judges import ask, fence, load_prompt, steps_text
+from scores import JSON_FOLLOW_UP as OBJECT_FOLLOW_UP, JudgeFormat, response_format
 
 MODES = ("prior", "premises", "gate")
 GATE_TARGETS = ("step", "visual")  # whose scores the gate pulls toward neutral: every judge's, or ŝ_V only
@@ -58,6 +67,8 @@ REFERENCE = ("Reference expectations, written from the question and the image al
 FACT_SHEET = ("Fact sheet, extracted from the image before any step was seen (independent evidence; "
               "facts marked uncertain may be wrong):\n{facts}\n\n")
 JSON_FOLLOW_UP = "Your reply was not a valid fact sheet ({}). Reply with the JSON object only."
+FACTS_PER_KIND, CLAIMS_PER_STEP = 3, 6  # the schemas' list bounds (EVPV's sheets hold 3 to 8 key facts in all)
+TEXT_CHARS = 80                         # the longest fact or claim the schemas allow
 
 
 @dataclass(frozen=True)
@@ -153,6 +164,41 @@ def _json_object(text: str) -> dict:
         raise ValueError(f"invalid JSON: {e}") from None
 
 
+def fact_sheet_schema() -> dict:
+    """The fact sheet's JSON schema: each kind of FACT_KINDS a list of at most FACTS_PER_KIND entries
+    {"fact": 1..TEXT_CHARS characters, "uncertain": true or false}, every key required. The bounds end a reply
+    however a model loops (a tiny one fills every list to the brim): 12 entries, indented, of 80 characters
+    each, are about 500 tokens, within the default max_tokens (512)."""
+    entry = {"type": "object", "properties": {"fact": {"type": "string", "minLength": 1, "maxLength": TEXT_CHARS},
+                                              "uncertain": {"type": "boolean"}},
+             "required": ["fact", "uncertain"], "additionalProperties": False}
+    kind = {"type": "array", "items": entry, "maxItems": FACTS_PER_KIND}
+    return {"type": "object", "properties": {k: kind for k in FACT_KINDS}, "required": list(FACT_KINDS),
+            "additionalProperties": False}
+
+
+def claims_schema() -> dict:
+    """The premise check's JSON schema: {"claims": at most CLAIMS_PER_STEP entries {"claim": 1..TEXT_CHARS
+    characters, "label": a key of AGREEMENT}}, every key required."""
+    claim = {"type": "object", "properties": {"claim": {"type": "string", "minLength": 1, "maxLength": TEXT_CHARS},
+                                              "label": {"type": "string", "enum": list(AGREEMENT)}},
+             "required": ["claim", "label"], "additionalProperties": False}
+    return {"type": "object", "properties": {"claims": {"type": "array", "items": claim, "maxItems": CLAIMS_PER_STEP}},
+            "required": ["claims"], "additionalProperties": False}
+
+
+def ask_json(chat: Callable[..., dict], fmt: JudgeFormat, schema: tuple, msgs: list, read: Callable[[dict], Any],
+             follow_up: Callable[[str], str], params: dict) -> tuple:
+    """judges.ask for a JSON reply: (value or None, responses, errors). schema = (name, JSON schema), sent in
+    response_format while fmt is json; with text or digit, or once the server has refused response_format
+    (fmt's fallback, said once for the run, then this request again without it), the prompt alone asks for
+    the JSON. `read` validates every reply either way, and an unreadable one is asked for once more."""
+    def attempt(used: str) -> tuple:
+        sent = {**params, "response_format": response_format(*schema)} if used == "json" else params
+        return ask(chat, msgs, read, follow_up, sent)
+    return fmt.run(attempt)
+
+
 def parse_fact_sheet(text: str) -> dict:
     """{kind: [{"fact": str, "uncertain": bool}, ...]} for each kind in FACT_KINDS, from a reply.
 
@@ -205,10 +251,12 @@ class Grounding:
     record(question, images) is what a trace's meta should hold for that question.
     """
 
-    def __init__(self, client: Client, mode: JudgeMode = JudgeMode(), max_tokens: int = 512, seed: int = 0):
+    def __init__(self, client: Client, mode: JudgeMode = JudgeMode(), max_tokens: int = 512, seed: int = 0,
+                 fmt: str | JudgeFormat = "json"):
         if not (isinstance(max_tokens, int) and max_tokens >= 1):
             raise ValueError(f"max_tokens must be an integer >= 1, got max_tokens={max_tokens!r}")
         self.client, self.mode, self.params = client, mode, dict(temperature=0.0, seed=seed, max_tokens=max_tokens)
+        self.format = fmt if isinstance(fmt, JudgeFormat) else JudgeFormat(fmt)  # the run's, shared with its judges
         self._lock = threading.Lock()
         self._records: dict = {}    # question key -> its record (see record)
         self._artefacts: dict = {}  # (kind, question key, ...) -> {"lock": Lock, "value": the artefact once made}
@@ -232,6 +280,14 @@ class Grounding:
         self._update(state, lambda rec: rec.update(extra_calls=rec["extra_calls"] + 1,
                                                    extra_tokens=rec["extra_tokens"] + tokens))
         return r
+
+    def _ask_json(self, state: verdict.State, schema: tuple, msgs: list, parse: Callable[[str], Any],
+                  follow_up: Callable[[str], str]) -> tuple:
+        """(parse(reply) or None when unreadable twice, the reasons replies failed): one JSON request of this
+        question (ask_json under the run's format), each call counted."""
+        value, _, errors = ask_json(lambda m, **params: self._chat(state, m, **params), self.format, schema, msgs,
+                                    lambda r: parse(text_of(r)), follow_up, self.params)
+        return value, errors
 
     def _once(self, key: tuple, make: Callable[[], Any]) -> Any:
         """make(), once per key, however many threads ask at once (an error is not kept)."""
@@ -261,8 +317,8 @@ class Grounding:
         def make(state):
             p = load_prompt("premises")
             msgs = messages(p.system, state.images, p.render(question=state.question))
-            sheet, _, errors = ask(lambda m, **params: self._chat(state, m, **params), msgs,
-                                   lambda r: parse_fact_sheet(text_of(r)), JSON_FOLLOW_UP.format, self.params)
+            sheet, errors = self._ask_json(state, ("fact_sheet", fact_sheet_schema()), msgs, parse_fact_sheet,
+                                           JSON_FOLLOW_UP.format)
             status = "degraded" if sheet is None else "retried" if errors else "ok"
             self._update(state, lambda rec: rec.update(fact_sheet=sheet, fact_sheet_status=status,
                                                        fact_sheet_errors=errors))
@@ -303,15 +359,15 @@ class Grounding:
 
     def _premise_check(self, state: verdict.State, sheet: dict, step: str) -> dict:
         """One premise check (prompts/premise_check.txt), text only: the step's visual claims against C.
-        Its record entry: claims, ν_t (nu), r and α(r) (alpha, None when ν_t = 0), or the parse error."""
+        Its record entry: claims, ν_t (nu), r and α(r) (alpha, None when ν_t = 0), or, when both replies were
+        unreadable (a malformed one is asked for once more), the last one's error."""
         p = load_prompt("premise_check")
         text = p.render(facts=fact_lines(sheet), question=state.question, steps=steps_text(state.steps), step=fence(step))
-        reply = text_of(self._chat(state, messages(p.system, (), text), **self.params))
+        claims, errors = self._ask_json(state, ("premise_check", claims_schema()), messages(p.system, (), text),
+                                        parse_claims, lambda e: OBJECT_FOLLOW_UP.format(reason=e))
         entry = {"step": len(state.steps), "candidate": step}
-        try:
-            claims = parse_claims(reply)
-        except ValueError as e:
-            entry.update(nu=None, r=None, alpha=None, error=str(e))
+        if claims is None:  # unreadable twice: the step is not gated
+            entry.update(nu=None, r=None, alpha=None, error=errors[-1])
         else:
             nu, r = int(bool(claims)), reliability([AGREEMENT[c["label"]] for c in claims])  # ν_t: a visual claim
             entry.update(claims=claims, nu=nu, r=r, alpha=alpha(r) if nu else None)

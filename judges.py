@@ -33,10 +33,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 import verdict
-from client import Client, EndpointError, text_of
+from client import Client, text_of
 from images import messages
 from scores import (EXPLAIN, FOLLOW_UP, FORMATS, JSON_EXPLAIN, JSON_FOLLOW_UP, JSON_SCORE_ONLY, SCALE, SCORE_ONLY,
-                    JudgeFormat, fence, json_score, logprob_score, parse_score, score_schema)
+                    JudgeFormat, fence, json_score, logprob_score, parse_score, response_format, score_schema)
 
 PROMPTS = Path(__file__).resolve().with_name("prompts")
 STOP = ["\n\n", "\nStep "]  # one candidate = one step: it ends at a blank line or a new "Step" label
@@ -201,8 +201,7 @@ class Judge:
         max_tokens = self._max_tokens or ((24 if fmt == "json" else 16) if self.score_only else 256)
         params = dict(temperature=0.0, seed=self.seed, max_tokens=max_tokens)
         if fmt == "json":
-            params["response_format"] = {"type": "json_schema",
-                                         "json_schema": {"name": "judgement", "schema": score_schema(self.score_only)}}
+            params["response_format"] = response_format("judgement", score_schema(self.score_only))
         if fmt != "text" and self.top_logprobs:
             params.update(logprobs=True, top_logprobs=self.top_logprobs)
         return params, params if fmt == "json" else {**params, "max_tokens": 16}
@@ -235,13 +234,7 @@ class Judge:
         return value, len(responses)
 
     def __call__(self, state: verdict.State, step: str) -> float:
-        call, fmt = self.format.begin()
-        try:
-            value, tries = self._ask(state, step, fmt)
-        except EndpointError as e:
-            if fmt != "json" or not self.format.fall_back(call, e):
-                raise
-            value, tries = self._ask(state, step, "text")
+        value, tries = self.format.run(lambda fmt: self._ask(state, step, fmt))  # json, or text once refused
         sampled, weighted = (math.nan, math.nan) if value is None else value  # unreadable twice: abstain
         s = weighted if self.weighted and not math.isnan(weighted) else sampled
         with self._lock:

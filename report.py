@@ -32,6 +32,7 @@ from PIL import Image, ImageDraw
 from images import font
 
 SUMMARY_FORMAT = "verdict-eval/2"
+SHEET_STATUSES = ("ok", "retried", "degraded")  # a fact sheet: valid at once, valid when asked once more, malformed twice
 SETTINGS = {"vanilla": ("vanilla",), "circular": ("circular",),
             "3dsr": ("vanilla", "flip_eval", "circ_eval", "flip_circ_eval")}
 CONTEXT = ("files", "methods", "seeds", "settings", "reading", "max_error_rate")  # what a summary is made from
@@ -132,6 +133,8 @@ def _stats(rs: list, method: str) -> dict:
         "calls_per_item": per("calls"), "tokens_per_item": per("tokens"), "sent_per_item": per("sent"),
         "seconds_per_item": per("seconds"), "extra_calls_per_item": per("extra_calls"),
         "extra_tokens_per_item": per("extra_tokens"), "extract_calls_per_item": per("extract_calls"),
+        "gate_checks_per_item": per("gate_checks"), "fact_sheet": {k: sum(r.get("fact_sheet_status") == k for r in rs)
+                                                                   for k in SHEET_STATUSES},
         "degraded_rate": rate(sum(r.get("fact_sheet_status") == "degraded" for r in rs),
                               sum(bool(r.get("fact_sheet_status")) for r in rs))}
 
@@ -186,9 +189,11 @@ STAT_COLUMNS = (("fallback", "fallback_rate", ".1%"), ("abstention", "abstention
                 ("sent/item", "sent_per_item", ".1f"), ("s/item", "seconds_per_item", ".2f"))
 MODE_COLUMNS = (("extra calls/item", "extra_calls_per_item", ".1f"),
                 ("extra tokens/item", "extra_tokens_per_item", ".0f"),
-                ("sheet degraded", "degraded_rate", ".1%"))  # shown when a judge mode ran
+                ("gate checks/item", "gate_checks_per_item", ".1f"),
+                ("sheet degraded", "degraded_rate", ".1%"))  # shown when a judge mode ran, with "sheet ok/retried/degraded"
 MODE_NOTE = (" Extra calls and tokens are a judge mode's own (prior, fact sheet, premise checks), within calls and "
-             "tokens; sheet degraded is the share of a mode's chains whose fact sheet was malformed twice.")
+             "tokens; gate checks are the premise checks; sheet ok/retried/degraded counts a mode's chains whose fact "
+             "sheet was valid at once, valid when asked once more, or malformed twice (degraded, also as a share).")
 SHOWN_SKIPS = 20  # skipped rows listed per file; the rest are counted
 
 
@@ -268,12 +273,15 @@ def render(s: dict) -> str:
             "method alone); sent counts the HTTP requests this run made, and s the wall time, both of which the "
             "first method of an item pays for the methods after it. Answers: read as a letter, an option's text, a "
             "value, by the extraction model, declined (Z), unanswered." + (MODE_NOTE if modes_ran else ""), ""]
-    out += _head("Method", [name for name, _, _ in stat_cols] + ["answers", "extract calls/item", "final/max/budget"])
+    sheets = ["sheet ok/retried/degraded"] if modes_ran else []
+    out += _head("Method", [name for name, _, _ in stat_cols] + sheets + ["answers", "extract calls/item",
+                                                                          "final/max/budget"])
     for m in s["methods"]:
         x = s["stats"][m]
-        cells = [fmt(x[key], f) for _, key, f in stat_cols] + ["/".join(map(str, x["extracted"].values())),
-                                                              fmt(x["extract_calls_per_item"], ".2f"),
-                                                              "/".join(map(str, x["stopped"].values()))]
+        cells = [fmt(x[key], f) for _, key, f in stat_cols]
+        cells += ["/".join(str(x["fact_sheet"][k]) for k in SHEET_STATUSES)] if modes_ran else []
+        cells += ["/".join(map(str, x["extracted"].values())), fmt(x["extract_calls_per_item"], ".2f"),
+                  "/".join(map(str, x["stopped"].values()))]
         out.append(f"| {m} | " + " | ".join(cells) + " |")
     for f in s["files"]:
         out += _details(s, f)

@@ -11,7 +11,8 @@ step; the paper leaves open how a model's reply becomes that number. This module
   ignoring what the judge quotes of the candidate (fence, unquote); an invalid or out-of-range value
   is never clamped;
 - JudgeFormat: the format of one run's judges, and its one, said-aloud fallback from json to text
-  when a server refuses response_format.
+  when a server refuses response_format; the judge modes' JSON requests (grounding.ask_json) share it,
+  so a run sends a schema in response_format everywhere or, after a refusal, nowhere.
 """
 from __future__ import annotations
 
@@ -20,11 +21,11 @@ import math
 import re
 import sys
 import threading
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from client import one_line
+from client import EndpointError, one_line
 
 # ----------------------------------------------------------------------------- formats
 
@@ -56,6 +57,13 @@ def score_schema(score_only: bool = False) -> dict:
     if not score_only:
         props = {"reason": {"type": "string", "minLength": 1, "maxLength": REASON_CHARS}, **props}
     return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+
+
+def response_format(name: str, schema: dict) -> dict:
+    """The request field that asks for a reply under a JSON schema, in the shape vLLM, SGLang, llama.cpp's
+    llama-server and the OpenAI API accept. llama-server reads only json_schema.schema (a "schema" beside
+    "type" it would ignore) and skips keywords it does not support, so a 200 proves nothing: read every reply."""
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
 
 
 def fence(step: str) -> str:
@@ -178,7 +186,9 @@ def logprob_score(logprobs: Any, fmt: str = "digit", step: str | None = None) ->
 # ----------------------------------------------------------------------------- a run's format and its fallback
 
 class JudgeFormat:
-    """The reply format of one run's judges, shared by all of them (make_judges; evaluate.py's chains too).
+    """The reply format of one run's judges, shared by all of them (make_judges; evaluate.py's chains too) and by
+    the run's other JSON requests (grounding.Grounding): json sends a schema in response_format, text and digit
+    send none.
 
     `requested` is what the run asked for. json falls back to text, for the rest of the run, when the server
     refuses response_format: a 4xx whose message names it or its schema (a server that cannot constrain its
@@ -202,7 +212,7 @@ class JudgeFormat:
             return self._active
 
     def begin(self) -> tuple:
-        """A judge call starts: (its number in the run, counting from 1; the format it uses)."""
+        """A call starts: (its number in the run, counting from 1; the format it uses)."""
         with self._lock:
             self._calls += 1
             return self._calls, self._active
@@ -219,10 +229,22 @@ class JudgeFormat:
                 self._fallback = {"at_call": call, "error": one_line(error)}
         if first:
             print(f"judges: the server refused response_format ({one_line(error)}); the judges reply in the text "
-                  "format for the rest of this run", file=sys.stderr, flush=True)
+                  "format, and JSON requests go without a schema, for the rest of this run", file=sys.stderr, flush=True)
         return True
 
+    def run(self, attempt: Callable[[str], Any]) -> Any:
+        """attempt(the format in use), counted as one call; if the server refuses response_format there
+        (fall_back), attempt("text") at once. Any other error propagates."""
+        call, fmt = self.begin()
+        try:
+            return attempt(fmt)
+        except EndpointError as e:
+            if fmt != "json" or not self.fall_back(call, e):
+                raise
+        return attempt("text")
+
     def record(self) -> dict:
-        """{"format": requested, "format_used": the one in use now, "fallback": None or {"at_call", "error"}}."""
+        """{"format": requested, "format_used": the one in use now, "fallback": None or {"at_call", "error"}};
+        at_call counts the calls run() made, judge calls and the judge modes' JSON requests alike."""
         with self._lock:
             return {"format": self.requested, "format_used": self._active, "fallback": self._fallback}

@@ -261,8 +261,16 @@ def test_judge_modes_are_rows_that_share_the_reasoners_candidates(tmp_path, loop
     stats = summary["stats"]
     assert stats["verdict+premises+gate"]["extra_calls_per_item"] == 7 and stats["verdict+premises"]["degraded_rate"] == 0
     assert stats["verdict"]["extra_calls_per_item"] == 0 and stats["verdict"]["degraded_rate"] is None
+    # Per item: the 6 premise checks of the gate row (2 steps × 3 candidates); every mode's sheet ok on both items.
+    assert {m: r["gate_checks"] for m, r in rows.items()} == {m: 6 if m == "verdict+premises+gate" else 0 for m in rows}
+    assert stats["verdict+premises+gate"]["gate_checks_per_item"] == 6 and stats["verdict+prior"]["gate_checks_per_item"] == 0
+    assert stats["verdict+premises"]["fact_sheet"] == {"ok": 2, "retried": 0, "degraded": 0}
+    assert stats["verdict+prior"]["fact_sheet"] == {"ok": 0, "retried": 0, "degraded": 0}
     assert summary["accuracy"]["verdict+prior"] == summary["accuracy"]["verdict"]
-    assert "| extra calls/item | extra tokens/item | sheet degraded |" in (out / "summary.md").read_text()
+    md = (out / "summary.md").read_text()
+    assert "| extra calls/item | extra tokens/item | gate checks/item | sheet degraded | sheet ok/retried/degraded |" in md
+    gated = [line for line in md.splitlines() if line.startswith("| verdict+premises+gate |")][-1]  # the statistics'
+    assert re.search(r" \| 7\.0 \| \d+ \| 6\.0 \| 0\.0% \| 2/0/0 \| ", gated)  # extra calls, tokens, checks, sheets
 
 
 def test_endpoint_error_is_a_row_and_is_retried(tmp_path, loopback):

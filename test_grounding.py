@@ -254,7 +254,8 @@ def test_visual_target_gates_the_visual_score_before_the_consensus_and_the_trace
     assert s_hat[:, 0] == pytest.approx([0.8, 0.5, 0.65, 0.8, nan], nan_ok=True)
     assert (s_hat[:, 1:] == 0.8).all()  # only the visual judge is gated
     checks = [b for b in srv.chats if role(b) == "premise_check"]
-    assert len(checks) == 4 and all(isinstance(b["messages"][1]["content"], str) for b in checks)  # text only, no image
+    # 4 candidates checked ("hidden" is not, as its visual score is NaN), the unreadable one asked twice; text only
+    assert len(checks) == 5 and all(isinstance(b["messages"][1]["content"], str) for b in checks)
     text = user_text(checks[0])
     assert text.index(SHEET_LINES) < text.index("Where is the ball?") < text.index("<step>")
     meta = d["meta"]["grounding"]
@@ -266,7 +267,7 @@ def test_visual_target_gates_the_visual_score_before_the_consensus_and_the_trace
     assert gate["The ball is left of the cube."]["scores"] == [{"judge": "visual", "s_hat": 0.8, "gated": 0.5}]
     blue = gate["The ball is blue."]
     assert blue["error"] == "no JSON object in the reply" and blue["scores"] == [{"judge": "visual", "s_hat": 0.8, "gated": 0.8}]
-    assert meta["extra_calls"] == 1 + 1 + 4 and meta["extra_tokens"] == 50 + 100 + 4 * 60
+    assert meta["extra_calls"] == 1 + 1 + 5 and meta["extra_tokens"] == 50 + 100 + 5 * 60
 
 
 def test_step_target_gates_every_judges_score_with_one_check_per_candidate(loopback, png):
@@ -282,7 +283,7 @@ def test_step_target_gates_every_judges_score_with_one_check_per_candidate(loopb
     assert s_hat[4] == pytest.approx([nan, 0.9, 0.2], nan_ok=True)  # no claim (ν_t = 0): kept; V abstained: NaN
     checks = [b for b in srv.chats if role(b) == "premise_check"]
     assert sorted(c for c in CANDIDATES if any(f"<step>\n{c}\n</step>" in user_text(b) for b in checks)) == sorted(CANDIDATES)
-    assert len(checks) == 5  # one per candidate, not one per judge; "hidden" checked for L and C alone
+    assert len(checks) == 6  # one per candidate, not one per judge, the unreadable one twice; "hidden" for L and C alone
     meta = d["meta"]["grounding"]
     assert meta["judge_mode"] == "premises+gate" and meta["gate_target"] == "step"
     gate = {e["candidate"]: e for e in meta["gate"]}
@@ -293,7 +294,7 @@ def test_step_target_gates_every_judges_score_with_one_check_per_candidate(loopb
     assert (hidden["nu"], hidden["r"], hidden["alpha"]) == (0, 1.0, None) and [s["judge"] for s in hidden["scores"]] == [
         "logical", "contextual"]
     assert [gate[c]["nu"] for c in CANDIDATES] == [1, 1, 1, None, 0]
-    assert meta["extra_calls"] == 1 + 5 and meta["extra_tokens"] == 100 + 5 * 60
+    assert meta["extra_calls"] == 1 + 6 and meta["extra_tokens"] == 100 + 6 * 60
 
 
 def test_nu_rule_a_step_with_no_visual_claim_is_never_gated(loopback, monkeypatch):
@@ -352,6 +353,129 @@ def test_judges_gating_one_candidate_at_once_share_one_check(loopback):
                         map_fn=thread_map(3))
     assert waited == [True] and [role(b) for b in srv.chats].count("premise_check") == 1
     assert trace.steps[0].s_hat.tolist() == [[0.8, 0.8, 0.8]]  # "right of the cube": supported, r = 1
+
+
+# ----------------------------------------------------------------------------- structured output
+
+REFUSE = (400, {"error": {"code": 400, "type": "invalid_request_error",  # llama-server's words for an unknown type
+                          "message": 'response_format type must be one of "text" or "json_object", but got: json_schema'}})
+SCHEMA_KEYWORDS = {"type", "properties", "required", "additionalProperties", "items", "maxItems", "minLength",
+                   "maxLength", "enum"}  # all enforced by llama-server's schema-to-grammar converter, vLLM and SGLang
+
+
+def keywords(schema) -> set:
+    """Every keyword a JSON schema uses, at any depth (property names are not keywords)."""
+    if not isinstance(schema, dict):
+        return set()
+    found = set(schema)
+    for k, v in schema.items():
+        children = v.values() if k == "properties" else [v] if k == "items" else []
+        found |= set().union(*map(keywords, children)) if children else set()
+    return found
+
+
+def test_schemas_bound_every_list_and_string_with_keywords_servers_enforce():
+    sheet, claims = grounding.fact_sheet_schema(), grounding.claims_schema()
+    assert keywords(sheet) <= SCHEMA_KEYWORDS and keywords(claims) <= SCHEMA_KEYWORDS
+    assert sheet["required"] == list(grounding.FACT_KINDS) and sheet["additionalProperties"] is False
+    for kind in grounding.FACT_KINDS:
+        lst = sheet["properties"][kind]
+        assert lst["maxItems"] == grounding.FACTS_PER_KIND == 3
+        assert lst["items"]["properties"]["fact"] == {"type": "string", "minLength": 1, "maxLength": 80}
+        assert lst["items"]["properties"]["uncertain"] == {"type": "boolean"}
+        assert lst["items"]["required"] == ["fact", "uncertain"]
+    claim = claims["properties"]["claims"]
+    assert claim["maxItems"] == grounding.CLAIMS_PER_STEP == 6 and claims["required"] == ["claims"]
+    assert claim["items"]["properties"]["label"]["enum"] == list(grounding.AGREEMENT)  # p_j is defined for each label
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_every_reply_the_schemas_allow_is_read_back_unchanged(seed):
+    # What a server applying the schema can send, however the model fills it, parses to the same content
+    # (a sheet with no fact at all aside: the schema allows it, and the parser rejects it as evidence of nothing).
+    rng = np.random.default_rng(seed)
+    text = lambda: "".join(rng.choice(list("ab cd{}\"'[],:xyz0189")) for _ in range(rng.integers(1, 81)))
+    for _ in range(50):
+        sheet = {k: [{"fact": text().strip() or "x", "uncertain": bool(rng.integers(2))}
+                     for _ in range(rng.integers(0, grounding.FACTS_PER_KIND + 1))] for k in grounding.FACT_KINDS}
+        if any(sheet.values()):
+            assert grounding.parse_fact_sheet(json.dumps(sheet, indent=int(rng.integers(0, 3)))) == sheet
+        claims = [{"claim": text().strip(), "label": str(rng.choice(list(grounding.AGREEMENT)))}
+                  for _ in range(rng.integers(0, grounding.CLAIMS_PER_STEP + 1))]
+        assert grounding.parse_claims(json.dumps({"claims": claims})) == claims
+
+
+def schema_of(body):
+    """(name, schema) of a request's response_format, or None when it has none."""
+    rf = body.get("response_format")
+    return None if rf is None else (rf["json_schema"]["name"], rf["json_schema"]["schema"]) if rf["type"] == "json_schema" else rf
+
+
+def test_the_fact_sheet_and_every_premise_check_send_their_schema(loopback):
+    srv = loopback(modes_handler())
+    g = Grounding(Client(srv.url, "m"), JudgeMode(prior=True, premises=True, gate=True))  # json, the default format
+    state = verdict.State("Where is the ball?")
+    assert g.gated("visual", state, "The ball is left of the cube.", 0.8) == 0.5  # contradicted: r = 0
+    assert g.gated("visual", state, "The ball is blue.", 0.8) == 0.8              # unreadable twice: not gated
+    assert g.prior(state) == PRIOR
+    sent = [(role(b), schema_of(b)) for b in srv.chats]
+    assert sent == [("premises", ("fact_sheet", grounding.fact_sheet_schema())),
+                    ("premise_check", ("premise_check", grounding.claims_schema())),
+                    ("premise_check", ("premise_check", grounding.claims_schema())),  # the retry: the schema again
+                    ("premise_check", ("premise_check", grounding.claims_schema())),
+                    ("prior", None)]  # free text: no schema
+    retry = srv.chats[3]["messages"]
+    assert retry[2] == {"role": "assistant", "content": CHECKS["The ball is blue."]}
+    assert retry[3]["content"] == 'Your reply was not the JSON object asked for (no JSON object in the reply). ' \
+                                  'Reply with that object only.'
+    assert g.format.record() == {"format": "json", "format_used": "json", "fallback": None}
+
+
+@pytest.mark.parametrize("fmt", ["text", "digit"])
+def test_without_the_json_format_no_request_sends_a_schema(loopback, fmt):
+    srv = loopback(modes_handler())
+    g = Grounding(Client(srv.url, "m"), JudgeMode(premises=True, gate=True), fmt=fmt)
+    assert g.gated("visual", verdict.State("Where is the ball?"), "The cube is large.", 0.8) == pytest.approx(0.65)
+    assert [role(b) for b in srv.chats] == ["premises", "premise_check"] and not any(map(schema_of, srv.chats))
+
+
+def test_a_refused_schema_switches_the_judges_and_the_modes_to_prose_once(loopback, capsys):
+    # The server refuses response_format (llama-server's 400 for a type it does not know). The first request
+    # that sends it is the fact sheet (asked for inside the visual judge's first call): the run falls back there,
+    # says so once, asks for the sheet again with the prompt alone, and no later request sends a schema.
+    handler = modes_handler()
+    srv = loopback(lambda body, path: REFUSE if "response_format" in body else handler(body, path))
+    client = Client(srv.url, "m", retries=0)
+    g = Grounding(client, JudgeMode(premises=True, gate=True))
+    js = make_judges(client, grounding=g, fmt=g.format)
+    trace = verdict.run("Where is the ball?", Reasoner(client), js, verdict.Config(n=3, max_steps=1))
+    refused = [role(b) for b in srv.chats if "response_format" in b]
+    assert refused == ["premises", "visual"]  # the sheet, then the judge call it was made in; never again
+    err = capsys.readouterr().err
+    assert err.count("refused response_format") == 1 and "but got: json_schema" in err and len(err.splitlines()) == 1
+    assert g.format.record()["fallback"]["at_call"] == 2 and js[0].format.record() == g.format.record()
+    rec = g.record("Where is the ball?")
+    assert rec["fact_sheet"] == SHEET and rec["fact_sheet_status"] == "ok" and rec["fact_sheet_errors"] == []
+    assert {e["candidate"]: e["r"] for e in rec["gate"]} == dict(zip(CANDIDATES[:3], [1.0, 0.0, 0.5]))  # read from prose
+    s_hat = trace.steps[0].s_hat  # the judges in text: 0.8, then the gate as in the tests above
+    assert s_hat == pytest.approx(np.array([[0.8] * 3, [0.5] * 3, [0.65] * 3]))
+
+
+def test_a_reply_the_schema_forbids_is_still_an_invalid_reply(loopback):
+    # A server may skip keywords it does not support and answer 200: what it sends is read, never trusted.
+    bad_sheet = {**SHEET, "objects": [{"fact": "a red cube", "uncertain": "no"}]}       # not a boolean
+    bad_check = '{"claims": [{"claim": "ball right of cube", "label": "probably"}]}'     # not in the enum
+    handler = modes_handler(sheets=[json.dumps(bad_sheet), json.dumps(SHEET)])
+    srv = loopback(lambda body, path: chat_response(bad_check) if role(body) == "premise_check" else handler(body, path))
+    g = Grounding(Client(srv.url, "m"), JudgeMode(premises=True, gate=True))
+    state = verdict.State("Where is the ball?")
+    assert g.gated("logical", state, "The ball is right of the cube.", 0.9) == 0.9  # unreadable check: not gated
+    rec = g.record("Where is the ball?")
+    assert rec["fact_sheet_status"] == "retried" and "objects entry" in rec["fact_sheet_errors"][0]
+    (check,) = rec["gate"]
+    assert check["nu"] is None and "label" in check["error"] and "probably" in check["error"]
+    assert [role(b) for b in srv.chats] == ["premises", "premises", "premise_check", "premise_check"]
+    assert all(schema_of(b) is not None for b in srv.chats) and rec["extra_calls"] == 4
 
 
 def test_a_mode_needs_the_evidence_placeholder_in_the_prompt(monkeypatch, tmp_path):
