@@ -41,8 +41,8 @@ import judges
 import verdict
 from client import Cache, Client
 from loopback import LoopbackServer, chat_response
-from overhead import (ADAPTIVE, BASE, CONC, CONC_SCORE, MODES, PAPER_OVERHEAD, SEQ, SEQ_SCORE, in_layouts, overhead,
-                      picture, run_chains, time_table, token_table)
+from overhead import (ADAPTIVE, BASE, CONC, CONC_SCORE, MODES, ORDER, PAPER_OVERHEAD, SEQ, SEQ_SCORE, in_layouts,
+                      overhead, picture, run_chains, time_table, token_table)
 from simserver import SOURCES, LatencyModel, SimulatedServer
 
 
@@ -146,6 +146,8 @@ def sequential_explanation(lm: LatencyModel, n: int = 3, m: int = 3) -> list:
 
 LIVE_QUESTIONS = ("Tom has 3 apples and buys 2 more. How many apples does he have? Options: A. 4 B. 5 C. 6",
                   "A shelf holds 4 red books and 3 blue books. How many books are on it? Options: A. 6 B. 7 C. 8")
+LIVE_MODES = in_layouts((SEQ, CONC, CONC_SCORE, ADAPTIVE))  # 2b: every mode in every layout
+FLAG_MODES = in_layouts((CONC_SCORE,))                      # 2c: the mode with the fewest tokens to decode
 LIVE_LIMITS = (48, None, None)  # max_tokens of a step; the judges' own (json: a reason of at most 200 characters)
 SERVER_FLAGS = (  # llama-server flags tried in 2c, appended to serve_tiny.sh's (-c 8192 -np 4 -t 2), with what they do
     ("", "serve_tiny.sh's own: 4 slots, each its own KV cache; a prompt cache in RAM (--cache-ram, 8,192 MiB)"),
@@ -193,16 +195,17 @@ def stop_server(pid: int, wait: float = 30.0) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
-def live_section(url: str, model: str, reps: int, steps: int, modes: tuple) -> tuple:
-    """Section 2b against a real OpenAI-compatible server (text only: the tiny model has no vision):
-    (markdown lines, {mode: Result})."""
+def live_section(url: str, model: str, reps: int, steps: int, modes: tuple, questions: int = 2) -> tuple:
+    """Section 2b against a real OpenAI-compatible server (text only: the tiny model has no vision), on the first
+    `questions` of LIVE_QUESTIONS: (markdown lines, {mode: Result})."""
     props, load, t0 = server_props(url), os.getloadavg(), time.perf_counter()
-    result = overhead(Client(url, model, timeout=900.0), modes, LIVE_QUESTIONS, steps, reps, LIVE_LIMITS)
+    qs = LIVE_QUESTIONS[:questions]
+    result = overhead(Client(url, model, timeout=900.0), modes, qs, steps, reps, LIVE_LIMITS)
     avg = lambda xs: ", ".join(f"{x:.1f}" for x in xs)
     lines = [f"A real server at {url}: llama.cpp's llama-server reporting {props.get('total_slots', '?')} parallel "
              f"slots of {props.get('default_generation_settings', {}).get('n_ctx', '?')} tokens and the model "
              f"{os.path.basename(str(props.get('model_path', '?')))}, on a machine with {os.cpu_count()} cores.", "",
-             f"Workload: {len(LIVE_QUESTIONS)} text questions, {steps} steps per chain, max_tokens {LIVE_LIMITS[0]} per "
+             f"Workload: {len(qs)} text question(s), {steps} steps per chain, max_tokens {LIVE_LIMITS[0]} per "
              "step, json judges (a reason of at most 200 characters and a score; short judges the score alone); a "
              f"judge whose reply does not parse asks once more; median of {reps} repetition(s), the modes interleaved; "
              "the server's caches stay warm between modes. Every ratio is to the base step in the per-role layout. "
@@ -213,25 +216,25 @@ def live_section(url: str, model: str, reps: int, steps: int, modes: tuple) -> t
     return lines, result
 
 
-def flags_section(reps: int, steps: int, model: str) -> tuple:
-    """Sections 2b and 2c on servers this process starts (serve_tiny.sh) and stops: 2b with every mode on
-    serve_tiny.sh's own flags, 2c the concurrent modes with each of SERVER_FLAGS. (2b lines, 2c lines, 2b result)."""
+def flags_section(reps: int, steps: int, model: str, questions: int = 2) -> tuple:
+    """Sections 2b and 2c on servers this process starts (serve_tiny.sh) and stops: 2b (LIVE_MODES) on
+    serve_tiny.sh's own flags, 2c (FLAG_MODES) with each of SERVER_FLAGS. (2b lines, 2c lines, 2b result)."""
     lines, first = [], None
     rows = ["| flags | what they do | mode | layout | seconds per step | overhead vs base | computed prompt tokens "
             "per step |", "|---|---|---|---|---:|---:|---:|"]
     for flags, what in SERVER_FLAGS:
         url, pid = start_server(flags)
         try:
-            modes = in_layouts((SEQ, CONC, CONC_SCORE, ADAPTIVE) if first is None else (CONC, CONC_SCORE))
-            section, result = live_section(url, model, reps, steps, modes)
+            section, result = live_section(url, model, reps, steps, LIVE_MODES if first is None else FLAG_MODES, questions)
         finally:
             stop_server(pid)
         lines, first = (section, result) if first is None else (lines, first)
         rows += [f"| `{flags or '(none)'}` | {what} | {m.name} | {m.layout} | {r.seconds:.2f} | {r.ratio:.2f}× | "
-                 f"{'—' if r.computed is None else f'{r.computed:,.0f}'} |" for m, r in result.items()]
+                 f"{'—' if r.computed is None else f'{r.computed:,.0f}'} |" for m, r in result.items() if m in FLAG_MODES]
     intro = [f"Each server: serve_tiny.sh (llama-server, SmolLM2-135M-Instruct, -c 8192 -np 4 -t 2) with the flags "
-             f"added, started and stopped by this run; {steps} steps per chain, median of {reps} repetition(s); the "
-             "first row of each mode is 2b's. Computed prompt tokens: per step after each chain's first.", ""]
+             f"added, started and stopped by this run; {questions} question(s), {steps} steps per chain, median of "
+             f"{reps} repetition(s); the rows without flags are 2b's. Computed prompt tokens: per step after each "
+             "chain's first. Each ratio is to the base step (per-role layout) on the same server.", ""]
     return lines, intro + rows, first
 
 
@@ -316,30 +319,33 @@ def cache_section(k: int, puts: int) -> list:
 # ----------------------------------------------------------------------------- report
 
 def targets(ratios: dict, sim: dict, live: dict | None) -> list:
-    """The targets, each with its measured figure in the shared layout (judged) and the per-role one (compared)."""
+    """The targets, each with its measured figure in every layout (ORDER); met or missed is judged on the shared
+    layout, the default."""
     def row(what, values, ok):
         cells = ["—" if v is None or v != v else f"{v:.2f}×" for v in values]
-        verdict_ = "not measured" if cells[0] == "—" else "met" if ok(values[0]) else "missed"
-        return f"| {what} | {' | '.join(cells + ['—'] * (2 - len(cells)))} | {verdict_} |"
-    both = lambda result, m, f: [f(result, replace(m, layout=lay)) if result else None for lay in ("shared", "per-role")]
+        judged = values[ORDER.index("shared")] if len(values) > 1 else values[0]
+        said = "not measured" if judged is None or judged != judged else "met" if ok(judged) else "missed"
+        return f"| {what} | {' | '.join(cells + ['—'] * (len(ORDER) - len(cells)))} | {said} |"
+    each = lambda result, m, f: [f(result, replace(m, layout=lay)) if result else None for lay in ORDER]
     ratio = lambda result, m: result[m].ratio if m in result else None
     computed = lambda result, m: (result[m].computed / result[BASE].computed if m in result and result[m].computed
                                   and result[BASE].computed else None)
     near = lambda x: 0.75 <= x / PAPER_OVERHEAD <= 1.25
-    return ["| target | measured, shared layout | measured, per-role layout | |", "|---|---:|---:|---|",
+    return ["| target | " + " | ".join(f"measured, {lay} layout" for lay in ORDER) + " | |",
+            "|---|" + "---:|" * len(ORDER) + "---|",
             row("closed form ≥ 50× faster than a loop of np.linalg.solve at N = 10⁵",
                 [ratios.get(10**5, {}).get("loop")], lambda v: v >= 50),
             row("closed form ≤ 10× the time of mean at N = 10⁶", [ratios.get(10**6, {}).get("mean")], lambda v: v <= 10)] + [
-            row(f"simulated server: {m.name} ≤ 1.3× base, whole chains", both(sim, m, ratio), lambda v: v <= 1.3)
+            row(f"simulated server: {m.name} ≤ 1.3× base, whole chains", each(sim, m, ratio), lambda v: v <= 1.3)
             for m in (CONC, CONC_SCORE, ADAPTIVE)] + [
-            row(f"simulated server: {m.name} near the paper's 3.80× (within ±25%), whole chains", both(sim, m, ratio), near)
+            row(f"simulated server: {m.name} near the paper's 3.80× (within ±25%), whole chains", each(sim, m, ratio), near)
             for m in (SEQ, SEQ_SCORE)] + [
-            row(f"real llama-server: {m.name} ≤ 3.8× base per step", both(live, m, ratio), lambda v: v <= 3.8)
+            row(f"real llama-server: {m.name} ≤ 3.8× base per step", each(live, m, ratio), lambda v: v <= 3.8)
             for m in (CONC, CONC_SCORE, ADAPTIVE)] + [
             row(f"real llama-server: {m.name}, prompt tokens computed per step ≤ 2× base's, after the first step",
-                both(live, m, computed), lambda v: v <= 2) for m in (CONC, CONC_SCORE, ADAPTIVE)] + [
+                each(live, m, computed), lambda v: v <= 2) for m in (CONC, CONC_SCORE, ADAPTIVE)] + [
             row(f"simulated server: {m.name}, prompt tokens computed per step ≤ 2× base's, after the first step",
-                both(sim, m, computed), lambda v: v <= 2) for m in (CONC, CONC_SCORE)]
+                each(sim, m, computed), lambda v: v <= 2) for m in (CONC, CONC_SCORE)]
 
 
 def main(argv=None) -> int:
@@ -352,6 +358,8 @@ def main(argv=None) -> int:
     p.add_argument("--live-model", default="smollm2", help="the model name sent to the real server")
     p.add_argument("--live-reps", type=int, default=3, help="repetitions of sections 2b and 2c (3)")
     p.add_argument("--live-steps", type=int, default=3, help="steps per chain in sections 2b and 2c (3)")
+    p.add_argument("--live-questions", type=int, default=2, choices=range(1, len(LIVE_QUESTIONS) + 1),
+                   help=f"questions in sections 2b and 2c (2; at most {len(LIVE_QUESTIONS)})")
     p.add_argument("--time-scale", type=float, help="wall seconds per simulated second (0.5; 0.02 with --quick)")
     args = p.parse_args(argv)
     if args.live_reps < 1 or args.live_steps < 2 or (args.time_scale is not None and not args.time_scale > 0):
@@ -365,17 +373,17 @@ def main(argv=None) -> int:
              "## 1. Consensus throughput on [N, 3] (best of 5)", ""]
     rows, ratios = consensus_throughput((10**3, 10**4) if q else (10**3, 10**4, 10**5, 10**6), 10**4 if q else 10**5)
     lines += rows + ["", "## 2. Step overhead: one VERDICT step (n = 3, m = 3) / one base step (n = 1)", "",
-                     "![overhead per mode, per-role layout against shared](docs/bench_overhead.png)", "",
+                     "![overhead per mode and prompt layout](docs/bench_overhead.png)", "",
                      "### 2a. Simulated continuous-batching server (a simulation, not a measurement of a GPU)", ""]
     scale = args.time_scale or (0.02 if q else 0.5)
     sim_lines, sim = simulated_section(LatencyModel(time_scale=scale), 1 if q else 2, 3 if q else 4, 1 if q else 3)
     lines += sim_lines + ["", "### 2b. Real llama-server (llama.cpp, C++)", ""]
     reps, live, flag_lines = 1 if q else args.live_reps, None, ["skipped: pass --serve to start servers with each flag set."]
     if args.serve:
-        live_lines, flag_lines, live = flags_section(reps, args.live_steps, args.live_model)
+        live_lines, flag_lines, live = flags_section(reps, args.live_steps, args.live_model, args.live_questions)
     elif args.live_url:
-        live_lines, live = live_section(args.live_url, args.live_model, reps, args.live_steps,
-                                        in_layouts((SEQ, CONC, CONC_SCORE, ADAPTIVE)))
+        live_lines, live = live_section(args.live_url, args.live_model, reps, args.live_steps, LIVE_MODES,
+                                        args.live_questions)
     else:
         live_lines = ["skipped: no live server (pass --serve, or --live-url URL or set VERDICT_LIVE_URL; serve_tiny.sh "
                       "starts one)."]

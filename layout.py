@@ -7,12 +7,14 @@ question, its images and the steps so far, then each does its own task (n candid
 paper leaves the requests to an implementation; this module holds:
 
 - prompt files (prompts/*.txt): named sections of text with {placeholders} (load_prompt);
-- role_messages: a role's chat messages in one of two layouts. "shared" (the default): one system message
+- role_messages: a role's chat messages in one of three layouts. "shared" (the default): one system message
   for every role, then the images, the question and the previous steps, byte for byte the same for the
   reasoner, every judge and the judge modes' calls (grounding.py), then the role's own instructions and its
   task, the candidate last; a prefix cache (vLLM's automatic prefix caching, llama-server's slots) can then
   reuse everything up to the role across all the requests of a step. "per-role": the role's instructions as
-  its own system message, as before; prompts then differ from the first token;
+  its own system message, as before; prompts then differ from the first token. "role-first": the shared
+  system message, images and question, then the role's instructions before the previous steps, so that a
+  role's own prefix also holds from one step to the next (the instructions are not computed again each step);
 - role_of: which role a request comes from, in either layout (for scripted servers and the simulator).
 """
 from __future__ import annotations
@@ -30,9 +32,9 @@ PROMPTS = Path(__file__).resolve().with_name("prompts")
 SECTIONS = (  # the sections a prompt file may hold, in this order
     ("system", "user"),                   # a plain prompt: a system message and a user message (answers.py)
     ("instructions", "context", "task"),  # a role of the step (reasoner, judges, judge modes); see role_messages
-    ("system", "context"),                # shared.txt: the shared layout's system message and shared context
+    ("system", "question", "steps"),      # shared.txt: what every role of a step reads in the shared layouts
 )
-LAYOUTS = ("shared", "per-role")  # how a role's request is laid out; see role_messages
+LAYOUTS = ("shared", "per-role", "role-first")  # how a role's request is laid out; see role_messages
 ROLES = ("reasoner",) + verdict.JUDGES + ("prior", "premises", "premise_check")  # the prompts role_messages lays out
 
 
@@ -94,30 +96,33 @@ def role_messages(name: str, state: verdict.State, layout: str = "shared", evide
     question, images (or `images`) and previous steps, then its task's `fields` (the candidate, the reply
     format, ...) and `evidence` (what this role reads of a judge mode: the prior, the fact sheet; "" for none).
 
-    shared   : [shared.txt's system message, the same for every role] and one user message: the images, then,
-               joined by blank lines, shared.txt's context (the question and the previous steps: the same text for
-               every role of a step), the role's instructions, and the evidence followed by the role's task.
-    per-role : [the role's instructions] and one user message: the images, then the role's own context (with the
-               evidence where it says {evidence}) and its task, joined by a blank line.
-    Each role reads the same instructions and task in both. The images go where images.messages puts them
+    shared     : [shared.txt's system message, the same for every role] and one user message: the images, then,
+                 joined by blank lines, shared.txt's question and steps (the same text for every role of a step),
+                 the role's instructions, and the evidence followed by the role's task.
+    per-role   : [the role's instructions] and one user message: the images, then the role's own context (with
+                 the evidence where it says {evidence}) and its task, joined by a blank line.
+    role-first : as shared, with the role's instructions and the evidence before the steps: the question, the
+                 instructions, the evidence followed by the steps, the task.
+    Each role reads the same instructions and task in each. The images go where images.messages puts them
     (first, or at the question's <image k>).
     """
     check_layout(layout)
-    role, steps = load_prompt(name), steps_text(state.steps)
+    role, shared, steps = load_prompt(name), load_prompt("shared"), steps_text(state.steps)
     task = role.render("task", **fields)
     if layout == "per-role":
         system = role["instructions"]
         parts = [role.render("context", question=state.question, steps=steps, evidence=evidence), task]
     else:
-        shared = load_prompt("shared")
         system = shared.system
-        parts = [shared.render("context", question=state.question, steps=steps), role["instructions"], evidence + task]
+        question, previous = shared.render("question", question=state.question), shared.render("steps", steps=steps)
+        parts = ([question, previous, role["instructions"], evidence + task] if layout == "shared" else
+                 [question, role["instructions"], evidence + previous, task])
     return messages(system, state.images if images is None else images, "\n\n".join(parts), question=state.question)
 
 
 def role_of(msgs: Sequence[dict]) -> str | None:
-    """Which role of ROLES a request's messages come from, in either layout (its instructions are the system
-    message, or follow the shared context in the user message); None for any other request."""
+    """Which role of ROLES a request's messages come from, in any layout (its instructions are the system
+    message, or are in the user message); None for any other request."""
     content = [m.get("content") for m in msgs[:2]]
     text = "\n".join(c if isinstance(c, str) else "".join(p.get("text", "") for p in c) for c in content if c)
     return next((name for name in ROLES if load_prompt(name)["instructions"] in text), None)

@@ -1,5 +1,5 @@
-"""VERDICT's step overhead: one VERDICT step against one base step, in several modes and both prompt layouts, on
-a simulated or a real server: wall time, judge requests, and the prompt tokens the server computed.
+"""VERDICT's step overhead: one VERDICT step against one base step, in several modes and prompt layouts, on a
+simulated or a real server: wall time, judge requests, and the prompt tokens the server computed.
 
 Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
 Disagreement-Aware Consensus", ECCV 2026 (the step-wise loop with n = 3 candidates and m = 3 judges; the
@@ -7,7 +7,7 @@ Disagreement-Aware Consensus", ECCV 2026 (the step-wise loop with n = 3 candidat
 
 - Mode: how a step runs (candidates one by one or in one request, judge calls one by one or overlapped,
   judges that explain or give the score alone, judging skipped when the candidates agree) and its prompt
-  layout (layout.py: "shared" or "per-role");
+  layout (layout.py: "shared", "per-role" or "role-first");
 - run_chains and overhead: chains of verdict.step, timed step by step, with each step's change of the
   client's usage counters (the prompt tokens the server computed and reused, as it reports them);
 - tables and a picture of the result.
@@ -30,7 +30,6 @@ from PIL import Image, ImageDraw
 import judges
 import verdict
 from images import font
-from layout import LAYOUTS
 
 PAPER_OVERHEAD = 3.80  # the paper's sequential wall-clock overhead
 
@@ -55,10 +54,14 @@ SEQ, SEQ_SCORE, CONC, CONC_SCORE, ADAPTIVE = MODES = (
     Mode("adaptive (concurrent, short judges, skip agreeing steps)", concurrent=True, score_only=True, adaptive=True))
 
 
-def in_layouts(modes) -> tuple:
-    """Each mode in every layout, the per-role layout first; BASE in the shared layout as well."""
-    out = tuple(replace(m, layout=lay) for m in modes for lay in LAYOUTS[::-1])
-    return (BASE, replace(BASE, layout="shared")) + tuple(m for m in out if m.n > 1)
+ORDER = ("per-role", "shared", "role-first")  # the layouts, as tables and pictures show them
+COLOURS = {"per-role": (150, 150, 150), "shared": (31, 119, 180), "role-first": (255, 127, 14)}
+
+
+def in_layouts(modes, layouts=ORDER) -> tuple:
+    """BASE in every layout of ORDER, then each mode in each of `layouts`, in ORDER's order."""
+    bases = tuple(replace(BASE, layout=lay) for lay in ORDER)
+    return bases + tuple(replace(m, layout=lay) for m in modes for lay in ORDER if lay in layouts and m.n > 1)
 
 
 @dataclass
@@ -108,18 +111,21 @@ class Result:
     skipped: float          # judge calls skipped per step
     prompt: float           # prompt tokens per step, after each chain's first step
     computed: float | None  # prompt tokens the server computed per step after the first (None: it reported none)
+    completion: float       # completion tokens per step after the first (every choice's, as the server counts)
     reported: float         # the share of replies that reported their cached prompt tokens
     chains: list            # the chains of the last repetition
 
 
 def token_figures(runs: list, steps: int) -> tuple:
-    """(prompt tokens, computed prompt tokens or None, share of replies reporting) per step, after the first step
-    of each chain, over every repetition's usage (run_chains' Chains.usage)."""
+    """(prompt tokens, computed prompt tokens or None, completion tokens, share of replies reporting) per step,
+    after the first step of each chain, over every repetition's usage (run_chains' Chains.usage). The computed
+    figure is None unless every reply reported its cached tokens."""
     later = [u for usage in runs for i, u in enumerate(usage) if i % steps > 0] or [{}]
     total = lambda k: sum(u.get(k, 0) for u in later)
     replies = total("replies")
     computed = total("computed_prompt_tokens") / len(later) if replies and total("cache_reports") == replies else None
-    return total("prompt_tokens") / len(later), computed, total("cache_reports") / replies if replies else math.nan
+    return (total("prompt_tokens") / len(later), computed, total("completion_tokens") / len(later),
+            total("cache_reports") / replies if replies else math.nan)
 
 
 def overhead(client, modes, questions, steps: int, reps: int, limits: tuple, image=None, reset=lambda: None,
@@ -137,10 +143,10 @@ def overhead(client, modes, questions, steps: int, reps: int, limits: tuple, ima
     per = len(questions) * steps * reps
     out = {}
     for m in modes:
-        prompt, computed, reported = token_figures([c.usage for c in runs[m]], steps)
+        prompt, computed, completion, reported = token_figures([c.usage for c in runs[m]], steps)
         out[m] = Result(statistics.median(a.mean() for a in times[m]), ratio(m, slice(None)),
                         ratio(m, slice(1, steps - 1)) if steps >= 3 else None, sum(c.replies for c in runs[m]) / per,
-                        sum(c.skipped for c in runs[m]) / per, prompt, computed, reported, runs[m][-1].chains)
+                        sum(c.skipped for c in runs[m]) / per, prompt, computed, completion, reported, runs[m][-1].chains)
     return out
 
 
@@ -157,18 +163,18 @@ def token_table(result: dict) -> list:
     """Markdown rows: prompt tokens per step after each chain's first step, and those the server computed."""
     base = result[BASE].computed
     rows = ["| mode | layout | prompt tokens per step | computed by the server | reused from its cache | "
-            "computed vs base |", "|---|---|---:|---:|---:|---:|"]
+            "computed vs base | completion tokens per step |", "|---|---|---:|---:|---:|---:|---:|"]
     for m, r in result.items():
         c = r.computed
         rows.append(f"| {m.name} | {m.layout} | {r.prompt:,.0f} | {'—' if c is None else f'{c:,.0f}'} | "
                     f"{'—' if c is None or not r.prompt else f'{1 - c / r.prompt:.0%}'} | "
-                    f"{'—' if c is None or not base else f'{c / base:.2f}×'} |")
+                    f"{'—' if c is None or not base else f'{c / base:.2f}×'} | {r.completion:,.0f} |")
     return rows
 
 
 def picture(panels: list, path: str) -> None:
     """A PNG of the overhead per mode (whole chains, log scale), a bar per layout, one panel per (title, result)."""
-    colours, small, w, h, left, top = {"per-role": (150, 150, 150), "shared": (31, 119, 180)}, font(11), 440, 300, 46, 44
+    small, w, h, left, top = font(11), 440, 300, 46, 44
     img = Image.new("RGB", (w * len(panels), h + 60), "white")
     d = ImageDraw.Draw(img)
     for k, (title, result) in enumerate(panels):
@@ -185,15 +191,15 @@ def picture(panels: list, path: str) -> None:
         d.text((x0 + w - left - 150, y(PAPER_OVERHEAD) - 14), "paper: 3.80x", fill=(214, 39, 40), font=small)
         span = (w - left - 30) / len(modes)
         for i, m in enumerate(modes):
-            for j, lay in enumerate(LAYOUTS[::-1]):
-                r = result.get(replace(m, layout=lay))
+            for j, lay in enumerate(ORDER):
+                r, bar = result.get(replace(m, layout=lay)), (span - 12) / len(ORDER)
                 if r is not None:
-                    bx = x0 + i * span + 6 + j * (span - 12) / 2
-                    d.rectangle((bx, y(r.ratio), bx + (span - 12) / 2 - 2, h), fill=colours[lay])
-                    d.text((bx, y(r.ratio) - 13), f"{r.ratio:.1f}", fill="black", font=small)
+                    bx = x0 + i * span + 6 + j * bar
+                    d.rectangle((bx, y(r.ratio), bx + bar - 2, h), fill=COLOURS[lay])
+                    d.text((bx, y(r.ratio) - 13 - 11 * (j % 2)), f"{r.ratio:.1f}", fill="black", font=small)
             label = m.name.split(" (")[0].replace("concurrent, ", "conc., ").replace("sequential", "seq.")
             d.text((x0 + i * span + 4, h + 6 + 12 * (i % 2)), label, fill="black", font=small)
-    for j, lay in enumerate(LAYOUTS[::-1]):
-        d.rectangle((left + 160 * j, h + 40, left + 160 * j + 10, h + 50), fill=colours[lay])
+    for j, lay in enumerate(ORDER):
+        d.rectangle((left + 160 * j, h + 40, left + 160 * j + 10, h + 50), fill=COLOURS[lay])
         d.text((left + 160 * j + 16, h + 39), f"{lay} layout", fill="black", font=small)
     img.save(path)

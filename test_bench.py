@@ -27,12 +27,12 @@ def test_quick_report_has_every_section(tmp_path, monkeypatch):
     for heading in ("## 1. Consensus throughput", "### 2a. Simulated", "**This is a simulation**", "### 2b. Real",
                     "skipped: no live server", "### 2c. llama-server's flags", "skipped: pass --serve", "## 3. Memory",
                     "## 4. The response cache", "## Targets", "| sequential", "| computed by the server |",
-                    "![overhead per mode, per-role layout against shared](docs/bench_overhead.png)"):
+                    "![overhead per mode and prompt layout](docs/bench_overhead.png)"):
         assert heading in text
     assert Image.open(tmp_path / "docs" / "bench_overhead.png").size == (440, 360)  # one panel: the simulation
     targets = [line for line in text.splitlines() if line.startswith("| simulated server: concurrent")]
-    assert len(targets) == 2 + 2 and all(re.search(r"\| [\d.]+× \| [\d.]+× \| (met|missed) \|$", t) for t in targets)
-    assert text.count("| real llama-server:") == 6 and text.count("| — | — | not measured |") >= 6  # no live server
+    assert len(targets) == 2 + 2 and all(re.search(r"(\| [\d.]+× ){3}\| (met|missed) \|$", t) for t in targets)
+    assert text.count("| real llama-server:") == 6 and text.count("| — | — | — | not measured |") >= 6  # no live server
     # every evaluate.py run succeeded: the memory section's figure, both cache runs, and no failure anywhere
     assert "failed" not in text and re.search(r"every method, .*: exit code 0, [\d,]+ requests, \d+ s\.\n\n"
                                               r"\*\*Peak RSS of the evaluate\.py process: \d+ MiB\*\*", text)
@@ -56,35 +56,37 @@ def test_a_failed_evaluate_run_reports_the_failure_and_no_peak_rss(monkeypatch):
 
 def result(ratio: float, computed: float | None = None) -> Result:
     return Result(seconds=1.0, ratio=ratio, warm=None, judge_requests=9.0, skipped=0.0, prompt=1000.0,
-                  computed=computed, reported=1.0, chains=[])
+                  computed=computed, completion=50.0, reported=1.0, chains=[])
 
 
-def test_targets_judge_the_shared_layout_and_show_the_per_role_one():
+def test_targets_judge_the_shared_layout_and_show_the_others():
     per_role = lambda m: replace(m, layout="per-role")  # the modes are in the shared layout unless told otherwise
     sim = {BASE: result(1.0, 100.0), CONC: result(1.25, 150.0), per_role(CONC): result(1.6, 300.0),
            CONC_SCORE: result(1.4, 250.0), per_role(CONC_SCORE): result(1.2)}
     live = {BASE: result(1.0, 50.0), CONC: result(3.9, 100.0), ADAPTIVE: result(3.1, 99.0)}
     rows = bench.targets({10**5: {"loop": 80.0}}, sim, live)
     find = lambda start: next(r for r in rows if r.startswith(start))
-    assert find("| closed form ≥ 50×") == "| closed form ≥ 50× faster than a loop of np.linalg.solve at N = 10⁵ | 80.00× | — | met |"
-    assert find("| closed form ≤ 10×").endswith("| — | — | not measured |")
-    assert find("| simulated server: concurrent ≤ 1.3×").endswith("| 1.25× | 1.60× | met |")
-    assert find("| simulated server: concurrent, short judges ≤ 1.3×").endswith("| 1.40× | 1.20× | missed |")
-    assert find("| real llama-server: concurrent ≤ 3.8×").endswith("| 3.90× | — | missed |")
-    assert find("| real llama-server: adaptive").endswith("| 3.10× | — | met |")
+    # columns: per-role, shared, role-first; met or missed on the shared layout
+    assert find("| closed form ≥ 50×") == ("| closed form ≥ 50× faster than a loop of np.linalg.solve at N = 10⁵ | "
+                                           "80.00× | — | — | met |")
+    assert find("| closed form ≤ 10×").endswith("| — | — | — | not measured |")
+    assert find("| simulated server: concurrent ≤ 1.3×").endswith("| 1.60× | 1.25× | — | met |")
+    assert find("| simulated server: concurrent, short judges ≤ 1.3×").endswith("| 1.20× | 1.40× | — | missed |")
+    assert find("| real llama-server: concurrent ≤ 3.8×").endswith("| — | 3.90× | — | missed |")
+    assert find("| real llama-server: adaptive").endswith("| — | 3.10× | — | met |")
     # computed prompt tokens after the first step, to the base's: 100 / 50 = 2.00 (met), 99 / 50 = 1.98
-    assert find("| real llama-server: concurrent, prompt tokens").endswith("| 2.00× | — | met |")
-    assert find("| simulated server: concurrent, prompt tokens").endswith("| 1.50× | 3.00× | met |")
-    assert find("| simulated server: concurrent, short judges, prompt tokens").endswith("| 2.50× | — | missed |")
+    assert find("| real llama-server: concurrent, prompt tokens").endswith("| — | 2.00× | — | met |")
+    assert find("| simulated server: concurrent, prompt tokens").endswith("| 3.00× | 1.50× | — | met |")
+    assert find("| simulated server: concurrent, short judges, prompt tokens").endswith("| — | 2.50× | — | missed |")
     real = [r for r in bench.targets({}, sim, None) if r.startswith("| real llama-server")]  # no live server
-    assert len(real) == 6 and all(r.endswith("| — | — | not measured |") for r in real)
+    assert len(real) == 6 and all(r.endswith("| — | — | — | not measured |") for r in real)
 
 
 def test_live_section_against_a_simulated_server():
     with LoopbackServer(SimulatedServer(LatencyModel(time_scale=0.0), final_at=1)) as srv:
         lines, res = bench.live_section(srv.url, "sim", 1, 2, in_layouts((CONC,)))
     text = "\n".join(lines)
-    assert list(res) == list(in_layouts((CONC,))) and "2 text questions, 2 steps per chain" in text
+    assert list(res) == list(in_layouts((CONC,))) and "2 text question(s), 2 steps per chain" in text
     assert "| concurrent | shared |" in text and "| prompt tokens per step | computed by the server |" in text
     assert res[BASE].computed is not None and SEQ not in res
 

@@ -63,6 +63,22 @@ def test_every_request_of_a_step_is_byte_identical_up_to_its_role(loopback, png,
         assert (b'"image_url"' in shared[0]) == with_image  # and so is the image
 
 
+def test_role_first_keeps_each_roles_prefix_from_step_to_step(loopback):
+    # role-first: every request of a step is the same up to the role (system message and question), and a role's
+    # request of one step begins with all of its request of the step before, up to the steps it shows.
+    srv = loopback(by_role)
+    client = Client(srv.url, "m")
+    g = Grounding(client, JudgeMode(prior=True), layout="role-first")
+    verdict.run("Which is nearer?\nA. lamp\nB. chair", Reasoner(client, layout="role-first"),
+                make_judges(client, grounding=g, fmt="json", layout="role-first"), verdict.Config(n=2, max_steps=2))
+    posts = [r for r in srv.requests if r.method == "POST"]
+    assert len({head(r.raw, role_of(r.body["messages"])) for r in posts}) == 1
+    for role in ("reasoner",) + verdict.JUDGES:
+        raws = [r.raw for r in posts if role_of(r.body["messages"]) == role]
+        cut = [raw[:raw.index(b"Previous steps:")] for raw in raws]
+        assert len(set(cut)) == 1 and b"(none yet)" in raws[0] and b"Step 1:" in raws[-1]  # steps 1 and 2
+
+
 def fields() -> dict:
     """Every field a role's task may name, each easy to find."""
     return dict(step="CANDIDATE", reply="REPLY FORMAT")
@@ -82,7 +98,11 @@ def test_each_role_reads_its_own_instructions_and_task_in_either_layout(role):
     old = role_messages(role, STATE, "per-role", "EVIDENCE\n\n", **fields())
     assert old[0] == {"role": "system", "content": p["instructions"]} and p["instructions"] not in old[1]["content"]
     assert old[1]["content"].endswith("\n\n" + task)
-    assert role_of(msgs) == role_of(old) == role
+    first = role_messages(role, STATE, "role-first", "EVIDENCE\n\n", **fields())
+    assert first[0] == msgs[0] and first[1]["content"] == (
+        "Question:\nHow many?\nA. 1\nB. 2\n\n" + p["instructions"] + "\n\nEVIDENCE\n\nPrevious steps:\nStep 1: There are "
+        "apples.\n\n" + task)
+    assert role_of(msgs) == role_of(old) == role_of(first) == role
 
 
 # The user message of each role as this project sent it before the shared layout, written out (the premise check's
@@ -120,9 +140,9 @@ def test_the_layouts_are_checked_and_role_of_knows_only_the_roles(png):
     client = Client("http://127.0.0.1:9/v1", "m")
     for make in (lambda: Reasoner(client, layout="flat"), lambda: Judge(client, "visual", layout="flat"),
                  lambda: Grounding(client, layout="flat"), lambda: role_messages("visual", STATE, "flat")):
-        with pytest.raises(ValueError, match="unknown layout 'flat'; expected one of shared, per-role"):
+        with pytest.raises(ValueError, match="unknown layout 'flat'; expected one of shared, per-role, role-first"):
             make()
-    assert LAYOUTS == ("shared", "per-role")
+    assert LAYOUTS == ("shared", "per-role", "role-first")
     extract = load_prompt("extract_choice")
     assert role_of([{"role": "system", "content": extract.system}, {"role": "user", "content": "Letter:"}]) is None
     with_image = role_messages("logical", verdict.State("q", (png,)), step="x", reply="y")
@@ -133,8 +153,8 @@ def test_a_prompt_file_must_hold_known_sections_in_order(monkeypatch, tmp_path):
     monkeypatch.setattr(layout, "PROMPTS", tmp_path)
     (tmp_path / "swapped.txt").write_text("[task]\nDo it.\n[instructions]\nYou do.\n[context]\n{question}\n")
     with pytest.raises(ValueError, match=r"swapped\.txt must hold the sections \[system\]\[user\] or "
-                                         r"\[instructions\]\[context\]\[task\] or \[system\]\[context\], in this order; "
-                                         r"it holds \[task\]\[instructions\]\[context\]"):
+                                         r"\[instructions\]\[context\]\[task\] or \[system\]\[question\]\[steps\], in "
+                                         r"this order; it holds \[task\]\[instructions\]\[context\]"):
         load_prompt("swapped")
     (tmp_path / "loose.txt").write_text("Some text first.\n[system]\nS.\n[user]\nU.\n")
     with pytest.raises(ValueError, match="it holds \\[system\\]\\[user\\]"):  # text before the first section

@@ -1,6 +1,7 @@
 """Tests for overhead.py: the step modes' calls and skips, adaptive judging's exactness, the token figures and
 the result's fields, the tables and the picture, all against the simulated server with no sleeping."""
 import math
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -69,14 +70,14 @@ def test_any_rule_extends_the_chain_by_the_one_string_the_candidates_are(seed):
 
 def test_token_figures_count_the_steps_after_each_chains_first():
     u = lambda prompt, computed, replies, reports: dict(prompt_tokens=prompt, computed_prompt_tokens=computed,
-                                                        replies=replies, cache_reports=reports)
+                                                        replies=replies, cache_reports=reports, completion_tokens=replies)
     runs = [[u(1000, 1000, 1, 1), u(300, 60, 1, 1), u(320, 40, 1, 1)],   # chain 1: the first step is left out
             [u(900, 900, 1, 1), u(500, 100, 2, 2), u(280, 20, 1, 1)]]    # chain 2
     # after the first step: 4 steps, (300 + 320 + 500 + 280) / 4 = 350 prompt tokens, (60 + 40 + 100 + 20) / 4 = 55
-    assert overhead.token_figures(runs, 3) == (350.0, 55.0, 1.0)
+    # computed, (1 + 1 + 2 + 1) / 4 = 1.25 completion tokens
+    assert overhead.token_figures(runs, 3) == (350.0, 55.0, 1.25, 1.0)
     runs[1][1] = u(500, 100, 2, 1)  # one reply did not report its cached tokens: the computed figure is unknown
-    prompt, computed, reported = overhead.token_figures(runs, 3)
-    assert (prompt, computed, reported) == (350.0, None, 4 / 5)
+    assert overhead.token_figures(runs, 3) == (350.0, None, 1.25, 4 / 5)
     assert overhead.token_figures([[u(1, 1, 1, 1)]], 1)[1] is None  # no step after a first one: nothing to say
 
 
@@ -85,7 +86,7 @@ def test_overhead_results_and_tables(tmp_path):
     with sim() as srv:
         modes = in_layouts((CONC, ADAPTIVE))
         result = overhead.overhead(Client(srv.url, "sim"), modes, ["Q? A. x B. y"], 3, 2, LIMITS, image)
-    assert list(result) == list(modes) and modes[:2] == (BASE, replace(BASE, layout="shared"))
+    assert list(result) == list(modes) and modes[:3] == tuple(replace(BASE, layout=lay) for lay in overhead.ORDER)
     base = result[BASE]
     assert base.ratio == pytest.approx(1.0) and base.warm == pytest.approx(1.0) and base.judge_requests == 0
     for m, r in result.items():
@@ -96,16 +97,17 @@ def test_overhead_results_and_tables(tmp_path):
     assert result[CONC].computed > result[BASE].computed
     times, tokens = overhead.time_table(result), overhead.token_table(result)
     assert len(times) == len(tokens) == 2 + len(result) and times[2].startswith("| base (reasoner alone, n = 1) | per-role |")
-    assert tokens[2].endswith("| 1.00× |") and all(row.count("|") == 8 for row in times[2:])
+    assert re.search(r"\| 1\.00× \| [\d,]+ \|$", tokens[2]) and all(row.count("|") == 8 for row in times[2:] + tokens[2:])
     path = tmp_path / "overhead.png"
     overhead.picture([("simulated", result), ("again", result)], str(path))
     img = Image.open(path)
     colours = {c for _, c in img.convert("RGB").getcolors(1 << 20)}
-    assert img.size == (880, 360) and {(150, 150, 150), (31, 119, 180), (214, 39, 40)} <= colours
+    assert img.size == (880, 360) and set(overhead.COLOURS.values()) | {(214, 39, 40)} <= colours
 
 
-def test_in_layouts_puts_both_bases_first():
-    modes = in_layouts((SEQ, CONC))
+def test_in_layouts_puts_every_base_first():
+    modes = in_layouts((SEQ, CONC), ("shared", "per-role"))
     assert [(m.name, m.layout) for m in modes] == [
-        (BASE.name, "per-role"), (BASE.name, "shared"), (SEQ.name, "per-role"), (SEQ.name, "shared"),
-        (CONC.name, "per-role"), (CONC.name, "shared")]
+        (BASE.name, "per-role"), (BASE.name, "shared"), (BASE.name, "role-first"), (SEQ.name, "per-role"),
+        (SEQ.name, "shared"), (CONC.name, "per-role"), (CONC.name, "shared")]
+    assert len(in_layouts((SEQ, CONC))) == 3 + 2 * 3
