@@ -40,10 +40,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from answers import Value
-from images import load as load_image
+from images import PLACEHOLDER, load as load_image
 
 LETTER = re.compile(r"[A-Z]")
-PLACEHOLDER = re.compile(r"<image (\d+)>")
 CIRCULAR_NAMES = ("mmbench", "ccbench", "circular", "mmcr")
 _BAD_BYTE = re.compile("[\udc80-\udcff]")  # what surrogateescape makes of a byte that is not UTF-8
 
@@ -60,7 +59,6 @@ class Item:
     images: tuple = ()    # image bytes or file paths
     fields: tuple = ()    # ((column, cell), ...): every input column but the image
     value: Value | None = None  # how a free-form answer is compared (MathVista); None: multiple choice
-    interleave: bool = False    # the images go at the question's <image k> (MMMU)
 
 
 @dataclass(frozen=True)
@@ -313,7 +311,7 @@ def _tsv_item(name: str, line: int, cells: list, fields: list, images: _TsvImage
     ims = (images.of_cell(r["image"], keep(id)) if "image" in fields else
            images.of_paths(r["image_path"]) if "image_path" in fields else ())
     mmmu = "MMMU" in name.upper()
-    item = make_item(name, id, line, images=ims, interleave=mmmu,
+    item = make_item(name, id, line, images=ims,
                      fields=tuple((k, cells[i] if i < len(cells) else "") for i, k in enumerate(fields) if k != "image"),
                      **_question(r, [c for c in fields if LETTER.fullmatch(c)], mmmu, "question_type" in fields))
     return _check_placeholders(item) if mmmu else item
@@ -338,27 +336,6 @@ def _tsv(path: str, name: str, keep, allow_any_path: bool, warnings: list):
                     yield line, Skipped(os.path.basename(path), line, str(e))
         finally:
             images.close()
-
-
-def place_images(msgs: list, question: str) -> list:
-    """MMMU's placement (VLMEvalKit's split_MMMU): in a user message of images then text, each <image k> of
-    `question` (found in the text) is replaced by the item's k-th image, at that place in the text. Images
-    the question never names are left out, as VLMEvalKit leaves them out; one named twice is sent twice."""
-    out = []
-    for m in msgs:
-        parts = m.get("content")
-        if (m.get("role") == "user" and isinstance(parts, list) and parts and parts[-1].get("type") == "text"
-                and question in parts[-1]["text"] and PLACEHOLDER.search(question)):
-            images, text = parts[:-1], parts[-1]["text"]
-            before, _, after = text.partition(question)
-            pieces = PLACEHOLDER.split(question)  # text, k, text, k, ..., text
-            placed = [before + pieces[0]]
-            for k, piece in zip(pieces[1::2], pieces[2::2]):
-                placed += [images[int(k) - 1], piece]
-            placed[-1] += after
-            m = {**m, "content": [p if isinstance(p, dict) else {"type": "text", "text": p} for p in placed if p != ""]}
-        out.append(m)
-    return out
 
 
 # ----------------------------------------------------------------------------- JSONL

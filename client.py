@@ -75,6 +75,20 @@ def reported_usage(response: dict) -> dict:
     return {k: usage[k] if isinstance(usage.get(k), int) else 0 for k in ("prompt_tokens", "completion_tokens")}
 
 
+def reported_cache(response: dict) -> dict:
+    """What a response reports of its prompt's reuse, None for each value it lacks:
+    "cached_tokens": usage.prompt_tokens_details.cached_tokens, the prompt tokens a prefix cache served (OpenAI,
+        llama-server, vLLM with --enable-prompt-tokens-details, SGLang with --enable-cache-report; vLLM leaves it
+        out when it is 0, so a missing value is unknown, not 0);
+    "cache_n", "prompt_n": llama-server's timings, the prompt tokens reused from its cache and those computed."""
+    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+    details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
+    timings = response.get("timings") if isinstance(response.get("timings"), dict) else {}
+    count = lambda d, k: d[k] if isinstance(d.get(k), int) and not isinstance(d[k], bool) and d[k] >= 0 else None
+    return {"cached_tokens": count(details, "cached_tokens"), "cache_n": count(timings, "cache_n"),
+            "prompt_n": count(timings, "prompt_n")}
+
+
 def text_of(response: dict, i: int = 0) -> str:
     """The content of choice i of a chat completion (Client validates that it is a string)."""
     return response["choices"][i]["message"]["content"]
@@ -163,7 +177,8 @@ class Client:
         self.session.mount("https://", requests.adapters.HTTPAdapter(pool_maxsize=64))
         self._lock = threading.Lock()
         self._usage = dict(requests=0, calls=0, cache_hits=0, merged=0, replies=0, prompt_tokens=0,
-                           completion_tokens=0, call_tokens=0)
+                           completion_tokens=0, call_tokens=0, cache_reports=0, cached_tokens=0,
+                           computed_prompt_tokens=0, timings_reports=0, timings_cache_n=0, timings_prompt_n=0)
 
     def __repr__(self) -> str:
         return f"Client(base_url={self.base_url!r}, model={self.model!r})"
@@ -184,7 +199,11 @@ class Client:
         send nothing); replies: valid responses from the server; prompt_tokens, completion_tokens: what the
         server reported for those replies (what this process paid for); call_tokens: prompt + completion
         tokens of every response returned, cached and merged ones too (what the calls cost, had nothing been
-        cached or merged). A successful call is exactly one of a reply, a cache hit or a merged call."""
+        cached or merged). A successful call is exactly one of a reply, a cache hit or a merged call.
+        What the server's own prefix cache reused, measured on the replies (reported_cache): cache_reports: the
+        replies that reported cached_tokens; cached_tokens: their sum; computed_prompt_tokens: Σ (prompt_tokens −
+        cached_tokens) over those replies, the prompt tokens the server computed; timings_reports: the replies
+        with llama-server's timings; timings_cache_n, timings_prompt_n: their sums of cache_n and prompt_n."""
         with self._lock:
             return dict(self._usage)
 
@@ -233,8 +252,8 @@ class Client:
             self._count(cache_hits=1, call_tokens=sum(reported_usage(hit).values()))
             return hit, "cache"
         response = self._post(payload)
-        tokens = reported_usage(response)
-        self._count(replies=1, call_tokens=sum(tokens.values()), **tokens)
+        tokens, reuse = reported_usage(response), reported_cache(response)
+        self._count(replies=1, call_tokens=sum(tokens.values()), **tokens, **_reuse_counts(tokens, reuse))
         if self.cache is not None:
             self.cache.put(key, response)
         return response, "server"
@@ -270,6 +289,23 @@ class Client:
             raise self._error(url, r.status_code, _server_message(r))
         body, problem = _chat_body(r)
         return body, None if problem is None else self._error(url, None, problem), None
+
+
+def total_usage(clients) -> dict:
+    """The usage counters of the distinct clients among `clients`, summed (a client listed twice counts once)."""
+    distinct = list({id(c): c for c in clients}.values())
+    return {k: sum(c.usage[k] for c in distinct) for k in distinct[0].usage}
+
+
+def _reuse_counts(tokens: dict, reuse: dict) -> dict:
+    """Client.usage's increments for one reply's prefix-cache report (reported_cache)."""
+    counts = {}
+    if reuse["cached_tokens"] is not None:
+        counts.update(cache_reports=1, cached_tokens=reuse["cached_tokens"],
+                      computed_prompt_tokens=tokens["prompt_tokens"] - reuse["cached_tokens"])
+    if reuse["cache_n"] is not None and reuse["prompt_n"] is not None:
+        counts.update(timings_reports=1, timings_cache_n=reuse["cache_n"], timings_prompt_n=reuse["prompt_n"])
+    return counts
 
 
 def _chat_body(r: requests.Response) -> tuple:

@@ -290,8 +290,8 @@ def run_live(args, config: verdict.Config, mode: grounding.JudgeMode) -> verdict
     reasoner, judge = client.clients_from_args(args)
     evidence = grounding.Grounding(judge, mode, max_tokens=args.mode_max_tokens, fmt=args.judge_format)
     judge_fns = judges.make_judges(judge, grounding=evidence, fmt=evidence.format)  # one fallback for all requests
-    trace = verdict.run(question, judges.Reasoner(reasoner), judge_fns, config,
-                        image=args.image or None, map_fn=judges.thread_map(args.concurrency))
+    trace = verdict.run(question, judges.Reasoner(reasoner), judge_fns, config, image=args.image or None,
+                        map_fn=judges.thread_map(args.concurrency), meter=lambda: client.total_usage((reasoner, judge)))
     usage = {"reasoner": reasoner.usage} if reasoner is judge else {"reasoner": reasoner.usage, "judges": judge.usage}
     grounded = {"grounding": evidence.record(question, args.image)} if mode.active else {}
     return replace(trace, meta={"mode": "live", "model": args.model, "judge_model": judge.model, "usage": usage,

@@ -120,25 +120,11 @@ class ChainClients:
 
     def usage(self) -> dict:
         """The reasoner's and judges' usage counters, summed."""
-        both = [self.reasoner] if self.judges is self.reasoner else [self.reasoner, self.judges]
-        return {k: sum(c.usage[k] for c in both) for k in both[0].usage}
+        return client.total_usage((self.reasoner, self.judges))
 
     def close(self) -> None:
         for c in {self.reasoner, self.judges, self.extractor} - {None}:
             c.close()
-
-
-class Placed:
-    """A client whose chat puts an item's images at its question's <image k> (benchmarks.place_images)."""
-
-    def __init__(self, inner: client.Client, question: str):
-        self.inner, self.question = inner, question
-
-    def chat(self, messages: list, **params) -> dict:
-        return self.inner.chat(benchmarks.place_images(messages, self.question), **params)
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
 
 
 def final_text(trace) -> str | None:
@@ -164,16 +150,14 @@ def run_chain(item: Item, seed: int, method: str, clients: ChainClients, setting
     """(row of results.jsonl, None), or (error row, the exception) on EndpointError or ValueError."""
     rule, _, mode = method.partition("+")  # "verdict+prior+premises" -> rule verdict, mode prior+premises
     config = replace(settings.config, n=1) if method == "base" else replace(settings.config, rule=rule)
-    reasoner_client, judge_client = ((Placed(clients.reasoner, item.question), Placed(clients.judges, item.question))
-                                     if item.interleave else (clients.reasoner, clients.judges))
-    evidence = grounding.Grounding(judge_client, grounding.JudgeMode.parse(mode), **settings.mode_kw)
+    evidence = grounding.Grounding(clients.judges, grounding.JudgeMode.parse(mode), **settings.mode_kw)
     before, clients.budget.spent = clients.usage(), 0
     t0, trace, error, text = time.perf_counter(), None, None, None
     pred, how, correct, ex_calls, ex_tokens = None, "unanswered", False, 0, 0
     try:
-        reasoner = judges.Reasoner(reasoner_client, max_tokens=settings.max_tokens, seed=seed)
-        judge_fns = () if method == "base" else judges.make_judges(judge_client, grounding=evidence, **settings.judge_kw)
-        trace = verdict.run(item.question, reasoner, judge_fns, config, item.images or None)
+        reasoner = judges.Reasoner(clients.reasoner, max_tokens=settings.max_tokens, seed=seed)
+        judge_fns = () if method == "base" else judges.make_judges(clients.judges, grounding=evidence, **settings.judge_kw)
+        trace = verdict.run(item.question, reasoner, judge_fns, config, item.images or None, meter=clients.usage)
         text = final_text(trace)
         pred, how, correct, ex_calls, ex_tokens = read_answer(item, text, clients.extractor)
     except (client.EndpointError, ValueError) as e:

@@ -8,8 +8,8 @@ Disagreement-Aware Consensus", ECCV 2026, is the system these modes plug into (j
 prior     Self-Grounded Verification (SGV): "Let's Think in Two Steps: Mitigating Agreement Bias in
           MLLMs with Self-Grounded Verification", ICLR 2026, method steps 1 and 2. One call per
           question, with the question and images only, writes the prior k̂_q: what a correct solution
-          must establish. Every judge reads it as reference expectations, after the question and
-          before the previous steps and the candidate, so the prefix cache still holds.
+          must establish. Every judge reads it as reference expectations, before the candidate and
+          after what every role of the step shares (layout.role_messages), so the prefix cache still holds.
 premises  Explicit Visual Premise Verification (EVPV): "Grounding the Score: Explicit Visual Premise
           Verification for Reliable Vision-Language Process Reward Models", methodology 2 to 4. One
           call per question extracts a JSON fact sheet C (objects, numbers, relations, structure,
@@ -51,8 +51,9 @@ import numpy as np
 
 import verdict
 from client import Client, one_line, reported_usage, text_of
-from images import fingerprint, messages
-from judges import ask, fence, load_prompt, steps_text
+from images import fingerprint
+from judges import ask, fence
+from layout import check_layout, role_messages
 from scores import JSON_FOLLOW_UP as OBJECT_FOLLOW_UP, JudgeFormat, response_format
 
 MODES = ("prior", "premises", "gate")
@@ -66,6 +67,7 @@ REFERENCE = ("Reference expectations, written from the question and the image al
              "(what a correct solution must establish; a guide, not proof):\n{prior}\n\n")
 FACT_SHEET = ("Fact sheet, extracted from the image before any step was seen (independent evidence; "
               "facts marked uncertain may be wrong):\n{facts}\n\n")
+CHECKED_SHEET = "Fact sheet:\n{facts}\n\n"  # what the premise check reads the step against
 JSON_FOLLOW_UP = "Your reply was not a valid fact sheet ({}). Reply with the JSON object only."
 FACTS_PER_KIND, CLAIMS_PER_STEP = 3, 6  # the schemas' list bounds (EVPV's sheets hold 3 to 8 key facts in all)
 TEXT_CHARS = 80                         # the longest fact or claim the schemas allow
@@ -248,15 +250,17 @@ class Grounding:
     The prior and the fact sheet are made once per (model, question, images) and kept in memory;
     their requests are identical across runs (temperature 0, fixed seed), so an on-disk Cache serves
     them again. Thread-safe: when the n×m judge calls of a step ask at once, one call is made.
-    record(question, images) is what a trace's meta should hold for that question.
+    record(question, images) is what a trace's meta should hold for that question. `layout` lays out its requests
+    as layout.role_messages does: "shared" (the default) shares the prefix of the step's other requests.
     """
 
     def __init__(self, client: Client, mode: JudgeMode = JudgeMode(), max_tokens: int = 512, seed: int = 0,
-                 fmt: str | JudgeFormat = "json"):
+                 fmt: str | JudgeFormat = "json", layout: str = "shared"):
         if not (isinstance(max_tokens, int) and max_tokens >= 1):
             raise ValueError(f"max_tokens must be an integer >= 1, got max_tokens={max_tokens!r}")
         self.client, self.mode, self.params = client, mode, dict(temperature=0.0, seed=seed, max_tokens=max_tokens)
         self.format = fmt if isinstance(fmt, JudgeFormat) else JudgeFormat(fmt)  # the run's, shared with its judges
+        self.layout = check_layout(layout)
         self._lock = threading.Lock()
         self._records: dict = {}    # question key -> its record (see record)
         self._artefacts: dict = {}  # (kind, question key, ...) -> {"lock": Lock, "value": the artefact once made}
@@ -302,11 +306,15 @@ class Grounding:
         """make(state), once per question."""
         return self._once((kind, self._key(state.question, state.images)), lambda: make(state))
 
+    def _messages(self, name: str, state: verdict.State, evidence: str = "", images=None, **fields) -> list:
+        """The request of prompts/{name}.txt about `state`, laid out as layout.role_messages lays out this
+        Grounding's layout."""
+        return role_messages(name, state, self.layout, evidence, images, **fields)
+
     def prior(self, state: verdict.State) -> str:
         """SGV's prior k̂_q: the question and images only, no step shown (prompts/prior.txt)."""
         def make(state):
-            p = load_prompt("prior")
-            msgs = messages(p.system, state.images, p.render(question=state.question))
+            msgs = self._messages("prior", verdict.State(state.question, state.images))  # before any step
             text = text_of(self._chat(state, msgs, **self.params)).strip()
             self._update(state, lambda rec: rec.update(prior=text))
             return text
@@ -315,8 +323,7 @@ class Grounding:
     def fact_sheet(self, state: verdict.State) -> dict | None:
         """EVPV's fact sheet (prompts/premises.txt), or None when it degraded: malformed twice."""
         def make(state):
-            p = load_prompt("premises")
-            msgs = messages(p.system, state.images, p.render(question=state.question))
+            msgs = self._messages("premises", verdict.State(state.question, state.images))
             sheet, errors = self._ask_json(state, ("fact_sheet", fact_sheet_schema()), msgs, parse_fact_sheet,
                                            JSON_FOLLOW_UP.format)
             status = "degraded" if sheet is None else "retried" if errors else "ok"
@@ -361,10 +368,10 @@ class Grounding:
         """One premise check (prompts/premise_check.txt), text only: the step's visual claims against C.
         Its record entry: claims, ν_t (nu), r and α(r) (alpha, None when ν_t = 0), or, when both replies were
         unreadable (a malformed one is asked for once more), the last one's error."""
-        p = load_prompt("premise_check")
-        text = p.render(facts=fact_lines(sheet), question=state.question, steps=steps_text(state.steps), step=fence(step))
-        claims, errors = self._ask_json(state, ("premise_check", claims_schema()), messages(p.system, (), text),
-                                        parse_claims, lambda e: OBJECT_FOLLOW_UP.format(reason=e))
+        msgs = self._messages("premise_check", state, CHECKED_SHEET.format(facts=fact_lines(sheet)), (),
+                              step=fence(step))  # text only: the step is checked against the sheet alone
+        claims, errors = self._ask_json(state, ("premise_check", claims_schema()), msgs, parse_claims,
+                                        lambda e: OBJECT_FOLLOW_UP.format(reason=e))
         entry = {"step": len(state.steps), "candidate": step}
         if claims is None:  # unreadable twice: the step is not gated
             entry.update(nu=None, r=None, alpha=None, error=errors[-1])

@@ -9,7 +9,8 @@ images. An image is sent as a PNG data URL inside an OpenAI-style chat message:
 - encode_image: EXIF orientation applied, any colour mode to RGB, downscaled to the pixel budget
   (Qwen2.5-VL's default, 1280 visual tokens of 28×28 pixels), lossless PNG, memoised;
 - messages: [system, user] with the images first, then the text, so a server's prefix cache can reuse
-  the image across calls; a plain string when there is no image;
+  the image across calls; or, when the question names them as <image k> (MMMU), each image at its
+  marker inside the question; a plain string when there is no image;
 - font: the font pillow draws labels with in the demo's and the simulation's pictures.
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ import hashlib
 import io
 import math
 import os
+import re
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -29,6 +31,7 @@ import numpy as np
 from PIL import Image, ImageFont, ImageOps
 
 MAX_PIXELS = 1280 * 28 * 28  # Qwen2.5-VL's default budget: 1280 visual tokens of 28×28 pixels
+PLACEHOLDER = re.compile(r"<image (\d+)>")  # a question's k-th image, where the question names it (MMMU)
 
 
 _encoded: OrderedDict = OrderedDict()  # (fingerprint, max_pixels) -> data URL, least recently used first
@@ -126,17 +129,39 @@ def encode_image(image, max_pixels: int = MAX_PIXELS) -> str:
     return url
 
 
-def messages(system: str, images: Sequence, text: str, max_pixels: int = MAX_PIXELS) -> list:
-    """[system, user]: the system message first (fixed per role), then the images, then the text.
+def messages(system: str, images: Sequence, text: str, question: str | None = None,
+             max_pixels: int = MAX_PIXELS) -> list:
+    """[system, user]: the system message, then the user message: the images, then the text.
 
-    Callers put the fixed part of the text (question, previous steps) before the varying part
-    (the candidate), so a server's prefix cache reuses the image. With no image, the user content
-    is a plain string: some llama.cpp chat formats drop list-valued content.
+    Callers put the fixed part of the text (question, previous steps) before the varying part (the
+    candidate), so a server's prefix cache reuses the images and all of that. With no image, the user
+    content is a plain string: some llama.cpp chat formats drop list-valued content.
+
+    MMMU's placement (VLMEvalKit's split_MMMU): when `question` names images as <image k>, the question's
+    first occurrence in `text` is cut at each marker and the k-th image goes there, in place of the marker;
+    images the question never names are left out, as VLMEvalKit leaves them out, and one named twice is sent
+    twice. Only the question is searched, so a marker in a step or a candidate stays text. ValueError when the
+    question names an image that is not there, or when `text` does not hold the question.
     """
     if not images:
         return [{"role": "system", "content": system}, {"role": "user", "content": text}]
-    parts = [{"type": "image_url", "image_url": {"url": encode_image(im, max_pixels)}} for im in images]
-    return [{"role": "system", "content": system}, {"role": "user", "content": parts + [{"type": "text", "text": text}]}]
+    url = lambda k: {"type": "image_url", "image_url": {"url": encode_image(images[k], max_pixels)}}
+    if question is None or not PLACEHOLDER.search(question):
+        content = [url(k) for k in range(len(images))] + [{"type": "text", "text": text}]
+        return [{"role": "system", "content": system}, {"role": "user", "content": content}]
+    before, found, after = text.partition(question)
+    if not found:  # a caller's bug: the question it names is not in its text
+        raise ValueError(f"the text does not hold the question {question[:60]!r}")
+    pieces = PLACEHOLDER.split(question)  # text, k, text, k, ..., text
+    named = [int(k) for k in pieces[1::2]]
+    if not all(1 <= k <= len(images) for k in named):
+        raise ValueError(f"the question names <image {max(named)}> but there are {len(images)} image(s)")
+    parts = [before + pieces[0]]
+    for k, piece in zip(named, pieces[2::2]):
+        parts += [url(k - 1), piece]
+    parts[-1] += after
+    content = [p if isinstance(p, dict) else {"type": "text", "text": p} for p in parts if p != ""]
+    return [{"role": "system", "content": system}, {"role": "user", "content": content}]
 
 
 def font(size: int):

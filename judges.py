@@ -8,13 +8,14 @@ Disagreement-Aware Consensus", ECCV 2026. This module implements:
   agent descriptions): visual (λ_V), logical (λ_L) and contextual (λ_C). Each scores one candidate in
   isolation and returns a raw score ŝ_i in [0, 1], or NaN when it abstains (its reply carried no
   valid score, twice);
-- what the paper leaves to an implementation: prompt files, the "ask once more" follow-up, a
-  thread-pool map so the n×m judge calls of a step overlap, what a trace keeps about its judges
-  (record), and a measurement of the reply formats on a real server (survey; `python judges.py URL`).
+- what the paper leaves to an implementation: the "ask once more" follow-up, a thread-pool map so
+  the n×m judge calls of a step overlap, what a trace keeps about its judges (record), and a
+  measurement of the reply formats on a real server (survey; `python judges.py URL`).
 
-The reply formats and the reading of replies are scores.py, the HTTP client is client.py, images and
-chat messages are images.py, and the judge modes of the related papers (SGV's prior, EVPV's premises)
-are grounding.py.
+The prompt files and how each request is laid out (a prefix shared by every role of a step) are
+layout.py, the reply formats and the reading of replies are scores.py, the HTTP client is client.py,
+images and chat messages are images.py, and the judge modes of the related papers (SGV's prior, EVPV's
+premises) are grounding.py.
 """
 from __future__ import annotations
 
@@ -25,58 +26,20 @@ import re
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 import verdict
 from client import Client, text_of
-from images import messages
+from layout import check_layout, load_prompt, role_messages  # noqa: F401 (answers.py reads load_prompt here)
 from scores import (EXPLAIN, FOLLOW_UP, FORMATS, JSON_EXPLAIN, JSON_FOLLOW_UP, JSON_SCORE_ONLY, SCALE, SCORE_ONLY,
                     JudgeFormat, fence, json_score, logprob_score, parse_score, response_format, score_schema)
 
-PROMPTS = Path(__file__).resolve().with_name("prompts")
 STOP = ["\n\n", "\nStep "]  # one candidate = one step: it ends at a blank line or a new "Step" label
 
 
-# ----------------------------------------------------------------------------- prompts
-
-@dataclass(frozen=True)
-class Prompt:
-    """A prompt file: a [system] section (sent unchanged) and a [user] template with {placeholders}."""
-    system: str
-    user: str
-    path: str
-
-    def render(self, **fields: str) -> str:
-        def fill(m):
-            if m.group(1) not in fields:
-                raise ValueError(f"{self.path}: unknown placeholder {{{m.group(1)}}}; known: {sorted(fields)}")
-            return fields[m.group(1)]
-        return re.sub(r"\{(\w+)\}", fill, self.user)  # other braces in the file are left alone
-
-
-@lru_cache(maxsize=None)
-def load_prompt(name: str) -> Prompt:
-    path = PROMPTS / f"{name}.txt"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ValueError(f"no prompt {name!r}: cannot read {path} ({e.strerror})") from None
-    parts = re.split(r"(?m)^\[(system|user)\][ \t]*\n", text)
-    sections = dict(zip(parts[1::2], (p.strip() for p in parts[2::2])))
-    if parts[0].strip() or len(parts) != 5 or set(sections) != {"system", "user"}:
-        raise ValueError(f"{path} must hold a [system] section and then a [user] section")
-    return Prompt(sections["system"], sections["user"], str(path))
-
-
-def steps_text(steps: Sequence[str]) -> str:
-    """The previous steps as the prompts show them: "Step 1: ..." lines, or "(none yet)"."""
-    return "\n".join(f"Step {i}: {s}" for i, s in enumerate(steps, 1)) or "(none yet)"
-
+# ----------------------------------------------------------------------------- one step
 
 def one_step(text: str) -> str:
     """The first step of a reply: up to a blank line or a new "Step k" label, without its own label."""
@@ -97,21 +60,22 @@ class Reasoner:
     seeds seed+1, seed+2, ... ask for the rest. Candidates are kept as the model wrote them, even empty.
     The same state and seed give byte-identical requests (so a Cache shares them across runs).
     The prompt asks for "Final answer: <letter or value>", which verdict.FINAL_ANSWER recognises.
+    `layout` is how the request is laid out (role_messages): "shared" (the default) shares its prefix with the
+    judges' requests of the step; "per-role" is the reasoner's own system message.
     """
 
     def __init__(self, client: Client, temperature: float = 0.8, top_p: float = 0.6, top_k: int | None = -1,
-                 max_tokens: int = 256, seed: int = 0, max_topups: int | None = None):
+                 max_tokens: int = 256, seed: int = 0, max_topups: int | None = None, layout: str = "shared"):
         if not (math.isfinite(temperature) and temperature >= 0 and 0 < top_p <= 1):  # NaN fails too
             raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got temperature={temperature!r}, top_p={top_p!r}")
+        check_layout(layout)
         self.client, self.temperature, self.top_p, self.top_k = client, temperature, top_p, top_k
-        self.max_tokens, self.seed, self.max_topups = max_tokens, seed, max_topups
-        self.prompt = load_prompt("reasoner")
+        self.max_tokens, self.seed, self.max_topups, self.layout = max_tokens, seed, max_topups, layout
 
     def __call__(self, state: verdict.State, n: int) -> list:
         if not (isinstance(n, int) and n >= 1):
             raise ValueError(f"n must be an integer >= 1, got n={n!r}")
-        text = self.prompt.render(question=state.question, steps=steps_text(state.steps))
-        msgs = messages(self.prompt.system, state.images, text)
+        msgs = role_messages("reasoner", state, self.layout)
         candidates: list = []
         for i in range(1 + (n if self.max_topups is None else self.max_topups)):
             if len(candidates) >= n:
@@ -151,7 +115,8 @@ class Judge:
     """One frozen verification agent: judge(state, step) -> ŝ in [0, 1], or NaN (abstain).
 
     The prompt is prompts/{name}.txt; the candidate sits between <step> and </step>, last, after the images,
-    question and previous steps. Temperature 0: the judge is deterministic, as a frozen verifier should be.
+    question and previous steps, laid out by `layout` (role_messages: "shared", the default, puts the judge's
+    instructions after the question and steps that every role of the step shares). Temperature 0: the judge is deterministic, as a frozen verifier should be.
     `fmt` (a FORMATS name, or a JudgeFormat shared by a run's judges) is the reply asked for:
       json  : {"reason", "score" 0..9} under score_schema() in response_format; ŝ = score / 9. If the server
               refuses response_format, the run falls back to text (JudgeFormat).
@@ -169,14 +134,16 @@ class Judge:
 
     def __init__(self, client: Client, name: str, max_tokens: int | None = None, score_only: bool = False,
                  fmt: str | JudgeFormat = "text", weighted: bool = False, top_logprobs: int = 20, seed: int = 0,
-                 grounding: Any = None):
-        self.client, self.name, self.score_only, self.seed = client, name, score_only, seed
+                 grounding: Any = None, layout: str = "shared"):
+        self.client, self.name, self.score_only, self.seed, self.layout = client, name, score_only, seed, layout
+        check_layout(layout)
         self.format = fmt if isinstance(fmt, JudgeFormat) else JudgeFormat(fmt)
         if not (isinstance(top_logprobs, int) and 0 <= top_logprobs <= 20) or (weighted and top_logprobs == 0):
             raise ValueError(f"need top_logprobs in 1..20 for a weighted score (0..20 otherwise), got {top_logprobs!r}")
         self.weighted, self.top_logprobs, self._max_tokens = weighted, top_logprobs, max_tokens
         self.prompt, self.grounding = load_prompt(name), grounding
-        if grounding is not None and grounding.mode.active and "{evidence}" not in self.prompt.user:
+        if (grounding is not None and grounding.mode.active and layout == "per-role"
+                and "{evidence}" not in self.prompt["context"]):  # the shared layout always shows it
             raise ValueError(f"{self.prompt.path} has no {{evidence}} placeholder, so judge mode "
                              f"{grounding.mode.name!r} could not show the judge its evidence")
         self._lock = threading.Lock()
@@ -226,9 +193,7 @@ class Judge:
             reply = (SCORE_ONLY if self.score_only else EXPLAIN).format(scale=scale)
             follow_up = lambda reason: FOLLOW_UP.format(scale=scale)
         evidence = self.grounding.evidence(self.name, state) if self.grounding is not None else ""
-        text = self.prompt.render(question=state.question, evidence=evidence, steps=steps_text(state.steps),
-                                  step=fence(step), reply=reply)
-        msgs = messages(self.prompt.system, state.images, text)
+        msgs = role_messages(self.name, state, self.layout, evidence, step=fence(step), reply=reply)
         value, responses, _ = ask(self.client.chat, msgs, lambda r: self._read(r, fmt, step), follow_up,
                                   *self.params(fmt))
         return value, len(responses)

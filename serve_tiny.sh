@@ -12,7 +12,8 @@
 # used, none of its dependencies) and is served with its own chat template (read from the GGUF).
 # Settings (environment): VERDICT_TINY_MODEL (smollm2 or gemma), VERDICT_TINY_CACHE (default
 # ~/.cache/verdict-tiny, outside the repository), VERDICT_TINY_PORT (default: a free loopback
-# port), PYTHON (default python3).
+# port), VERDICT_TINY_FLAGS (more llama-server flags, appended last, e.g. "-kvu --cache-reuse 256";
+# split on spaces), PYTHON (default python3).
 # The last two lines of output are `VERDICT_LIVE_URL=...` and `VERDICT_SERVER_PID=...`.
 set -euo pipefail
 CACHE=${VERDICT_TINY_CACHE:-$HOME/.cache/verdict-tiny}
@@ -60,9 +61,10 @@ EOF
   *) echo "VERDICT_TINY_MODEL must be smollm2 or gemma, got '$VERDICT_TINY_MODEL'" >&2; exit 2 ;;
 esac
 
+read -r -a EXTRA <<<"${VERDICT_TINY_FLAGS:-}"
 PORT=${VERDICT_TINY_PORT:-$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
 "$SERVER" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -c 8192 -np 4 -t 2 \
-  ${TEMPLATE[@]+"${TEMPLATE[@]}"} >"$CACHE/server-$PORT.log" 2>&1 &
+  ${TEMPLATE[@]+"${TEMPLATE[@]}"} ${EXTRA[@]+"${EXTRA[@]}"} >"$CACHE/server-$PORT.log" 2>&1 &
 PID=$!
 
 # Poll /health until 200 (it answers 503 while the model loads); give up after 120 s.

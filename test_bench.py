@@ -1,109 +1,38 @@
-"""Tests for bench.py: the latency model's arithmetic, the simulated server's replies and prefix
-cache, the step modes' call counts, and the report's sections (a --quick run). No timing is asserted."""
-import math
+"""Tests for bench.py: the sequential formula, the report's sections and targets (a --quick run), the
+memory and cache sections, and starting and stopping servers. No timing is asserted."""
 import os
 import re
+import subprocess
+import sys
+from dataclasses import replace
 
 import numpy as np
-import pytest
+from PIL import Image
 
 import bench
-import judges
-import verdict
 from loopback import LoopbackServer
-
-
-def test_latency_model_seconds():
-    # 2,000 prompt tokens at 1,000 tokens/s = 2 s; 100 reply tokens at 50 tokens/s = 2 s.
-    lm = bench.LatencyModel(prefill_tps=1000.0, decode_tps=50.0)
-    assert lm.seconds(2000, 100) == pytest.approx(4.0)
-    assert lm.seconds(0, 0) == 0.0
-    # The defaults: a 48-token step decodes in 48 / 84.28 = 0.5695 s.
-    assert bench.LatencyModel().seconds(0, 48) == pytest.approx(0.5695, abs=1e-4)
-
-
-@pytest.mark.parametrize("kwargs", [dict(decode_tps=0.0), dict(prefill_tps=-1.0), dict(capacity=0),
-                                    dict(capacity=2.5), dict(time_scale=-0.1)])
-def test_latency_model_guards(kwargs):
-    with pytest.raises(ValueError):
-        bench.LatencyModel(**kwargs)
-
-
-def test_prompt_units_count_image_tokens():
-    msgs = [{"role": "system", "content": "You judge."},
-            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
-                                         {"type": "text", "text": "Is it red?"}]}]
-    units = bench.prompt_units(msgs, image_tokens=1280)
-    # 2 role markers + "You", "judge", "." + 1280 image tokens + "Is", "it", "red", "?"
-    assert len(units) == 2 + 3 + 1280 + 4
-
-
-def test_block_hashes_are_prefix_stable():
-    a = [f"t{i}" for i in range(100)]
-    b = a[:40] + ["changed"] + a[41:]
-    ha, hb = bench.block_hashes(a), bench.block_hashes(b)
-    assert len(ha) == 100 // bench.BLOCK
-    assert ha[:2] == hb[:2]          # blocks 0 and 1 (units 0..31) are shared
-    assert ha[2:] != hb[2:] and all(x != y for x, y in zip(ha[2:], hb[2:]))  # a chained hash differs from there on
-
-
-def test_simulated_replies_parse_and_agree_at_the_final_step():
-    lm = bench.LatencyModel(time_scale=0.0)
-    with LoopbackServer(bench.SimulatedServer(lm, final_at=1)) as srv:
-        client = judges.Client(srv.url, "sim")
-        state = verdict.State("Which is it? A. x B. y")
-        cands = judges.Reasoner(client)(state, 3)
-        assert len(set(cands)) == 3
-        final = judges.Reasoner(client)(state.extend(cands[0]), 3)
-        assert len({" ".join(c.split()) for c in final}) == 1 and len(set(final)) == 3  # whitespace only
-        for score_only in (False, True):
-            for j in judges.make_judges(client, score_only=score_only):
-                s = j(state, cands[0])
-                assert 0.5 <= s <= 0.9 and j.counts["retries"] == 0
-
-
-@pytest.mark.parametrize("mode, judge_requests, skipped", [
-    (bench.SEQ, 9 * 3, 0), (bench.CONC, 9 * 3, 0), (bench.CONC_SCORE, 9 * 3, 0), (bench.ADAPTIVE, 9 * 2, 9)])
-def test_run_chains_counts(mode, judge_requests, skipped):
-    # 3 steps, the last a final answer on which the candidates agree: adaptive skips its 9 judge calls.
-    sim = bench.SimulatedServer(bench.LatencyModel(time_scale=0.0), final_at=2)
-    with LoopbackServer(sim) as srv:
-        times, calls, skip = bench.run_chains(judges.Client(srv.url, "sim"), mode, ["Q? A. x B. y"], 3, (256, 256, 16))
-        chats = srv.chats
-    assert len(times) == 3 and all(t >= 0 for t in times)
-    assert (calls, skip) == (judge_requests, skipped)
-    reasoner = [c for c in chats if "stop" in c]
-    assert len(reasoner) == (9 if mode is bench.SEQ else 3)  # sequential asks for its candidates one by one
-    assert all(c.get("n") == (1 if mode is bench.SEQ else 3) for c in reasoner)
-    second = [c["messages"][-1]["content"] for c in chats if "stop" not in c]  # no image: content is a string
-    second = [text for text in second if "<step>\nObservation 1." in text]  # the judge prompts of step 2
-    assert len(second) == 9 and len(set(second)) == 3  # 3 judges (one user template) × 3 distinct candidates
-
-
-def test_overhead_shapes():
-    sim = bench.SimulatedServer(bench.LatencyModel(time_scale=0.0), final_at=2)
-    with LoopbackServer(sim) as srv:
-        result = bench.overhead(judges.Client(srv.url, "sim"), (bench.CONC,), ["Q? A. x B. y"], 3, 2, (256, 256, 16))
-    assert list(result) == [bench.BASE, bench.CONC]
-    sec, ratio, warm, calls, skipped = result[bench.BASE]
-    assert ratio == pytest.approx(1.0) and warm == pytest.approx(1.0) and (calls, skipped) == (0, 0)
-    assert result[bench.CONC][3] == pytest.approx(9.0) and math.isfinite(result[bench.CONC][1])
+from overhead import ADAPTIVE, BASE, CONC, CONC_SCORE, SEQ, Result, in_layouts
+from simserver import LatencyModel, SimulatedServer
 
 
 def test_sequential_explanation_formula():
     # n + n·m·L_judge / L_step with L_step = 48: 3 + 9·80/48 = 18.0 and 3 + 9·6/48 = 4.125.
-    text = bench.sequential_explanation(bench.LatencyModel())[0]
+    text = bench.sequential_explanation(LatencyModel())[0]
     assert "18.0×" in text and "4.1×" in text
-
-
 def test_quick_report_has_every_section(tmp_path, monkeypatch):
     monkeypatch.delenv("VERDICT_LIVE_URL", raising=False)
     out = tmp_path / "report.md"
     assert bench.main(["--quick", "--out", str(out)]) == 0
     text = out.read_text()
     for heading in ("## 1. Consensus throughput", "### 2a. Simulated", "**This is a simulation**", "### 2b. Real",
-                    "skipped: no live server", "## 3. Memory", "## 4. The response cache", "## Targets", "| sequential"):
+                    "skipped: no live server", "### 2c. llama-server's flags", "skipped: pass --serve", "## 3. Memory",
+                    "## 4. The response cache", "## Targets", "| sequential", "| computed by the server |",
+                    "![overhead per mode and prompt layout](docs/bench_overhead.png)"):
         assert heading in text
+    assert Image.open(tmp_path / "docs" / "bench_overhead.png").size == (440, 360)  # one panel: the simulation
+    targets = [line for line in text.splitlines() if line.startswith("| simulated server: concurrent")]
+    assert len(targets) == 2 + 2 and all(re.search(r"(\| [\d.]+× ){3}\| (met|missed) \|$", t) for t in targets)
+    assert text.count("| real llama-server:") == 6 and text.count("| — | — | — | not measured |") >= 6  # no live server
     # every evaluate.py run succeeded: the memory section's figure, both cache runs, and no failure anywhere
     assert "failed" not in text and re.search(r"every method, .*: exit code 0, [\d,]+ requests, \d+ s\.\n\n"
                                               r"\*\*Peak RSS of the evaluate\.py process: \d+ MiB\*\*", text)
@@ -123,3 +52,54 @@ def test_a_failed_evaluate_run_reports_the_failure_and_no_peak_rss(monkeypatch):
     assert lines[-1] == "No peak RSS is reported for a failed run."
     cache = "\n".join(bench.cache_section(1, 10))
     assert cache.count("**the run failed**") == 2 and "takes" not in cache
+
+
+def result(ratio: float, computed: float | None = None) -> Result:
+    return Result(seconds=1.0, ratio=ratio, warm=None, judge_requests=9.0, skipped=0.0, prompt=1000.0,
+                  computed=computed, completion=50.0, reported=1.0, chains=[])
+
+
+def test_targets_judge_the_shared_layout_and_show_the_others():
+    per_role = lambda m: replace(m, layout="per-role")  # the modes are in the shared layout unless told otherwise
+    sim = {BASE: result(1.0, 100.0), CONC: result(1.25, 150.0), per_role(CONC): result(1.6, 300.0),
+           CONC_SCORE: result(1.4, 250.0), per_role(CONC_SCORE): result(1.2)}
+    live = {BASE: result(1.0, 50.0), CONC: result(3.9, 100.0), ADAPTIVE: result(3.1, 99.0)}
+    rows = bench.targets({10**5: {"loop": 80.0}}, sim, live)
+    find = lambda start: next(r for r in rows if r.startswith(start))
+    # columns: per-role, shared, role-first; met or missed on the shared layout
+    assert find("| closed form ≥ 50×") == ("| closed form ≥ 50× faster than a loop of np.linalg.solve at N = 10⁵ | "
+                                           "80.00× | — | — | met |")
+    assert find("| closed form ≤ 10×").endswith("| — | — | — | not measured |")
+    assert find("| simulated server: concurrent ≤ 1.3×").endswith("| 1.60× | 1.25× | — | met |")
+    assert find("| simulated server: concurrent, short judges ≤ 1.3×").endswith("| 1.20× | 1.40× | — | missed |")
+    assert find("| real llama-server: concurrent ≤ 3.8×").endswith("| — | 3.90× | — | missed |")
+    assert find("| real llama-server: adaptive").endswith("| — | 3.10× | — | met |")
+    # computed prompt tokens after the first step, to the base's: 100 / 50 = 2.00 (met), 99 / 50 = 1.98
+    assert find("| real llama-server: concurrent, prompt tokens").endswith("| — | 2.00× | — | met |")
+    assert find("| simulated server: concurrent, prompt tokens").endswith("| 3.00× | 1.50× | — | met |")
+    assert find("| simulated server: concurrent, short judges, prompt tokens").endswith("| — | 2.50× | — | missed |")
+    real = [r for r in bench.targets({}, sim, None) if r.startswith("| real llama-server")]  # no live server
+    assert len(real) == 6 and all(r.endswith("| — | — | — | not measured |") for r in real)
+
+
+def test_live_section_against_a_simulated_server():
+    with LoopbackServer(SimulatedServer(LatencyModel(time_scale=0.0), final_at=1)) as srv:
+        lines, res = bench.live_section(srv.url, "sim", 1, 2, in_layouts((CONC,)))
+    text = "\n".join(lines)
+    assert list(res) == list(in_layouts((CONC,))) and "2 text question(s), 2 steps per chain" in text
+    assert "| concurrent | shared |" in text and "| prompt tokens per step | computed by the server |" in text
+    assert res[BASE].computed is not None and SEQ not in res
+
+
+def test_start_server_reads_the_url_and_pid_and_stop_server_stops_it(monkeypatch):
+    said = subprocess.CompletedProcess([], 0, "building...\nVERDICT_LIVE_URL=http://127.0.0.1:5/v1\nVERDICT_SERVER_PID=77\n", "")
+    seen = {}
+    monkeypatch.setattr(bench.subprocess, "run", lambda cmd, env, **kw: seen.update(env=env) or said)
+    assert bench.start_server("-kvu") == ("http://127.0.0.1:5/v1", 77)
+    assert seen["env"]["VERDICT_TINY_FLAGS"] == "-kvu" and seen["env"]["VERDICT_TINY_MODEL"] == "smollm2"
+    monkeypatch.setattr(bench.subprocess, "run", lambda cmd, env, **kw: subprocess.CompletedProcess([], 1, "", "no model"))
+    with np.testing.assert_raises_regex(RuntimeError, "serve_tiny.sh with '-np 2' failed \\(exit code 1\\): no model"):
+        bench.start_server("-np 2")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    bench.stop_server(child.pid)
+    assert child.wait(timeout=10) == -15  # SIGTERM

@@ -206,26 +206,13 @@ def test_mmmu_open_questions_and_placeholders(tmp_path):
         ["3", two, "Look at <image 3>.", "x", "y", "A", "dev"]])
     f = benchmarks.load(path)
     mc, open_ = f.items
-    assert mc.interleave and mc.options == (("A", "same"), ("B", "different")) and mc.answer == "B"
+    assert mc.options == (("A", "same"), ("B", "different")) and mc.answer == "B"
+    assert mc.question.startswith("Question: Compare <image 2> with <image 1>.")  # images.messages places them
     assert open_.options == (("A", "42"), ("B", "Other Answers")) and open_.answer == "A"
     assert open_.question == "Question: What is the area of <image 1>?"
     assert f.skipped[0].reason == "the text names <image 3> but the row has 2 image(s)"
     plain = benchmarks.load(tsv(tmp_path / "Other.tsv", ["index", "question", "A", "B", "answer"], [["1", "q", "", "", "42"]]))
     assert plain.skipped[0].reason == "needs at least two options, got 0"  # only MMMU keeps open questions
-
-
-def test_place_images_puts_each_image_at_its_placeholder():
-    r, b = {"type": "image_url", "image_url": {"url": "R"}}, {"type": "image_url", "image_url": {"url": "B"}}
-    q = "Compare <image 2> with <image 2> and A. <image 1>"
-    msgs = [{"role": "system", "content": "sys"},
-            {"role": "user", "content": [r, b, {"type": "text", "text": f"Question:\n{q}\n\nWrite the next step."}]}]
-    got = benchmarks.place_images(msgs, q)
-    t = lambda s: {"type": "text", "text": s}
-    assert got[0] == msgs[0] and got[1]["content"] == [t("Question:\nCompare "), b, t(" with "), b, t(" and A. "), r,
-                                                       t("\n\nWrite the next step.")]
-    only = [{"role": "system", "content": "sys"}, {"role": "user", "content": [r, b, t("Question: <image 2>")]}]
-    assert benchmarks.place_images(only, "<image 2>")[1]["content"] == [t("Question: "), b]  # image 1 is left out
-    assert benchmarks.place_images(msgs, "no placeholder here") == msgs
 
 
 def test_mathvista_rows(tmp_path):

@@ -9,8 +9,10 @@ from dataclasses import replace
 
 import pytest
 
+import client as client_module
 import verdict
-from client import Cache, Client, EndpointError, Parser, add_endpoint_args, clients_from_args, key_warning
+from client import (Cache, Client, EndpointError, Parser, add_endpoint_args, clients_from_args, key_warning,
+                    reported_cache)
 from images import messages
 from judges import Reasoner, make_judges, thread_map
 from loopback import chat_response, scripted, user_text
@@ -124,7 +126,55 @@ def test_usage_counts_tokens_calls_and_requests(loopback):
     for _ in range(2):
         client.chat([{"role": "user", "content": "hi"}])
     assert client.usage == dict(requests=3, calls=2, cache_hits=0, merged=0, replies=2, prompt_tokens=22,
-                                completion_tokens=8, call_tokens=30)
+                                completion_tokens=8, call_tokens=30, **NO_REUSE)
+
+
+NO_REUSE = dict(cache_reports=0, cached_tokens=0, computed_prompt_tokens=0, timings_reports=0, timings_cache_n=0,
+                timings_prompt_n=0)  # the usage counters of a server that reports no prefix-cache reuse
+
+
+def with_reuse(prompt_tokens: int, cached=None, timings=None) -> dict:
+    """A reply with usage.prompt_tokens_details.cached_tokens (unless None) and llama-server's timings (if given)."""
+    r = chat_response("x", prompt_tokens=prompt_tokens, completion_tokens=1)
+    if cached is not None:
+        r["usage"]["prompt_tokens_details"] = {"cached_tokens": cached}
+    return {**r, "timings": timings} if timings is not None else r
+
+
+def test_total_usage_counts_each_client_once(loopback):
+    srv = loopback(scripted(then=lambda body, path: chat_response("x", prompt_tokens=5, completion_tokens=1)))
+    a, b = Client(srv.url, "m"), Client(srv.url, "m")
+    a.chat([{"role": "user", "content": "1"}]), b.chat([{"role": "user", "content": "2"}]), b.chat([{"role": "user", "content": "3"}])
+    assert client_module.total_usage((a, b))["prompt_tokens"] == 15 and client_module.total_usage((a, a))["calls"] == 1
+    assert client_module.total_usage((b,)) == b.usage
+
+
+def test_reported_cache_reads_cached_tokens_and_timings_and_nothing_else():
+    assert reported_cache(with_reuse(11, 7, {"cache_n": 7, "prompt_n": 4, "prompt_ms": 1.5})) == {
+        "cached_tokens": 7, "cache_n": 7, "prompt_n": 4}
+    # vLLM leaves cached_tokens out when it is 0: unknown, never 0; so is anything that is not a count
+    assert reported_cache(with_reuse(11)) == {"cached_tokens": None, "cache_n": None, "prompt_n": None}
+    for bad in ("7", -1, True, 7.0, None):
+        assert reported_cache(with_reuse(11, bad, {"cache_n": bad, "prompt_n": 4}))["cached_tokens"] is None
+        assert reported_cache(with_reuse(11, 0, {"cache_n": bad}))["cache_n"] is None
+    assert reported_cache({"usage": "none", "timings": [1]}) == {"cached_tokens": None, "cache_n": None, "prompt_n": None}
+
+
+def test_usage_counts_the_prefix_cache_reuse_the_replies_report(loopback, tmp_path):
+    replies = [with_reuse(100, 0, {"cache_n": 0, "prompt_n": 100}),   # llama-server, cold: all 100 computed
+               with_reuse(120, 96, {"cache_n": 96, "prompt_n": 24}),  # warm: 96 reused, 24 computed
+               with_reuse(50),                                        # vLLM with nothing cached: not reported
+               with_reuse(80, 64)]                                    # vLLM, 4 blocks of 16 cached
+    srv = loopback(scripted(*replies))
+    client = Client(srv.url, "m", cache=Cache(str(tmp_path / "c.sqlite")))
+    for i in range(4):
+        client.chat([{"role": "user", "content": f"q{i}"}])
+    client.chat([{"role": "user", "content": "q1"}])  # a cache hit: the server computed nothing, and nothing is counted
+    u = client.usage
+    assert (u["replies"], u["cache_hits"], u["prompt_tokens"]) == (4, 1, 350)
+    # 3 replies reported cached_tokens: 0 + 96 + 64 = 160 reused; (100 − 0) + (120 − 96) + (80 − 64) = 140 computed
+    assert (u["cache_reports"], u["cached_tokens"], u["computed_prompt_tokens"]) == (3, 160, 140)
+    assert (u["timings_reports"], u["timings_cache_n"], u["timings_prompt_n"]) == (2, 96, 124)
 
 
 # ----------------------------------------------------------------------------- secrets
@@ -192,7 +242,7 @@ def test_cache_hits_and_survives_a_restart(loopback, tmp_path, png):
     again = Client(srv.url, "m", cache=Cache(path))  # a new process, the same file
     assert again.chat(msgs, temperature=0.0, seed=1) == a and len(srv.chats) == 2
     assert again.usage == dict(requests=0, calls=1, cache_hits=1, merged=0, replies=0, prompt_tokens=0,
-                               completion_tokens=0, call_tokens=12)  # the cached reply's 10 + 2 tokens: what the call costs
+                               completion_tokens=0, call_tokens=12, **NO_REUSE)  # the cached reply's 10 + 2 tokens: what the call costs
     other = Client(srv.url, "another-model", cache=Cache(path))
     other.chat(msgs, temperature=0.0, seed=1)
     assert len(srv.chats) == 3
@@ -255,7 +305,7 @@ def test_identical_concurrent_calls_send_one_request(loopback):
     assert len(srv.chats) == 3 and sorted(user_text(b) for b in srv.chats) == ["q0", "q1", "q2"]
     # 3 replies of 10 + 1 tokens paid for; 9 calls that would cost 9 · 11 tokens
     assert client.usage == dict(requests=3, calls=9, cache_hits=0, merged=6, replies=3, prompt_tokens=30,
-                                completion_tokens=3, call_tokens=99)
+                                completion_tokens=3, call_tokens=99, **NO_REUSE)
 
 
 def test_merged_calls_share_an_error_and_span_forks_and_budgets(loopback):
@@ -346,7 +396,7 @@ def test_fork_shares_endpoint_and_cache_not_counters_and_on_chat_can_refuse(loop
         parent.base_url, parent.model, 1, 9.0, parent.cache) and child.session is not parent.session
     ask(child, "first")  # the parent's reply, from the shared cache
     assert child.usage == dict(requests=0, calls=1, cache_hits=1, merged=0, replies=0, prompt_tokens=0,
-                               completion_tokens=0, call_tokens=11)  # "ok": 10 prompt tokens + 1 completion word
+                               completion_tokens=0, call_tokens=11, **NO_REUSE)  # "ok": 10 prompt tokens + 1 completion word
     ask(child, "second")
     with pytest.raises(RuntimeError, match="budget spent"):
         ask(child, "third")

@@ -12,8 +12,8 @@ import pytest
 from PIL import Image
 
 import demo
-import judges
 import verdict
+from layout import role_of
 from loopback import LoopbackServer, chat_response
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -107,6 +107,9 @@ def test_live_mode_against_loopback(tmp_path):
     # identical judge calls, and those in flight at the same time share one request
     assert usage["calls"] == sum(1 + 3 * len(s["candidates"]) for s in d["steps"])
     assert len({json.dumps(r[1], sort_keys=True) for r in chat}) <= len(chat) == usage["calls"] - usage["merged"]
+    # each step's share of that (verdict.run's meter), summed in the totals
+    assert [s["usage"]["calls"] for s in d["steps"]] == [1 + 3 * len(s["candidates"]) for s in d["steps"]]
+    assert d["totals"]["usage"] == {k: v for k, v in usage.items()}
 
 
 def test_live_mode_text_only(tmp_path):
@@ -172,13 +175,13 @@ def test_live_mode_falls_back_to_text_once_and_says_so(tmp_path):
 
 def grounded_server(body, path):
     """scripted_judge_server, plus the judge modes' calls: a prior, a fact sheet, premise checks."""
-    system, user = body["messages"][0]["content"], body["messages"][-1]["content"]
-    if system == judges.load_prompt("prior").system:
+    role = role_of(body["messages"])
+    if role == "prior":
         return 200, chat_response("- The ball must be found right of the cube."), {}
-    if system == judges.load_prompt("premises").system:
+    if role == "premises":
         return 200, chat_response(json.dumps({"objects": [{"fact": "a blue ball"}], "numbers": [], "structure": [],
                                               "relations": [{"fact": "the ball is right of the cube"}]})), {}
-    if system == judges.load_prompt("premise_check").system:
+    if role == "premise_check":
         return 200, chat_response('{"claims": [{"claim": "the ball is right", "label": "supported"}]}'), {}
     return scripted_judge_server(body, path)
 

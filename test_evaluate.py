@@ -10,8 +10,8 @@ import threading
 import pytest
 
 import evaluate
-import judges
 import verdict
+from layout import role_of
 from loopback import chat_response, user_text
 from test_benchmarks import tiny_tsv
 
@@ -26,13 +26,13 @@ SCORES = {"Final answer: A": (0.9, 0.2, 0.9), "Final answer: B": (0.7, 0.6, 0.7)
 
 
 def script(body, path):
-    system, text = body["messages"][0]["content"], user_text(body)
-    if system.startswith("You answer"):  # the reasoner
+    role, text = role_of(body["messages"]), user_text(body)
+    if role == "reasoner":
         n, seed = body.get("n", 1), body["seed"]
         if re.search(r"(?m)^Step 1:", text):
             return 200, chat_response([f"Final answer: {'AB'[(j + seed) % 2]}" for j in range(n)], prompt_tokens=20)
         return 200, chat_response([f"Idea {j} for seed {seed}." for j in range(n)], prompt_tokens=20)
-    judge = next(i for i, name in enumerate(("Visual", "Logical", "Contextual")) if name in system)
+    judge = verdict.JUDGES.index(role)
     step = re.search(r"<step>\n(.*?)\n</step>", text, re.S).group(1)
     return 200, chat_response([f"Checked.\nScore: {SCORES.get(step, (0.7, 0.7, 0.7))[judge]}"], prompt_tokens=20)
 
@@ -101,10 +101,15 @@ def test_jsonl_run_rows_traces_and_sharing(tmp_path, loopback):
         assert r["pred"] == r["trace"]["answer"][-1] and r["correct"] == (r["pred"] == r["answer"])
         n = 1 if r["method"] == "base" else 3
         assert all(len(st["candidates"]) == n for st in r["trace"]["steps"])
-    first = {}
+        # each step records what it cost (verdict.run's meter: the chain's clients' usage), and the trace sums it
+        usage = r["trace"]["totals"]["usage"]
+        assert usage["calls"] == r["calls"] and usage["replies"] + usage["cache_hits"] + usage["merged"] == r["calls"]
+        assert sum(st["usage"]["calls"] for st in r["trace"]["steps"]) == r["calls"] == (1 if n == 1 else 10) * 2
+    first = {}  # what was decided, apart from what it cost (a rule that came later found its calls cached)
     for r in rows:
         if r["method"] != "base":
-            first.setdefault((r["id"], r["seed"]), []).append(json.dumps(r["trace"]["steps"][0], sort_keys=True))
+            step = {k: v for k, v in r["trace"]["steps"][0].items() if k != "usage"}
+            first.setdefault((r["id"], r["seed"]), []).append(json.dumps(step, sort_keys=True))
     assert all(len(set(v)) == 1 for v in first.values())
     verdict_picks = {r["pred"] for r in rows if r["method"] == "verdict"}
     max_picks = {r["pred"] for r in rows if r["method"] == "max"}
@@ -124,7 +129,7 @@ def test_rules_share_calls_when_chains_coincide(tmp_path, loopback):
     """All judges agree everywhere, so all nine rules build the same chain: together they cost exactly
     the requests of VERDICT alone."""
     def agreeing(body, path):
-        if body["messages"][0]["content"].startswith("You answer"):
+        if role_of(body["messages"]) == "reasoner":
             return script(body, path)
         return 200, chat_response(["Score: 0.8"])
     alone_srv, all_srv = loopback(agreeing), loopback(agreeing)
@@ -178,7 +183,7 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path, loopback):
 @pytest.mark.parametrize("judge_model", [[], ["--judge-model", "another"]])  # one client, or two sharing the budget
 def test_budget_stops_chains(tmp_path, loopback, judge_model):
     def endless(body, path):  # the reasoner never writes "Final answer:"
-        if body["messages"][0]["content"].startswith("You answer"):
+        if role_of(body["messages"]) == "reasoner":
             return 200, chat_response([f"Take {'xyz'[j]} more steps, perhaps B." for j in range(body.get("n", 1))])
         return script(body, path)
     srv = loopback(endless)
@@ -222,10 +227,9 @@ SHEET = json.dumps({"objects": [{"fact": "two numbers"}], "numbers": [], "relati
 
 def grounded(body, path):
     """script, plus the judge modes' calls: a prior, a fact sheet, premise checks that support every claim."""
-    system = body["messages"][0]["content"]
     for name, reply in (("prior", "- Compare the two numbers."), ("premises", SHEET),
                         ("premise_check", '{"claims": [{"claim": "a number", "label": "supported"}]}')):
-        if system == judges.load_prompt(name).system:
+        if role_of(body["messages"]) == name:
             return 200, chat_response([reply], prompt_tokens=20)
     return script(body, path)
 
@@ -243,9 +247,8 @@ def test_judge_modes_are_rows_that_share_the_reasoners_candidates(tmp_path, loop
     # every row builds VERDICT's chain, from the same candidates, which the reasoner was asked for once.
     chains = [[s["candidates"] for s in r["trace"]["steps"]] for m, r in rows.items() if m != "base"]
     assert all(c == chains[0] for c in chains) and len(chains[0]) == 2
-    roles = [next((n for n in ("prior", "premises", "premise_check") if c["messages"][0]["content"] ==
-                   judges.load_prompt(n).system), "other") for c in srv.chats]
-    assert sum(c["messages"][0]["content"].startswith("You answer") for c in srv.chats) == 2 * (2 + 2)  # base, verdict
+    roles = [role_of(c["messages"]) for c in srv.chats]
+    assert roles.count("reasoner") == 2 * (2 + 2)  # base, verdict
     # Per item: one prior and one fact sheet whichever rows use them; 5 premise checks (the candidates of
     # step 2, "Final answer: A", "... B", "... A", hold one repeat, which the cache serves).
     assert (roles.count("prior"), roles.count("premises"), roles.count("premise_check")) == (2, 2, 2 * 5)
@@ -485,7 +488,7 @@ def test_extract_model_reads_what_the_rules_cannot_and_is_counted_apart(tmp_path
     """The reasoner answers "the larger number" (no letter, no option text): without --extract-model the item is
     unanswered; with it, the extraction model (another server) names the letter, in one call counted apart."""
     def vague(body, path):
-        if body["messages"][0]["content"].startswith("You answer"):
+        if role_of(body["messages"]) == "reasoner":
             return 200, chat_response(["Final answer: the larger number"] * body.get("n", 1))
         return script(body, path)
     srv, extractor = loopback(vague), loopback(lambda body, path: chat_response(["B"]))

@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 import grounding
-import judges
+import layout
 import verdict
 from client import Cache, Client
 from grounding import Grounding, JudgeMode
 from judges import Judge, Reasoner, make_judges, thread_map
+from layout import role_of
 from loopback import chat_response, user_text
 
 nan = math.nan
@@ -43,9 +44,10 @@ CHECKS = {  # candidate -> the premise check's reply
 
 
 def role(body) -> str:
-    """Which call a request is: the system message names it exactly."""
-    return next(n for n in ("reasoner", "prior", "premises", "premise_check") + verdict.JUDGES
-                if body["messages"][0]["content"] == judges.load_prompt(n).system)
+    """Which call a request is (by the instructions it carries)."""
+    name = role_of(body["messages"])
+    assert name is not None, body
+    return name
 
 
 def modes_handler(sheets=(json.dumps(SHEET),), scores=None):
@@ -118,9 +120,10 @@ def test_prior_is_made_once_per_question_and_reused_across_steps_and_candidates(
     (prior,) = [b for b in srv.chats if role(b) == "prior"]
     assert len(prior["messages"]) == 2 and not any(c in user_text(prior) for c in CANDIDATES)  # no step shown
     for body in srv.chats:
-        if role(body) in verdict.JUDGES:  # after the question, before the previous steps and the candidate
+        if role(body) in verdict.JUDGES:  # after the shared question and steps, and the judge's role; before the candidate
             text = user_text(body)
-            assert text.index("Where is the ball?") < text.index(PRIOR) < text.index("Previous steps:") < text.index("<step>")
+            assert (text.index("Where is the ball?") < text.index("Previous steps:") < text.index("You are the")
+                    < text.index(PRIOR) < text.index("Step to check:\n<step>"))
     verdict.run("Where is the cube?", Reasoner(client), js, cfg)  # a new question, a new prior
     assert [role(b) for b in srv.chats].count("prior") == 2
     assert g.record("Where is the ball?") == {"judge_mode": "prior", "prior": PRIOR, "extra_calls": 1, "extra_tokens": 50}
@@ -145,7 +148,7 @@ def test_fact_sheet_is_parsed_and_only_the_visual_judge_reads_it(loopback, png):
     by = {role(b): b for b in srv.chats}
     assert len(srv.chats) == 4 and by["premises"]["messages"][1]["content"][0]["type"] == "image_url"
     visual = user_text(by["visual"])
-    assert visual.index("Where is the ball?") < visual.index(SHEET_LINES) < visual.index("<step>")
+    assert visual.index("Where is the ball?") < visual.index(SHEET_LINES) < visual.index("Step to check:\n<step>")
     assert "Fact sheet" not in user_text(by["logical"]) + user_text(by["contextual"])
     assert g.record("Where is the ball?", png) == {"judge_mode": "premises", "fact_sheet": SHEET, "fact_sheet_status": "ok",
                                                    "fact_sheet_errors": [], "extra_calls": 1, "extra_tokens": 100}
@@ -257,7 +260,7 @@ def test_visual_target_gates_the_visual_score_before_the_consensus_and_the_trace
     # 4 candidates checked ("hidden" is not, as its visual score is NaN), the unreadable one asked twice; text only
     assert len(checks) == 5 and all(isinstance(b["messages"][1]["content"], str) for b in checks)
     text = user_text(checks[0])
-    assert text.index(SHEET_LINES) < text.index("Where is the ball?") < text.index("<step>")
+    assert text.index("Where is the ball?") < text.index("Fact sheet:\n" + SHEET_LINES) < text.index("Step to check:\n<step>")
     meta = d["meta"]["grounding"]
     assert meta["judge_mode"] == "prior+premises+gate-visual" and meta["gate_target"] == "visual"
     assert meta["prior"] == PRIOR and meta["fact_sheet"] == SHEET
@@ -479,12 +482,14 @@ def test_a_reply_the_schema_forbids_is_still_an_invalid_reply(loopback):
 
 
 def test_a_mode_needs_the_evidence_placeholder_in_the_prompt(monkeypatch, tmp_path):
-    (tmp_path / "terse.txt").write_text("[system]\nJudge.\n[user]\n{question}\n<step>\n{step}\n</step>\n{reply}\n")
-    monkeypatch.setattr(judges, "PROMPTS", tmp_path)
+    (tmp_path / "terse.txt").write_text("[instructions]\nJudge.\n[context]\n{question}\n[task]\n<step>\n{step}\n</step>\n"
+                                        "{reply}\n")
+    monkeypatch.setattr(layout, "PROMPTS", tmp_path)
     client = Client("http://127.0.0.1:9/v1", "m")
-    Judge(client, "terse", grounding=Grounding(client))  # plain: nothing to show
-    with pytest.raises(ValueError, match=r"terse\.txt.*evidence"):
-        Judge(client, "terse", grounding=Grounding(client, JudgeMode(prior=True)))
+    Judge(client, "terse", grounding=Grounding(client), layout="per-role")  # plain: nothing to show
+    Judge(client, "terse", grounding=Grounding(client, JudgeMode(prior=True)))  # shared: the evidence precedes the task
+    with pytest.raises(ValueError, match=r"terse\.txt.*evidence"):  # per-role: only where the context says {evidence}
+        Judge(client, "terse", grounding=Grounding(client, JudgeMode(prior=True)), layout="per-role")
 
 
 # ----------------------------------------------------------------------------- live

@@ -170,3 +170,33 @@ def test_modes_i_and_i16_with_the_same_pixels_render_the_same(tmp_path):
     out = [np.asarray(decode(encode_image(img))) for img in (sixteen, wide)]
     assert np.array_equal(out[0], out[1])
     assert np.array_equal(out[0][..., 0], np.round(a / 65535 * 255).astype(np.uint8))  # 0..65535 -> 0..255
+
+
+# ----------------------------------------------------------------------------- chat messages: where the images go
+
+def test_images_come_first_unless_the_question_names_them():
+    red, blue = Image.new("RGB", (4, 4), "red"), Image.new("RGB", (4, 4), "blue")
+    r, b = ({"type": "image_url", "image_url": {"url": encode_image(im)}} for im in (red, blue))
+    t = lambda s: {"type": "text", "text": s}
+    first = messages("sys", (red, blue), "Question:\nIs it red?", question="Is it red?")
+    assert first == [{"role": "system", "content": "sys"}, {"role": "user", "content": [r, b, t("Question:\nIs it red?")]}]
+    # MMMU (VLMEvalKit's split_MMMU): each <image k> of the question becomes the k-th image, at that place; an image
+    # named twice is sent twice; the text before and after the question stays as it is.
+    q = "Compare <image 2> with <image 2> and A. <image 1>"
+    got = messages("sys", (red, blue), f"Question:\n{q}\n\nWrite the next step.", question=q)
+    assert got[0] == {"role": "system", "content": "sys"} and got[1]["content"] == [
+        t("Question:\nCompare "), b, t(" with "), b, t(" and A. "), r, t("\n\nWrite the next step.")]
+    only = messages("sys", (red, blue), "Question: <image 2>", question="<image 2>")
+    assert only[1]["content"] == [t("Question: "), b]  # image 1 is never named: left out, as VLMEvalKit leaves it out
+    # a marker outside the question (a previous step, a candidate) is text, and so is one with no image sent at all
+    step = messages("sys", (red, blue), f"{q}\nStep 1: see <image 1>", question=q)[1]["content"]
+    assert step[-1] == t("\nStep 1: see <image 1>") and len([p for p in step if p["type"] == "image_url"]) == 3
+    assert messages("sys", (), f"Question: {q}", question=q)[1]["content"] == f"Question: {q}"
+
+
+def test_image_placement_refuses_a_missing_image_or_a_question_not_in_the_text():
+    red = Image.new("RGB", (4, 4), "red")
+    with pytest.raises(ValueError, match="names <image 2> but there are 1 image"):
+        messages("sys", (red,), "Question: <image 1> or <image 2>?", question="<image 1> or <image 2>?")
+    with pytest.raises(ValueError, match="does not hold the question"):
+        messages("sys", (red,), "Question: something else", question="<image 1>?")

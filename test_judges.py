@@ -20,6 +20,7 @@ import scores
 import verdict
 from client import Client, EndpointError, text_of
 from judges import Judge, Reasoner, make_judges, thread_map
+from layout import load_prompt, role_of
 from loopback import chat_response, scripted, token_logprobs, user_text
 from test_scores import CANDIDATE_WITH_SCORE, STRAY, json_tokens
 
@@ -55,11 +56,11 @@ def test_reasoner_request_shape_with_image(loopback, png):
     assert (body["temperature"], body["top_p"], body["top_k"], body["n"], body["seed"]) == (0.8, 0.6, -1, 3, 5)
     assert body["stop"] == judges.STOP and body["max_tokens"] == 77
     system, user = body["messages"]
-    assert system["role"] == "system" and isinstance(system["content"], str) and "Final answer:" in system["content"]
+    assert system == {"role": "system", "content": load_prompt("shared").system}  # the same for every role
     assert user["role"] == "user" and [p["type"] for p in user["content"]] == ["image_url", "text"]
     assert decode(user["content"][0]["image_url"]["url"]).size == (64, 48)
     text = user["content"][1]["text"]
-    assert text.index("Is the cup left") < text.index("Step 1: The cup is visible.")
+    assert text.index("Is the cup left") < text.index("Step 1: The cup is visible.") < text.index("Final answer:")
 
 
 def test_no_image_sends_plain_string_content(loopback):
@@ -102,10 +103,10 @@ def test_judge_layout_shares_the_prefix_and_fences_the_candidate(loopback, png):
     assert a["messages"][0] == b["messages"][0]                        # same system message
     assert a["messages"][1]["content"][0] == b["messages"][1]["content"][0]  # same image, first
     ta, tb = user_text(a), user_text(b)
-    cut = ta.index("<step>")
-    assert ta[:cut] == tb[:cut]                                        # question and steps before the candidate
-    assert ta.index("Which object") < ta.index("The lamp") < cut < ta.index("The chair")
-    assert tb.count("</step>") == 1 and "[/step]" in tb                # the candidate cannot close its fence
+    cut = ta.index("Step to check:\n<step>")
+    assert ta[:cut] == tb[:cut]                                        # question, steps, role before the candidate
+    assert ta.index("Which object") < ta.index("The lamp") < ta.index("Contextual Agent") < cut < ta.index("The chair")
+    assert tb[cut:].count("</step>") == 1 and "[/step]" in tb          # the candidate cannot close its fence
     assert a["temperature"] == 0.0 and a["seed"] == 0 and "n" not in a
 
 
@@ -292,7 +293,8 @@ def test_make_judges_follow_the_stubbornness_order(loopback):
     js = make_judges(Client("http://127.0.0.1:9/v1", "m"), score_only=True)
     assert [j.name for j in js] == list(verdict.JUDGES) and len(js) == len(verdict.STUBBORNNESS)
     assert all(j.params("text")[0]["max_tokens"] == 16 and j.score_only for j in js)
-    assert "Visual" in js[0].prompt.system and "Logical" in js[1].prompt.system and "Contextual" in js[2].prompt.system
+    assert [j.prompt["instructions"].split(".")[0] for j in js] == [
+        "You are the Visual Verification Agent", "You are the Logical Verification Agent", "You are the Contextual Agent"]
     with pytest.raises(ValueError, match="no_such_judge.txt"):
         Judge(Client("http://127.0.0.1:9/v1", "m"), "no_such_judge")
 
@@ -307,7 +309,7 @@ def test_judge_does_not_read_the_candidates_own_score(loopback):
 
 def test_unparseable_judge_retries_once_then_abstains_and_nan_reaches_select(loopback):
     def handler(body, path):
-        if "Visual" in body["messages"][0]["content"]:
+        if role_of(body["messages"]) == "visual":
             return chat_response("The image is too dark to say.")  # never a score
         return steps_then_scores(body, path)
     srv = loopback(handler)

@@ -650,6 +650,40 @@ def test_step_selects_with_the_configured_rule():
     assert V.step(V.State("q"), propose, judges, Config(rule="max")).chosen == "veto"
 
 
+def test_a_meter_records_what_each_step_cost_and_the_totals_sum_it():
+    # The meter reads counters the caller keeps; here the proposer spends 10 tokens a call and each judge call
+    # 1 token, so every step of SCRIPT costs 10 + 3 candidates · 3 judges = 19 tokens and 1 + 9 = 10 calls.
+    # A counter that first appears during step 3 ("late", +0.25 for each of its 9 judge calls) counts from 0.
+    counters, calls = {"tokens": 1000, "calls": 0}, []
+    propose, judges = scripted(calls)
+
+    def spend(f, tokens):
+        def call(*args):
+            counters["tokens"] += tokens
+            counters["calls"] += 1
+            if len(calls) == 3:
+                counters["late"] = counters.get("late", 0.0) + 0.25  # once step 3's proposal is made
+            return f(*args)
+        return call
+    trace = run("q", spend(propose, 10), [spend(j, 1) for j in judges], meter=lambda: dict(counters))
+    assert [r.usage for r in trace.steps] == [{"tokens": 19, "calls": 10}] * 2 + [{"tokens": 19, "calls": 10, "late": 2.25}]
+    d = trace.to_dict()
+    assert d["totals"]["usage"] == {"tokens": 57, "calls": 30, "late": 2.25} and "late" not in d["steps"][1]["usage"]
+    assert list(d["steps"][0])[-1] == "usage" and json.loads(json.dumps(d, allow_nan=False)) == d
+    # the same step and loop without a meter keep no usage at all
+    assert "usage" not in run("q", *scripted([])).to_dict()["totals"]
+    assert V.step(V.State("q"), propose, judges).usage == {}
+    # a meter whose counters do not move still says so: each counter's change is 0
+    assert V.step(V.State("q"), propose, judges, meter=lambda: {"tokens": 7}).usage == {"tokens": 0}
+
+
+@pytest.mark.parametrize("reading", [[1], {"tokens": "3"}, {"tokens": True}, {"tokens": NAN}, {"tokens": math.inf},
+                                     {1: 2}, None])
+def test_a_meter_returns_a_dict_of_finite_counts(reading):
+    with pytest.raises(ValueError, match="meter must return a dict of counter names to finite numbers"):
+        V.step(V.State("q"), lambda s, n: ["a"], (), meter=lambda: reading)
+
+
 def test_trace_dict_golden():
     calls = []
     propose, judges = scripted(calls)

@@ -8,7 +8,8 @@ Disagreement-Aware Consensus", ECCV 2026. This module implements:
 - the fallback ranking by s̄* − Δ*;
 - the aggregation baselines of the results table and the ablations (no filter, no ranking,
   raw averages), with the definitions fixed below because the paper gives none;
-- the step-wise loop: propose n candidates, score each with m judges, select, extend.
+- the step-wise loop: propose n candidates, score each with m judges, select, extend; a meter (any
+  counters the caller keeps, e.g. tokens) read around every step records what each step cost.
 
 Pure NumPy and the standard library. It imports no other module of this project, so the file
 can be copied alone into another code base.
@@ -134,9 +135,7 @@ def _closed_form(s_hat: np.ndarray, lam: np.ndarray) -> np.ndarray:
 
 def dispersion(s) -> np.ndarray:
     """Δ = (1/m) Σ_i |s_i − s̄|, the mean absolute deviation over the last axis.  [..., m] -> [...]
-
-    NaN entries (abstentions) are left out; a row with no answer gives NaN.
-    """
+    NaN entries (abstentions) are left out; a row with no answer gives NaN."""
     s = np.asarray(s, dtype=float)
     return _nanmean(np.abs(s - _nanmean(s)[..., None]))
 
@@ -282,7 +281,6 @@ def select_all(s_hat, lam=STUBBORNNESS, tau: float = 0.6, eps: float = 0.1, rule
 @dataclass(frozen=True)
 class Config:
     """The knobs of the loop, with the paper's values (shared across all six benchmarks).
-
     `final` is a regular expression; a chosen step in which it is found (re.search) ends the chain.
     The default matches "Final answer:" in any case. The reasoner's sampling (T = 0.8, top-p = 0.6)
     belongs to whoever proposes the candidates, not to the loop.
@@ -319,11 +317,8 @@ def as_images(image) -> tuple:
 
 @dataclass(frozen=True)
 class State:
-    """What every proposer and judge sees: the question, its images, the steps chosen so far.
-
-    `images` holds whatever the caller passed (paths, bytes, PIL images); this module never
-    opens them.
-    """
+    """What every proposer and judge sees: the question, its images (whatever the caller passed: paths,
+    bytes, PIL images; this module never opens them), the steps chosen so far."""
     question: str
     images: tuple = ()
     steps: tuple = ()
@@ -339,6 +334,7 @@ class StepRecord:
     candidates: tuple       # [n] str
     s_hat: np.ndarray       # [n, m], NaN = abstained
     selection: Selection
+    usage: dict = field(default_factory=dict)  # counter -> its change over this step (step's meter), or {}
 
     @property
     def chosen(self) -> str:
@@ -361,6 +357,7 @@ class StepRecord:
             "fallback": sel.fallback,
             "verified": sel.verified,
             "abstentions": self.abstentions,
+            **({"usage": dict(self.usage)} if self.usage else {}),
         }
 
 
@@ -372,10 +369,7 @@ class Stop(Exception):
 @dataclass(frozen=True)
 class Trace:
     """A whole chain. `stopped` is "final" (a final answer was chosen), "max_steps", or the message
-    of the Stop that a proposer or judge raised.
-
-    `meta` carries what the caller adds (model names, call counts, judge-mode artefacts).
-    """
+    of the Stop that a proposer or judge raised. `meta` carries what the caller adds (model names, ...)."""
     question: str
     steps: tuple            # [T] StepRecord
     config: Config
@@ -395,13 +389,16 @@ class Trace:
         return last[re.search(self.config.final, last).end():].strip()
 
     def totals(self) -> dict:
+        """Counts over the steps, and "usage": each counter of the steps' usage summed (with a meter)."""
         fallbacks = sum(r.selection.fallback for r in self.steps)
+        usage = {k: sum(r.usage.get(k, 0) for r in self.steps) for rec in self.steps for k in rec.usage}
         return {
             "steps": len(self.steps),
             "fallbacks": fallbacks,
             "fallback_rate": fallbacks / len(self.steps) if self.steps else 0.0,
             "abstentions": sum(r.abstentions for r in self.steps),
             "judge_calls": sum(r.s_hat.size for r in self.steps),
+            **({"usage": usage} if usage else {}),
         }
 
     def to_dict(self) -> dict:
@@ -425,9 +422,8 @@ def _jsonable(x: np.ndarray) -> list:
 
 def _unjudged(n: int) -> Selection:
     """The base reasoner's 'decision' over n candidates and no judge: candidate 0, unverified."""
-    nan = np.full(n, np.nan)
     return Selection(index=0, fallback=False, verified=False, accepted=np.ones(n, bool),
-                     s_star=np.empty((n, 0)), s_bar_star=nan, delta_star=nan)
+                     s_star=np.empty((n, 0)), s_bar_star=np.full(n, np.nan), delta_star=np.full(n, np.nan))
 
 
 def _judged(s: Any, i: int, judge: Callable) -> float:
@@ -440,10 +436,22 @@ def _judged(s: Any, i: int, judge: Callable) -> float:
     return float(s)
 
 
+def _reading(meter: Callable[[], dict]) -> dict:
+    """meter(), checked: a dict of counter name -> finite real number (a bool is no count)."""
+    counters = meter()
+    ok = lambda k, v: isinstance(k, str) and isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+    if not (isinstance(counters, dict) and all(ok(k, v) for k, v in counters.items())):
+        raise ValueError(f"meter must return a dict of counter names to finite numbers, got {counters!r}")
+    return counters
+
+
 def step(state: State, propose: Callable[[State, int], Sequence[str]], judges: Sequence[Callable[[State, str], float]],
-         config: Config = Config(), map_fn: Callable[..., Iterable] = map) -> StepRecord:
+         config: Config = Config(), map_fn: Callable[..., Iterable] = map,
+         meter: Callable[[], dict] | None = None) -> StepRecord:
     """One VERDICT step: propose config.n candidates, score each with every judge (n×m calls, through
     map_fn, candidate-major), select with config.rule. With no judges, candidate 0 is taken unverified.
+    With a meter (a callable returning {counter: number}, e.g. a client's usage), the record's usage is
+    each counter's change from before the step to after it: after[k] − before[k] (0 before for a new key).
 
     propose(state, n) -> list of candidate steps (at least one).
     judge(state, step) -> a real number in [0, 1] (int, float, numpy floating), or NaN to abstain;
@@ -451,33 +459,39 @@ def step(state: State, propose: Callable[[State, int], Sequence[str]], judges: S
     of config.lam.
     map_fn(f, items) must return the results in the order of items (as map and Executor.map do).
     """
+    before = _reading(meter) if meter is not None else {}
     if judges and len(judges) != len(config.lam):  # one stubbornness per judge
         raise ValueError(f"got {len(judges)} judges but {len(config.lam)} stubbornness values in config.lam")
     candidates = tuple(propose(state, config.n))
     if not candidates or not all(isinstance(c, str) for c in candidates):
         raise ValueError(f"propose must return a non-empty list of strings, got {candidates!r}")
     if not judges:
-        return StepRecord(candidates, np.empty((len(candidates), 0)), _unjudged(len(candidates)))
-    calls = [(c, j) for c in candidates for j in judges]                 # candidate-major: [n·m]
-    scores = list(map_fn(lambda cj: cj[1](state, cj[0]), calls))
-    scores = [_judged(s, k % len(judges), judges[k % len(judges)]) for k, s in enumerate(scores)]
-    s_hat = np.array(scores).reshape(len(candidates), len(judges))      # [n·m] -> [n, m]
-    return StepRecord(candidates, s_hat, select(s_hat, config.lam, config.tau, config.eps, config.rule))
+        s_hat, selection = np.empty((len(candidates), 0)), _unjudged(len(candidates))
+    else:
+        calls = [(c, j) for c in candidates for j in judges]                 # candidate-major: [n·m]
+        scores = list(map_fn(lambda cj: cj[1](state, cj[0]), calls))
+        scores = [_judged(s, k % len(judges), judges[k % len(judges)]) for k, s in enumerate(scores)]
+        s_hat = np.array(scores).reshape(len(candidates), len(judges))      # [n·m] -> [n, m]
+        selection = select(s_hat, config.lam, config.tau, config.eps, config.rule)
+    usage = {k: v - before.get(k, 0) for k, v in _reading(meter).items()} if meter is not None else {}
+    return StepRecord(candidates, s_hat, selection, usage)
 
 
 def run(question: str, propose: Callable[[State, int], Sequence[str]], judges: Sequence[Callable[[State, str], float]],
-        config: Config = Config(), image: Any = None, map_fn: Callable[..., Iterable] = map) -> Trace:
+        config: Config = Config(), image: Any = None, map_fn: Callable[..., Iterable] = map,
+        meter: Callable[[], dict] | None = None) -> Trace:
     """The step-wise loop: `step` until the chosen step matches `config.final` or after
     `config.max_steps` steps, extending the chain with each chosen step.
 
     image: None, one image, or a list/tuple of images, passed through in State.images.
     judges=() runs the base reasoner alone (candidate 0 of each step, unverified).
     A proposer or judge that raises Stop ends the chain: the trace keeps the steps completed before it.
+    meter: read around every step (see step); Trace.totals()["usage"] sums the steps' usage.
     """
     state, records = State(question, as_images(image)), []
     for _ in range(config.max_steps):
         try:
-            record = step(state, propose, judges, config, map_fn)
+            record = step(state, propose, judges, config, map_fn, meter)
         except Stop as e:
             return Trace(question, tuple(records), config, str(e))
         records.append(record)

@@ -1,0 +1,205 @@
+"""VERDICT's step overhead: one VERDICT step against one base step, in several modes and prompt layouts, on a
+simulated or a real server: wall time, judge requests, and the prompt tokens the server computed.
+
+Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
+Disagreement-Aware Consensus", ECCV 2026 (the step-wise loop with n = 3 candidates and m = 3 judges; the
+3.80× sequential wall-clock overhead of the limitations). bench.py writes what this module measures:
+
+- Mode: how a step runs (candidates one by one or in one request, judge calls one by one or overlapped,
+  judges that explain or give the score alone, judging skipped when the candidates agree) and its prompt
+  layout (layout.py: "shared", "per-role" or "role-first");
+- run_chains and overhead: chains of verdict.step, timed step by step, with each step's change of the
+  client's usage counters (the prompt tokens the server computed and reused, as it reports them);
+- tables and a picture of the result.
+
+Adaptive judging is exact: it skips the n·m judge calls of a step only when the n candidates are the same
+string. Whichever candidate a rule would choose, the chain is extended by that string, so the chain and its
+final answer are those of judging everything; only the trace's record of the step differs (no ŝ, the step is
+unverified rather than accepted or a fallback) and its judge calls are not made.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+import judges
+import verdict
+from images import font
+
+PAPER_OVERHEAD = 3.80  # the paper's sequential wall-clock overhead
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One way to run a VERDICT step (n candidates, m = 3 judges); n = 1 is the base model alone."""
+    name: str
+    n: int = 3
+    concurrent: bool = False  # n in one request, and the n·m judge calls overlapped (judges.thread_map)
+    score_only: bool = False  # short judges: Judge(score_only=True), the score alone
+    adaptive: bool = False    # no judging when the n candidates are the same string
+    layout: str = "shared"    # the prompt layout of every request (layout.LAYOUTS)
+
+
+BASE = Mode("base (reasoner alone, n = 1)", n=1, layout="per-role")  # the denominator of every ratio
+SEQ, SEQ_SCORE, CONC, CONC_SCORE, ADAPTIVE = MODES = (
+    Mode("sequential (the paper's setting)"),
+    Mode("sequential, short judges", score_only=True),
+    Mode("concurrent", concurrent=True),
+    Mode("concurrent, short judges", concurrent=True, score_only=True),
+    Mode("adaptive (concurrent, short judges, skip agreeing steps)", concurrent=True, score_only=True, adaptive=True))
+
+
+ORDER = ("per-role", "shared", "role-first")  # the layouts, as tables and pictures show them
+COLOURS = {"per-role": (150, 150, 150), "shared": (31, 119, 180), "role-first": (255, 127, 14)}
+
+
+def in_layouts(modes, layouts=ORDER) -> tuple:
+    """BASE in every layout of ORDER, then each mode in each of `layouts`, in ORDER's order."""
+    bases = tuple(replace(BASE, layout=lay) for lay in ORDER)
+    return bases + tuple(replace(m, layout=lay) for m in modes for lay in ORDER if lay in layouts and m.n > 1)
+
+
+@dataclass
+class Chains:
+    """What run_chains saw, step by step, question-major."""
+    seconds: list   # [Q·S] wall seconds of each step
+    usage: list     # [Q·S] each step's change of client.usage
+    chains: list    # [Q] each question's chain of chosen steps
+    replies: int    # judge replies
+    skipped: int    # judge calls skipped (adaptive)
+
+
+def run_chains(client, mode: Mode, questions, steps: int, limits: tuple, image=None, fmt: str = "json") -> Chains:
+    """Run `steps` steps of verdict.step on each question in `mode`, with judges replying in format `fmt`.
+    limits = max_tokens of (a step, a judge that explains, a short judge); None: the judge's own default."""
+    js = judges.make_judges(client, max_tokens=limits[2] if mode.score_only else limits[1], score_only=mode.score_only,
+                            fmt=fmt, layout=mode.layout)
+    reasoners = [judges.Reasoner(client, max_tokens=limits[0], seed=i, layout=mode.layout) for i in range(mode.n)]
+    pool, config = judges.thread_map(mode.n * len(js) if mode.concurrent else 1), verdict.Config(n=mode.n)
+    out = Chains([], [], [], 0, 0)
+    for q in questions:
+        state = verdict.State(q, () if image is None else (image,))
+        for _ in range(steps):
+            t0, before = time.perf_counter(), client.usage
+            if mode.concurrent or mode.n == 1:
+                cands = reasoners[0](state, mode.n)
+            else:  # sequential: the candidates one after another
+                cands = [r(state, 1)[0] for r in reasoners]
+            agree = mode.adaptive and len(set(cands)) == 1  # the same string: every choice is that string
+            out.skipped += len(cands) * len(js) if agree else 0
+            state = state.extend(verdict.step(state, lambda s, n: cands, () if mode.n == 1 or agree else js, config,
+                                              pool).chosen)
+            out.seconds.append(time.perf_counter() - t0)
+            out.usage.append({k: v - before[k] for k, v in client.usage.items()})
+        out.chains.append(list(state.steps))
+    out.replies = sum(j.counts["replies"] for j in js)
+    return out
+
+
+@dataclass(frozen=True)
+class Result:
+    """One mode's figures over the repetitions of `overhead`."""
+    seconds: float          # median over repetitions of the mean seconds per step
+    ratio: float            # median over repetitions of its mean step time / BASE's, on whole chains
+    warm: float | None      # the same on warm full-length steps (not a chain's first or last; None if steps < 3)
+    judge_requests: float   # judge replies per step
+    skipped: float          # judge calls skipped per step
+    prompt: float           # prompt tokens per step, after each chain's first step
+    computed: float | None  # prompt tokens the server computed per step after the first (None: it reported none)
+    completion: float       # completion tokens per step after the first (every choice's, as the server counts)
+    reported: float         # the share of replies that reported their cached prompt tokens
+    chains: list            # the chains of the last repetition
+
+
+def token_figures(runs: list, steps: int) -> tuple:
+    """(prompt tokens, computed prompt tokens or None, completion tokens, share of replies reporting) per step,
+    after the first step of each chain, over every repetition's usage (run_chains' Chains.usage). The computed
+    figure is None unless every reply reported its cached tokens."""
+    later = [u for usage in runs for i, u in enumerate(usage) if i % steps > 0] or [{}]
+    total = lambda k: sum(u.get(k, 0) for u in later)
+    replies = total("replies")
+    computed = total("computed_prompt_tokens") / len(later) if replies and total("cache_reports") == replies else None
+    return (total("prompt_tokens") / len(later), computed, total("completion_tokens") / len(later),
+            total("cache_reports") / replies if replies else math.nan)
+
+
+def overhead(client, modes, questions, steps: int, reps: int, limits: tuple, image=None, reset=lambda: None,
+             fmt: str = "json") -> dict:
+    """{mode: Result} for BASE and `modes`. Each repetition runs every mode, in alternating order; `reset` runs
+    before each (the simulator forgets its cache). Ratios are to BASE (the per-role layout) of the same repetition."""
+    modes = (BASE,) + tuple(m for m in modes if m != BASE)
+    runs = {m: [] for m in modes}
+    for r in range(reps):
+        for mode in modes if r % 2 == 0 else modes[::-1]:
+            reset()
+            runs[mode].append(run_chains(client, mode, questions, steps, limits, image, fmt))
+    times = {m: [np.array(c.seconds).reshape(len(questions), steps) for c in runs[m]] for m in modes}  # [Q, S] each
+    ratio = lambda m, cols: statistics.median(a[:, cols].mean() / b[:, cols].mean() for a, b in zip(times[m], times[BASE]))
+    per = len(questions) * steps * reps
+    out = {}
+    for m in modes:
+        prompt, computed, completion, reported = token_figures([c.usage for c in runs[m]], steps)
+        out[m] = Result(statistics.median(a.mean() for a in times[m]), ratio(m, slice(None)),
+                        ratio(m, slice(1, steps - 1)) if steps >= 3 else None, sum(c.replies for c in runs[m]) / per,
+                        sum(c.skipped for c in runs[m]) / per, prompt, computed, completion, reported, runs[m][-1].chains)
+    return out
+
+
+def time_table(result: dict, scale: float = 1.0) -> list:
+    """Markdown rows: time per step and overhead of each mode (seconds divided by the clock scale)."""
+    rows = ["| mode | layout | seconds per step | overhead vs base | on warm full-length steps | judge requests per step "
+            "| judge calls skipped per step |", "|---|---|---:|---:|---:|---:|---:|"]
+    return rows + [f"| {m.name} | {m.layout} | {r.seconds / scale:.3f} | {r.ratio:.2f}× | "
+                   f"{'—' if r.warm is None else f'{r.warm:.2f}×'} | {r.judge_requests:.2f} | {r.skipped:.2f} |"
+                   for m, r in result.items()]
+
+
+def token_table(result: dict) -> list:
+    """Markdown rows: prompt tokens per step after each chain's first step, and those the server computed."""
+    base = result[BASE].computed
+    rows = ["| mode | layout | prompt tokens per step | computed by the server | reused from its cache | "
+            "computed vs base | completion tokens per step |", "|---|---|---:|---:|---:|---:|---:|"]
+    for m, r in result.items():
+        c = r.computed
+        rows.append(f"| {m.name} | {m.layout} | {r.prompt:,.0f} | {'—' if c is None else f'{c:,.0f}'} | "
+                    f"{'—' if c is None or not r.prompt else f'{1 - c / r.prompt:.0%}'} | "
+                    f"{'—' if c is None or not base else f'{c / base:.2f}×'} | {r.completion:,.0f} |")
+    return rows
+
+
+def picture(panels: list, path: str) -> None:
+    """A PNG of the overhead per mode (whole chains, log scale), a bar per layout, one panel per (title, result)."""
+    small, w, h, left, top = font(11), 440, 300, 46, 44
+    img = Image.new("RGB", (w * len(panels), h + 60), "white")
+    d = ImageDraw.Draw(img)
+    for k, (title, result) in enumerate(panels):
+        x0, modes = k * w + left, list(dict.fromkeys(replace(m, layout="shared") for m in result))
+        lo = 2.0 ** math.floor(math.log2(min(1.0, *(r.ratio for r in result.values()))))  # a power of 2 up to 1×
+        hi = max(4.0, *(r.ratio for r in result.values()))
+        y = lambda v: top + (h - top) * math.log2(hi / v) / math.log2(hi / lo)  # log scale: lo at the axis, hi on top
+        d.text((x0 - 30, 8), title, fill="black", font=font(13))
+        for v in (0.25, 0.5, 1, 2, 4, 8, 16, 32, 64):
+            if lo <= v <= hi:
+                d.line((x0, y(v), x0 + w - left - 20, y(v)), fill=(225, 225, 225))
+                d.text((x0 - 30, y(v) - 6), f"{v:g}x", fill="black", font=small)
+        d.line((x0, y(PAPER_OVERHEAD), x0 + w - left - 20, y(PAPER_OVERHEAD)), fill=(214, 39, 40))
+        d.text((x0 + w - left - 150, y(PAPER_OVERHEAD) - 14), "paper: 3.80x", fill=(214, 39, 40), font=small)
+        span = (w - left - 30) / len(modes)
+        for i, m in enumerate(modes):
+            for j, lay in enumerate(ORDER):
+                r, bar = result.get(replace(m, layout=lay)), (span - 12) / len(ORDER)
+                if r is not None:
+                    bx = x0 + i * span + 6 + j * bar
+                    d.rectangle((bx, y(r.ratio), bx + bar - 2, h), fill=COLOURS[lay])
+                    d.text((bx, y(r.ratio) - 13 - 11 * (j % 2)), f"{r.ratio:.1f}", fill="black", font=small)
+            label = m.name.split(" (")[0].replace("concurrent, ", "conc., ").replace("sequential", "seq.")
+            d.text((x0 + i * span + 4, h + 6 + 12 * (i % 2)), label, fill="black", font=small)
+    for j, lay in enumerate(ORDER):
+        d.rectangle((left + 160 * j, h + 40, left + 160 * j + 10, h + 50), fill=COLOURS[lay])
+        d.text((left + 160 * j + 16, h + 39), f"{lay} layout", fill="black", font=small)
+    img.save(path)

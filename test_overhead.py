@@ -1,0 +1,113 @@
+"""Tests for overhead.py: the step modes' calls and skips, adaptive judging's exactness, the token figures and
+the result's fields, the tables and the picture, all against the simulated server with no sleeping."""
+import math
+import re
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import overhead
+import verdict
+from client import Client
+from loopback import LoopbackServer
+from overhead import ADAPTIVE, BASE, CONC, CONC_SCORE, SEQ, in_layouts, run_chains
+from simserver import LatencyModel, SimulatedServer
+
+LIMITS = (256, None, None)
+
+
+def sim(final_at: int = 2):
+    return LoopbackServer(SimulatedServer(LatencyModel(time_scale=0.0), final_at=final_at))
+
+
+@pytest.mark.parametrize("layout", ["shared", "per-role"])
+@pytest.mark.parametrize("mode, judge_requests, skipped", [
+    (SEQ, 9 * 3, 0), (CONC, 9 * 3, 0), (CONC_SCORE, 9 * 3, 0), (ADAPTIVE, 9 * 2, 9)])
+def test_run_chains_counts(mode, judge_requests, skipped, layout):
+    # 3 steps, the last a final answer on which the candidates agree: adaptive skips its 9 judge calls.
+    with sim() as srv:
+        out = run_chains(Client(srv.url, "sim"), replace(mode, layout=layout), ["Q? A. x B. y"], 3, LIMITS)
+        chats = srv.chats
+    assert len(out.seconds) == len(out.usage) == 3 and all(t >= 0 for t in out.seconds)
+    assert (out.replies, out.skipped) == (judge_requests, skipped) and len(out.chains) == 1 and len(out.chains[0]) == 3
+    reasoner = [c for c in chats if "stop" in c]
+    assert len(reasoner) == (9 if mode is SEQ else 3)  # sequential asks for its candidates one by one
+    assert all(c.get("n") == (1 if mode is SEQ else 3) for c in reasoner)
+    second = [c["messages"][-1]["content"] for c in chats if "stop" not in c]  # no image: content is a string
+    second = [text for text in second if "<step>\nObservation 1." in text]  # the judge prompts of step 2
+    # 3 judges × 3 distinct candidates; in the per-role layout the judges differ by their system message only
+    assert len(second) == 9 and len(set(second)) == (9 if layout == "shared" else 3)
+    # each step's usage is the change of the client's counters: every request of the step, and its prompt tokens
+    assert sum(u["replies"] for u in out.usage) == len(chats) and all(u["cache_reports"] == u["replies"] for u in out.usage)
+
+
+@pytest.mark.parametrize("layout", ["shared", "per-role"])
+def test_adaptive_judging_builds_the_chains_of_judging_everything(layout):
+    # The simulator is deterministic, so both modes see the same candidates: adaptive skips exactly the steps
+    # whose candidates are one string (the final answers), and every chain is the one full judging builds.
+    with sim(final_at=1) as srv:
+        client = Client(srv.url, "sim")
+        questions = [f"Q{k}? A. x B. y" for k in range(3)]
+        full = run_chains(client, replace(CONC_SCORE, layout=layout), questions, 3, LIMITS)
+        adaptive = run_chains(client, replace(ADAPTIVE, layout=layout), questions, 3, LIMITS)
+    assert adaptive.chains == full.chains and adaptive.skipped == 3 * 2 * 9 and full.skipped == 0
+    assert all(chain[1:] == ["Final answer: B"] * 2 for chain in full.chains)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_any_rule_extends_the_chain_by_the_one_string_the_candidates_are(seed):
+    # The reason adaptive judging is exact: whatever the scores (abstentions too), every rule picks an index,
+    # and every index holds the same string.
+    rng = np.random.default_rng(seed)
+    s_hat = rng.random((4, 3))                                    # [n, m]
+    s_hat[rng.random((4, 3)) < 0.3] = np.nan
+    candidates = ["Final answer: B"] * 4
+    for rule, sel in verdict.select_all(s_hat).items():
+        assert candidates[sel.index] == "Final answer: B" and 0 <= sel.index < 4, rule
+
+
+def test_token_figures_count_the_steps_after_each_chains_first():
+    u = lambda prompt, computed, replies, reports: dict(prompt_tokens=prompt, computed_prompt_tokens=computed,
+                                                        replies=replies, cache_reports=reports, completion_tokens=replies)
+    runs = [[u(1000, 1000, 1, 1), u(300, 60, 1, 1), u(320, 40, 1, 1)],   # chain 1: the first step is left out
+            [u(900, 900, 1, 1), u(500, 100, 2, 2), u(280, 20, 1, 1)]]    # chain 2
+    # after the first step: 4 steps, (300 + 320 + 500 + 280) / 4 = 350 prompt tokens, (60 + 40 + 100 + 20) / 4 = 55
+    # computed, (1 + 1 + 2 + 1) / 4 = 1.25 completion tokens
+    assert overhead.token_figures(runs, 3) == (350.0, 55.0, 1.25, 1.0)
+    runs[1][1] = u(500, 100, 2, 1)  # one reply did not report its cached tokens: the computed figure is unknown
+    assert overhead.token_figures(runs, 3) == (350.0, None, 1.25, 4 / 5)
+    assert overhead.token_figures([[u(1, 1, 1, 1)]], 1)[1] is None  # no step after a first one: nothing to say
+
+
+def test_overhead_results_and_tables(tmp_path):
+    image = Image.new("RGB", (64, 64), "red")
+    with sim() as srv:
+        modes = in_layouts((CONC, ADAPTIVE))
+        result = overhead.overhead(Client(srv.url, "sim"), modes, ["Q? A. x B. y"], 3, 2, LIMITS, image)
+    assert list(result) == list(modes) and modes[:3] == tuple(replace(BASE, layout=lay) for lay in overhead.ORDER)
+    base = result[BASE]
+    assert base.ratio == pytest.approx(1.0) and base.warm == pytest.approx(1.0) and base.judge_requests == 0
+    for m, r in result.items():
+        assert r.reported == 1.0 and r.computed is not None and 0 < r.computed < r.prompt  # the cache served some
+        assert math.isfinite(r.ratio) and len(r.chains) == 1
+    assert result[CONC].judge_requests == pytest.approx(9.0) and result[ADAPTIVE].skipped == pytest.approx(3.0)
+    # the image is cached after each chain's first step in every mode; judging adds the judges' own tokens
+    assert result[CONC].computed > result[BASE].computed
+    times, tokens = overhead.time_table(result), overhead.token_table(result)
+    assert len(times) == len(tokens) == 2 + len(result) and times[2].startswith("| base (reasoner alone, n = 1) | per-role |")
+    assert re.search(r"\| 1\.00× \| [\d,]+ \|$", tokens[2]) and all(row.count("|") == 8 for row in times[2:] + tokens[2:])
+    path = tmp_path / "overhead.png"
+    overhead.picture([("simulated", result), ("again", result)], str(path))
+    img = Image.open(path)
+    colours = {c for _, c in img.convert("RGB").getcolors(1 << 20)}
+    assert img.size == (880, 360) and set(overhead.COLOURS.values()) | {(214, 39, 40)} <= colours
+
+
+def test_in_layouts_puts_every_base_first():
+    modes = in_layouts((SEQ, CONC), ("shared", "per-role"))
+    assert [(m.name, m.layout) for m in modes] == [
+        (BASE.name, "per-role"), (BASE.name, "shared"), (BASE.name, "role-first"), (SEQ.name, "per-role"),
+        (SEQ.name, "shared"), (CONC.name, "per-role"), (CONC.name, "shared")]
+    assert len(in_layouts((SEQ, CONC))) == 3 + 2 * 3

@@ -1,0 +1,105 @@
+"""Tests for simserver.py: the latency model's arithmetic, the pseudo-tokens and block hashes of a prompt, the
+prefix cache as the two prompt layouts meet it, and the simulated replies. No timing is asserted."""
+import json
+
+import pytest
+from PIL import Image
+
+import judges
+import simserver
+import verdict
+from client import Client
+from layout import role_messages
+from loopback import LoopbackServer
+from simserver import BLOCK, LatencyModel, SimulatedServer, block_hashes, prompt_units
+
+
+def test_latency_model_seconds():
+    # 2,000 prompt tokens at 1,000 tokens/s = 2 s; 100 reply tokens at 50 tokens/s = 2 s.
+    lm = LatencyModel(prefill_tps=1000.0, decode_tps=50.0)
+    assert lm.seconds(2000, 100) == pytest.approx(4.0)
+    assert lm.seconds(0, 0) == 0.0
+    # The defaults: a 48-token step decodes in 48 / 84.28 = 0.5695 s.
+    assert LatencyModel().seconds(0, 48) == pytest.approx(0.5695, abs=1e-4)
+
+
+@pytest.mark.parametrize("kwargs", [dict(decode_tps=0.0), dict(prefill_tps=-1.0), dict(capacity=0),
+                                    dict(capacity=2.5), dict(time_scale=-0.1)])
+def test_latency_model_guards(kwargs):
+    with pytest.raises(ValueError):
+        LatencyModel(**kwargs)
+
+
+def test_prompt_units_count_image_tokens_where_the_message_puts_them():
+    url = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    msgs = [{"role": "system", "content": "You judge."},
+            {"role": "user", "content": [url, {"type": "text", "text": "Is it red?"}]}]
+    units = prompt_units(msgs, image_tokens=1280)
+    # 2 role markers + "You", "judge", "." + 1280 image tokens + "Is", "it", "red", "?"
+    assert len(units) == 2 + 3 + 1280 + 4 and units[:5] == ["<system>", "You", "judge", ".", "<user>"]
+    placed = prompt_units([msgs[0], {"role": "user", "content": [{"type": "text", "text": "Is"}, url,
+                                                                 {"type": "text", "text": "red?"}]}], 1280)
+    assert placed[5] == "Is" and placed[6] == units[5] and placed[-2:] == ["red", "?"]  # the image at its place
+
+
+def test_block_hashes_are_prefix_stable():
+    a = [f"t{i}" for i in range(100)]
+    b = a[:40] + ["changed"] + a[41:]
+    ha, hb = block_hashes(a), block_hashes(b)
+    assert len(ha) == 100 // BLOCK
+    assert ha[:2] == hb[:2]          # blocks 0 and 1 (units 0..31) are shared
+    assert ha[2:] != hb[2:] and all(x != y for x, y in zip(ha[2:], hb[2:]))  # a chained hash differs from there on
+
+
+@pytest.mark.parametrize("layout", ["shared", "per-role"])
+def test_the_prefix_cache_serves_what_the_layout_shares(layout):
+    # The reasoner's request, then a judge's of the same step, on a cold simulated server: the judge's cached
+    # tokens are the full blocks of the units both requests begin with. In the shared layout that is the system
+    # message, the image's 1,280 tokens, the question and the steps; in the per-role layout nothing (the system
+    # messages differ from their first word on).
+    state = verdict.State("Is the mug left of the laptop?", (Image.new("RGB", (32, 32), "red"),), ("A mug.",))
+    reasoner = role_messages("reasoner", state, layout)
+    judge = role_messages("visual", state, layout, step="The mug is left.", reply="Score: <a digit>")
+    a, b = prompt_units(reasoner, 1280), prompt_units(judge, 1280)
+    common = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    sim = SimulatedServer(LatencyModel(time_scale=0.0))
+    first = sim({"messages": reasoner, "stop": ["\n\n"], "n": 3}, "/v1/chat/completions")
+    second = sim({"messages": judge}, "/v1/chat/completions")
+    assert first["usage"]["prompt_tokens_details"] == {"cached_tokens": 0} and first["usage"]["prompt_tokens"] == len(a)
+    assert second["usage"]["prompt_tokens_details"] == {"cached_tokens": common // BLOCK * BLOCK}
+    if layout == "shared":  # through the last previous step, and the first word of both roles' instructions
+        assert a[common - 4:common] == ["A", "mug", ".", "You"] and common > 1280
+    else:
+        assert a[:common] == ["<system>", "You"]  # then each role's own instructions: "You answer", "You are"
+    again = sim({"messages": judge}, "/v1/chat/completions")["usage"]  # everything but a last partial block
+    assert again["prompt_tokens_details"]["cached_tokens"] == len(b) // BLOCK * BLOCK
+    sim.reset()
+    assert sim({"messages": judge}, "/v1/chat/completions")["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+
+
+def test_simulated_replies_parse_in_every_format_and_agree_at_the_final_step():
+    lm = LatencyModel(time_scale=0.0)
+    with LoopbackServer(SimulatedServer(lm, final_at=1)) as srv:
+        client = Client(srv.url, "sim")
+        state = verdict.State("Which is it? A. x B. y")
+        cands = judges.Reasoner(client)(state, 3)
+        assert len(set(cands)) == 3
+        assert judges.Reasoner(client)(state.extend(cands[0]), 3) == ["Final answer: B"] * 3  # the same string
+        for fmt in ("json", "text", "digit"):
+            for score_only in (False, True):
+                for j in judges.make_judges(client, score_only=score_only, fmt=fmt):
+                    s = j(state, cands[0])
+                    assert 0.5 <= s <= 1 and j.counts["retries"] == 0
+        schemas = [r.body["response_format"] for r in srv.requests if "response_format" in (r.body or {})]
+        assert len(schemas) == 3 * 2  # the json format's calls, each answered under its schema (no retry above)
+
+
+def test_sim_reply_lengths():
+    lm = LatencyModel()
+    explain = {"messages": [{"role": "user", "content": "x"}], "response_format": {"json_schema": {"schema": {
+        "properties": {"reason": {}, "score": {}}}}}}
+    short = {"messages": [{"role": "user", "content": "x"}], "response_format": {"json_schema": {"schema": {
+        "properties": {"score": {}}}}}}
+    assert simserver.sim_reply(explain, lm, 3)[1] == lm.rationale_tokens and simserver.sim_reply(short, lm, 3)[1] == 6
+    (text,), _ = simserver.sim_reply(short, lm, 3)
+    assert set(json.loads(text)) == {"score"}
