@@ -19,7 +19,6 @@ premises) are grounding.py.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import re
@@ -31,10 +30,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 import verdict
-from client import Client, text_of
+from client import Client, EndpointError, Parser, text_of
 from layout import check_layout, load_prompt, role_messages  # noqa: F401 (answers.py reads load_prompt here)
 from scores import (EXPLAIN, FOLLOW_UP, FORMATS, JSON_EXPLAIN, JSON_FOLLOW_UP, JSON_SCORE_ONLY, SCALE, SCORE_ONLY,
-                    JudgeFormat, fence, json_score, logprob_score, parse_score, response_format, score_schema)
+                    JudgeFormat, digit_probs, fence, json_score, logprob_score, parse_score, response_format,
+                    score_schema)
 
 STOP = ["\n\n", "\nStep "]  # one candidate = one step: it ends at a blank line or a new "Step" label
 
@@ -126,8 +126,9 @@ class Judge:
     the follow-up) and abstains with NaN if that fails too. json and digit also ask for top_logprobs (0: not
     at all) and compute the probability-weighted score (logprob_score) beside the sampled one: ŝ is the
     sampled score, or with weighted=True the weighted one where the server returned logprobs. scores() gives
-    both for any call made. `counts` tallies calls, replies, parsed replies, retries and abstentions. An
-    endpoint that fails raises EndpointError: a failed request is an error, not an abstention.
+    both, and the digits' share of the list, for any call made. `counts` tallies calls, replies, parsed
+    replies, retries and abstentions. An endpoint that fails raises EndpointError: a failed request is an
+    error, not an abstention.
     `grounding` (a grounding.Grounding) adds the per-question evidence of the SGV and EVPV modes at the
     prompt's {evidence}, and gates the visual judge's score; None is plain VERDICT.
     """
@@ -148,7 +149,7 @@ class Judge:
                              f"{grounding.mode.name!r} could not show the judge its evidence")
         self._lock = threading.Lock()
         self._counts = dict(calls=0, replies=0, parsed=0, retries=0, abstentions=0)
-        self._scores: dict = {}  # (question, previous steps, step) -> (sampled, weighted)
+        self._scores: dict = {}  # (question, previous steps, step) -> (sampled, weighted, digit mass)
 
     def __repr__(self) -> str:
         return f"Judge({self.name!r}, fmt={self.format.requested!r}, score_only={self.score_only}, weighted={self.weighted})"
@@ -159,9 +160,10 @@ class Judge:
             return dict(self._counts)
 
     def scores(self, question: str, steps: Sequence[str], step: str) -> tuple:
-        """(sampled, weighted) of this judge's call on `step` after `steps`, NaN where there is none."""
+        """(sampled, weighted, the digits' share of the score token's top_logprobs) of this judge's call on `step`
+        after `steps`, NaN where there is none (the share too, where there is no weighted score)."""
         with self._lock:
-            return self._scores.get((question, tuple(steps), step), (math.nan, math.nan))
+            return self._scores.get((question, tuple(steps), step), (math.nan,) * 3)
 
     def params(self, fmt: str) -> tuple:
         """(the request's parameters, the follow-up's) for format fmt."""
@@ -174,17 +176,19 @@ class Judge:
         return params, params if fmt == "json" else {**params, "max_tokens": 16}
 
     def _read(self, response: dict, fmt: str, step: str) -> tuple:
-        """(sampled, weighted) from a response; ValueError saying why when it holds no valid score."""
+        """(sampled, weighted, digit mass) from a response; ValueError saying why when it holds no valid score."""
         choice = response["choices"][0]
         text = choice["message"]["content"]
         if fmt == "json":
             s = json_score(text, self.score_only)
         elif math.isnan(s := parse_score(text, "unit" if fmt == "text" else "digit", step)):
             raise ValueError("no valid score line")
-        return s, logprob_score(choice.get("logprobs"), fmt, step) if fmt != "text" else math.nan
+        weighted = logprob_score(choice.get("logprobs"), fmt, step) if fmt != "text" else math.nan
+        mass = math.nan if math.isnan(weighted) else float(digit_probs(choice.get("logprobs"), fmt, step).sum())
+        return s, weighted, mass
 
     def _ask(self, state: verdict.State, step: str, fmt: str) -> tuple:
-        """((sampled, weighted) or None when both replies were unreadable, how many replies it took)."""
+        """((sampled, weighted, digit mass) or None when both replies were unreadable, how many replies it took)."""
         if fmt == "json":
             reply = JSON_SCORE_ONLY if self.score_only else JSON_EXPLAIN
             follow_up = lambda reason: JSON_FOLLOW_UP.format(reason=reason)
@@ -200,13 +204,13 @@ class Judge:
 
     def __call__(self, state: verdict.State, step: str) -> float:
         value, tries = self.format.run(lambda fmt: self._ask(state, step, fmt))  # json, or text once refused
-        sampled, weighted = (math.nan, math.nan) if value is None else value  # unreadable twice: abstain
+        sampled, weighted, mass = (math.nan,) * 3 if value is None else value  # unreadable twice: abstain
         s = weighted if self.weighted and not math.isnan(weighted) else sampled
         with self._lock:
             c = self._counts
             c["calls"], c["replies"], c["retries"] = c["calls"] + 1, c["replies"] + tries, c["retries"] + tries - 1
             c["parsed"], c["abstentions"] = c["parsed"] + (not math.isnan(s)), c["abstentions"] + math.isnan(s)
-            self._scores[state.question, tuple(state.steps), step] = (sampled, weighted)
+            self._scores[state.question, tuple(state.steps), step] = (sampled, weighted, mass)
         return s if self.grounding is None else self.grounding.gated(self.name, state, step, s)
 
 
@@ -260,43 +264,66 @@ def thread_map(k: int) -> Callable:
 def survey(client: Client, fmt: str, k: int = 10, concurrency: int = 4, **judge_kwargs) -> dict:
     """The three judges in format fmt on k arithmetic questions, each with a right and a wrong step (6k calls):
     the share of calls that gave a score ("scored", after the follow-up) and that needed no follow-up ("first"),
-    judge tokens per call (prompt + completion; completion alone), the mean ŝ of right and of wrong steps, and the
-    format's record. It measures the reply format on a real server, not the quality of the judgements."""
+    judge tokens per call (prompt + completion; completion alone), the mean ŝ of right and of wrong steps, how
+    many calls have a probability-weighted score ("weighted") and the lowest share of the score token's
+    top_logprobs that the digits held in those ("mass"), and the format's record. It measures the reply format
+    on a real server, not the quality of the judgements."""
     items = []  # (question, step, is the step right?)
     for i in range(k):
         a, b, d = 12 + 7 * i, 5 + 3 * i, 1 + i % 3
         q = f"What is {a} + {b}?\nA. {a + b}\nB. {a + b + d}"
-        items += [(q, f"{a} + {b} = {a + b}, so the answer is A.", True), (q, f"{a} + {b} = {a + b + d}, so the answer is B.", False)]
+        items += [(q, f"{a} + {b} = {a + b}, so the answer is A.", True),
+                  (q, f"{a} + {b} = {a + b + d}, so the answer is B.", False)]
     calls = [(j, q, c, right) for j in make_judges(client, fmt=fmt, **judge_kwargs) for q, c, right in items]
     before = client.usage
-    s = np.array(thread_map(concurrency)(lambda x: x[0](verdict.State(x[1]), x[2]), calls))     # [6k]
+    s = np.array(thread_map(concurrency)(lambda x: x[0](verdict.State(x[1]), x[2]), calls))      # [6k]
     used = {key: client.usage[key] - before[key] for key in ("prompt_tokens", "completion_tokens")}
-    right = np.array([x[3] for x in calls])                                                     # [6k]
+    right = np.array([x[3] for x in calls])                                                      # [6k]
+    mass = np.array([j.scores(q, (), c)[2] for j, q, c, _ in calls])                             # [6k], NaN: none
     mean = lambda v: float(v[~np.isnan(v)].mean()) if (~np.isnan(v)).any() else math.nan
     retries = sum(j.counts["retries"] for j in {x[0] for x in calls})
     return {"calls": len(calls), "scored": float((~np.isnan(s)).mean()), "first": 1 - retries / len(calls),
             "tokens": sum(used.values()) / len(calls), "completion": used["completion_tokens"] / len(calls),
-            "right": mean(s[right]), "wrong": mean(s[~right]), **calls[0][0].format.record()}
+            "right": mean(s[right]), "wrong": mean(s[~right]),
+            "weighted": int((~np.isnan(mass)).sum()),
+            "mass": float(np.nanmin(mass)) if (~np.isnan(mass)).any() else math.nan, **calls[0][0].format.record()}
+
+
+def _model_name(client: Client) -> str:
+    """The served model's name from GET /models (its file name, for llama-server), else the one we send."""
+    try:
+        return os.path.basename(client.session.get(client.base_url + "/models", timeout=30).json()["data"][0]["id"])
+    except (OSError, ValueError, LookupError, TypeError):  # requests' errors are OSErrors
+        return client.model
 
 
 def main(argv=None) -> int:
     """python judges.py URL [URL ...]: survey() of every format at each server, as one markdown table."""
-    p = argparse.ArgumentParser(prog="judges.py", description="Parse rate and tokens per judge call of each format.")
+    p = Parser(prog="judges.py", description="Parse rate and tokens per judge call of each reply format.")
     p.add_argument("url", nargs="+", help="OpenAI-compatible endpoints, e.g. http://127.0.0.1:8080/v1")
     p.add_argument("--formats", default=",".join(FORMATS), help=f"formats to measure ({','.join(FORMATS)})")
     p.add_argument("--k", type=int, default=10, help="questions, each with a right and a wrong step (10)")
     p.add_argument("--model", default="default", help="the model name sent (llama-server serves its one model)")
     args = p.parse_args(argv)
-    print("| model | format | calls | scored | scored at once | tokens/call | completion tokens/call | mean ŝ right / wrong |")
-    print("|---|---|---:|---:|---:|---:|---:|---|")
+    formats = args.formats.split(",")
+    if not set(formats) <= set(FORMATS) or args.k < 1:
+        p.error(f"need --formats from {','.join(FORMATS)} and --k >= 1, got {args.formats!r} and {args.k}")
+    num = lambda x, f: "—" if math.isnan(x) else format(x, f)
+    print("| model | format | judge calls | scored | scored at the first reply | tokens/call | completion tokens/call | "
+          "mean ŝ, right / wrong steps | calls with a weighted score | digits' least share of its token's top_logprobs |")
+    print("|---|---|---:|---:|---:|---:|---:|---|---:|---:|")
     for url in args.url:
         client = Client(url, args.model, timeout=600.0)
-        model = os.path.basename(client.session.get(url.rstrip("/") + "/models", timeout=30).json()["data"][0]["id"])
-        for fmt in args.formats.split(","):
-            r = survey(client, fmt, args.k)
+        for fmt in formats:
+            try:
+                r = survey(client, fmt, args.k)
+            except EndpointError as e:
+                print(f"judges.py: error: {e}", file=sys.stderr)
+                return 2
             used = fmt if r["fallback"] is None else f"{fmt} (fell back to text at call {r['fallback']['at_call']})"
-            print(f"| {model} | {used} | {r['calls']} | {r['scored']:.1%} | {r['first']:.1%} | {r['tokens']:.0f} | "
-                  f"{r['completion']:.1f} | {r['right']:.2f} / {r['wrong']:.2f} |", flush=True)
+            print(f"| {_model_name(client)} | {used} | {r['calls']} | {r['scored']:.1%} | {r['first']:.1%} | "
+                  f"{r['tokens']:.0f} | {r['completion']:.1f} | {num(r['right'], '.2f')} / {num(r['wrong'], '.2f')} | "
+                  f"{r['weighted']} | {num(r['mass'], '.2f')} |", flush=True)
     return 0
 
 

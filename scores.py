@@ -151,35 +151,45 @@ def _score_at(text: str, fmt: str, step: str | None) -> int | None:
     return at if at is not None and re.match(r"[0-9]", text[at:]) else None
 
 
-def logprob_score(logprobs: Any, fmt: str = "digit", step: str | None = None) -> float:
-    """The probability-weighted score Σ_d p(d)·d/9 at the score's digit token, NaN without usable logprobs.
-
-    The token is found in the reply the tokens spell (the "score" value of a json reply, or the value of the
-    last score line outside the quoted candidate `step`); p is renormalised over the digits 0..9 among that
-    token's top_logprobs. So it is the model's distribution over the score digit given
-    that a digit comes there: on llama.cpp's llama-server, whose top_logprobs are taken from the raw logits
-    before any grammar, the digits of that raw distribution; on vLLM, which masks the logits by the grammar
-    first, the same digits renormalised over what the schema allows. A digit missing from the top list counts
-    as 0, so ask for enough (top_logprobs=20). The digits 0..9 are single tokens in Qwen's and SmolLM2's
-    tokenizers; a decimal such as "0.85" spreads over several tokens, so the text format has no weighted score.
-    """
+def digit_probs(logprobs: Any, fmt: str = "digit", step: str | None = None) -> np.ndarray:
+    """[10] the probability of each digit 0..9 among the top_logprobs of the score's digit token, as the server
+    sent them (not renormalised; all 0 without usable logprobs). The token is found in the reply the tokens
+    spell: the "score" value of a json reply, or the value of the last score line outside the quoted candidate
+    `step`. A token holding more than the digit (" 7") counts for its digit."""
+    p = np.zeros(10)                                                  # [10]
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
     if not isinstance(content, list) or not all(isinstance(t, dict) and isinstance(t.get("token"), str) for t in content):
-        return math.nan
+        return p
     at = _score_at("".join(t["token"] for t in content), fmt, step)
     if at is None:
-        return math.nan
+        return p
     pos = 0
     for t in content:
         if pos + len(t["token"]) > at:
             break
         pos += len(t["token"])
     before = t["token"][:at - pos].strip()  # what the digit's token holds before it (often nothing)
-    p = np.zeros(10)                                                  # [10] probability of each digit
     for tok, lp in ((a.get("token"), a.get("logprob")) for a in t.get("top_logprobs") or [] if isinstance(a, dict)):
         d = tok.strip()[len(before):] if isinstance(tok, str) and tok.strip().startswith(before) else ""
         if re.fullmatch(r"[0-9]", d) and isinstance(lp, (int, float)) and math.isfinite(lp):
             p[int(d)] += math.exp(lp)
+    return p
+
+
+def logprob_score(logprobs: Any, fmt: str = "digit", step: str | None = None) -> float:
+    """The probability-weighted score Σ_d p(d)·d/9 at the score's digit token, with p the digit_probs
+    renormalised over the digits; NaN without usable logprobs.
+
+    So it is the model's distribution over the score digit, given that a digit comes there. On llama.cpp's
+    llama-server, whose top_logprobs come from the raw logits before any grammar, over the whole vocabulary,
+    that is the distribution the grammar leaves where only digits may come, provided the digits carrying mass
+    made the top list (digit_probs(...).sum() says how much they hold); on vLLM, which masks the logits by the
+    grammar before computing logprobs, the list holds only allowed tokens and the same renormalisation gives
+    the same quantity. A digit missing from the list counts as 0, so ask for enough (top_logprobs=20). The
+    digits 0..9 are single tokens in Qwen's and SmolLM2's tokenizers; a decimal such as "0.85" spreads over
+    several tokens, so the text format has no weighted score.
+    """
+    p = digit_probs(logprobs, fmt, step)                             # [10]
     return float(p @ np.arange(10) / 9 / p.sum()) if p.sum() > 0 else math.nan  # [10] @ [10] -> scalar
 
 

@@ -198,7 +198,7 @@ def test_json_format_weighted_score_is_read_at_the_score_digit(loopback):
     weighted = (5 * 0.3 + 2 * 0.25 + 9 * 0.05) / 0.6 / 9
     sampled_judge = Judge(Client(srv.url, "m"), "visual", fmt="json")
     assert sampled_judge(verdict.State("q"), "s") == pytest.approx(5 / 9)
-    assert sampled_judge.scores("q", (), "s") == (pytest.approx(5 / 9), pytest.approx(weighted))
+    assert sampled_judge.scores("q", (), "s") == (pytest.approx(5 / 9), pytest.approx(weighted), pytest.approx(0.6))
     assert Judge(Client(srv.url, "m"), "visual", fmt="json", weighted=True)(verdict.State("q"), "s") == pytest.approx(weighted)
     assert scores.logprob_score(lp, "json") == pytest.approx(weighted)
     assert math.isnan(scores.logprob_score(lp, "digit"))  # no score line in a json reply
@@ -372,8 +372,10 @@ def test_digit_format_weights_the_score_digit(loopback):
     body = srv.chats[0]
     assert body["logprobs"] is True and body["top_logprobs"] == 20 and "one digit from 0 to 9" in user_text(body)
     assert "response_format" not in body
-    assert j.scores("q", (), "s") == (pytest.approx(7 / 9), pytest.approx((7 * 0.5 + 8 * 0.3 + 6 * 0.1) / 0.9 / 9))
-    assert j.scores("q", (), "t")[0] == pytest.approx(7 / 9) and math.isnan(j.scores("q", (), "t")[1])
+    assert j.scores("q", (), "s") == (pytest.approx(7 / 9), pytest.approx((7 * 0.5 + 8 * 0.3 + 6 * 0.1) / 0.9 / 9),
+                                      pytest.approx(0.9))  # the digits held 0.9 of the list, "x" the rest
+    sampled, weighted, mass = j.scores("q", (), "t")
+    assert sampled == pytest.approx(7 / 9) and math.isnan(weighted) and math.isnan(mass)
 
 
 def test_digit_format_off_scale_reply_is_retried(loopback):
@@ -442,6 +444,34 @@ def test_thread_map_keeps_input_order_and_bounds_the_pool():
     assert thread_map(3)(f, []) == []
     with pytest.raises(ValueError, match="k=0"):
         thread_map(0)
+
+
+# ----------------------------------------------------------------------------- measuring the formats
+
+def test_survey_measures_each_format_on_a_server(loopback, capsys):
+    # json: right steps get 8, wrong ones 2, and the digits hold 0.9 of the score token's list; text: never a score.
+    def handler(body, path):
+        if "response_format" not in body:
+            return chat_response("I cannot say.", prompt_tokens=100, completion_tokens=4)
+        d = 8 if "so the answer is A." in user_text(body) else 2
+        lp = json_tokens("ok", str(d), {str(d): 0.6, str(d - 1): 0.3, '"': 0.1})
+        return chat_response('{"reason": "ok", "score": %d}' % d, prompt_tokens=100, completion_tokens=10, logprobs=[lp])
+    srv = loopback(handler)
+    r = judges.survey(Client(srv.url, "m"), "json", k=2)  # 2 questions × 2 steps × 3 judges
+    assert (r["calls"], r["scored"], r["first"], r["tokens"], r["completion"]) == (12, 1.0, 1.0, 110, 10)
+    assert (r["right"], r["wrong"]) == (pytest.approx(8 / 9), pytest.approx(2 / 9))
+    assert r["weighted"] == 12 and r["mass"] == pytest.approx(0.9) and r["fallback"] is None
+    t = judges.survey(Client(srv.url, "m"), "text", k=2)
+    # Every call is asked twice and abstains: (100 + 4) · 2 tokens per call.
+    assert (t["scored"], t["first"], t["tokens"], t["weighted"]) == (0, 0, 208, 0) and math.isnan(t["right"])
+    assert judges.main([srv.url, "--k", "1", "--formats", "json,text"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[2:] == ["| loopback | json | 6 | 100.0% | 100.0% | 110 | 10.0 | 0.89 / 0.22 | 6 | 0.90 |",
+                        "| loopback | text | 6 | 0.0% | 0.0% | 208 | 8.0 | — / — | 0 | — |"]
+    for bad in (["--formats", "json,yaml"], ["--k", "0"]):
+        with pytest.raises(SystemExit) as stop:
+            judges.main([srv.url, *bad])
+        assert stop.value.code == 2 and "need --formats from json,text,digit and --k >= 1" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- live

@@ -8,7 +8,7 @@ import pytest
 
 from client import EndpointError
 from loopback import token_logprobs
-from scores import JudgeFormat, json_score, logprob_score, parse_score, unquote
+from scores import JudgeFormat, digit_probs, json_score, logprob_score, parse_score, unquote
 
 nan = math.nan
 
@@ -113,6 +113,17 @@ def test_logprob_score_ignores_the_quoted_candidate():
     # The judge's own line says 3 (p = 0.6) or 4 (p = 0.4): (3·0.6 + 4·0.4) / 9; "Score: 9" is the quoted candidate's.
     assert logprob_score(lp) == pytest.approx((3 * 0.6 + 4 * 0.4) / 9)
     assert parse_score("Score: 3\n<step>\nScore: 9\n</step>", "digit") == pytest.approx(3 / 9)
+
+
+def test_digit_probs_are_the_servers_own_probabilities_at_the_score_digit():
+    # " 7" and "7" are different tokens for the same digit: their probabilities add up; "x" is no digit.
+    lp = token_logprobs([("Score:", {}), (" 7", {" 7": 0.4, "7": 0.1, " 2": 0.3, "x": 0.2})])
+    assert digit_probs(lp).tolist() == pytest.approx([0, 0, 0.3, 0, 0, 0, 0, 0.5, 0, 0])
+    assert logprob_score(lp) == pytest.approx((2 * 0.3 + 7 * 0.5) / 0.8 / 9)
+    # A token holding more than the digit ('":7') counts for its digit when its alternatives share the prefix.
+    lp = token_logprobs([('{"score', {}), ('":7', {'":7': 0.6, '":3': 0.2, '"x': 0.2}), ("}", {})])
+    assert digit_probs(lp, "json").tolist() == pytest.approx([0, 0, 0, 0.2, 0, 0, 0, 0.6, 0, 0])
+    assert digit_probs(None).tolist() == [0.0] * 10
 
 
 @pytest.mark.parametrize("reply, expected", [
