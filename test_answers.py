@@ -85,6 +85,7 @@ def test_extract_names_how(text, expected):
     ("[2008, 2007]", "[2007, 2008]", Value("list"), False),
     ("none", "14", Value("integer"), None),
     ("15", "14", Value("integer"), False),
+    ("14", "fourteen", Value("integer"), False),       # an answer that is no number matches nothing
     ("1.4", "1.45", Value("float"), False),            # 1.40 against 1.45 at the answer's 2 decimals
     ("1e999", "1e999", Value("float"), False),         # overflows to inf: an infinite value matches nothing
     ("7.1 m^2", "7.1", Value("float", 1, "m^2"), True),  # the unit goes first, so its 2 is no second number
@@ -93,7 +94,7 @@ def test_extract_names_how(text, expected):
     ("**Yes**", "yes", Value("text"), True),
     ("\\boxed{yes}", "yes", Value("text"), True),
     ("[red,blue]", "[red, blue]", Value("list"), True),  # not Python literals: split at the commas
-    ("X, Y, Z", "[x, y, z]", Value("list"), True),     # point names, without brackets
+    ("[x, y, z]", "X, Y, Z", Value("list"), True),     # point names, the answer without brackets
     ("[1.50, 2]", "[1.5, 2]", Value("list"), True),    # literal numbers compare as numbers
     ("2007", "[2007]", Value("list"), False),          # one number is not a list
     ("2008", "2007", Value("list"), False),            # two values that are no lists never match
@@ -120,6 +121,12 @@ def test_read_value_gives_the_value_as_text(text, value, pred):
 
 def mcq_item(answer="B"):
     return Item("MMStar", "7", 8, "Question: Which pet?\nOptions:\nA. cat\nB. dog", (("A", "cat"), ("B", "dog")), answer)
+
+
+def test_a_multiple_choice_item_is_scored_by_its_letter():
+    assert answers.score(mcq_item(), "B. dog") == ("B", "letter", True)
+    assert answers.score(mcq_item(), "the cat") == ("A", "text", False)
+    assert answers.score(mcq_item(), "Cannot determine the answer") == (None, "declined", False)
 
 
 def test_extraction_model_tries_hotter_until_it_can_read_a_letter(loopback):
