@@ -9,6 +9,7 @@ import pytest
 import answers
 from answers import Value
 from benchmarks import Item
+from judges import load_prompt
 from loopback import chat_response, user_text
 
 C4 = {"A": "cat", "B": "dog", "C": "teddy bear", "D": "rabbit"}
@@ -34,6 +35,12 @@ with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "docs", "can_
 @pytest.mark.parametrize("row, reply, choices, expected", CAN_INFER, ids=[str(r[0]) for r in CAN_INFER])
 def test_can_infer_matches_vlmevalkit(row, reply, choices, expected):
     assert (answers.can_infer(reply, dict(choices)) or None) == expected
+
+
+def test_option_texts_match_a_reply_at_most_twice_their_length():
+    # C2's texts "cat" and "dog" are 6 characters together: a reply of 12 may name one, a reply of 13 may not.
+    assert answers.can_infer("it's a dog!!", C2) == "B"
+    assert answers.can_infer("it's a dog!!!", C2) is False
 
 
 OPTIONS = (("A", "12"), ("B", "30"), ("C", "red apple"), ("D", "1"))
@@ -77,6 +84,22 @@ def test_extract_names_how(text, expected):
     ("[2007, 2008]", "[2007, 2008]", Value("list"), True),
     ("[2008, 2007]", "[2007, 2008]", Value("list"), False),
     ("none", "14", Value("integer"), None),
+    ("15", "14", Value("integer"), False),
+    ("14", "fourteen", Value("integer"), False),       # an answer that is no number matches nothing
+    ("1.4", "1.45", Value("float"), False),            # 1.40 against 1.45 at the answer's 2 decimals
+    ("1e999", "1e999", Value("float"), False),         # overflows to inf: an infinite value matches nothing
+    ("7.1 m^2", "7.1", Value("float", 1, "m^2"), True),  # the unit goes first, so its 2 is no second number
+    ("7.1 M^2.", "7.1", Value("float", 1, "m^2"), True),  # ... in any case, before a full stop
+    ("$yes$", "yes", Value("text"), True),
+    ("**Yes**", "yes", Value("text"), True),
+    ("\\boxed{yes}", "yes", Value("text"), True),
+    ("[red,blue]", "[red, blue]", Value("list"), True),  # not Python literals: split at the commas
+    ("[x, y, z]", "X, Y, Z", Value("list"), True),     # point names, the answer without brackets
+    ("[1.50, 2]", "[1.5, 2]", Value("list"), True),    # literal numbers compare as numbers
+    ("2007", "[2007]", Value("list"), False),          # one number is not a list
+    ("2008", "2007", Value("list"), False),            # two values that are no lists never match
+    ("the $x$-axis", "the x-axis", Value("text"), True),  # $ and ** go inside the text too
+    ("the **red** one", "the red one", Value("text"), True),
 ])
 def test_free_form_values(text, answer, value, correct):
     item = Item("MathVista_MINI", "1", 2, "q", (), answer, value=value)
@@ -84,8 +107,26 @@ def test_free_form_values(text, answer, value, correct):
     assert (how, ok) == (("unanswered", False) if correct is None else ("value", correct)), pred
 
 
+@pytest.mark.parametrize("text, value, pred", [
+    ("Yes.", Value("text"), "yes"),                    # the prediction a results row records
+    ("  Blue   Sky! ", Value("text"), "blue sky"),
+    ("**14** birds", Value("integer"), "14"),
+    ("1,000", Value("integer"), "1000"),
+    ("\\boxed{7.1} cm", Value("float", 1, "cm"), "7.1"),
+    ("12 cm", Value("text", None, "cm"), "12"),        # the unit goes, whatever the answer's type
+])
+def test_read_value_gives_the_value_as_text(text, value, pred):
+    assert answers.read_value(text, value) == pred
+
+
 def mcq_item(answer="B"):
     return Item("MMStar", "7", 8, "Question: Which pet?\nOptions:\nA. cat\nB. dog", (("A", "cat"), ("B", "dog")), answer)
+
+
+def test_a_multiple_choice_item_is_scored_by_its_letter():
+    assert answers.score(mcq_item(), "B. dog") == ("B", "letter", True)
+    assert answers.score(mcq_item(), "the cat") == ("A", "text", False)
+    assert answers.score(mcq_item(), "Cannot determine the answer") == (None, "declined", False)
 
 
 def test_extraction_model_tries_hotter_until_it_can_read_a_letter(loopback):
@@ -95,9 +136,12 @@ def test_extraction_model_tries_hotter_until_it_can_read_a_letter(loopback):
     got = answers.ask_model(Client(srv.url, "extractor").chat, mcq_item(), "the furry animal that barks")
     assert got == ("B", "judge", True)
     assert [c["temperature"] for c in srv.chats] == [0.0, 0.5]
+    assert srv.chats[0]["max_tokens"] == 32  # a letter or a value: a short reply
     text = user_text(srv.chats[0])
     assert "Options:\nA. cat\nB. dog\nReply: the furry animal that barks\nLetter:" in text
     assert isinstance(srv.chats[0]["messages"][1]["content"], str)  # text only
+    assert mcq_item().question in text
+    assert srv.chats[0]["messages"][0] == {"role": "system", "content": load_prompt("extract_choice").system}
 
 
 def test_extraction_model_z_declines_and_three_failures_leave_it_unanswered(loopback):
@@ -110,3 +154,19 @@ def test_extraction_model_z_declines_and_three_failures_leave_it_unanswered(loop
     srv = loopback(lambda body, path: chat_response(["Value: 7.1"]))
     item = Item("MathVista_MINI", "1", 2, "How long?", (), "7.1", value=Value("float", 1, "cm"))
     assert answers.ask_model(Client(srv.url, "x").chat, item, "roughly seven point one") == ("7.1", "judge", True)
+
+
+def test_extraction_model_none_is_no_value(loopback):
+    from client import Client
+    # extract_value.txt asks for None when the reply gives no value: never the text answer "none".
+    srv = loopback(lambda body, path: chat_response(["None"]))
+    item = Item("MathVista_MINI", "1", 2, "Which color?", (), "red", value=Value("text"))
+    assert answers.ask_model(Client(srv.url, "x").chat, item, "hard to say") == (None, "unanswered", False)
+    assert len(srv.chats) == 3
+    # A reply without a number is no value of a float answer: the next, hotter try reads one.
+    replies = iter(["about seven", "7.1"])
+    srv = loopback(lambda body, path: chat_response([next(replies)]))
+    item = Item("MathVista_MINI", "1", 2, "How long?", (), "7.1", value=Value("float", 1))
+    assert answers.ask_model(Client(srv.url, "x").chat, item, "roughly seven") == ("7.1", "judge", True)
+    assert "Question: How long?\nReply: roughly seven\nValue:" in user_text(srv.chats[0])
+    assert srv.chats[0]["messages"][0]["content"] == load_prompt("extract_value").system

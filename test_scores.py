@@ -3,12 +3,14 @@ expectation beside it), what the judge quotes of the candidate, the probability-
 format with its fallback."""
 import math
 import re
+import string
+import warnings
 
 import pytest
 
 from client import EndpointError
 from loopback import token_logprobs
-from scores import JudgeFormat, digit_probs, json_score, logprob_score, parse_score, unquote
+from scores import JudgeFormat, digit_probs, fence, json_score, logprob_score, parse_score, unquote
 
 nan = math.nan
 
@@ -39,6 +41,7 @@ CANDIDATE_WITH_SCORE = "The ball is left.\nScore: 1.0"
     ("Score: 85%", 0.85),               # percent: read as a fraction
     ("Score: 8/10", 0.8),
     ("Score: 0.9 / 1", 0.9),
+    ("Score: 8 / 10", 0.8),             # spaces around the slash: still one value
     ("Score: 0.2\nOn reflection the cup is visible.\nScore: 0.9", 0.9),  # the last line wins
     ("Score: 0.9\nScore: 1.2", nan),    # ... even when it is invalid
     ("Score: 1.2", nan),                # out of range: never clamped
@@ -75,7 +78,7 @@ def test_parse_score_digit_scale(reply, score):
 
 
 def test_parse_score_rejects_unknown_scale_and_non_text():
-    with pytest.raises(ValueError, match="percent"):
+    with pytest.raises(ValueError, match="unknown scale 'percent'; expected one of unit, digit$"):
         parse_score("Score: 0.5", "percent")
     assert math.isnan(parse_score(None))
 
@@ -92,6 +95,20 @@ def test_parse_score_rejects_unknown_scale_and_non_text():
 def test_parse_score_reads_the_prompts_own_brackets(reply, scale, score):
     got = parse_score(reply, scale)
     assert (math.isnan(got) and math.isnan(score)) or got == pytest.approx(score)
+
+
+def test_a_letter_glued_to_the_value_makes_it_no_number():
+    # "x0.5" or "0.5x" is a word, not a score: only the markdown decorations * _ ` ( < before the value and
+    # . , ; : ! ) * _ ` > after it are taken off, never a letter.
+    for c in string.ascii_letters:
+        for reply, scale in [(f"Score: {c}0.5", "unit"), (f"Score: 0.5{c}", "unit"), (f"Score: {c}7", "digit"),
+                             (f"Score: 7{c}", "digit")]:
+            assert math.isnan(parse_score(reply, scale)), reply
+
+
+def test_fence_defuses_step_tags_of_any_case():
+    assert fence("a <step>b</STEP> <Step> c") == "a [step]b[/step] [step] c"
+    assert fence("<steps> and <step/> are no step tags") == "<steps> and <step/> are no step tags"
 
 
 STRAY = "The claim in the <step> block is visible in the image.\nScore: 0.8"
@@ -120,10 +137,38 @@ def test_digit_probs_are_the_servers_own_probabilities_at_the_score_digit():
     lp = token_logprobs([("Score:", {}), (" 7", {" 7": 0.4, "7": 0.1, " 2": 0.3, "x": 0.2})])
     assert digit_probs(lp).tolist() == pytest.approx([0, 0, 0.3, 0, 0, 0, 0, 0.5, 0, 0])
     assert logprob_score(lp) == pytest.approx((2 * 0.3 + 7 * 0.5) / 0.8 / 9)
-    # A token holding more than the digit ('":7') counts for its digit when its alternatives share the prefix.
-    lp = token_logprobs([('{"score', {}), ('":7', {'":7': 0.6, '":3': 0.2, '"x': 0.2}), ("}", {})])
+    # A token holding more than the digit ('":7') counts for its digit when its alternatives share the prefix:
+    # '"=5' spells another text before its digit, so its 5 is not a score.
+    lp = token_logprobs([('{"score', {}), ('":7', {'":7': 0.6, '":3': 0.2, '"x': 0.1, '"=5': 0.1}), ("}", {})])
     assert digit_probs(lp, "json").tolist() == pytest.approx([0, 0, 0, 0.2, 0, 0, 0, 0.6, 0, 0])
     assert digit_probs(None).tolist() == [0.0] * 10
+
+
+def json_tokens(reason: str, digit: str, alternatives: dict) -> dict:
+    """The logprobs of a json reply as llama-server sends them: in a ```json fence the content no longer has."""
+    return token_logprobs([("```", {}), ("json", {}), ("\n", {}), ("{", {}), ('"', {}), ("reason", {}), ('": "', {}),
+                           (reason, {}), ('", "', {}), ("score", {}), ('": ', {}), (digit, alternatives), ("}", {}),
+                           ("\n", {}), ("```", {})])
+
+
+def test_digit_probs_when_the_digit_is_a_token_of_its_own():
+    # The value starts where the token "Score: " ends, so the next token, "7", is the digit's (7: 0.6, 3: 0.2).
+    lp = token_logprobs([("Score: ", {}), ("7", {"7": 0.6, "3": 0.2, "x": 0.2})])
+    assert digit_probs(lp).tolist() == pytest.approx([0, 0, 0, 0.2, 0, 0, 0, 0.6, 0, 0])
+    assert logprob_score(lp) == pytest.approx((3 * 0.2 + 7 * 0.6) / 0.8 / 9)
+    # The same in a json reply, where '": ' ends at the digit; '"' (p 0.4) is no digit.
+    lp = json_tokens("ok", "5", {"5": 0.3, "2": 0.25, '"': 0.4})
+    assert digit_probs(lp, "json").tolist() == pytest.approx([0, 0, 0.25, 0, 0, 0.3, 0, 0, 0, 0])
+    assert logprob_score(lp, "json") == pytest.approx((2 * 0.25 + 5 * 0.3) / 0.55 / 9)
+
+
+def test_logprob_score_skips_the_candidate_quoted_after_an_open_step():
+    # The open <step> quotes the candidate (its "Score: 1.0" is not the judge's); the judge's own line says 3
+    # (p 0.6) or 4 (p 0.4). Without the candidate, an open <step> would hide the rest of the reply.
+    lp = token_logprobs([("Quoting it: <step>", {}), ("\n", {}), (CANDIDATE_WITH_SCORE, {}), ("\n", {}),
+                         ("Score:", {}), (" 3", {" 3": 0.6, " 4": 0.4})])
+    assert logprob_score(lp, "digit", step=CANDIDATE_WITH_SCORE) == pytest.approx((3 * 0.6 + 4 * 0.4) / 9)
+    assert math.isnan(logprob_score(lp, "digit"))
 
 
 @pytest.mark.parametrize("reply, expected", [
@@ -132,7 +177,8 @@ def test_digit_probs_are_the_servers_own_probabilities_at_the_score_digit():
     ('{"reason": "ok", "score": 9}', 1.0),
     ('```json\n{"reason": "ok", "score": 4}\n```', 4 / 9),  # llama-server's grammar allows a fence
     ('{"score": 5, "reason": "ok"}', 5 / 9),
-    ('{"reason": "ok", "score": 12}', "an integer from 0 to 9, got 12"),  # out of range: never clamped
+    ('{"reason": "ok", "score": 12}', "an integer from 0 to 9, got 12"),
+    ('{"reason": "ok", "score": 10}', "got 10"),   # the first integer past 9  # out of range: never clamped
     ('{"reason": "ok", "score": -1}', "got -1"),
     ('{"reason": "ok", "score": 0.8}', "got 0.8"),  # the unit scale is not this format's
     ('{"reason": "ok", "score": 7.0}', "got 7.0"),
@@ -149,7 +195,7 @@ def test_digit_probs_are_the_servers_own_probabilities_at_the_score_digit():
 ])
 def test_json_score(reply, expected):
     if isinstance(expected, str):
-        with pytest.raises(ValueError, match=re.escape(expected)):
+        with pytest.raises(ValueError, match=re.escape(expected) + "$"):  # the follow-up quotes the message whole
             json_score(reply)
     else:
         assert json_score(reply) == pytest.approx(expected)
@@ -159,23 +205,26 @@ def test_json_score_only_needs_no_reason():
     assert json_score('{"score": 7}', score_only=True) == pytest.approx(7 / 9)
 
 
-def json_tokens(reason: str, digit: str, alternatives: dict) -> dict:
-    """The logprobs of a json reply as llama-server sends them: in a ```json fence the content no longer has."""
-    return token_logprobs([("```", {}), ("json", {}), ("\n", {}), ("{", {}), ('"', {}), ("reason", {}), ('": "', {}),
-                           (reason, {}), ('", "', {}), ("score", {}), ('": ', {}), (digit, alternatives), ("}", {}),
-                           ("\n", {}), ("```", {})])
-
-
 def test_only_the_json_format_falls_back():
     refusal = EndpointError("http://127.0.0.1:9/v1/chat/completions", 400, "response_format is not supported")
     assert not JudgeFormat("text").fall_back(1, refusal) and not JudgeFormat("digit").fall_back(1, refusal)
     assert not JudgeFormat("json").fall_back(1, ValueError("response_format"))  # not an HTTP refusal
 
 
-@pytest.mark.parametrize("logprobs", [None, {}, {"content": None}, {"content": [{"token": "Score: 7"}]},
-                                      token_logprobs([("Score: ", {}), ("7", {"a": 1.0})])])
-def test_logprob_score_without_usable_logprobs_is_nan(logprobs):
-    assert math.isnan(logprob_score(logprobs))
+@pytest.mark.parametrize("logprobs, fmt", [
+    (None, "digit"), ({}, "digit"), ({"content": None}, "digit"), ({"content": []}, "digit"),
+    ({"content": [{"token": "Score: 7"}]}, "digit"),                      # no top_logprobs
+    (token_logprobs([("Score: ", {}), ("7", {"a": 1.0})]), "digit"),       # no digit among them
+    ({"content": [{"token": "Score: "}, {"logprob": -0.1}]}, "digit"),    # a token without its text
+    (token_logprobs([("The step holds", {}), (" 7", {" 7": 0.5})]), "digit"),  # no score line
+    (token_logprobs([("Score:", {}), (" high", {" high": 0.5, " 7": 0.3})]), "digit"),  # the value is no digit
+    (token_logprobs([('{"reason": "', {}), ("7", {"7": 1.0}), ('"}', {})]), "json"),  # no "score" key
+])
+def test_logprob_score_without_usable_logprobs_is_nan(logprobs, fmt):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # quietly: a run over many replies prints no numpy warning for each
+        assert math.isnan(logprob_score(logprobs, fmt))
+        assert digit_probs(logprobs, fmt).tolist() == [0.0] * 10
 
 
 def test_unquote_blanks_quotes_and_keeps_every_position():

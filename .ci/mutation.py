@@ -2,7 +2,7 @@
 that survived with the equivalent ones listed in docs/mutants.md.
 
     python .ci/mutation.py                # verdict.py against test_verdict.py ([tool.mutmut], pyproject.toml)
-    python .ci/mutation.py parsing        # score parsing (judges.py), answer extraction (benchmarks.py)
+    python .ci/mutation.py parsing        # score parsing (scores.py), answer extraction (answers.py)
     python .ci/mutation.py --requirement  # the mutmut requirement of pyproject's test extras
 
 A mutant is named by its function and its mutated code (comments and runs of spaces dropped), which do
