@@ -13,8 +13,9 @@ consensus, a step whose judges conflict (the paper's Proposition 1 vectors) so i
 dispersion, a step where the fallback ranking fires, and a step where the raw mean would choose
 differently from VERDICT. Live, the proposer and the three judges are real model calls (judges.py),
 optionally in the judge modes of the related papers (grounding.JudgeMode): SGV's self-grounded prior and
-EVPV's fact sheet, with its reliability gate; the trace's meta then holds the prior, the fact sheet (or
-"degraded") and the gate's checks, and one line sums up their extra calls and tokens.
+EVPV's fact sheet, with its reliability gate, and ReVISE's look again (zoom); the trace's meta then holds the
+prior, the fact sheet (or "degraded"), the gate's checks and the regions named, and one line sums up their
+extra calls and tokens.
 
 Every run prints a table per step, writes the trace (--trace, JSON, verdict.TRACE_FORMAT) and draws the
 decision plane (--plot, PNG): each candidate at (Δ*, s̄*), the acceptance region Δ* < ε, s̄* > τ shaded.
@@ -148,6 +149,9 @@ def mode_line(rec: dict) -> str:
     if "gate" in rec:
         rs = ", ".join("-" if e["r"] is None else f"{e['r']:.2f}" for e in rec["gate"])
         parts.append(f"{len(rec['gate'])} premise checks (r = {rs})")
+    if "zoom" in rec:
+        paths = [e["path"] if e["why"] is None else f"{e['path']} ({e['why']})" for e in rec["zoom"]]
+        parts.append(f"{len(rec['zoom'])} region requests ({', '.join(paths)})")
     return "; ".join(parts + [f"{rec['extra_calls']} extra calls, {rec['extra_tokens']} extra tokens"])
 
 
@@ -218,7 +222,8 @@ def parse_args(argv):
     p.add_argument("--max-steps", type=int, default=8, help="longest chain (8)")
     p.add_argument("--trace", default="verdict_trace.json", help="where to write the trace JSON")
     p.add_argument("--plot", default="verdict_decisions.png", help="where to draw the decision plane")
-    p.add_argument("--judge-mode", default="plain", help="live mode: prior (SGV), premises (EVPV), or prior,premises")
+    p.add_argument("--judge-mode", default="plain", help="live mode: prior (SGV), premises (EVPV), zoom (ReVISE's look "
+                   "again: the visual judge names regions and scores with their close-ups), or several: prior,premises")
     p.add_argument("--gate", action="store_true", help="with premises: EVPV's reliability gate on ŝ_V (+1 call per candidate)")
     p.add_argument("--mode-max-tokens", type=int, default=512, help="tokens per prior, fact-sheet, premise-check reply (512)")
     judges.add_format_arg(p)

@@ -9,8 +9,8 @@ Disagreement-Aware Consensus", ECCV 2026. This module implements the experiments
   verdict.select's rule differs;
 - the method section's fallback rate ("roughly 15% of steps"), beside the abstention, unanswered
   and stopped rates and the cost per item (model calls, tokens, seconds);
-- the judge modes of the related papers (grounding.JudgeMode: SGV's prior, EVPV's fact sheet and gate)
-  as further rows of the same table.
+- the judge modes of the related papers (grounding.JudgeMode: SGV's prior, EVPV's fact sheet and gate,
+  ReVISE's look again) as further rows of the same table.
 
     python evaluate.py --data MMStar.tsv --data mine.jsonl --base-url URL --model NAME --seeds 3 --out runs/x
 
@@ -22,13 +22,14 @@ reasoner of the same seed and Config(rule=r). All chains of one item run one aft
 thread against one response cache (--cache, default OUT/cache.sqlite), so wherever chains coincide
 they get the same candidates and scores, from the cache, with no new request.
 
-Judge modes. --judge-modes lists modes (plain, prior, premises, prior+premises, premises+gate, ...);
+Judge modes. --judge-modes lists modes (plain, prior, premises, prior+premises, premises+gate, zoom, ...);
 every judged rule runs in each, as a row named rule+mode: verdict, verdict+prior, verdict+premises,
 verdict+prior+premises. The reasoner's requests do not depend on the mode, so the cache gives a mode
 row the plain row's candidates wherever their chains coincide, and the rows differ only by the judges.
-Each row records the mode's extra calls and tokens (prior, fact sheet, premise checks; cached replies
-counted), its fact sheet's status (ok, retried or degraded) and its premise checks (gate_checks); its
-trace's meta holds the prior, the fact sheet and every check. The mode's JSON requests share the judges'
+Each row records the mode's extra calls and tokens (prior, fact sheet, premise checks, region requests;
+cached replies counted), its fact sheet's status (ok, retried or degraded), its premise checks
+(gate_checks), its region requests and how many of them sent close-ups (zoom_requests, zoomed); its
+trace's meta holds the prior, the fact sheet, every check and every region named. The mode's JSON requests share the judges'
 --judge-format: json sends their schemas in response_format.
 
 Answers are read from the final step: the text after "Final answer:" (trace.answer), or, for a chain
@@ -174,6 +175,8 @@ def run_chain(item: Item, seed: int, method: str, clients: ChainClients, setting
             "tokens": used["call_tokens"], "seconds": round(time.perf_counter() - t0, 3),
             "extra_calls": record["extra_calls"], "extra_tokens": record["extra_tokens"],
             "fact_sheet_status": record.get("fact_sheet_status"), "gate_checks": len(record.get("gate", [])),
+            "zoom_requests": len(record.get("zoom", [])),
+            "zoomed": sum(e["path"] == "zoom" for e in record.get("zoom", [])),
             "extract_calls": ex_calls, "extract_tokens": ex_tokens,
             "input": dict(item.fields), "trace": replace(trace, meta=meta).to_dict() if trace else None}, error
 
@@ -293,7 +296,7 @@ def parse_args(argv):
     p.add_argument("--score-only", action="store_true", help="judges reply with the score alone")
     judges.add_format_arg(p)
     p.add_argument("--judge-modes", default="plain", help="judge modes, comma-separated, each a row per judged rule: "
-                   "plain, prior (SGV), premises (EVPV), premises+gate, prior+premises, ... (plain)")
+                   "plain, prior (SGV), premises (EVPV), premises+gate, zoom (ReVISE), prior+premises, ... (plain)")
     p.add_argument("--mode-max-tokens", type=int, help="tokens per prior, fact-sheet, premise-check reply (512)")
     p.add_argument("--extract-model", help="a model that reads the final answers the rules cannot (off)")
     p.add_argument("--extract-base-url", help="its endpoint (default: --judge-base-url, else --base-url)")

@@ -130,7 +130,8 @@ class Judge:
     replies, retries and abstentions. An endpoint that fails raises EndpointError: a failed request is an
     error, not an abstention.
     `grounding` (a grounding.Grounding) adds the per-question evidence of the SGV and EVPV modes at the
-    prompt's {evidence}, and gates the visual judge's score; None is plain VERDICT.
+    prompt's {evidence}, gates the judges' scores, and in the zoom mode gives the visual judge close-ups of the
+    regions it named (just before its task); None is plain VERDICT.
     """
 
     def __init__(self, client: Client, name: str, max_tokens: int | None = None, score_only: bool = False,
@@ -196,8 +197,13 @@ class Judge:
             scale = SCALE["unit" if fmt == "text" else "digit"]
             reply = (SCORE_ONLY if self.score_only else EXPLAIN).format(scale=scale)
             follow_up = lambda reason: FOLLOW_UP.format(scale=scale)
-        evidence = self.grounding.evidence(self.name, state) if self.grounding is not None else ""
-        msgs = role_messages(self.name, state, self.layout, evidence, step=fence(step), reply=reply)
+        evidence, looks = "", ()
+        if self.grounding is not None:
+            evidence = self.grounding.evidence(self.name, state)
+            if self.grounding.mode.zoom and self.name == "visual":  # ReVISE's look again: close-ups of its regions
+                note, looks = self.grounding.look(state, step)
+                evidence += note
+        msgs = role_messages(self.name, state, self.layout, evidence, looks=looks, step=fence(step), reply=reply)
         value, responses, _ = ask(self.client.chat, msgs, lambda r: self._read(r, fmt, step), follow_up,
                                   *self.params(fmt))
         return value, len(responses)

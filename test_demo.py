@@ -15,6 +15,7 @@ import demo
 import verdict
 from layout import role_of
 from loopback import LoopbackServer, chat_response
+from test_zoom import SQUARE, scene
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -350,3 +351,18 @@ def test_live_text_judges_against_a_real_server(tmp_path, live_url):
     judged = len(d["steps"][0]["candidates"]) * 3
     assert 1 + judged <= usage["calls"] <= 3 + 2 * judged and usage["requests"] >= usage["calls"]
     assert usage["completion_tokens"] > 0
+
+
+def test_live_zoom_mode_records_the_regions_and_prints_their_paths(tmp_path):
+    def server(body, path):
+        if role_of(body["messages"]) == "zoom":
+            return 200, chat_response(json.dumps({"boxes": [SQUARE]})), {}
+        return scripted_judge_server(body, path)
+    with LoopbackServer(server) as srv:
+        out = run_demo(["--base-url", srv.url, "--model", "scripted", "--question", "Left or right?", "--n", "2",
+                        "--max-steps", "1", "--judge-mode", "zoom", "--image", str(scene(tmp_path / "s.png"))],
+                       cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    g = json.loads((tmp_path / "verdict_trace.json").read_text())["meta"]["grounding"]
+    assert g["judge_mode"] == "zoom" and [e["path"] for e in g["zoom"]] == ["zoom"] and g["extra_calls"] == 1
+    assert "judge mode zoom; 1 region requests (zoom); 1 extra calls, " in out.stdout
