@@ -35,7 +35,8 @@ SECTIONS = (  # the sections a prompt file may hold, in this order
     ("system", "question", "steps"),      # shared.txt: what every role of a step reads in the shared layouts
 )
 LAYOUTS = ("shared", "per-role", "role-first")  # how a role's request is laid out; see role_messages
-ROLES = ("reasoner",) + verdict.JUDGES + ("prior", "premises", "premise_check", "zoom")  # the prompts role_messages lays out
+# the prompts role_messages lays out: the reasoner, the judges, the judge modes' calls and the reviser
+ROLES = ("reasoner",) + verdict.JUDGES + ("prior", "premises", "premise_check", "zoom", "reviser")
 
 
 @dataclass(frozen=True)
