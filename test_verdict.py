@@ -811,7 +811,8 @@ def test_some_messages_in_full():
 
 CONFLICT, AGREE = (0.9, 0.2, 0.9), (0.7, 0.6, 0.7)  # Proposition 1: Δ* = 0.1268, rejected; s̄* = 0.6679 and
                                                     # Δ* = 0.0181, accepted
-REJECTED = {"a": CONFLICT, "b": (0.5, 0.5, 0.5), "Final answer: R": AGREE, "Final answer: W": CONFLICT}
+REJECTED = {"a": CONFLICT, "b": (0.5, 0.5, 0.5), "Final answer: R": AGREE, "Final answer: W": CONFLICT,
+            "Final answer: S": (0.9, 0.6, 0.9)}  # raw Δ = 0.1333 > ε, but Δ* < ε: VERDICT takes it, raw-dual does not
 
 
 def revise_agents(revised: str | None, counters: dict | None = None):
@@ -825,7 +826,7 @@ def revise_agents(revised: str | None, counters: dict | None = None):
             counters["calls"] += 1
             return f(*args)
         return call
-    judges = [count(lambda s, c, i=i: REJECTED[c][i]) for i in range(3)]
+    judges = [count(lambda s, c, i=i: REJECTED[c][i] if s.question == "q" else NAN) for i in range(3)]
     revise = count(lambda state, record: seen.append((state, record)) or revised)
     return count(lambda s, n: ["a", "b"]), judges, revise, seen
 
@@ -840,7 +841,7 @@ def test_a_revision_that_passes_the_dual_test_is_chosen_instead_of_the_fallback(
     assert state == V.State("q") and given.revision is None and given.candidates == ("a", "b")
     assert given.selection.fallback and given.chosen == "a"  # the best rejected candidate, as the fallback ranks it
     v = rec.revision
-    np.testing.assert_array_equal(v.s_hat, AGREE)
+    np.testing.assert_array_equal(v.s_hat, AGREE)  # judged in the step's state (other states get NaN)
     assert v.selection.s_bar_star[0] == pytest.approx(0.6679, abs=5e-5) and v.selection.delta_star[0] == pytest.approx(0.0181, abs=5e-5)
     assert v.taken and rec.revised and not rec.fallback and rec.chosen == "Final answer: R"
     # Costs: the proposal 1 + 2×3 judgements, then the revision 1 + its 3 judgements.
@@ -850,6 +851,8 @@ def test_a_revision_that_passes_the_dual_test_is_chosen_instead_of_the_fallback(
     assert d["revision"]["candidate"] == "Final answer: R" and d["revision"]["s_hat"] == list(AGREE)
     assert d["revision"]["s_star"] == pytest.approx(V.consensus(AGREE).tolist())
     assert d["revision"]["delta_star"] == pytest.approx(0.0181, abs=5e-5)
+    assert d["revision"]["s_bar_star"] == pytest.approx(0.6679, abs=5e-5)
+    assert json.loads(json.dumps(d, allow_nan=False)) == d
 
 
 def test_a_revision_that_fails_leaves_the_fallback():
@@ -860,7 +863,8 @@ def test_a_revision_that_fails_leaves_the_fallback():
     assert rec.fallback and rec.chosen == "a" and trace.chain == ["a"] and trace.stopped == "max_steps"
     t = trace.totals()
     assert (t["fallbacks"], t["revisions"], t["revised"], t["judge_calls"]) == (1, 1, 0, 2 * 3 + 3)
-    assert trace.to_dict()["steps"][0]["revision"]["taken"] is False
+    revision = trace.to_dict()["steps"][0]["revision"]
+    assert revision["taken"] is False and "usage" not in revision  # no meter, no usage
 
 
 def test_the_revision_is_held_to_the_configured_thresholds():
@@ -874,6 +878,10 @@ def test_the_revision_is_held_to_the_configured_thresholds():
     # raw-dual reads the raw scores: mean 0.6667 > 0.6 and raw Δ 0.0444 < 0.1, so it passes there too.
     rec = V.step(V.State("q"), propose, judges, Config(rule="raw-dual"), revise=revise)
     assert rec.revised and rec.chosen == "Final answer: R"
+    # The rule's own filter decides: (0.9, 0.6, 0.9) passes VERDICT's (Δ* shrinks below ε), not raw-dual's.
+    propose, judges, revise, _ = revise_agents("Final answer: S")
+    assert V.step(V.State("q"), propose, judges, revise=revise).revised
+    assert not V.step(V.State("q"), propose, judges, Config(rule="raw-dual"), revise=revise).revised
 
 
 def test_a_revision_that_ends_the_chain_ends_it():
@@ -894,6 +902,11 @@ def test_revise_is_asked_only_when_no_candidate_passes():
     rec = V.step(V.State("q"), declined[0], declined[1], revise=declined[2])
     assert rec.revision is None and rec.fallback and rec.chosen == "a" and len(declined[3]) == 1
     assert "revision" not in rec.to_dict()
+    # a declined revision's call is still the step's cost: proposal 1, judgements 6, the reviser 1
+    counters = {"calls": 0}
+    declined = revise_agents(None, counters)
+    rec = V.step(V.State("q"), declined[0], declined[1], meter=lambda: dict(counters), revise=declined[2])
+    assert rec.usage == {"calls": 8} and rec.revision is None
 
 
 def test_revision_abstentions_are_counted_and_a_bad_revision_is_an_error():

@@ -496,9 +496,14 @@ def _scored(state: State, candidates: Sequence[str], judges: Sequence[Callable],
     return np.array(scores).reshape(len(candidates), len(judges))            # [k·m] -> [k, m]
 
 
+def _now(meter: Callable[[], dict] | None) -> dict:
+    """The meter's counters now; {} with no meter."""
+    return _reading(meter) if meter is not None else {}
+
+
 def _usage(meter: Callable[[], dict] | None, before: dict) -> dict:
     """Each counter's change since `before`: after[k] − before[k] (0 before for a new key); {} with no meter."""
-    return {k: v - before.get(k, 0) for k, v in _reading(meter).items()} if meter is not None else {}
+    return {k: v - before.get(k, 0) for k, v in _now(meter).items()}
 
 
 def step(state: State, propose: Callable[[State, int], Sequence[str]], judges: Sequence[Callable[[State, str], float]],
@@ -522,7 +527,7 @@ def step(state: State, propose: Callable[[State, int], Sequence[str]], judges: S
     of config.lam.
     map_fn(f, items) must return the results in the order of items (as map and Executor.map do).
     """
-    before = _reading(meter) if meter is not None else {}
+    before = _now(meter)
     if judges and len(judges) != len(config.lam):  # one stubbornness per judge
         raise ValueError(f"got {len(judges)} judges but {len(config.lam)} stubbornness values in config.lam")
     candidates = tuple(propose(state, config.n))
@@ -534,9 +539,9 @@ def step(state: State, propose: Callable[[State, int], Sequence[str]], judges: S
         s_hat = _scored(state, candidates, judges, map_fn)                   # [n, m]
         selection = select(s_hat, config.lam, config.tau, config.eps, config.rule)
     record = StepRecord(candidates, s_hat, selection, _usage(meter, before))
-    if revise is None or not judges or not selection.fallback:
+    if revise is None or not selection.fallback:  # (with no judges there is no fallback)
         return record
-    at = _reading(meter) if meter is not None else {}
+    at = _now(meter)
     text = revise(state, record)
     if text is None:  # the reviser declined: the fallback stands
         return replace(record, usage=_usage(meter, before))
