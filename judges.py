@@ -8,6 +8,8 @@ Disagreement-Aware Consensus", ECCV 2026. This module implements:
   agent descriptions): visual (λ_V), logical (λ_L) and contextual (λ_C). Each scores one candidate in
   isolation and returns a raw score ŝ_i in [0, 1], or NaN when it abstains (its reply carried no
   valid score, twice);
+- revise on reject (after ReVISE's self-correction; not in the paper): the Reviser, which rewrites the best
+  rejected candidate of a step from the judges' reasons, for verdict.run's `revise`;
 - what the paper leaves to an implementation: the "ask once more" follow-up, a thread-pool map so
   the n×m judge calls of a step overlap, what a trace keeps about its judges (record), and a
   measurement of the reply formats on a real server (survey; `python judges.py URL`).
