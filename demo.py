@@ -6,6 +6,7 @@ Disagreement-Aware Consensus", ECCV 2026 (method: consensus, dual acceptance, fa
     python demo.py                          # offline: scripted proposer and judges, no network
     python demo.py --base-url URL --model NAME [--image PATH] --question TEXT [--choices "A. x|B. y"]
     python demo.py --base-url URL ... --judge-mode prior,premises [--gate]   # the SGV / EVPV judge modes
+    python demo.py --base-url URL ... --judge-mode zoom --revise             # ReVISE: look again, revise on reject
 
 Offline, the run is deterministic. It draws a small scene (verdict_scene.png), asks a question about
 it, and scripts the candidates and the judges' raw scores so that one run shows: a step accepted by
@@ -13,8 +14,9 @@ consensus, a step whose judges conflict (the paper's Proposition 1 vectors) so i
 dispersion, a step where the fallback ranking fires, and a step where the raw mean would choose
 differently from VERDICT. Live, the proposer and the three judges are real model calls (judges.py),
 optionally in the judge modes of the related papers (grounding.JudgeMode): SGV's self-grounded prior and
-EVPV's fact sheet, with its reliability gate; the trace's meta then holds the prior, the fact sheet (or
-"degraded") and the gate's checks, and one line sums up their extra calls and tokens.
+EVPV's fact sheet, with its reliability gate, and ReVISE's look again (zoom); the trace's meta then holds the
+prior, the fact sheet (or "degraded"), the gate's checks and the regions named, and one line sums up their
+extra calls and tokens.
 
 Every run prints a table per step, writes the trace (--trace, JSON, verdict.TRACE_FORMAT) and draws the
 decision plane (--plot, PNG): each candidate at (Δ*, s̄*), the acceptance region Δ* < ε, s̄* > τ shaded.
@@ -91,6 +93,14 @@ def fmt(x: float) -> str:
     return "  -  " if math.isnan(x) else f"{x:.3f}"
 
 
+def row(k, text: str, values: tuple, end: str) -> str:
+    """One line of a step's table: the candidate's label, its text on one line (cut to 46 characters with
+    "…"), its ŝ, s̄* and Δ*, and the end (filter, chosen)."""
+    text = text.replace("\n", " ")
+    text = text if len(text) <= 46 else text[:45] + "…"
+    return f"  {k}  {text:<46}  {'  '.join(fmt(x) for x in values)}  {end}"
+
+
 HOW = {  # what each rule does: (a candidate passed its filter, none did), or one phrase for a rule with no filter
     "verdict": ("accepted, highest s̄*", "fallback: none accepted, highest s̄*−Δ*"),
     "raw-dual": ("accepted on raw scores, highest raw mean", "fallback: none accepted on raw scores, highest mean−Δ"),
@@ -123,18 +133,21 @@ def report(trace: verdict.Trace, out=sys.stdout) -> None:
         print(f"\nstep {t}  (chosen #{sel.index}, {decision(rule, sel)})", file=out)
         print(f"  #  {'candidate':<46}   ŝ_V    ŝ_L    ŝ_C     s̄*     Δ*   ok", file=out)
         for k, cand in enumerate(rec.candidates):
-            text = cand.replace("\n", " ")
-            text = text if len(text) <= 46 else text[:45] + "…"
-            row = "  ".join(fmt(x) for x in (*rec.s_hat[k], sel.s_bar_star[k], sel.delta_star[k]))
             ok = ("yes" if sel.accepted[k] else " no") if filtered else "  -"
-            mark = " ◀ chosen" + (" (fallback)" if sel.fallback and filtered else "") if k == sel.index else ""
-            print(f"  {k}  {text:<46}  {row}  {ok}{mark}", file=out)
+            chosen = k == sel.index and not rec.revised
+            mark = " ◀ chosen" + (" (fallback)" if rec.fallback and filtered else "") if chosen else ""
+            print(row(k, cand, (*rec.s_hat[k], sel.s_bar_star[k], sel.delta_star[k]), ok + mark), file=out)
+        if (v := rec.revision) is not None:  # the revised step, written when no candidate passed
+            mark = "yes ◀ chosen (revised)" if v.taken else " no"
+            values = (*v.s_hat, v.selection.s_bar_star[0], v.selection.delta_star[0])
+            print(row("R", v.candidate, values, mark), file=out)
         if raw != sel.index:
             print(f"  the raw mean would have chosen #{raw} instead", file=out)
     tot = trace.totals()
     print(f"\nfinal answer: {trace.answer if trace.answer is not None else '(none: stopped at max_steps)'}", file=out)
     print(f"totals: {tot['steps']} steps, {tot['fallbacks']} fallback ({tot['fallback_rate']:.0%}), "
-          f"{tot['abstentions']} abstentions, {tot['judge_calls']} judge calls", file=out)
+          f"{tot['abstentions']} abstentions, {tot['judge_calls']} judge calls"
+          + (f", {tot['revisions']} revisions ({tot['revised']} taken)" if tot["revisions"] else ""), file=out)
 
 
 def mode_line(rec: dict) -> str:
@@ -148,6 +161,9 @@ def mode_line(rec: dict) -> str:
     if "gate" in rec:
         rs = ", ".join("-" if e["r"] is None else f"{e['r']:.2f}" for e in rec["gate"])
         parts.append(f"{len(rec['gate'])} premise checks (r = {rs})")
+    if "zoom" in rec:
+        paths = [e["path"] if e["why"] is None else f"{e['path']} ({e['why']})" for e in rec["zoom"]]
+        parts.append(f"{len(rec['zoom'])} region requests ({', '.join(paths)})")
     return "; ".join(parts + [f"{rec['extra_calls']} extra calls, {rec['extra_tokens']} extra tokens"])
 
 
@@ -218,8 +234,11 @@ def parse_args(argv):
     p.add_argument("--max-steps", type=int, default=8, help="longest chain (8)")
     p.add_argument("--trace", default="verdict_trace.json", help="where to write the trace JSON")
     p.add_argument("--plot", default="verdict_decisions.png", help="where to draw the decision plane")
-    p.add_argument("--judge-mode", default="plain", help="live mode: prior (SGV), premises (EVPV), or prior,premises")
+    p.add_argument("--judge-mode", default="plain", help="live mode: prior (SGV), premises (EVPV), zoom (ReVISE's look "
+                   "again: the visual judge names regions and scores with their close-ups), or several: prior,premises")
     p.add_argument("--gate", action="store_true", help="with premises: EVPV's reliability gate on ŝ_V (+1 call per candidate)")
+    p.add_argument("--revise", action="store_true", help="live mode: when no candidate passes, the reasoner's model "
+                   "revises the best one from the judges' reasons, and the revision is judged (+1 call, +3 judge calls)")
     p.add_argument("--mode-max-tokens", type=int, default=512, help="tokens per prior, fact-sheet, premise-check reply (512)")
     judges.add_format_arg(p)
     client.add_endpoint_args(p)
@@ -256,6 +275,8 @@ def check_args(args) -> tuple:
     mode = replace(mode, gate=mode.gate or args.gate)
     if mode.active and args.base_url is None:  # the scripted judges have no prompt to ground
         raise ValueError(f"judge mode {mode.name!r} needs a live model (--base-url)")
+    if args.revise and args.base_url is None:
+        raise ValueError("--revise needs a live model (--base-url)")
     if args.mode_max_tokens < 1:
         raise ValueError(f"--mode-max-tokens must be >= 1, got {args.mode_max_tokens}")
     if args.question is not None and not args.question.strip():
@@ -290,8 +311,10 @@ def run_live(args, config: verdict.Config, mode: grounding.JudgeMode) -> verdict
     reasoner, judge = client.clients_from_args(args)
     evidence = grounding.Grounding(judge, mode, max_tokens=args.mode_max_tokens, fmt=args.judge_format)
     judge_fns = judges.make_judges(judge, grounding=evidence, fmt=evidence.format)  # one fallback for all requests
+    reviser = judges.Reviser(reasoner, judge_fns) if args.revise else None
     trace = verdict.run(question, judges.Reasoner(reasoner), judge_fns, config, image=args.image or None,
-                        map_fn=judges.thread_map(args.concurrency), meter=lambda: client.total_usage((reasoner, judge)))
+                        map_fn=judges.thread_map(args.concurrency), meter=lambda: client.total_usage((reasoner, judge)),
+                        revise=reviser)
     usage = {"reasoner": reasoner.usage} if reasoner is judge else {"reasoner": reasoner.usage, "judges": judge.usage}
     grounded = {"grounding": evidence.record(question, args.image)} if mode.active else {}
     return replace(trace, meta={"mode": "live", "model": args.model, "judge_model": judge.model, "usage": usage,

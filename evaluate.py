@@ -9,8 +9,8 @@ Disagreement-Aware Consensus", ECCV 2026. This module implements the experiments
   verdict.select's rule differs;
 - the method section's fallback rate ("roughly 15% of steps"), beside the abstention, unanswered
   and stopped rates and the cost per item (model calls, tokens, seconds);
-- the judge modes of the related papers (grounding.JudgeMode: SGV's prior, EVPV's fact sheet and gate)
-  as further rows of the same table.
+- the judge modes of the related papers (grounding.JudgeMode: SGV's prior, EVPV's fact sheet and gate,
+  ReVISE's look again) as further rows of the same table.
 
     python evaluate.py --data MMStar.tsv --data mine.jsonl --base-url URL --model NAME --seeds 3 --out runs/x
 
@@ -22,14 +22,21 @@ reasoner of the same seed and Config(rule=r). All chains of one item run one aft
 thread against one response cache (--cache, default OUT/cache.sqlite), so wherever chains coincide
 they get the same candidates and scores, from the cache, with no new request.
 
-Judge modes. --judge-modes lists modes (plain, prior, premises, prior+premises, premises+gate, ...);
+Judge modes. --judge-modes lists modes (plain, prior, premises, prior+premises, premises+gate, zoom, ...);
 every judged rule runs in each, as a row named rule+mode: verdict, verdict+prior, verdict+premises,
 verdict+prior+premises. The reasoner's requests do not depend on the mode, so the cache gives a mode
 row the plain row's candidates wherever their chains coincide, and the rows differ only by the judges.
-Each row records the mode's extra calls and tokens (prior, fact sheet, premise checks; cached replies
-counted), its fact sheet's status (ok, retried or degraded) and its premise checks (gate_checks); its
-trace's meta holds the prior, the fact sheet and every check. The mode's JSON requests share the judges'
---judge-format: json sends their schemas in response_format.
+Each row records the mode's extra calls and tokens (prior, fact sheet, premise checks, region requests;
+cached replies counted), its fact sheet's status (ok, retried or degraded), its premise checks
+(gate_checks), its region requests and how many of them sent close-ups (zoom_requests, zoomed); its
+trace's meta holds the prior, the fact sheet, every check and every region named. The mode's JSON
+requests share the judges' --judge-format: json sends their schemas in response_format.
+
+Revise on reject. --revise adds, for every judged row, a twin named row+revise (verdict+revise,
+verdict+zoom+revise, ...): when no candidate of a step passes, the reasoner's model revises the best one from
+the judges' reasons (judges.Reviser) and the same judges score the revision, which is taken if it passes
+(verdict.step). Each row records its revisions, those taken, and their calls and tokens (revise_calls,
+revise_tokens: the reviser's call and the revision's judgements).
 
 Answers are read from the final step: the text after "Final answer:" (trace.answer), or, for a chain
 stopped by --max-steps or --max-calls (stopped = "budget"), its last chosen step, as VLMEvalKit reads a
@@ -148,7 +155,8 @@ def read_answer(item: Item, text: str | None, extractor: client.Client | None) -
 
 def run_chain(item: Item, seed: int, method: str, clients: ChainClients, settings: Settings) -> tuple:
     """(row of results.jsonl, None), or (error row, the exception) on EndpointError or ValueError."""
-    rule, _, mode = method.partition("+")  # "verdict+prior+premises" -> rule verdict, mode prior+premises
+    revising = method.endswith("+revise")  # "verdict+zoom+revise": the verdict+zoom row, revising on reject
+    rule, _, mode = method.removesuffix("+revise").partition("+")  # "verdict+prior+premises" -> verdict, prior+premises
     config = replace(settings.config, n=1) if method == "base" else replace(settings.config, rule=rule)
     evidence = grounding.Grounding(clients.judges, grounding.JudgeMode.parse(mode), **settings.mode_kw)
     before, clients.budget.spent = clients.usage(), 0
@@ -157,7 +165,9 @@ def run_chain(item: Item, seed: int, method: str, clients: ChainClients, setting
     try:
         reasoner = judges.Reasoner(clients.reasoner, max_tokens=settings.max_tokens, seed=seed)
         judge_fns = () if method == "base" else judges.make_judges(clients.judges, grounding=evidence, **settings.judge_kw)
-        trace = verdict.run(item.question, reasoner, judge_fns, config, item.images or None, meter=clients.usage)
+        reviser = judges.Reviser(clients.reasoner, judge_fns, settings.max_tokens, seed) if revising else None
+        trace = verdict.run(item.question, reasoner, judge_fns, config, item.images or None, meter=clients.usage,
+                            revise=reviser)
         text = final_text(trace)
         pred, how, correct, ex_calls, ex_tokens = read_answer(item, text, clients.extractor)
     except (client.EndpointError, ValueError) as e:
@@ -174,8 +184,19 @@ def run_chain(item: Item, seed: int, method: str, clients: ChainClients, setting
             "tokens": used["call_tokens"], "seconds": round(time.perf_counter() - t0, 3),
             "extra_calls": record["extra_calls"], "extra_tokens": record["extra_tokens"],
             "fact_sheet_status": record.get("fact_sheet_status"), "gate_checks": len(record.get("gate", [])),
+            "zoom_requests": len(record.get("zoom", [])), **revisions(trace),
+            "zoomed": sum(e["path"] == "zoom" for e in record.get("zoom", [])),
             "extract_calls": ex_calls, "extract_tokens": ex_tokens,
             "input": dict(item.fields), "trace": replace(trace, meta=meta).to_dict() if trace else None}, error
+
+
+def revisions(trace: verdict.Trace | None) -> dict:
+    """A row's revisions: how many were written and taken, and what they cost (calls and tokens: the reviser's
+    call and the revisions' judgements, with any judge-mode call a judgement made)."""
+    vs = [r.revision for r in trace.steps if r.revision is not None] if trace else []
+    return {"revisions": len(vs), "revised": sum(v.taken for v in vs),
+            "revise_calls": sum(v.usage.get("calls", 0) for v in vs),
+            "revise_tokens": sum(v.usage.get("call_tokens", 0) for v in vs)}
 
 
 # ----------------------------------------------------------------------------- running the items
@@ -293,7 +314,9 @@ def parse_args(argv):
     p.add_argument("--score-only", action="store_true", help="judges reply with the score alone")
     judges.add_format_arg(p)
     p.add_argument("--judge-modes", default="plain", help="judge modes, comma-separated, each a row per judged rule: "
-                   "plain, prior (SGV), premises (EVPV), premises+gate, prior+premises, ... (plain)")
+                   "plain, prior (SGV), premises (EVPV), premises+gate, zoom (ReVISE), prior+premises, ... (plain)")
+    p.add_argument("--revise", action="store_true", help="also run every judged row revising on reject, as a row "
+                   "named row+revise (verdict+revise, verdict+zoom+revise, ...)")
     p.add_argument("--mode-max-tokens", type=int, help="tokens per prior, fact-sheet, premise-check reply (512)")
     p.add_argument("--extract-model", help="a model that reads the final answers the rules cannot (off)")
     p.add_argument("--extract-base-url", help="its endpoint (default: --judge-base-url, else --base-url)")
@@ -331,6 +354,7 @@ def check_args(args) -> tuple:
     methods = []
     for r in rules:  # a judged rule runs once per mode: verdict, verdict+prior, ...
         methods += [r] if r == "base" else [r + (f"+{m.name}" if m.active else "") for m in modes]
+    methods += [m + "+revise" for m in methods if m != "base"] if args.revise else []
     for flag, v in (("--seeds", args.seeds), ("--limit", args.limit), ("--concurrency", args.concurrency),
                     ("--max-calls", args.max_calls), ("--max-tokens", args.max_tokens),
                     ("--judge-max-tokens", args.judge_max_tokens), ("--mode-max-tokens", args.mode_max_tokens)):

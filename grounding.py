@@ -25,6 +25,13 @@ gate      EVPV's reliability gate (needs premises), methodology 3 and 4. One tex
           of the candidate; "visual" gates the visual judge's ŝ_V only. Mode words "gate", "gate-step" and
           "gate-visual" choose it.
 
+zoom      ReVISE's look again ("Think, Look, and Revise: Inconsistency-Aware Visual Self-Correction in MLLMs",
+          appendix B; zoom.py): before it scores a candidate, the visual judge names at most zoom.K regions of
+          the first image (a JSON request, prompts/zoom.txt, boxes in 0..1000 coordinates); when every box passes
+          zoom.check_region, their revise.zoom_in crops go into its request just before its task, after the
+          shared prefix; when it names none, a box fails or the reply is unreadable twice, it scores from the
+          full image (ReVISE's fallback to the model's own perception). The record keeps the path and the boxes.
+
 Structured output. The fact sheet and the premise check are JSON requests (ask_json): each sends its schema
 (fact_sheet_schema, claims_schema) in response_format, so a server that applies it makes even a tiny model's
 reply well-formed, with bounded lists and strings so that it ends within max_tokens. The run's JudgeFormat
@@ -34,7 +41,8 @@ skip keywords they do not support, and a 200 proves nothing).
 
 Extra calls per question: prior 1; premises 1 (2 if the first sheet is malformed); gate 1 per candidate
 that a gated judge scored with a number (2 if the first reply is malformed; none once the sheet degraded),
-however many judges it gates.
+however many judges it gates; zoom 1 per distinct candidate the visual judge scores (2 if the first reply
+is malformed; none without an image).
 All are at temperature 0 with a fixed seed, so the on-disk Cache serves them again on a re-run.
 """
 from __future__ import annotations
@@ -50,13 +58,14 @@ from typing import Any, Callable
 import numpy as np
 
 import verdict
+import zoom
 from client import Client, one_line, reported_usage, text_of
 from images import fingerprint
 from judges import ask, fence
 from layout import check_layout, role_messages
 from scores import JSON_FOLLOW_UP as OBJECT_FOLLOW_UP, JudgeFormat, response_format
 
-MODES = ("prior", "premises", "gate")
+MODES = ("prior", "premises", "gate", "zoom")
 GATE_TARGETS = ("step", "visual")  # whose scores the gate pulls toward neutral: every judge's, or ŝ_V only
 GATE_TARGET = "step"               # the default: EVPV gates the step's reward R_t, not one judge's view of it
 FACT_KINDS = ("objects", "numbers", "relations", "structure")
@@ -81,6 +90,7 @@ class JudgeMode:
     premises: bool = False
     gate: bool = False
     gate_target: str = GATE_TARGET
+    zoom: bool = False
 
     def __post_init__(self):
         if self.gate and not self.premises:  # the gate checks steps against the fact sheet
@@ -92,7 +102,7 @@ class JudgeMode:
 
     @property
     def active(self) -> bool:
-        return self.prior or self.premises
+        return self.prior or self.premises or self.zoom
 
     def gates(self, judge: str) -> bool:
         """Whether the gate acts on this judge's scores."""
@@ -382,17 +392,41 @@ class Grounding:
         self._update(state, lambda rec: rec.setdefault("gate", []).append(entry))
         return entry
 
+    def look(self, state: verdict.State, step: str) -> tuple:
+        """(the note the visual judge reads before its close-ups, the close-ups): the zoom mode's look again at
+        candidate `step` ("" and () for the full image). One region request per (question, steps so far,
+        candidate text), made once however many calls ask; its record entry: the step index, the candidate, the
+        boxes named (0..1000; None when unreadable twice), each box's error (None: it passed), the path ("zoom"
+        or "full"), why the full image ("no image", "unreadable", "none named", "invalid"; None on "zoom"), the
+        crops in source pixels and the parse errors."""
+        where = ("zoom", self._key(state.question, state.images), tuple(state.steps), step)
+        return self._once(where, lambda: self._look(state, step))
+
+    def _look(self, state: verdict.State, step: str) -> tuple:
+        boxes, errors = None, []
+        if state.images:
+            msgs = self._messages("zoom", state, step=fence(step), k=str(zoom.K))
+            boxes, errors = self._ask_json(state, ("regions", zoom.regions_schema()), msgs, zoom.parse_regions,
+                                           lambda e: OBJECT_FOLLOW_UP.format(reason=e))
+        path, why, box_errors = zoom.decide(boxes, bool(state.images))
+        images, crops = zoom.looks(state.images[0], boxes) if path == "zoom" else ([], [])
+        entry = {"step": len(state.steps), "candidate": step, "boxes": boxes, "box_errors": box_errors,
+                 "path": path, "why": why, "crops": crops, "errors": errors}
+        self._update(state, lambda rec: rec.setdefault("zoom", []).append(entry))
+        return (zoom.looks_note(boxes), tuple(images)) if path == "zoom" else ("", ())
+
     def record(self, question: str, images=()) -> dict:
         """This question's artefacts for trace.meta, JSON-ready: the mode (and "gate_target" with the gate);
         "prior"; "fact_sheet" (None when degraded), "fact_sheet_status" ("ok", "retried" or "degraded") and
         the parse errors; "gate", one entry per premise check (step index, candidate, claims, nu, r, alpha,
-        and "scores": each gated judge's ŝ before and after); and the extra calls and tokens this mode
-        spent on the question (cached replies counted, as their cost)."""
+        and "scores": each gated judge's ŝ before and after); "zoom", one entry per region request (see look);
+        and the extra calls and tokens this mode spent on the question (cached replies counted, as their cost)."""
         key = self._key(question, verdict.as_images(images))
         with self._lock:
             rec = copy.deepcopy(self._records.get(key, {"extra_calls": 0, "extra_tokens": 0}))
         for e in rec.get("gate", []):  # the judges answer in any order
             e["scores"].sort(key=lambda g: (verdict.JUDGES.index(g["judge"]), g["s_hat"]))
-        rec.get("gate", []).sort(key=lambda e: (e["step"], e["candidate"]))  # so do the checks within a step
+        for kind in ("gate", "zoom"):  # so do the checks and the region requests within a step
+            rec.get(kind, []).sort(key=lambda e: (e["step"], e["candidate"]))
         gate_target = {"gate_target": self.mode.gate_target} if self.mode.gate else {}
         return {"judge_mode": self.mode.name, **gate_target, **rec}

@@ -8,6 +8,8 @@ Disagreement-Aware Consensus", ECCV 2026. This module implements:
   agent descriptions): visual (λ_V), logical (λ_L) and contextual (λ_C). Each scores one candidate in
   isolation and returns a raw score ŝ_i in [0, 1], or NaN when it abstains (its reply carried no
   valid score, twice);
+- revise on reject (after ReVISE's self-correction; not in the paper): the Reviser, which rewrites the best
+  rejected candidate of a step from the judges' reasons, for verdict.run's `revise`;
 - what the paper leaves to an implementation: the "ask once more" follow-up, a thread-pool map so
   the n×m judge calls of a step overlap, what a trace keeps about its judges (record), and a
   measurement of the reply formats on a real server (survey; `python judges.py URL`).
@@ -30,11 +32,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 import verdict
-from client import Client, EndpointError, Parser, text_of
+from client import Client, EndpointError, Parser, one_line, text_of
 from layout import check_layout, load_prompt, role_messages  # noqa: F401 (answers.py reads load_prompt here)
 from scores import (EXPLAIN, FOLLOW_UP, FORMATS, JSON_EXPLAIN, JSON_FOLLOW_UP, JSON_SCORE_ONLY, SCALE, SCORE_ONLY,
-                    JudgeFormat, digit_probs, fence, json_score, logprob_score, parse_score, response_format,
-                    score_schema)
+                    JudgeFormat, digit_probs, fence, json_score, logprob_score, parse_score, reason_of,
+                    response_format, score_schema)
 
 STOP = ["\n\n", "\nStep "]  # one candidate = one step: it ends at a blank line or a new "Step" label
 
@@ -86,6 +88,42 @@ class Reasoner:
         return candidates
 
 
+# ----------------------------------------------------------------------------- reviser
+
+class Reviser:
+    """Revise on reject (after ReVISE's self-correction): revise(state, record) -> one revised step, for
+    verdict.run's `revise`, which calls it when no candidate of a step passed the dual test.
+
+    It shows the reasoner's model the best rejected candidate (the fallback's choice, record.chosen), each
+    judge's raw score of it and the reason its reply gave (Judge.reason: the json format's "reason"; "(no
+    reason given)" for a plain callable or a score-only reply), in prompts/reviser.txt laid out like every
+    role of the step (role_messages), and asks for one step at temperature 0 with a fixed seed (so a Cache
+    serves it again). None when the reply holds no step.
+    """
+
+    def __init__(self, client: Client, judge_fns: Sequence, max_tokens: int = 256, seed: int = 0,
+                 layout: str = "shared"):
+        self.client, self.judge_fns, self.max_tokens, self.seed = client, tuple(judge_fns), max_tokens, seed
+        self.layout = check_layout(layout)
+
+    def reasons(self, state: verdict.State, record: verdict.StepRecord) -> str:
+        """One line per judge: its name, its raw score of the chosen candidate and its reason."""
+        step, s_hat = record.chosen, record.s_hat[record.selection.index]         # [m]
+        lines = []
+        for k, (judge, s) in enumerate(zip(self.judge_fns, s_hat)):
+            name = getattr(judge, "name", None) or (verdict.JUDGES[k] if len(s_hat) == 3 else f"judge {k + 1}")
+            why = judge.reason(state.question, state.steps, step) if isinstance(judge, Judge) else None
+            score = "no score (abstained)" if math.isnan(s) else f"score {s:.2f}"
+            lines.append(f"- {name} checker, {score}: {one_line(why or '(no reason given)', 400)}")
+        return "\n".join(lines)
+
+    def __call__(self, state: verdict.State, record: verdict.StepRecord) -> str | None:
+        msgs = role_messages("reviser", state, self.layout, step=fence(record.chosen),
+                             reasons=fence(self.reasons(state, record)))
+        r = self.client.chat(msgs, temperature=0.0, seed=self.seed, stop=STOP, max_tokens=self.max_tokens)
+        return one_step(text_of(r)) or None
+
+
 # ----------------------------------------------------------------------------- asking once more
 
 def ask(chat: Callable[..., dict], msgs: list, read: Callable[[dict], Any], follow_up: Callable[[str], str],
@@ -130,7 +168,8 @@ class Judge:
     replies, retries and abstentions. An endpoint that fails raises EndpointError: a failed request is an
     error, not an abstention.
     `grounding` (a grounding.Grounding) adds the per-question evidence of the SGV and EVPV modes at the
-    prompt's {evidence}, and gates the visual judge's score; None is plain VERDICT.
+    prompt's {evidence}, gates the judges' scores, and in the zoom mode gives the visual judge close-ups of the
+    regions it named (just before its task); None is plain VERDICT.
     """
 
     def __init__(self, client: Client, name: str, max_tokens: int | None = None, score_only: bool = False,
@@ -150,6 +189,7 @@ class Judge:
         self._lock = threading.Lock()
         self._counts = dict(calls=0, replies=0, parsed=0, retries=0, abstentions=0)
         self._scores: dict = {}  # (question, previous steps, step) -> (sampled, weighted, digit mass)
+        self._reasons: dict = {}  # (question, previous steps, step) -> the reply's reason, None when unreadable
 
     def __repr__(self) -> str:
         return f"Judge({self.name!r}, fmt={self.format.requested!r}, score_only={self.score_only}, weighted={self.weighted})"
@@ -165,6 +205,12 @@ class Judge:
         with self._lock:
             return self._scores.get((question, tuple(steps), step), (math.nan,) * 3)
 
+    def reason(self, question: str, steps: Sequence[str], step: str) -> str | None:
+        """The reason this judge gave with its score of `step` after `steps` (scores.reason_of: the json
+        format's "reason", the prose before a text score line); None without a readable reply."""
+        with self._lock:
+            return self._reasons.get((question, tuple(steps), step))
+
     def params(self, fmt: str) -> tuple:
         """(the request's parameters, the follow-up's) for format fmt."""
         max_tokens = self._max_tokens or ((24 if fmt == "json" else 16) if self.score_only else 256)
@@ -176,7 +222,8 @@ class Judge:
         return params, params if fmt == "json" else {**params, "max_tokens": 16}
 
     def _read(self, response: dict, fmt: str, step: str) -> tuple:
-        """(sampled, weighted, digit mass) from a response; ValueError saying why when it holds no valid score."""
+        """(sampled, weighted, digit mass, reason) from a response; ValueError saying why when it holds no valid
+        score."""
         choice = response["choices"][0]
         text = choice["message"]["content"]
         if fmt == "json":
@@ -185,10 +232,11 @@ class Judge:
             raise ValueError("no valid score line")
         weighted = logprob_score(choice.get("logprobs"), fmt, step) if fmt != "text" else math.nan
         mass = math.nan if math.isnan(weighted) else float(digit_probs(choice.get("logprobs"), fmt, step).sum())
-        return s, weighted, mass
+        return s, weighted, mass, reason_of(text, fmt)
 
     def _ask(self, state: verdict.State, step: str, fmt: str) -> tuple:
-        """((sampled, weighted, digit mass) or None when both replies were unreadable, how many replies it took)."""
+        """((sampled, weighted, digit mass, reason) or None when both replies were unreadable, how many replies it
+        took)."""
         if fmt == "json":
             reply = JSON_SCORE_ONLY if self.score_only else JSON_EXPLAIN
             follow_up = lambda reason: JSON_FOLLOW_UP.format(reason=reason)
@@ -196,21 +244,27 @@ class Judge:
             scale = SCALE["unit" if fmt == "text" else "digit"]
             reply = (SCORE_ONLY if self.score_only else EXPLAIN).format(scale=scale)
             follow_up = lambda reason: FOLLOW_UP.format(scale=scale)
-        evidence = self.grounding.evidence(self.name, state) if self.grounding is not None else ""
-        msgs = role_messages(self.name, state, self.layout, evidence, step=fence(step), reply=reply)
+        evidence, looks = "", ()
+        if self.grounding is not None:
+            evidence = self.grounding.evidence(self.name, state)
+            if self.grounding.mode.zoom and self.name == "visual":  # ReVISE's look again: close-ups of its regions
+                note, looks = self.grounding.look(state, step)
+                evidence += note
+        msgs = role_messages(self.name, state, self.layout, evidence, looks=looks, step=fence(step), reply=reply)
         value, responses, _ = ask(self.client.chat, msgs, lambda r: self._read(r, fmt, step), follow_up,
                                   *self.params(fmt))
         return value, len(responses)
 
     def __call__(self, state: verdict.State, step: str) -> float:
         value, tries = self.format.run(lambda fmt: self._ask(state, step, fmt))  # json, or text once refused
-        sampled, weighted, mass = (math.nan,) * 3 if value is None else value  # unreadable twice: abstain
+        sampled, weighted, mass, reason = (math.nan,) * 3 + (None,) if value is None else value  # unreadable: abstain
         s = weighted if self.weighted and not math.isnan(weighted) else sampled
         with self._lock:
             c = self._counts
             c["calls"], c["replies"], c["retries"] = c["calls"] + 1, c["replies"] + tries, c["retries"] + tries - 1
             c["parsed"], c["abstentions"] = c["parsed"] + (not math.isnan(s)), c["abstentions"] + math.isnan(s)
             self._scores[state.question, tuple(state.steps), step] = (sampled, weighted, mass)
+            self._reasons[state.question, tuple(state.steps), step] = reason
         return s if self.grounding is None else self.grounding.gated(self.name, state, step, s)
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Sequence
 
 import verdict
-from images import messages
+from images import encode_image, messages
 
 PROMPTS = Path(__file__).resolve().with_name("prompts")
 SECTIONS = (  # the sections a prompt file may hold, in this order
@@ -35,7 +35,8 @@ SECTIONS = (  # the sections a prompt file may hold, in this order
     ("system", "question", "steps"),      # shared.txt: what every role of a step reads in the shared layouts
 )
 LAYOUTS = ("shared", "per-role", "role-first")  # how a role's request is laid out; see role_messages
-ROLES = ("reasoner",) + verdict.JUDGES + ("prior", "premises", "premise_check")  # the prompts role_messages lays out
+# the prompts role_messages lays out: the reasoner, the judges, the judge modes' calls and the reviser
+ROLES = ("reasoner",) + verdict.JUDGES + ("prior", "premises", "premise_check", "zoom", "reviser")
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ def steps_text(steps: Sequence[str]) -> str:
 
 
 def role_messages(name: str, state: verdict.State, layout: str = "shared", evidence: str = "",
-                  images: Sequence | None = None, **fields: str) -> list:
+                  images: Sequence | None = None, looks: Sequence = (), **fields: str) -> list:
     """The chat messages of role `name` (a prompt with [instructions], [context] and [task]) about `state`: its
     question, images (or `images`) and previous steps, then its task's `fields` (the candidate, the reply
     format, ...) and `evidence` (what this role reads of a judge mode: the prior, the fact sheet; "" for none).
@@ -104,7 +105,8 @@ def role_messages(name: str, state: verdict.State, layout: str = "shared", evide
     role-first : as shared, with the role's instructions and the evidence before the steps: the question, the
                  instructions, the evidence followed by the steps, the task.
     Each role reads the same instructions and task in each. The images go where images.messages puts them
-    (first, or at the question's <image k>).
+    (first, or at the question's <image k>). `looks` (close-ups, grounding's zoom mode) go just before the task,
+    after the evidence, so that everything before them is the request it would be without them.
     """
     check_layout(layout)
     role, shared, steps = load_prompt(name), load_prompt("shared"), steps_text(state.steps)
@@ -117,7 +119,18 @@ def role_messages(name: str, state: verdict.State, layout: str = "shared", evide
         question, previous = shared.render("question", question=state.question), shared.render("steps", steps=steps)
         parts = ([question, previous, role["instructions"], evidence + task] if layout == "shared" else
                  [question, role["instructions"], evidence + previous, task])
-    return messages(system, state.images if images is None else images, "\n\n".join(parts), question=state.question)
+    msgs = messages(system, state.images if images is None else images, "\n\n".join(parts), question=state.question)
+    return with_looks(msgs, looks, task) if looks else msgs
+
+
+def with_looks(msgs: list, looks: Sequence, task: str) -> list:
+    """msgs with the images `looks` inserted in the user message just before its closing `task`."""
+    content = msgs[1]["content"]
+    content = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+    head = content[-1]["text"][:-len(task)]  # the task is the user text's last part in every layout
+    urls = [{"type": "image_url", "image_url": {"url": encode_image(im)}} for im in looks]
+    return [msgs[0], {"role": "user", "content": content[:-1] + [{"type": "text", "text": head}] + urls
+                      + [{"type": "text", "text": task}]}]
 
 
 def role_of(msgs: Sequence[dict]) -> str | None:

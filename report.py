@@ -133,8 +133,10 @@ def _stats(rs: list, method: str) -> dict:
         "calls_per_item": per("calls"), "tokens_per_item": per("tokens"), "sent_per_item": per("sent"),
         "seconds_per_item": per("seconds"), "extra_calls_per_item": per("extra_calls"),
         "extra_tokens_per_item": per("extra_tokens"), "extract_calls_per_item": per("extract_calls"),
-        "gate_checks_per_item": per("gate_checks"), "fact_sheet": {k: sum(r.get("fact_sheet_status") == k for r in rs)
-                                                                   for k in SHEET_STATUSES},
+        "gate_checks_per_item": per("gate_checks"),
+        "fact_sheet": {k: sum(r.get("fact_sheet_status") == k for r in rs) for k in SHEET_STATUSES},
+        "revise_calls_per_item": per("revise_calls"), "revise_tokens_per_item": per("revise_tokens"),
+        "revised_rate": rate(sum(r.get("revised", 0) for r in rs), sum(r.get("revisions", 0) for r in rs)),
         "degraded_rate": rate(sum(r.get("fact_sheet_status") == "degraded" for r in rs),
                               sum(bool(r.get("fact_sheet_status")) for r in rs))}
 
@@ -190,10 +192,15 @@ STAT_COLUMNS = (("fallback", "fallback_rate", ".1%"), ("abstention", "abstention
 MODE_COLUMNS = (("extra calls/item", "extra_calls_per_item", ".1f"),
                 ("extra tokens/item", "extra_tokens_per_item", ".0f"),
                 ("gate checks/item", "gate_checks_per_item", ".1f"),
-                ("sheet degraded", "degraded_rate", ".1%"))  # shown when a judge mode ran, with "sheet ok/retried/degraded"
+                ("sheet degraded", "degraded_rate", ".1%"),  # shown when a mode ran, with "sheet ok/retried/degraded"
+                ("revise calls/item", "revise_calls_per_item", ".1f"),
+                ("revise tokens/item", "revise_tokens_per_item", ".0f"),
+                ("revisions taken", "revised_rate", ".1%"))
 MODE_NOTE = (" Extra calls and tokens are a judge mode's own (prior, fact sheet, premise checks), within calls and "
              "tokens; gate checks are the premise checks; sheet ok/retried/degraded counts a mode's chains whose fact "
-             "sheet was valid at once, valid when asked once more, or malformed twice (degraded, also as a share).")
+             "sheet was valid at once, valid when asked once more, or malformed twice (degraded, also as a share). "
+             "Revise calls and tokens are the revisions' (the reviser's call and the revision's judgements), within "
+             "calls and tokens; revisions taken is the share of the revisions written that passed.")
 SHOWN_SKIPS = 20  # skipped rows listed per file; the rest are counted
 
 

@@ -140,6 +140,19 @@ def json_score(text: str, score_only: bool = False) -> float:
     return score / 9
 
 
+def reason_of(text: str, fmt: str) -> str:
+    """A judge's reason from a reply that held a valid score: the json format's "reason" (after any ``` fence),
+    else the prose before the last score line; "" when there is none (a score_only reply)."""
+    if fmt == "json":
+        try:
+            reason = json.loads(re.sub(r"(?s)\A\s*```(?:json)?\s*(.*?)\s*```\s*\Z", r"\1", text)).get("reason")
+        except (ValueError, AttributeError):
+            return ""
+        return reason.strip() if isinstance(reason, str) else ""
+    lines = list(_SCORE_LINE.finditer(text))
+    return (text[:lines[-1].start()] if lines else text).strip()
+
+
 def _score_at(text: str, fmt: str, step: str | None) -> int | None:
     """Where the score's digit is in a reply of format fmt (json, or a text score line), or None."""
     if fmt == "json":

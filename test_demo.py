@@ -15,6 +15,8 @@ import demo
 import verdict
 from layout import role_of
 from loopback import LoopbackServer, chat_response
+from test_judges import revise_server
+from test_zoom import SQUARE, scene
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -25,21 +27,25 @@ def run_demo(args, cwd, env=None, timeout=120):
 
 
 def check_trace(d):
-    """The shape of a "verdict-trace/2" dict, as written by Trace.to_dict."""
+    """The shape of a "verdict-trace/3" dict, as written by Trace.to_dict."""
     assert d["format"] == verdict.TRACE_FORMAT
     assert set(d) == {"format", "question", "config", "steps", "chain", "answer", "stopped", "totals", "meta"}
     assert d["stopped"] in ("final", "max_steps") and len(d["chain"]) == len(d["steps"]) >= 1
     m = len(d["config"]["lam"])
     for step, chosen in zip(d["steps"], d["chain"]):
-        n = len(step["candidates"])
-        assert 0 <= step["index"] < n and step["candidates"][step["index"]] == chosen
+        n, revision = len(step["candidates"]), step.get("revision")
+        taken = revision is not None and revision["taken"]
+        assert 0 <= step["index"] < n
+        assert (revision["candidate"] if taken else step["candidates"][step["index"]]) == chosen
+        assert revision is None or (step["fallback"] and len(revision["s_hat"]) == m)
         assert len(step["s_hat"]) == len(step["s_star"]) == n and all(len(r) == m for r in step["s_hat"])
         assert len(step["s_bar_star"]) == len(step["delta_star"]) == len(step["accepted"]) == n
         assert all(v is None or 0 <= v <= 1 for r in step["s_hat"] for v in r)
-        assert step["abstentions"] == sum(v is None for r in step["s_hat"] for v in r)
+        rows = step["s_hat"] + ([revision["s_hat"]] if revision else [])
+        assert step["abstentions"] == sum(v is None for r in rows for v in r)
         assert step["fallback"] == (not any(step["accepted"]))
     assert d["totals"]["steps"] == len(d["steps"])
-    assert d["totals"]["judge_calls"] == sum(len(s["s_hat"]) * m for s in d["steps"])
+    assert d["totals"]["judge_calls"] == sum((len(s["s_hat"]) + ("revision" in s)) * m for s in d["steps"])
 
 
 def test_offline_run(tmp_path):
@@ -217,6 +223,7 @@ def refuse_model(body, path):
     (["--base-url", "http://127.0.0.1:9/v1", "--model", "x", "--question", "q", "--image", "/no/such.png"], "/no/such.png"),
     (["--base-url", "http://127.0.0.1:9/v1", "--model", "x"], "--question"),
     (["--judge-mode", "prior"], "needs a live model (--base-url)"),
+    (["--revise"], "--revise needs a live model (--base-url)"),
     (["--base-url", "http://127.0.0.1:9/v1", "--question", "q", "--judge-mode", "sgv"], "judge mode 'sgv'"),
     (["--base-url", "http://127.0.0.1:9/v1", "--question", "q", "--gate"], "the gate needs the premises mode"),
     (["--base-url", "http://127.0.0.1:9/v1", "--question", "   "], "--question is blank"),
@@ -350,3 +357,32 @@ def test_live_text_judges_against_a_real_server(tmp_path, live_url):
     judged = len(d["steps"][0]["candidates"]) * 3
     assert 1 + judged <= usage["calls"] <= 3 + 2 * judged and usage["requests"] >= usage["calls"]
     assert usage["completion_tokens"] > 0
+
+
+def test_live_zoom_mode_records_the_regions_and_prints_their_paths(tmp_path):
+    def server(body, path):
+        if role_of(body["messages"]) == "zoom":
+            return 200, chat_response(json.dumps({"boxes": [SQUARE]})), {}
+        return scripted_judge_server(body, path)
+    with LoopbackServer(server) as srv:
+        out = run_demo(["--base-url", srv.url, "--model", "scripted", "--question", "Left or right?", "--n", "2",
+                        "--max-steps", "1", "--judge-mode", "zoom", "--image", str(scene(tmp_path / "s.png"))],
+                       cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    g = json.loads((tmp_path / "verdict_trace.json").read_text())["meta"]["grounding"]
+    assert g["judge_mode"] == "zoom" and [e["path"] for e in g["zoom"]] == ["zoom"] and g["extra_calls"] == 1
+    assert "judge mode zoom; 1 region requests (zoom); 1 extra calls, " in out.stdout
+
+
+def test_live_revise_judges_the_revision_and_prints_it(tmp_path):
+    with LoopbackServer(revise_server) as srv:
+        out = run_demo(["--base-url", srv.url, "--model", "scripted", "--question", "Where is the cube?", "--n", "2",
+                        "--choices", "A. left|B. right", "--revise"], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    d = json.loads((tmp_path / "verdict_trace.json").read_text())
+    check_trace(d)
+    (step,) = d["steps"]
+    assert step["fallback"] and step["revision"]["taken"] and d["answer"] == "B"
+    assert step["revision"]["usage"]["calls"] == 4  # the reviser's call and the revision's three judgements
+    assert "  R  Final answer: B" in out.stdout and "yes ◀ chosen (revised)" in out.stdout
+    assert "◀ chosen (fallback)" not in out.stdout and "1 revisions (1 taken)" in out.stdout

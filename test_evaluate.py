@@ -271,9 +271,11 @@ def test_judge_modes_are_rows_that_share_the_reasoners_candidates(tmp_path, loop
     assert stats["verdict+prior"]["fact_sheet"] == {"ok": 0, "retried": 0, "degraded": 0}
     assert summary["accuracy"]["verdict+prior"] == summary["accuracy"]["verdict"]
     md = (out / "summary.md").read_text()
-    assert "| extra calls/item | extra tokens/item | gate checks/item | sheet degraded | sheet ok/retried/degraded |" in md
+    assert ("| extra calls/item | extra tokens/item | gate checks/item | sheet degraded | revise calls/item | "
+            "revise tokens/item | revisions taken | sheet ok/retried/degraded |") in md
     gated = [line for line in md.splitlines() if line.startswith("| verdict+premises+gate |")][-1]  # the statistics'
-    assert re.search(r" \| 7\.0 \| \d+ \| 6\.0 \| 0\.0% \| 2/0/0 \| ", gated)  # extra calls, tokens, checks, sheets
+    assert re.search(r" \| 7\.0 \| \d+ \| 6\.0 \| 0\.0% \| 0\.0 \| 0 \| — \| 2/0/0 \| ", gated)  # extra calls, tokens,
+    # checks, sheets degraded; no revision (so no share of them taken); sheets ok/retried/degraded
 
 
 def test_endpoint_error_is_a_row_and_is_retried(tmp_path, loopback):
@@ -506,3 +508,45 @@ def test_extract_model_reads_what_the_rules_cannot_and_is_counted_apart(tmp_path
     summary = json.loads((tmp_path / "x" / "summary.json").read_text())
     assert summary["stats"]["base"]["extract_calls_per_item"] == 1 and summary["stats"]["base"]["extracted"]["judge"] == 2
     assert summary["settings"]["extract_model"] == "reader" and summary["settings"]["extract_base_url"] == extractor.url
+
+
+def look_and_revise(body, path):
+    """Candidates every judge rejects (json scores 8, 2, 8: the conflict), a region request naming the top-left
+    quarter, and a reviser whose "Final answer: A" the judges accept (6, 6, 6)."""
+    role = role_of(body["messages"])
+    if role == "reasoner":
+        return chat_response([f"Maybe {j}." for j in range(body["n"])])
+    if role == "zoom":
+        return chat_response('{"boxes": [[0, 0, 500, 500]]}')
+    if role == "reviser":
+        return chat_response("Final answer: A")
+    content = body["messages"][1]["content"]  # with close-ups, the task is the last text part
+    step = re.search(r"<step>\n(.*?)\n</step>", content[-1]["text"], re.S).group(1)
+    score = 6 if step == "Final answer: A" else (8, 2, 8)[verdict.JUDGES.index(role)]
+    return chat_response(json.dumps({"reason": "because", "score": score}))
+
+
+def test_zoom_and_revise_rows_record_their_paths_and_costs(tmp_path, loopback):
+    path, _ = tiny_tsv(tmp_path)
+    srv = loopback(look_and_revise)
+    out = tmp_path / "out"
+    assert evaluate.main(["--data", str(path), "--base-url", srv.url, "--out", str(out), "--seeds", "1", "--limit", "1",
+                          "--rules", "verdict", "--judge-modes", "plain,zoom", "--revise", "--n", "2",
+                          "--max-steps", "2"]) == 0
+    rows = {r["method"]: r for r in rows_of(out)}
+    assert list(rows) == ["verdict", "verdict+zoom", "verdict+revise", "verdict+zoom+revise"]
+    # Without revision every step falls back to "Maybe 0." until max_steps; with it, step 1's revision is taken.
+    assert rows["verdict"]["stopped"] == "max_steps" and rows["verdict+revise"]["stopped"] == "final"
+    assert rows["verdict+revise"]["correct"] and not rows["verdict"]["correct"]
+    # verdict+zoom: a region request per candidate of each step (2 steps × 2), every box valid.
+    z = rows["verdict+zoom"]
+    assert (z["zoom_requests"], z["zoomed"], z["extra_calls"]) == (4, 4, 4) and z["revisions"] == 0
+    # The revision costs the reviser's call and its 3 judgements; in the zoom mode also the revision's region request.
+    r, zr = rows["verdict+revise"], rows["verdict+zoom+revise"]
+    assert (r["revisions"], r["revised"], r["revise_calls"]) == (1, 1, 4) and r["revise_tokens"] > 0
+    assert (zr["revisions"], zr["revised"], zr["revise_calls"], zr["zoom_requests"]) == (1, 1, 5, 3)
+    step = r["trace"]["steps"][0]
+    assert step["fallback"] and step["revision"]["taken"] and step["revision"]["usage"]["calls"] == 4
+    stats = json.loads((out / "summary.json").read_text())["stats"]
+    assert stats["verdict+revise"]["revise_calls_per_item"] == 4 and stats["verdict+revise"]["revised_rate"] == 1.0
+    assert stats["verdict"]["revised_rate"] is None

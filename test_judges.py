@@ -507,3 +507,69 @@ def test_live_json_judge_scores_and_weighs_its_score_digit(live_url):
     sampled, weighted = j.scores(question, (), step)
     assert j.counts["parsed"] == 1 and s == sampled and round(9 * s) in range(10) and 9 * s == pytest.approx(round(9 * s))
     assert 0 <= weighted <= 1
+
+
+# ----------------------------------------------------------------------------- the reviser
+
+REVISE_SCORES = {"The cube is left.": (8, 2, 8), "The cube is small.": (4, 4, 4), "Final answer: B": (6, 6, 6)}
+
+
+def revise_server(body, path):
+    """Two candidates that every judge rejects (conflict; all 4/9 < τ), a reviser that answers "Final answer: B",
+    which the judges accept unanimously (6/9 each); each json judge's reason names it and the step."""
+    role = role_of(body["messages"])
+    if role == "reasoner":
+        return chat_response(["The cube is left.", "The cube is small."][: body["n"]])
+    if role == "reviser":
+        return chat_response("Final answer: B\n\nStep 2: more", prompt_tokens=30, completion_tokens=4)
+    step = re.search(r"<step>\n(.*?)\n</step>", user_text(body), re.S).group(1)
+    score = REVISE_SCORES[step][verdict.JUDGES.index(role)]
+    return chat_response(json.dumps({"reason": f"{role} doubts {step!r}", "score": score}))
+
+
+def test_the_reviser_reads_the_best_rejected_step_and_the_judges_reasons(loopback):
+    srv = loopback(revise_server)
+    client = Client(srv.url, "m")
+    judge_fns = make_judges(client, fmt="json")
+    reviser = judges.Reviser(client, judge_fns)
+    trace = verdict.run("Where is the cube?\nA. left\nB. right", Reasoner(client), judge_fns,
+                        verdict.Config(n=2, max_steps=1), revise=reviser)
+    rec = trace.steps[0]
+    # (8, 2, 8)/9 is rejected by dispersion (Δ* ≈ 0.121), (4, 4, 4)/9 by confidence (4/9 < τ); the fallback
+    # ranks the first higher: s̄* − Δ* ≈ 0.675 − 0.121 = 0.554 beats 4/9 − 0.
+    assert rec.selection.fallback and rec.selection.index == 0
+    assert rec.revision.candidate == "Final answer: B" and rec.revised and trace.answer == "B"
+    np.testing.assert_allclose(rec.revision.s_hat, [6 / 9] * 3)
+    (sent,) = [c for c in srv.chats if role_of(c["messages"]) == "reviser"]
+    text = user_text(sent)
+    assert "<step>\nThe cube is left.\n</step>" in text
+    assert "- visual checker, score 0.89: visual doubts 'The cube is left.'" in text
+    assert "- logical checker, score 0.22: logical doubts 'The cube is left.'" in text
+    assert (sent["temperature"], sent["stop"]) == (0.0, judges.STOP)
+    # The reviser's request shares the prefix of the step's other requests (the shared layout).
+    judge_text = user_text(next(c for c in srv.chats if role_of(c["messages"]) == "visual"))
+    head = lambda text, role: text.split(load_prompt(role)["instructions"])[0]
+    assert head(text, "reviser") == head(judge_text, "visual")
+    assert judge_fns[0].reason("Where is the cube?\nA. left\nB. right", (), "Final answer: B") == \
+        "visual doubts 'Final answer: B'"
+
+
+def test_the_reviser_without_judge_reasons_and_with_an_empty_reply(loopback):
+    srv = loopback(lambda body, path: chat_response("   "))
+    reviser = judges.Reviser(Client(srv.url, "m"), [lambda s, c: 0.5, lambda s, c: 0.5])
+    record = verdict.step(verdict.State("q"), lambda s, n: ["x"], [lambda s, c: 0.5, lambda s, c: math.nan],
+                          verdict.Config(lam=(1.0, 1.0)))
+    assert reviser.reasons(verdict.State("q"), record) == ("- judge 1 checker, score 0.50: (no reason given)\n"
+                                                           "- judge 2 checker, no score (abstained): (no reason given)")
+    assert reviser(verdict.State("q"), record) is None
+
+
+@pytest.mark.parametrize("text, fmt, reason", [
+    ('{"reason": " looks fine ", "score": 7}', "json", "looks fine"),
+    ('```json\n{"reason": "ok", "score": 7}\n```', "json", "ok"),
+    ('{"score": 7}', "json", ""),
+    ("The ball is red.\nScore: 0.8", "text", "The ball is red."),
+    ("Score: 7", "digit", ""),
+])
+def test_reason_of_reads_the_reason_beside_the_score(text, fmt, reason):
+    assert scores.reason_of(text, fmt) == reason

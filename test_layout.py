@@ -18,7 +18,8 @@ from loopback import chat_response
 
 SHEET = {"objects": [{"fact": "a lamp"}], "numbers": [], "relations": [{"fact": "the chair is nearer"}], "structure": []}
 REPLIES = {"reasoner": None, "prior": "- Find which object is nearer.", "premises": json.dumps(SHEET),
-           "premise_check": '{"claims": [{"claim": "the chair is nearer", "label": "supported"}]}'}
+           "premise_check": '{"claims": [{"claim": "the chair is nearer", "label": "supported"}]}',
+           "zoom": '{"boxes": []}'}
 
 
 def by_role(body, path):
@@ -38,7 +39,7 @@ def head(raw: bytes, role: str) -> bytes:
 def test_every_request_of_a_step_is_byte_identical_up_to_its_role(loopback, png, with_image):
     srv = loopback(by_role)
     client = Client(srv.url, "m")
-    g = Grounding(client, JudgeMode(prior=True, premises=True, gate=True))
+    g = Grounding(client, JudgeMode(prior=True, premises=True, gate=True, zoom=True))
     question = "Which is nearer, the lamp or the chair?\nA. lamp\nB. chair"
     verdict.run(question, Reasoner(client), make_judges(client, grounding=g, fmt="json"), verdict.Config(n=2, max_steps=2),
                 image=png if with_image else None)
@@ -52,7 +53,9 @@ def test_every_request_of_a_step_is_byte_identical_up_to_its_role(loopback, png,
                 head(r.raw, role))
     first, second = "Previous steps:\n(none yet)", "Previous steps:\nStep 1: The chair is nearer (0)."
     assert sorted(steps) == [first, second]
-    assert sorted(steps[first]) == sorted(ROLES) and sorted(steps[second]) == sorted(set(ROLES) - {"prior", "premises"})
+    roles = set(ROLES) - {"reviser"} - (set() if with_image else {"zoom"})  # no region to name without an image;
+    # every step has an accepted candidate (7/9 from every judge), so nothing to revise
+    assert sorted(steps[first]) == sorted(roles) and sorted(steps[second]) == sorted(roles - {"prior", "premises"})
     for shown, step in steps.items():
         # the premise check is text only (the step against the fact sheet alone): with an image, its prefix is
         # another (the text-only requests'); without one it is everyone's
@@ -81,7 +84,7 @@ def test_role_first_keeps_each_roles_prefix_from_step_to_step(loopback):
 
 def fields() -> dict:
     """Every field a role's task may name, each easy to find."""
-    return dict(step="CANDIDATE", reply="REPLY FORMAT")
+    return dict(step="CANDIDATE", reply="REPLY FORMAT", k="3", reasons="REASONS")
 
 
 STATE = verdict.State("How many?\nA. 1\nB. 2", (), ("There are apples.",))
@@ -117,11 +120,14 @@ TODAY = {
                      "{step}\n</step>\n\nReply with the JSON object only, in this form: {\"claims\": [{\"claim\": \"<the "
                      "claim, in a few words>\", \"label\": \"supported\" or \"contradicted\" or \"uncertain\"}]}",
 }
+TODAY["zoom"] = "Question:\n{question}\n\nPrevious steps:\n{steps}\n\n" + load_prompt("zoom")["task"]
+TODAY["reviser"] = "Question:\n{question}\n\nSteps so far:\n{steps}\n\n" + load_prompt("reviser")["task"]
 TODAY["logical"] = TODAY["contextual"] = TODAY["visual"]
 FIRST_WORDS = {"reasoner": "You answer questions about images", "visual": "You are the Visual Verification Agent.",
                "logical": "You are the Logical Verification Agent.", "contextual": "You are the Contextual Agent.",
                "prior": "You prepare to check other people's reasoning", "premises": "You extract a fact sheet",
-               "premise_check": "You check the visual premises of one step"}
+               "premise_check": "You check the visual premises of one step", "zoom": "You choose where to look again",
+               "reviser": "You revise one step of the reasoning"}
 
 
 @pytest.mark.parametrize("role", ROLES)

@@ -551,8 +551,9 @@ def test_loop_follows_a_hand_derived_chain():
     assert trace.steps[0].selection.accepted.tolist() == [True, False, False]
     assert trace.stopped == "final" and trace.answer == "B"
     d = trace.to_dict()
-    assert d["format"] == "verdict-trace/2"
-    assert d["totals"] == {"steps": 3, "fallbacks": 1, "fallback_rate": 1 / 3, "abstentions": 2, "judge_calls": 27}
+    assert d["format"] == "verdict-trace/3"
+    assert d["totals"] == {"steps": 3, "fallbacks": 1, "fallback_rate": 1 / 3, "abstentions": 2, "judge_calls": 27,
+                           "revisions": 0, "revised": 0}
     assert d["steps"][1]["s_hat"][2] == [None, None, 0.9]
     assert json.loads(json.dumps(d, allow_nan=False)) == d
 
@@ -602,7 +603,8 @@ def test_no_judges_is_the_base_reasoner_alone():
     assert rec.selection.s_star.shape == (2, 0) and rec.selection.accepted.dtype == bool
     assert rec.selection.s_bar_star.dtype == float and np.isnan(rec.selection.delta_star).all()
     d = trace.to_dict()
-    assert d["totals"] == {"steps": 2, "fallbacks": 0, "fallback_rate": 0.0, "abstentions": 0, "judge_calls": 0}
+    assert d["totals"] == {"steps": 2, "fallbacks": 0, "fallback_rate": 0.0, "abstentions": 0, "judge_calls": 0,
+                           "revisions": 0, "revised": 0}
     assert d["steps"][0]["s_bar_star"] == [None, None] and json.loads(json.dumps(d, allow_nan=False)) == d
 
 
@@ -623,7 +625,7 @@ def test_stop_ends_the_chain_and_keeps_the_completed_steps():
     stopped_in_proposal = run("q", lambda s, n: (_ for _ in ()).throw(V.Stop("no more calls")), judges)
     assert stopped_in_proposal.stopped == "no more calls" and stopped_in_proposal.steps == ()
     assert stopped_in_proposal.totals() == {"steps": 0, "fallbacks": 0, "fallback_rate": 0.0, "abstentions": 0,
-                                            "judge_calls": 0}
+                                            "judge_calls": 0, "revisions": 0, "revised": 0}
 
 
 def test_the_loop_passes_the_question_images_and_chosen_steps():
@@ -803,3 +805,120 @@ def test_some_messages_in_full():
     rules = "verdict, mean, min, max, majority, variance, raw-dual, no-filter, no-rank"
     with pytest.raises(ValueError, match=f"^unknown rule 'median'; expected one of {rules}$"):
         V.select_all([[0.5, 0.5]], (1, 1), rules=("mean", "median"))
+
+
+# ----------------------------------------------------------------------------- revise on reject
+
+CONFLICT, AGREE = (0.9, 0.2, 0.9), (0.7, 0.6, 0.7)  # Proposition 1: Δ* = 0.1268, rejected; s̄* = 0.6679 and
+                                                    # Δ* = 0.0181, accepted
+REJECTED = {"a": CONFLICT, "b": (0.5, 0.5, 0.5), "Final answer: R": AGREE, "Final answer: W": CONFLICT,
+            "Final answer: S": (0.9, 0.6, 0.9)}  # raw Δ = 0.1333 > ε, but Δ* < ε: VERDICT takes it, raw-dual does not
+
+
+def revise_agents(revised: str | None, counters: dict | None = None):
+    """Candidates "a" (conflicting, the fallback: 0.6423 − 0.1268 = 0.5155 beats b's 0.5 − 0) and "b" (constant 0.5,
+    below τ), judges scoring REJECTED, and a reviser that writes `revised`; seen collects what it was given.
+    Every call adds 1 to counters["calls"]: the proposal, each judgement, the revision."""
+    counters, seen = counters if counters is not None else {"calls": 0}, []
+
+    def count(f):
+        def call(*args):
+            counters["calls"] += 1
+            return f(*args)
+        return call
+    judges = [count(lambda s, c, i=i: REJECTED[c][i] if s.question == "q" else NAN) for i in range(3)]
+    revise = count(lambda state, record: seen.append((state, record)) or revised)
+    return count(lambda s, n: ["a", "b"]), judges, revise, seen
+
+
+def test_a_revision_that_passes_the_dual_test_is_chosen_instead_of_the_fallback():
+    counters = {"calls": 0}
+    propose, judges, revise, seen = revise_agents("Final answer: R", counters)
+    rec = V.step(V.State("q"), propose, judges, meter=lambda: dict(counters), revise=revise)
+    # The n candidates and their selection stand as they were: all rejected, fallback to "a" (index 0).
+    assert rec.candidates == ("a", "b") and rec.selection.fallback and rec.selection.index == 0
+    ((state, given),) = seen
+    assert state == V.State("q") and given.revision is None and given.candidates == ("a", "b")
+    assert given.selection.fallback and given.chosen == "a"  # the best rejected candidate, as the fallback ranks it
+    v = rec.revision
+    np.testing.assert_array_equal(v.s_hat, AGREE)  # judged in the step's state (other states get NaN)
+    assert v.selection.s_bar_star[0] == pytest.approx(0.6679, abs=5e-5) and v.selection.delta_star[0] == pytest.approx(0.0181, abs=5e-5)
+    assert v.taken and rec.revised and not rec.fallback and rec.chosen == "Final answer: R"
+    # Costs: the proposal 1 + 2×3 judgements, then the revision 1 + its 3 judgements.
+    assert v.usage == {"calls": 4} and rec.usage == {"calls": 11}
+    d = rec.to_dict()
+    assert d["fallback"] and d["index"] == 0 and d["revision"]["taken"] and d["revision"]["usage"] == {"calls": 4}
+    assert d["revision"]["candidate"] == "Final answer: R" and d["revision"]["s_hat"] == list(AGREE)
+    assert d["revision"]["s_star"] == pytest.approx(V.consensus(AGREE).tolist())
+    assert d["revision"]["delta_star"] == pytest.approx(0.0181, abs=5e-5)
+    assert d["revision"]["s_bar_star"] == pytest.approx(0.6679, abs=5e-5)
+    assert json.loads(json.dumps(d, allow_nan=False)) == d
+
+
+def test_a_revision_that_fails_leaves_the_fallback():
+    propose, judges, revise, seen = revise_agents("Final answer: W")
+    trace = run("q", propose, judges, Config(max_steps=1), revise=revise)
+    rec = trace.steps[0]
+    assert rec.revision.candidate == "Final answer: W" and not rec.revision.taken and not rec.revised
+    assert rec.fallback and rec.chosen == "a" and trace.chain == ["a"] and trace.stopped == "max_steps"
+    t = trace.totals()
+    assert (t["fallbacks"], t["revisions"], t["revised"], t["judge_calls"]) == (1, 1, 0, 2 * 3 + 3)
+    revision = trace.to_dict()["steps"][0]["revision"]
+    assert revision["taken"] is False and "usage" not in revision  # no meter, no usage
+
+
+def test_the_revision_is_held_to_the_configured_thresholds():
+    # τ = 0.7: the revision's s̄* = 0.6679 no longer passes, so the fallback stands.
+    propose, judges, revise, _ = revise_agents("Final answer: R")
+    rec = V.step(V.State("q"), propose, judges, Config(tau=0.7), revise=revise)
+    assert rec.revision is not None and not rec.revised and rec.chosen == "a"
+    # ε = 0.015: its Δ* = 0.0181 no longer passes either.
+    rec = V.step(V.State("q"), propose, judges, Config(eps=0.015), revise=revise)
+    assert not rec.revised and rec.fallback
+    # raw-dual reads the raw scores: mean 0.6667 > 0.6 and raw Δ 0.0444 < 0.1, so it passes there too.
+    rec = V.step(V.State("q"), propose, judges, Config(rule="raw-dual"), revise=revise)
+    assert rec.revised and rec.chosen == "Final answer: R"
+    # The rule's own filter decides: (0.9, 0.6, 0.9) passes VERDICT's (Δ* shrinks below ε), not raw-dual's.
+    propose, judges, revise, _ = revise_agents("Final answer: S")
+    assert V.step(V.State("q"), propose, judges, revise=revise).revised
+    assert not V.step(V.State("q"), propose, judges, Config(rule="raw-dual"), revise=revise).revised
+
+
+def test_a_revision_that_ends_the_chain_ends_it():
+    propose, judges, revise, _ = revise_agents("Final answer: R")
+    trace = run("q", propose, judges, revise=revise)
+    assert trace.stopped == "final" and trace.answer == "R" and trace.chain == ["Final answer: R"]
+    t = trace.totals()
+    assert (t["fallbacks"], t["fallback_rate"], t["revisions"], t["revised"], t["judge_calls"]) == (0, 0.0, 1, 1, 9)
+
+
+def test_revise_is_asked_only_when_no_candidate_passes():
+    propose, judges, revise, seen = revise_agents("Final answer: R")
+    accepted = V.step(V.State("q"), lambda s, n: ["Final answer: R", "a"], judges, revise=revise)
+    assert accepted.revision is None and not accepted.selection.fallback and seen == []
+    alone = V.step(V.State("q"), propose, (), revise=revise)  # no judges: nothing is rejected
+    assert alone.revision is None and seen == []
+    declined = revise_agents(None)
+    rec = V.step(V.State("q"), declined[0], declined[1], revise=declined[2])
+    assert rec.revision is None and rec.fallback and rec.chosen == "a" and len(declined[3]) == 1
+    assert "revision" not in rec.to_dict()
+    # a declined revision's call is still the step's cost: proposal 1, judgements 6, the reviser 1
+    counters = {"calls": 0}
+    declined = revise_agents(None, counters)
+    rec = V.step(V.State("q"), declined[0], declined[1], meter=lambda: dict(counters), revise=declined[2])
+    assert rec.usage == {"calls": 8} and rec.revision is None
+
+
+def test_revision_abstentions_are_counted_and_a_bad_revision_is_an_error():
+    propose, judges, revise, _ = revise_agents("Final answer: R")
+    judges[1] = lambda s, c: NAN if c == "Final answer: R" else REJECTED[c][1]
+    rec = V.step(V.State("q"), propose, judges, revise=revise)
+    assert rec.abstentions == 1 and rec.revision.selection.verified
+    with pytest.raises(ValueError, match="revise must return a string or None, got 3"):
+        V.step(V.State("q"), propose, judges, revise=lambda state, record: 3)
+
+
+def test_a_stop_in_revise_drops_the_step():
+    propose, judges, _, _ = revise_agents(None)
+    trace = run("q", propose, judges, revise=lambda state, record: (_ for _ in ()).throw(V.Stop("budget")))
+    assert trace.stopped == "budget" and trace.steps == ()

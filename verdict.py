@@ -9,7 +9,10 @@ Disagreement-Aware Consensus", ECCV 2026. This module implements:
 - the aggregation baselines of the results table and the ablations (no filter, no ranking,
   raw averages), with the definitions fixed below because the paper gives none;
 - the step-wise loop: propose n candidates, score each with m judges, select, extend; a meter (any
-  counters the caller keeps, e.g. tokens) read around every step records what each step cost.
+  counters the caller keeps, e.g. tokens) read around every step records what each step cost;
+- revise on reject (after ReVISE, "Think, Look, and Revise", which the paper does not have): when no
+  candidate passes the rule's filter, an optional `revise` callable writes one revised step, which the same
+  judges score; it is taken if it passes the filter, and otherwise the fallback stands.
 
 Pure NumPy and the standard library. It imports no other module of this project, so the file
 can be copied alone into another code base.
@@ -33,7 +36,7 @@ STUBBORNNESS = (1.5, 1.0, 0.8)  # λ_V, λ_L, λ_C: visual, logical, contextual 
 JUDGES = ("visual", "logical", "contextual")  # the order of STUBBORNNESS
 RULES = ("verdict", "mean", "min", "max", "majority", "variance", "raw-dual", "no-filter", "no-rank")
 FINAL_ANSWER = r"(?i)final answer\s*:"  # default test for "this step ends the chain"
-TRACE_FORMAT = "verdict-trace/2"
+TRACE_FORMAT = "verdict-trace/3"  # /3 adds a step's "revision" and the totals' revisions
 
 
 # ----------------------------------------------------------------------------- guards
@@ -328,21 +331,55 @@ class State:
 
 
 @dataclass(frozen=True)
+class Revision:
+    """The revised step of a step whose candidates all failed the rule's filter (see step): its text, its raw
+    scores ŝ [m] from the same judges, and `selection`, the rule applied to it alone ([1, m]): its consensus
+    statistics, and accepted[0], whether it passes the filter (for VERDICT, the dual test s̄* > τ, Δ* < ε)."""
+    candidate: str
+    s_hat: np.ndarray       # [m], NaN = abstained
+    selection: Selection    # over the one revision: accepted [1], s_star [1, m], s_bar_star [1], delta_star [1]
+    usage: dict = field(default_factory=dict)  # what writing and judging it cost (the step's meter), or {}
+
+    @property
+    def taken(self) -> bool:
+        return bool(self.selection.accepted[0])
+
+    def to_dict(self) -> dict:
+        sel = self.selection
+        return {"candidate": self.candidate, "s_hat": _jsonable(self.s_hat), "s_star": _jsonable(sel.s_star[0]),
+                "s_bar_star": _jsonable(sel.s_bar_star)[0], "delta_star": _jsonable(sel.delta_star)[0],
+                "taken": self.taken, **({"usage": dict(self.usage)} if self.usage else {})}
+
+
+@dataclass(frozen=True)
 class StepRecord:
     """One step of the loop: the candidates, their raw scores ŝ and the decision.
-    With no judges (the base reasoner alone) ŝ is [n, 0] and candidate 0 is taken, unverified."""
+    With no judges (the base reasoner alone) ŝ is [n, 0] and candidate 0 is taken, unverified.
+    `selection` is always the decision over the n candidates; `revision` (None unless a reviser wrote one)
+    is the revised step, chosen instead of the fallback when it passed the filter."""
     candidates: tuple       # [n] str
     s_hat: np.ndarray       # [n, m], NaN = abstained
     selection: Selection
     usage: dict = field(default_factory=dict)  # counter -> its change over this step (step's meter), or {}
+    revision: Revision | None = None
+
+    @property
+    def revised(self) -> bool:
+        """True when the revision was taken in place of the fallback."""
+        return self.revision is not None and self.revision.taken
 
     @property
     def chosen(self) -> str:
-        return self.candidates[self.selection.index]
+        return self.revision.candidate if self.revised else self.candidates[self.selection.index]
+
+    @property
+    def fallback(self) -> bool:
+        """True when the step's choice came from the fallback ranking (no candidate, nor a revision, passed)."""
+        return self.selection.fallback and not self.revised
 
     @property
     def abstentions(self) -> int:
-        return int(np.isnan(self.s_hat).sum())
+        return int(np.isnan(self.s_hat).sum()) + (int(np.isnan(self.revision.s_hat).sum()) if self.revision else 0)
 
     def to_dict(self) -> dict:
         sel = self.selection
@@ -358,6 +395,7 @@ class StepRecord:
             "verified": sel.verified,
             "abstentions": self.abstentions,
             **({"usage": dict(self.usage)} if self.usage else {}),
+            **({"revision": self.revision.to_dict()} if self.revision else {}),
         }
 
 
@@ -389,15 +427,20 @@ class Trace:
         return last[re.search(self.config.final, last).end():].strip()
 
     def totals(self) -> dict:
-        """Counts over the steps, and "usage": each counter of the steps' usage summed (with a meter)."""
-        fallbacks = sum(r.selection.fallback for r in self.steps)
+        """Counts over the steps, and "usage": each counter of the steps' usage summed (with a meter). A step
+        whose revision was taken is no fallback; "revisions" counts the revisions written, "revised" those
+        taken, and judge_calls includes the revisions' judgements."""
+        fallbacks = sum(r.fallback for r in self.steps)
+        revisions = [r.revision for r in self.steps if r.revision is not None]
         usage = {k: sum(r.usage.get(k, 0) for r in self.steps) for rec in self.steps for k in rec.usage}
         return {
             "steps": len(self.steps),
             "fallbacks": fallbacks,
             "fallback_rate": fallbacks / len(self.steps) if self.steps else 0.0,
             "abstentions": sum(r.abstentions for r in self.steps),
-            "judge_calls": sum(r.s_hat.size for r in self.steps),
+            "judge_calls": sum(r.s_hat.size for r in self.steps) + sum(v.s_hat.size for v in revisions),
+            "revisions": len(revisions),
+            "revised": sum(v.taken for v in revisions),
             **({"usage": usage} if usage else {}),
         }
 
@@ -445,13 +488,38 @@ def _reading(meter: Callable[[], dict]) -> dict:
     return counters
 
 
+def _scored(state: State, candidates: Sequence[str], judges: Sequence[Callable], map_fn: Callable) -> np.ndarray:
+    """ŝ of every candidate by every judge: k×m calls through map_fn, candidate-major.  -> [k, m]"""
+    calls = [(c, j) for c in candidates for j in judges]                     # candidate-major: [k·m]
+    scores = list(map_fn(lambda cj: cj[1](state, cj[0]), calls))
+    scores = [_judged(s, i % len(judges), judges[i % len(judges)]) for i, s in enumerate(scores)]
+    return np.array(scores).reshape(len(candidates), len(judges))            # [k·m] -> [k, m]
+
+
+def _now(meter: Callable[[], dict] | None) -> dict:
+    """The meter's counters now; {} with no meter."""
+    return _reading(meter) if meter is not None else {}
+
+
+def _usage(meter: Callable[[], dict] | None, before: dict) -> dict:
+    """Each counter's change since `before`: after[k] − before[k] (0 before for a new key); {} with no meter."""
+    return {k: v - before.get(k, 0) for k, v in _now(meter).items()}
+
+
 def step(state: State, propose: Callable[[State, int], Sequence[str]], judges: Sequence[Callable[[State, str], float]],
          config: Config = Config(), map_fn: Callable[..., Iterable] = map,
-         meter: Callable[[], dict] | None = None) -> StepRecord:
+         meter: Callable[[], dict] | None = None,
+         revise: Callable[[State, StepRecord], str | None] | None = None) -> StepRecord:
     """One VERDICT step: propose config.n candidates, score each with every judge (n×m calls, through
     map_fn, candidate-major), select with config.rule. With no judges, candidate 0 is taken unverified.
     With a meter (a callable returning {counter: number}, e.g. a client's usage), the record's usage is
     each counter's change from before the step to after it: after[k] − before[k] (0 before for a new key).
+
+    Revise on reject: when no candidate passes the rule's filter (selection.fallback) and `revise` is given,
+    revise(state, the record so far) returns one revised step (a string) or None (no revision). The same
+    judges score it (m calls), and config.rule is applied to it alone: it is chosen if it passes the filter
+    (VERDICT: s̄* > τ and Δ* < ε), else the fallback candidate stands. The record keeps the n candidates and
+    their selection as they were, and the revision apart (StepRecord.revision), with what it cost (usage).
 
     propose(state, n) -> list of candidate steps (at least one).
     judge(state, step) -> a real number in [0, 1] (int, float, numpy floating), or NaN to abstain;
@@ -459,7 +527,7 @@ def step(state: State, propose: Callable[[State, int], Sequence[str]], judges: S
     of config.lam.
     map_fn(f, items) must return the results in the order of items (as map and Executor.map do).
     """
-    before = _reading(meter) if meter is not None else {}
+    before = _now(meter)
     if judges and len(judges) != len(config.lam):  # one stubbornness per judge
         raise ValueError(f"got {len(judges)} judges but {len(config.lam)} stubbornness values in config.lam")
     candidates = tuple(propose(state, config.n))
@@ -468,18 +536,27 @@ def step(state: State, propose: Callable[[State, int], Sequence[str]], judges: S
     if not judges:
         s_hat, selection = np.empty((len(candidates), 0)), _unjudged(len(candidates))
     else:
-        calls = [(c, j) for c in candidates for j in judges]                 # candidate-major: [n·m]
-        scores = list(map_fn(lambda cj: cj[1](state, cj[0]), calls))
-        scores = [_judged(s, k % len(judges), judges[k % len(judges)]) for k, s in enumerate(scores)]
-        s_hat = np.array(scores).reshape(len(candidates), len(judges))      # [n·m] -> [n, m]
+        s_hat = _scored(state, candidates, judges, map_fn)                   # [n, m]
         selection = select(s_hat, config.lam, config.tau, config.eps, config.rule)
-    usage = {k: v - before.get(k, 0) for k, v in _reading(meter).items()} if meter is not None else {}
-    return StepRecord(candidates, s_hat, selection, usage)
+    record = StepRecord(candidates, s_hat, selection, _usage(meter, before))
+    if revise is None or not selection.fallback:  # (with no judges there is no fallback)
+        return record
+    at = _now(meter)
+    text = revise(state, record)
+    if text is None:  # the reviser declined: the fallback stands
+        return replace(record, usage=_usage(meter, before))
+    if not isinstance(text, str):
+        raise ValueError(f"revise must return a string or None, got {text!r}")
+    r_hat = _scored(state, [text], judges, map_fn)                           # [1, m]
+    checked = select(r_hat, config.lam, config.tau, config.eps, config.rule)
+    revision = Revision(text, r_hat[0], checked, _usage(meter, at))
+    return replace(record, usage=_usage(meter, before), revision=revision)
 
 
 def run(question: str, propose: Callable[[State, int], Sequence[str]], judges: Sequence[Callable[[State, str], float]],
         config: Config = Config(), image: Any = None, map_fn: Callable[..., Iterable] = map,
-        meter: Callable[[], dict] | None = None) -> Trace:
+        meter: Callable[[], dict] | None = None,
+        revise: Callable[[State, StepRecord], str | None] | None = None) -> Trace:
     """The step-wise loop: `step` until the chosen step matches `config.final` or after
     `config.max_steps` steps, extending the chain with each chosen step.
 
@@ -487,11 +564,12 @@ def run(question: str, propose: Callable[[State, int], Sequence[str]], judges: S
     judges=() runs the base reasoner alone (candidate 0 of each step, unverified).
     A proposer or judge that raises Stop ends the chain: the trace keeps the steps completed before it.
     meter: read around every step (see step); Trace.totals()["usage"] sums the steps' usage.
+    revise: called on a step whose candidates all fail the rule's filter (see step); None: never.
     """
     state, records = State(question, as_images(image)), []
     for _ in range(config.max_steps):
         try:
-            record = step(state, propose, judges, config, map_fn, meter)
+            record = step(state, propose, judges, config, map_fn, meter, revise)
         except Stop as e:
             return Trace(question, tuple(records), config, str(e))
         records.append(record)
