@@ -40,7 +40,7 @@ from PIL import Image
 
 import judges
 import verdict
-from client import Cache, Client
+from client import Cache, Client, EndpointError
 from loopback import LoopbackServer, chat_response
 from overhead import (ADAPTIVE, BASE, CONC, CONC_SCORE, MODES, ORDER, PAPER_OVERHEAD, SEQ, SEQ_SCORE, adaptive_lines,
                       in_layouts, overhead, picture, run_chains, time_table, token_table)
@@ -155,7 +155,7 @@ SERVER_FLAGS = (  # llama-server flags tried in 2c, appended to serve_tiny.sh's 
     ("-kvu", "one KV buffer shared by the slots (unified KV)"),
     ("--cache-reuse 32", "reuse cached chunks of 32 tokens or more after the common prefix, by shifting their KV"),
     ("--cache-ram 0", "no prompt cache in RAM: a slot keeps only its last prompt"),
-    ("-np 2", "2 slots"),
+    ("-np 2", "2 slots (n = 3 candidates need 3: llama-server serves n choices in n slots)"),
     ("-np 8 -c 16384", "8 slots (the same 2,048 tokens each)"),
 )
 
@@ -230,6 +230,11 @@ def flags_section(reps: int, steps: int, model: str, questions: int = 2, flag_re
         try:
             section, result = (live_section(url, model, reps, steps, LIVE_MODES, questions) if first is None else
                                live_section(url, model, flag_reps, steps, FLAG_MODES, questions))
+        except EndpointError as e:  # a flag set the workload cannot run on (-np 2 refuses n = 3): said, not fatal
+            if first is None:
+                raise
+            rows.append(f"| `{flags}` | {what} | the run failed: {e.message} | | | | |")
+            continue
         finally:
             stop_server(pid)
         lines, first = (section, result) if first is None else (lines, first)

@@ -117,3 +117,22 @@ def test_causes_say_the_simulated_floor_and_the_real_servers_time():
     assert "base (reasoner alone, n = 1) (per-role) 40 ms computing prompts and 160 ms generating (80% generating)" in time_
     assert "concurrent, short judges (shared) 900 ms computing prompts and 2,100 ms generating (70% generating)" in time_
     assert len(bench.causes(sim, None)) == 1 and "(short judges —)" in bench.causes({BASE: result(1.0, 0.0)}, None)[0]
+
+
+def test_a_flag_set_the_workload_cannot_run_on_is_reported_and_the_others_run(monkeypatch):
+    # llama-server with -np 2 refuses n = 3 (HTTP 400): that flag set's row says so, and the run goes on.
+    from client import EndpointError
+    started, stopped = [], []
+    monkeypatch.setattr(bench, "start_server", lambda flags: started.append(flags) or (f"http://x/{len(started)}", len(started)))
+    monkeypatch.setattr(bench, "stop_server", stopped.append)
+    def live(url, model, reps, steps, modes, questions):
+        if url.endswith("/2"):
+            raise EndpointError(url, 400, "Field 'n': Value must be between 1 <= value <= 2, but got 3")
+        return [f"section at {url}"], {m: result(1.0, 10.0) for m in modes}
+    monkeypatch.setattr(bench, "live_section", live)
+    lines, rows, first = bench.flags_section(2, 2, "m", 1, 1)
+    assert started == [f for f, _ in bench.SERVER_FLAGS] and stopped == list(range(1, len(started) + 1))
+    assert lines == ["section at http://x/1"] and set(first) == set(bench.LIVE_MODES)
+    failed = [r for r in rows if "the run failed" in r]
+    assert len(failed) == 1 and failed[0].startswith(f"| `{bench.SERVER_FLAGS[1][0]}` |") and "got 3" in failed[0]
+    assert len(rows) == 2 + 1 + len(bench.FLAG_MODES) * (len(bench.SERVER_FLAGS) - 1)  # the header, the failure, the rest
