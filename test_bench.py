@@ -135,4 +135,4 @@ def test_a_flag_set_the_workload_cannot_run_on_is_reported_and_the_others_run(mo
     assert lines == ["section at http://x/1"] and set(first) == set(bench.LIVE_MODES)
     failed = [r for r in rows if "the run failed" in r]
     assert len(failed) == 1 and failed[0].startswith(f"| `{bench.SERVER_FLAGS[1][0]}` |") and "got 3" in failed[0]
-    assert len(rows) == 2 + 1 + len(bench.FLAG_MODES) * (len(bench.SERVER_FLAGS) - 1)  # the header, the failure, the rest
+    assert len(rows) == 4 + 1 + len(bench.FLAG_MODES) * (len(bench.SERVER_FLAGS) - 1)  # intro, header, failure, rest
