@@ -22,6 +22,7 @@ import argparse
 import copy
 import ipaddress
 import json
+import math
 import os
 import random
 import threading
@@ -80,13 +81,17 @@ def reported_cache(response: dict) -> dict:
     "cached_tokens": usage.prompt_tokens_details.cached_tokens, the prompt tokens a prefix cache served (OpenAI,
         llama-server, vLLM with --enable-prompt-tokens-details, SGLang with --enable-cache-report; vLLM leaves it
         out when it is 0, so a missing value is unknown, not 0);
-    "cache_n", "prompt_n": llama-server's timings, the prompt tokens reused from its cache and those computed."""
+    "cache_n", "prompt_n": llama-server's timings, the prompt tokens reused from its cache and those computed;
+    "prompt_ms", "predicted_ms": llama-server's timings, the milliseconds it spent computing the prompt and
+        generating the reply (a request's own; requests in parallel slots overlap in wall time)."""
     usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
     details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
     timings = response.get("timings") if isinstance(response.get("timings"), dict) else {}
     count = lambda d, k: d[k] if isinstance(d.get(k), int) and not isinstance(d[k], bool) and d[k] >= 0 else None
+    ms = lambda k: (float(timings[k]) if isinstance(timings.get(k), (int, float)) and not isinstance(timings[k], bool)
+                    and 0 <= timings[k] < math.inf else None)
     return {"cached_tokens": count(details, "cached_tokens"), "cache_n": count(timings, "cache_n"),
-            "prompt_n": count(timings, "prompt_n")}
+            "prompt_n": count(timings, "prompt_n"), "prompt_ms": ms("prompt_ms"), "predicted_ms": ms("predicted_ms")}
 
 
 def text_of(response: dict, i: int = 0) -> str:
@@ -178,7 +183,8 @@ class Client:
         self._lock = threading.Lock()
         self._usage = dict(requests=0, calls=0, cache_hits=0, merged=0, replies=0, prompt_tokens=0,
                            completion_tokens=0, call_tokens=0, cache_reports=0, cached_tokens=0,
-                           computed_prompt_tokens=0, timings_reports=0, timings_cache_n=0, timings_prompt_n=0)
+                           computed_prompt_tokens=0, timings_reports=0, timings_cache_n=0, timings_prompt_n=0,
+                           timings_prompt_ms=0.0, timings_predicted_ms=0.0)
 
     def __repr__(self) -> str:
         return f"Client(base_url={self.base_url!r}, model={self.model!r})"
@@ -203,7 +209,9 @@ class Client:
         What the server's own prefix cache reused, measured on the replies (reported_cache): cache_reports: the
         replies that reported cached_tokens; cached_tokens: their sum; computed_prompt_tokens: Σ (prompt_tokens −
         cached_tokens) over those replies, the prompt tokens the server computed; timings_reports: the replies
-        with llama-server's timings; timings_cache_n, timings_prompt_n: their sums of cache_n and prompt_n."""
+        with llama-server's timings; timings_cache_n, timings_prompt_n: their sums of cache_n and prompt_n;
+        timings_prompt_ms, timings_predicted_ms: their sums of prompt_ms and predicted_ms (server time computing
+        prompts and generating replies)."""
         with self._lock:
             return dict(self._usage)
 
@@ -305,6 +313,7 @@ def _reuse_counts(tokens: dict, reuse: dict) -> dict:
                       computed_prompt_tokens=tokens["prompt_tokens"] - reuse["cached_tokens"])
     if reuse["cache_n"] is not None and reuse["prompt_n"] is not None:
         counts.update(timings_reports=1, timings_cache_n=reuse["cache_n"], timings_prompt_n=reuse["prompt_n"])
+        counts.update({f"timings_{k}": reuse[k] for k in ("prompt_ms", "predicted_ms") if reuse[k] is not None})
     return counts
 
 

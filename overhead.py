@@ -12,10 +12,17 @@ Disagreement-Aware Consensus", ECCV 2026 (the step-wise loop with n = 3 candidat
   client's usage counters (the prompt tokens the server computed and reused, as it reports them);
 - tables and a picture of the result.
 
-Adaptive judging is exact: it skips the n·m judge calls of a step only when the n candidates are the same
-string. Whichever candidate a rule would choose, the chain is extended by that string, so the chain and its
-final answer are those of judging everything; only the trace's record of the step differs (no ŝ, the step is
-unverified rather than accepted or a fallback) and its judge calls are not made.
+Adaptive judging skips the n·m judge calls of a step when the n candidates are the same string. A step's
+decision is the string it extends the chain by (StepRecord.chosen); the decisions make the chain, and with it
+Trace.stopped and Trace.answer. Adaptive judging never changes a decision, compared with judging everything,
+when the replies are a function of the request (a deterministic server, fixed seeds, as the reasoner and the
+judges send) and the judges raise nothing (no Stop, no error): by induction on the steps, both runs send the
+same reasoner requests, so they get the same candidates; a step they both judge gets the same scores; a step
+adaptive skips has n copies of one string, and every rule picks an index, so judging it would choose that
+string too. What does differ is the record of a skipped step: no ŝ, s* or Δ*, the step unverified rather than
+accepted or a fallback (Trace.totals' fallbacks and judge_calls). On a server whose replies also depend on
+what else it serves (a batching server's arithmetic), the candidates of both runs may differ; `agreement`
+measures how often the chains then still agree, beside the same figure for one mode repeated.
 """
 from __future__ import annotations
 
@@ -113,7 +120,9 @@ class Result:
     computed: float | None  # prompt tokens the server computed per step after the first (None: it reported none)
     completion: float       # completion tokens per step after the first (every choice's, as the server counts)
     reported: float         # the share of replies that reported their cached prompt tokens
-    chains: list            # the chains of the last repetition
+    server_ms: tuple | None  # (computing prompts, generating) milliseconds per step, all steps, as llama-server's
+                            # timings report them (a request's own; parallel requests overlap); None without timings
+    chains: list            # [reps][Q] every repetition's chains
 
 
 def token_figures(runs: list, steps: int) -> tuple:
@@ -126,6 +135,40 @@ def token_figures(runs: list, steps: int) -> tuple:
     computed = total("computed_prompt_tokens") / len(later) if replies and total("cache_reports") == replies else None
     return (total("prompt_tokens") / len(later), computed, total("completion_tokens") / len(later),
             total("cache_reports") / replies if replies else math.nan)
+
+
+def server_ms(runs: list) -> tuple | None:
+    """(prompt_ms, predicted_ms) per step over every step of every repetition (run_chains' Chains.usage), or None
+    unless every reply reported llama-server's timings."""
+    steps = [u for usage in runs for u in usage]
+    total = lambda k: sum(u.get(k, 0) for u in steps)
+    if not steps or not total("replies") or total("timings_reports") != total("replies"):
+        return None
+    return total("timings_prompt_ms") / len(steps), total("timings_predicted_ms") / len(steps)
+
+
+def agreement(result: dict, a: Mode, b: Mode, shift: int = 0) -> tuple:
+    """(k, K): in k of K (repetition r, question) pairs, mode a's chain in repetition r is mode b's in repetition
+    r + shift (a decision differs somewhere in the others). a = b with shift 1: how repeatable the server is."""
+    ra, rb = result[a].chains, result[b].chains
+    pairs = [(x, y) for r in range(len(ra)) if 0 <= r + shift < len(rb) for x, y in zip(ra[r], rb[r + shift])]
+    return sum(x == y for x, y in pairs), len(pairs)
+
+
+def adaptive_lines(result: dict) -> list:
+    """Markdown: what adaptive judging changed in `result`, per layout: how often its chains are those of judging
+    everything with the same judges (CONC_SCORE, same repetition), beside how often CONC_SCORE repeats itself."""
+    said = lambda k_n: f"{k_n[0]} of {k_n[1]}" if k_n[1] else "—"
+    rows = [f"| {lay} | {said(agreement(result, replace(ADAPTIVE, layout=lay), replace(CONC_SCORE, layout=lay)))} | "
+            f"{said(agreement(result, replace(CONC_SCORE, layout=lay), replace(CONC_SCORE, layout=lay), 1))} |"
+            for lay in ORDER if replace(ADAPTIVE, layout=lay) in result and replace(CONC_SCORE, layout=lay) in result]
+    return [] if not rows else ["Adaptive judging and the decisions: a step's decision is the string it extends the chain by; the chain "
+            "and its final answer follow from the decisions. Adaptive judging never changes a decision when the "
+            "server's replies depend on the request alone (the n candidates are one string, so every rule chooses "
+            "it); it does change the record of a skipped step (no scores; unverified rather than accepted or a "
+            "fallback). Measured, the (repetition, question) pairs whose whole chain is the same:",
+            "", "| layout | adaptive vs concurrent, short judges (same repetition) | concurrent, short judges vs "
+            "itself in the next repetition |", "|---|---:|---:|"] + rows
 
 
 def overhead(client, modes, questions, steps: int, reps: int, limits: tuple, image=None, reset=lambda: None,
@@ -146,7 +189,8 @@ def overhead(client, modes, questions, steps: int, reps: int, limits: tuple, ima
         prompt, computed, completion, reported = token_figures([c.usage for c in runs[m]], steps)
         out[m] = Result(statistics.median(a.mean() for a in times[m]), ratio(m, slice(None)),
                         ratio(m, slice(1, steps - 1)) if steps >= 3 else None, sum(c.replies for c in runs[m]) / per,
-                        sum(c.skipped for c in runs[m]) / per, prompt, computed, completion, reported, runs[m][-1].chains)
+                        sum(c.skipped for c in runs[m]) / per, prompt, computed, completion, reported,
+                        server_ms([c.usage for c in runs[m]]), [c.chains for c in runs[m]])
     return out
 
 
@@ -160,15 +204,18 @@ def time_table(result: dict, scale: float = 1.0) -> list:
 
 
 def token_table(result: dict) -> list:
-    """Markdown rows: prompt tokens per step after each chain's first step, and those the server computed."""
+    """Markdown rows: prompt tokens per step after each chain's first step, and those the server computed; the
+    server's own time per step computing prompts and generating (all steps; when it reports timings)."""
     base = result[BASE].computed
     rows = ["| mode | layout | prompt tokens per step | computed by the server | reused from its cache | "
-            "computed vs base | completion tokens per step |", "|---|---|---:|---:|---:|---:|---:|"]
+            "computed vs base | completion tokens per step | server ms per step: prompts + generating (prompts' "
+            "share) |", "|---|---|---:|---:|---:|---:|---:|---:|"]
     for m, r in result.items():
-        c = r.computed
+        c, ms = r.computed, r.server_ms
         rows.append(f"| {m.name} | {m.layout} | {r.prompt:,.0f} | {'—' if c is None else f'{c:,.0f}'} | "
                     f"{'—' if c is None or not r.prompt else f'{1 - c / r.prompt:.0%}'} | "
-                    f"{'—' if c is None or not base else f'{c / base:.2f}×'} | {r.completion:,.0f} |")
+                    f"{'—' if c is None or not base else f'{c / base:.2f}×'} | {r.completion:,.0f} | "
+                    f"{'—' if not ms or not sum(ms) else f'{ms[0]:,.0f} + {ms[1]:,.0f} ({ms[0] / sum(ms):.0%})'} |")
     return rows
 
 

@@ -56,7 +56,7 @@ def test_a_failed_evaluate_run_reports_the_failure_and_no_peak_rss(monkeypatch):
 
 def result(ratio: float, computed: float | None = None) -> Result:
     return Result(seconds=1.0, ratio=ratio, warm=None, judge_requests=9.0, skipped=0.0, prompt=1000.0,
-                  computed=computed, completion=50.0, reported=1.0, chains=[])
+                  computed=computed, completion=50.0, reported=1.0, server_ms=None, chains=[])
 
 
 def test_targets_judge_the_shared_layout_and_show_the_others():
@@ -103,3 +103,36 @@ def test_start_server_reads_the_url_and_pid_and_stop_server_stops_it(monkeypatch
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     bench.stop_server(child.pid)
     assert child.wait(timeout=10) == -15  # SIGTERM
+
+
+def test_causes_say_the_simulated_floor_and_the_real_servers_time():
+    per = lambda ratio, computed, ms: replace(result(ratio, computed), server_ms=ms)
+    shared = lambda m: replace(m, layout="shared")
+    sim = {BASE: result(1.0, 100.0), shared(CONC): result(1.5, 950.0), shared(CONC_SCORE): result(1.2, 900.0)}
+    live = {BASE: per(1.0, 30.0, (40.0, 160.0)), shared(CONC_SCORE): per(9.0, 600.0, (900.0, 2100.0))}
+    floor, time_ = bench.causes(sim, live)
+    # 950 / 100 = 9.5×, 900 / 100 = 9.0×; 160 / (40 + 160) = 80% generating, 2,100 / 3,000 = 70%
+    assert "concurrent judging computes 9.5× the base step's tokens there in the shared layout (short judges 9.0×), " \
+           "— in the role-first layout" in floor
+    assert "base (reasoner alone, n = 1) (per-role) 40 ms computing prompts and 160 ms generating (80% generating)" in time_
+    assert "concurrent, short judges (shared) 900 ms computing prompts and 2,100 ms generating (70% generating)" in time_
+    assert len(bench.causes(sim, None)) == 1 and "(short judges —)" in bench.causes({BASE: result(1.0, 0.0)}, None)[0]
+
+
+def test_a_flag_set_the_workload_cannot_run_on_is_reported_and_the_others_run(monkeypatch):
+    # llama-server with -np 2 refuses n = 3 (HTTP 400): that flag set's row says so, and the run goes on.
+    from client import EndpointError
+    started, stopped = [], []
+    monkeypatch.setattr(bench, "start_server", lambda flags: started.append(flags) or (f"http://x/{len(started)}", len(started)))
+    monkeypatch.setattr(bench, "stop_server", stopped.append)
+    def live(url, model, reps, steps, modes, questions):
+        if url.endswith("/2"):
+            raise EndpointError(url, 400, "Field 'n': Value must be between 1 <= value <= 2, but got 3")
+        return [f"section at {url}"], {m: result(1.0, 10.0) for m in modes}
+    monkeypatch.setattr(bench, "live_section", live)
+    lines, rows, first = bench.flags_section(2, 2, "m", 1, 1)
+    assert started == [f for f, _ in bench.SERVER_FLAGS] and stopped == list(range(1, len(started) + 1))
+    assert lines == ["section at http://x/1"] and set(first) == set(bench.LIVE_MODES)
+    failed = [r for r in rows if "the run failed" in r]
+    assert len(failed) == 1 and failed[0].startswith(f"| `{bench.SERVER_FLAGS[1][0]}` |") and "got 3" in failed[0]
+    assert len(rows) == 4 + 1 + len(bench.FLAG_MODES) * (len(bench.SERVER_FLAGS) - 1)  # intro, header, failure, rest

@@ -130,7 +130,7 @@ def test_usage_counts_tokens_calls_and_requests(loopback):
 
 
 NO_REUSE = dict(cache_reports=0, cached_tokens=0, computed_prompt_tokens=0, timings_reports=0, timings_cache_n=0,
-                timings_prompt_n=0)  # the usage counters of a server that reports no prefix-cache reuse
+                timings_prompt_n=0, timings_prompt_ms=0.0, timings_predicted_ms=0.0)  # the usage counters of a server that reports no prefix-cache reuse
 
 
 def with_reuse(prompt_tokens: int, cached=None, timings=None) -> dict:
@@ -150,19 +150,22 @@ def test_total_usage_counts_each_client_once(loopback):
 
 
 def test_reported_cache_reads_cached_tokens_and_timings_and_nothing_else():
-    assert reported_cache(with_reuse(11, 7, {"cache_n": 7, "prompt_n": 4, "prompt_ms": 1.5})) == {
-        "cached_tokens": 7, "cache_n": 7, "prompt_n": 4}
+    assert reported_cache(with_reuse(11, 7, {"cache_n": 7, "prompt_n": 4, "prompt_ms": 1.5, "predicted_ms": 20})) == {
+        "cached_tokens": 7, "cache_n": 7, "prompt_n": 4, "prompt_ms": 1.5, "predicted_ms": 20.0}
     # vLLM leaves cached_tokens out when it is 0: unknown, never 0; so is anything that is not a count
-    assert reported_cache(with_reuse(11)) == {"cached_tokens": None, "cache_n": None, "prompt_n": None}
+    nothing = {"cached_tokens": None, "cache_n": None, "prompt_n": None, "prompt_ms": None, "predicted_ms": None}
+    assert reported_cache(with_reuse(11)) == nothing
     for bad in ("7", -1, True, 7.0, None):
         assert reported_cache(with_reuse(11, bad, {"cache_n": bad, "prompt_n": 4}))["cached_tokens"] is None
         assert reported_cache(with_reuse(11, 0, {"cache_n": bad}))["cache_n"] is None
-    assert reported_cache({"usage": "none", "timings": [1]}) == {"cached_tokens": None, "cache_n": None, "prompt_n": None}
+    for bad in ("7", -1.0, True, float("inf"), float("nan"), None):  # milliseconds: a finite number >= 0
+        assert reported_cache(with_reuse(11, 0, {"prompt_ms": bad, "predicted_ms": bad}))["prompt_ms"] is None
+    assert reported_cache({"usage": "none", "timings": [1]}) == nothing
 
 
 def test_usage_counts_the_prefix_cache_reuse_the_replies_report(loopback, tmp_path):
-    replies = [with_reuse(100, 0, {"cache_n": 0, "prompt_n": 100}),   # llama-server, cold: all 100 computed
-               with_reuse(120, 96, {"cache_n": 96, "prompt_n": 24}),  # warm: 96 reused, 24 computed
+    replies = [with_reuse(100, 0, {"cache_n": 0, "prompt_n": 100, "prompt_ms": 50.0, "predicted_ms": 200.5}),  # cold
+               with_reuse(120, 96, {"cache_n": 96, "prompt_n": 24, "prompt_ms": 12.0, "predicted_ms": 150}),  # warm
                with_reuse(50),                                        # vLLM with nothing cached: not reported
                with_reuse(80, 64)]                                    # vLLM, 4 blocks of 16 cached
     srv = loopback(scripted(*replies))
@@ -175,6 +178,8 @@ def test_usage_counts_the_prefix_cache_reuse_the_replies_report(loopback, tmp_pa
     # 3 replies reported cached_tokens: 0 + 96 + 64 = 160 reused; (100 − 0) + (120 − 96) + (80 − 64) = 140 computed
     assert (u["cache_reports"], u["cached_tokens"], u["computed_prompt_tokens"]) == (3, 160, 140)
     assert (u["timings_reports"], u["timings_cache_n"], u["timings_prompt_n"]) == (2, 96, 124)
+    # llama-server's milliseconds: 50 + 12 = 62 computing prompts, 200.5 + 150 = 350.5 generating
+    assert (u["timings_prompt_ms"], u["timings_predicted_ms"]) == (62.0, 350.5)
 
 
 # ----------------------------------------------------------------------------- secrets

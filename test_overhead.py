@@ -84,25 +84,49 @@ def test_token_figures_count_the_steps_after_each_chains_first():
 def test_overhead_results_and_tables(tmp_path):
     image = Image.new("RGB", (64, 64), "red")
     with sim() as srv:
-        modes = in_layouts((CONC, ADAPTIVE))
+        modes = in_layouts((CONC, CONC_SCORE, ADAPTIVE))
         result = overhead.overhead(Client(srv.url, "sim"), modes, ["Q? A. x B. y"], 3, 2, LIMITS, image)
     assert list(result) == list(modes) and modes[:3] == tuple(replace(BASE, layout=lay) for lay in overhead.ORDER)
     base = result[BASE]
     assert base.ratio == pytest.approx(1.0) and base.warm == pytest.approx(1.0) and base.judge_requests == 0
     for m, r in result.items():
         assert r.reported == 1.0 and r.computed is not None and 0 < r.computed < r.prompt  # the cache served some
-        assert math.isfinite(r.ratio) and len(r.chains) == 1
+        assert math.isfinite(r.ratio) and len(r.chains) == 2 and len(r.chains[0]) == 1  # [reps][Q]
+        assert r.server_ms is None  # the simulator reports no llama-server timings
     assert result[CONC].judge_requests == pytest.approx(9.0) and result[ADAPTIVE].skipped == pytest.approx(3.0)
     # the image is cached after each chain's first step in every mode; judging adds the judges' own tokens
     assert result[CONC].computed > result[BASE].computed
     times, tokens = overhead.time_table(result), overhead.token_table(result)
     assert len(times) == len(tokens) == 2 + len(result) and times[2].startswith("| base (reasoner alone, n = 1) | per-role |")
-    assert re.search(r"\| 1\.00× \| [\d,]+ \|$", tokens[2]) and all(row.count("|") == 8 for row in times[2:] + tokens[2:])
+    assert re.search(r"\| 1\.00× \| [\d,]+ \| — \|$", tokens[2])
+    assert all(row.count("|") == 8 for row in times[2:]) and all(row.count("|") == 9 for row in tokens[2:])
+    # the simulator is deterministic: adaptive's chains are full judging's, and each mode repeats itself
+    assert overhead.agreement(result, ADAPTIVE, CONC_SCORE) == (2, 2) and overhead.agreement(result, CONC, CONC, 1) == (1, 1)
+    assert overhead.agreement(result, ADAPTIVE, CONC) == (0, 2)  # other judges (they explain): other choices
     path = tmp_path / "overhead.png"
     overhead.picture([("simulated", result), ("again", result)], str(path))
     img = Image.open(path)
     colours = {c for _, c in img.convert("RGB").getcolors(1 << 20)}
     assert img.size == (880, 360) and set(overhead.COLOURS.values()) | {(214, 39, 40)} <= colours
+
+
+def test_server_ms_sums_llama_servers_timings_per_step():
+    u = lambda replies, reports, prompt_ms, predicted_ms: dict(replies=replies, timings_reports=reports,
+                                                              timings_prompt_ms=prompt_ms, timings_predicted_ms=predicted_ms)
+    runs = [[u(1, 1, 30.0, 100.0), u(10, 10, 90.0, 500.0)], [u(1, 1, 20.0, 80.0), u(10, 10, 60.0, 520.0)]]
+    # every step of every repetition: 4 steps, (30 + 90 + 20 + 60) / 4 = 50 ms on prompts, 1,200 / 4 = 300 generating
+    assert overhead.server_ms(runs) == (50.0, 300.0)
+    runs[1][1] = u(10, 9, 60.0, 520.0)  # a reply without timings: the figure is unknown
+    assert overhead.server_ms(runs) is None and overhead.server_ms([[]]) is None
+
+
+def test_agreement_pairs_repetitions_and_questions():
+    chains = lambda *reps: overhead.Result(*[0.0] * 9, None, list(reps))
+    a, b = replace(CONC, name="a"), replace(CONC, name="b")
+    result = {a: chains([["x"], ["y"]], [["x"], ["z"]]), b: chains([["x"], ["y"]], [["x"], ["y"]])}
+    # repetition 0: both questions agree; repetition 1: the second question's chains differ
+    assert overhead.agreement(result, a, b) == (3, 4)
+    assert overhead.agreement(result, b, b, 1) == (2, 2) and overhead.agreement(result, a, a, 1) == (1, 2)
 
 
 def test_in_layouts_puts_every_base_first():

@@ -9,7 +9,7 @@ import judges
 import simserver
 import verdict
 from client import Client
-from layout import role_messages
+from layout import LAYOUTS, role_messages
 from loopback import LoopbackServer
 from simserver import BLOCK, LatencyModel, SimulatedServer, block_hashes, prompt_units
 
@@ -103,3 +103,32 @@ def test_sim_reply_lengths():
     assert simserver.sim_reply(explain, lm, 3)[1] == lm.rationale_tokens and simserver.sim_reply(short, lm, 3)[1] == 6
     (text,), _ = simserver.sim_reply(short, lm, 3)
     assert set(json.loads(text)) == {"score"}
+
+
+def lcp(a: list, b: list) -> int:
+    """The length of the longest common prefix of two unit lists."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("question", ["Is the mug left of the laptop?", "In <image 2>, is the mug left of <image 1>?"])
+def test_the_prefix_cache_is_a_longest_common_prefix_in_whole_blocks(layout, question):
+    # Oracle: vLLM's chained block hashes make block i cached exactly when an earlier prompt began with the same
+    # (i + 1)·BLOCK units, so a request's cached tokens are BLOCK · max over earlier prompts p of lcp(p, it) // BLOCK.
+    # The requests are those of three steps (the reasoner's, then 3 judges × 3 candidates), laid out by layout.py
+    # with two images, first or at the question's <image k>, as the server receives them in sequential mode.
+    images = (Image.new("RGB", (32, 32), "red"), Image.new("RGB", (32, 32), "blue"))
+    sim, seen, state = SimulatedServer(LatencyModel(time_scale=0.0, image_tokens=64)), [], verdict.State(question, images)
+    for t in range(3):
+        candidates = [f"Candidate {t}.{i}: the mug is left." for i in range(3)]
+        requests = [role_messages("reasoner", state, layout)] + [
+            role_messages(judge, state, layout, step=c, reply="Score: <a digit>") for c in candidates for judge in verdict.JUDGES]
+        for k, msgs in enumerate(requests):
+            units = prompt_units(msgs, 64)
+            expected = BLOCK * max((lcp(p, units) // BLOCK for p in seen), default=0)
+            got = sim({"messages": msgs, **({"stop": ["\n\n"]} if k == 0 else {})}, "/v1/chat/completions")["usage"]
+            assert got["prompt_tokens_details"]["cached_tokens"] == expected and got["prompt_tokens"] == len(units)
+            if layout != "per-role" and k > 0:  # a judge finds cached all the blocks its prompt shares with the reasoner's
+                assert expected >= lcp(seen[len(seen) - k], units) // BLOCK * BLOCK > 2 * 64 - BLOCK  # both images
+            seen.append(units)
+        state = state.extend(candidates[0])
