@@ -164,7 +164,7 @@ def _check_utf8(text: str, where: str = "") -> None:
 def _records(fh):
     """(line where the record ends, its start offset, its end offset, cells) of each TSV record from a binary
     file at its position, read one line at a time; bytes that are not UTF-8 become lone surrogates."""
-    line, at = 0, fh.tell()
+    at = fh.tell()
     pos = [at]
 
     def lines():

@@ -1,7 +1,6 @@
 """Tests for demo.py: the offline run end to end, live mode against the loopback server, and
 every error case (one line on stderr, exit code 2, no traceback)."""
 import json
-import math
 import os
 import re
 import subprocess

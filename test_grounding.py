@@ -102,8 +102,8 @@ def test_plain_mode_sends_byte_identical_requests(loopback):
     srv = loopback(modes_handler())
     client = Client(srv.url, "m")
     state = verdict.State("Where is the ball?", (), ("The cube is red.",))
-    for grounding in (None, Grounding(client)):
-        assert [j(state, "The ball is right.") for j in make_judges(client, grounding=grounding)] == [0.8] * 3
+    for evidence in (None, Grounding(client)):
+        assert [j(state, "The ball is right.") for j in make_judges(client, grounding=evidence)] == [0.8] * 3
     raw = [r.raw for r in srv.requests]
     assert raw[:3] == raw[3:] and "Question:\nWhere is the ball?\n\nPrevious steps:" in user_text(srv.chats[0])
 

@@ -15,7 +15,7 @@ from client import Client
 from grounding import Grounding, JudgeMode
 from judges import make_judges
 from layout import role_of
-from loopback import chat_response, user_text
+from loopback import chat_response
 
 RED = (220, 20, 20)
 SQUARE = [600, 200, 800, 600]  # the red square in 0..1000 coordinates (see scene)
