@@ -504,9 +504,9 @@ def test_live_json_judge_scores_and_weighs_its_score_digit(live_url):
     j = Judge(client, "logical", fmt="json")
     question, step = "What is 2 + 3?\nA. 4\nB. 5", "2 + 3 = 5, so the answer is B."
     s = j(verdict.State(question), step)
-    sampled, weighted = j.scores(question, (), step)
+    sampled, weighted, mass = j.scores(question, (), step)
     assert j.counts["parsed"] == 1 and s == sampled and round(9 * s) in range(10) and 9 * s == pytest.approx(round(9 * s))
-    assert 0 <= weighted <= 1
+    assert 0 <= weighted <= 1 and 0 < mass <= 1 + 1e-9  # the digits' share of the score token's top_logprobs
 
 
 # ----------------------------------------------------------------------------- the reviser
