@@ -188,8 +188,7 @@ class Judge:
                              f"{grounding.mode.name!r} could not show the judge its evidence")
         self._lock = threading.Lock()
         self._counts = dict(calls=0, replies=0, parsed=0, retries=0, abstentions=0)
-        self._scores: dict = {}  # (question, previous steps, step) -> (sampled, weighted, digit mass)
-        self._reasons: dict = {}  # (question, previous steps, step) -> the reply's reason, None when unreadable
+        self._calls: dict = {}  # (question, previous steps, step) -> (sampled, weighted, digit mass, reason or None)
 
     def __repr__(self) -> str:
         return f"Judge({self.name!r}, fmt={self.format.requested!r}, score_only={self.score_only}, weighted={self.weighted})"
@@ -203,13 +202,13 @@ class Judge:
         """(sampled, weighted, the digits' share of the score token's top_logprobs) of this judge's call on `step`
         after `steps`, NaN where there is none (the share too, where there is no weighted score)."""
         with self._lock:
-            return self._scores.get((question, tuple(steps), step), (math.nan,) * 3)
+            return self._calls.get((question, tuple(steps), step), (math.nan,) * 4)[:3]
 
     def reason(self, question: str, steps: Sequence[str], step: str) -> str | None:
         """The reason this judge gave with its score of `step` after `steps` (scores.reason_of: the json
         format's "reason", the prose before a text score line); None without a readable reply."""
         with self._lock:
-            return self._reasons.get((question, tuple(steps), step))
+            return self._calls.get((question, tuple(steps), step), (None,) * 4)[3]
 
     def params(self, fmt: str) -> tuple:
         """(the request's parameters, the follow-up's) for format fmt."""
@@ -263,8 +262,7 @@ class Judge:
             c = self._counts
             c["calls"], c["replies"], c["retries"] = c["calls"] + 1, c["replies"] + tries, c["retries"] + tries - 1
             c["parsed"], c["abstentions"] = c["parsed"] + (not math.isnan(s)), c["abstentions"] + math.isnan(s)
-            self._scores[state.question, tuple(state.steps), step] = (sampled, weighted, mass)
-            self._reasons[state.question, tuple(state.steps), step] = reason
+            self._calls[state.question, tuple(state.steps), step] = (sampled, weighted, mass, reason)
         return s if self.grounding is None else self.grounding.gated(self.name, state, step, s)
 
 
