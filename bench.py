@@ -41,10 +41,10 @@ from PIL import Image
 import judges
 import verdict
 from client import Cache, Client, EndpointError
-from loopback import LoopbackServer, chat_response
-from overhead import (ADAPTIVE, BASE, CONC, CONC_SCORE, MODES, ORDER, PAPER_OVERHEAD, SEQ, SEQ_SCORE, adaptive_lines,
+from perf.loopback import LoopbackServer, chat_response
+from perf.overhead import (ADAPTIVE, BASE, CONC, CONC_SCORE, MODES, ORDER, PAPER_OVERHEAD, SEQ, SEQ_SCORE, adaptive_lines,
                       in_layouts, overhead, picture, run_chains, time_table, token_table)
-from simserver import SOURCES, LatencyModel, SimulatedServer
+from perf.simserver import SOURCES, LatencyModel, SimulatedServer
 
 
 # ----------------------------------------------------------------------------- 1. consensus throughput

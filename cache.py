@@ -15,13 +15,9 @@ import sqlite3
 import threading
 from pathlib import Path
 
+from replies import one_line
+
 CACHE_FORMAT = "verdict-cache/2"  # /2: keys cover the endpoint
-
-
-def one_line(text, limit: int = 300) -> str:
-    """text on one line (whitespace runs folded), cut to `limit` characters with "..." when longer."""
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 class CacheError(RuntimeError):

@@ -32,7 +32,8 @@ from typing import Callable
 
 import requests
 
-from cache import Cache, CacheError, cache_key, one_line  # noqa: F401 (CacheError: callers catch client.CacheError)
+from cache import Cache, CacheError, cache_key  # noqa: F401 (CacheError: callers catch client.CacheError)
+from replies import one_line
 
 MAX_WAIT = 60.0  # seconds; no single retry waits longer, whatever Retry-After says
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"  # the variable the API key is read from, unless told otherwise
@@ -92,11 +93,6 @@ def reported_cache(response: dict) -> dict:
                     and 0 <= timings[k] < math.inf else None)
     return {"cached_tokens": count(details, "cached_tokens"), "cache_n": count(timings, "cache_n"),
             "prompt_n": count(timings, "prompt_n"), "prompt_ms": ms("prompt_ms"), "predicted_ms": ms("predicted_ms")}
-
-
-def text_of(response: dict, i: int = 0) -> str:
-    """The content of choice i of a chat completion (Client validates that it is a string)."""
-    return response["choices"][i]["message"]["content"]
 
 
 def check_base_url(url) -> str:

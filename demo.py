@@ -13,7 +13,7 @@ it, and scripts the candidates and the judges' raw scores so that one run shows:
 consensus, a step whose judges conflict (the paper's Proposition 1 vectors) so it is rejected by
 dispersion, a step where the fallback ranking fires, and a step where the raw mean would choose
 differently from VERDICT. Live, the proposer and the three judges are real model calls (judges.py),
-optionally in the judge modes of the related papers (grounding.JudgeMode): SGV's self-grounded prior and
+optionally in the judge modes of the related papers (calls.JudgeMode): SGV's self-grounded prior and
 EVPV's fact sheet, with its reliability gate, and ReVISE's look again (zoom); the trace's meta then holds the
 prior, the fact sheet (or "degraded"), the gate's checks and the regions named, and one line sums up their
 extra calls and tokens.
@@ -37,7 +37,7 @@ from dataclasses import replace
 from PIL import Image, ImageDraw
 
 import client
-import grounding
+from modes import calls
 import judges
 import verdict
 from images import font
@@ -151,7 +151,7 @@ def report(trace: verdict.Trace, out=sys.stdout) -> None:
 
 
 def mode_line(rec: dict) -> str:
-    """One line for a judge mode's record (grounding.Grounding.record): what it made and what it cost."""
+    """One line for a judge mode's record (calls.Grounding.record): what it made and what it cost."""
     parts = [f"judge mode {rec['judge_mode']}"]
     if "prior" in rec:
         parts.append(f"prior of {len(rec['prior'])} characters")
@@ -271,7 +271,7 @@ def check_args(args) -> tuple:
     if not 0 < args.eps <= 1:
         raise ValueError(f"--eps must be in (0, 1] (Δ* >= 0, so eps <= 0 accepts nothing), got {args.eps}")
     config = verdict.Config(n=args.n, tau=args.tau, eps=args.eps, rule=args.rule, max_steps=args.max_steps)
-    mode = grounding.JudgeMode.parse(args.judge_mode)
+    mode = calls.JudgeMode.parse(args.judge_mode)
     mode = replace(mode, gate=mode.gate or args.gate)
     if mode.active and args.base_url is None:  # the scripted judges have no prompt to ground
         raise ValueError(f"judge mode {mode.name!r} needs a live model (--base-url)")
@@ -304,12 +304,12 @@ def run_offline(config: verdict.Config) -> verdict.Trace:
     return replace(trace, meta={"mode": "offline", "scene": "verdict_scene.png"})
 
 
-def run_live(args, config: verdict.Config, mode: grounding.JudgeMode) -> verdict.Trace:
+def run_live(args, config: verdict.Config, mode: calls.JudgeMode) -> verdict.Trace:
     """A real reasoner and real judges at --base-url; EndpointError or ValueError when the endpoint fails."""
     question = args.question.strip() + ("\n" + "\n".join(parse_choices(args.choices)) if args.choices else "")
     print(f"live demo: reasoner {args.model} at {args.base_url}")
     reasoner, judge = client.clients_from_args(args)
-    evidence = grounding.Grounding(judge, mode, max_tokens=args.mode_max_tokens, fmt=args.judge_format)
+    evidence = calls.ModeCalls(judge, mode, max_tokens=args.mode_max_tokens, fmt=args.judge_format)
     judge_fns = judges.make_judges(judge, grounding=evidence, fmt=evidence.format)  # one fallback for all requests
     reviser = judges.Reviser(reasoner, judge_fns) if args.revise else None
     trace = verdict.run(question, judges.Reasoner(reasoner), judge_fns, config, image=args.image or None,

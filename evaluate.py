@@ -9,7 +9,7 @@ Disagreement-Aware Consensus", ECCV 2026. This module implements the experiments
   verdict.select's rule differs;
 - the method section's fallback rate ("roughly 15% of steps"), beside the abstention, unanswered
   and stopped rates and the cost per item (model calls, tokens, seconds);
-- the judge modes of the related papers (grounding.JudgeMode: SGV's prior, EVPV's fact sheet and gate,
+- the judge modes of the related papers (calls.JudgeMode: SGV's prior, EVPV's fact sheet and gate,
   ReVISE's look again) as further rows of the same table.
 
     python evaluate.py --data MMStar.tsv --data mine.jsonl --base-url URL --model NAME --seeds 3 --out runs/x
@@ -44,7 +44,7 @@ truncated response; answers.score turns it into a letter (VLMEvalKit's can_infer
 --extract-model, a model on any OpenAI-compatible endpoint reads what the rules cannot (off by default;
 VLMEvalKit uses gpt-4o-mini whenever a key is set); its calls are counted apart.
 
-Output in OUT (rundir.py, report.py): results.jsonl (one "verdict-eval-row/2" per (item, seed, method),
+Output in OUT (rundir.py, tables.py): results.jsonl (one "verdict-eval-row/2" per (item, seed, method),
 appended and flushed as each finishes, with its input columns and full trace), summary.md, summary.json
 ("verdict-eval/2"), summary.png, <data>_acc.csv and predictions/. A re-run with the same OUT keeps
 finished rows, runs again rows that ended in an error, and drops a truncated last line; OUT/run.json
@@ -69,16 +69,16 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 
-import answers
-import benchmarks
+from harness import answers
+from harness import benchmarks
 import client
-import grounding
+from modes import calls
 import judges
-import report
-import rundir
+from harness import tables
+from harness import rundir
 import verdict
-from benchmarks import Item
-from rundir import ROW_FORMAT, row_key
+from harness.benchmarks import Item
+from harness.rundir import ROW_FORMAT, row_key
 METHODS = ("base",) + verdict.RULES
 
 
@@ -158,7 +158,7 @@ def run_chain(item: Item, seed: int, method: str, clients: ChainClients, setting
     revising = method.endswith("+revise")  # "verdict+zoom+revise": the verdict+zoom row, revising on reject
     rule, _, mode = method.removesuffix("+revise").partition("+")  # "verdict+prior+premises" -> verdict, prior+premises
     config = replace(settings.config, n=1) if method == "base" else replace(settings.config, rule=rule)
-    evidence = grounding.Grounding(clients.judges, grounding.JudgeMode.parse(mode), **settings.mode_kw)
+    evidence = calls.ModeCalls(clients.judges, calls.JudgeMode.parse(mode), **settings.mode_kw)
     before, clients.budget.spent = clients.usage(), 0
     t0, trace, error, text = time.perf_counter(), None, None, None
     pred, how, correct, ex_calls, ex_tokens = None, "unanswered", False, 0, 0
@@ -348,7 +348,7 @@ def check_args(args) -> tuple:
     rules = [m.strip() for m in args.rules.split(",") if m.strip()]
     if not rules or len(set(rules)) != len(rules) or not set(rules) <= set(METHODS):
         raise ValueError(f"--rules must list distinct methods from {','.join(METHODS)}, got {args.rules!r}")
-    modes = [grounding.JudgeMode.parse(m) for m in args.judge_modes.split(",")]
+    modes = [calls.JudgeMode.parse(m) for m in args.judge_modes.split(",")]
     if len(set(modes)) != len(modes):
         raise ValueError(f"--judge-modes lists a mode twice: {args.judge_modes!r}")
     methods = []
@@ -474,8 +474,8 @@ def run(args, methods: list, config: verdict.Config, record: dict) -> int:
     rows = [done[k] for k in keys if k in done]
     ctx = {"files": [f.name for f in loaded], "methods": methods, "seeds": seeds, "settings": record,
            "reading": {f.name: f.report() for f in loaded}, "max_error_rate": args.max_error_rate}
-    summary = report.summarize(rows, ctx)
-    print(report.write(args.out, summary, rows), end="")
+    summary = tables.summarize(rows, ctx)
+    print(tables.write(args.out, summary, rows), end="")
     return finish(summary)
 
 
@@ -494,7 +494,7 @@ def merge_main(argv) -> int:
         return fail(e)
     try:
         summary, rows = rundir.merge(args.dirs, args.out, args.max_error_rate)
-        print(report.write(args.out, summary, rows), end="")
+        print(tables.write(args.out, summary, rows), end="")
     except (ValueError, OSError) as e:
         return fail(e)
     finally:

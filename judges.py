@@ -32,11 +32,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 import verdict
-from client import Client, EndpointError, Parser, one_line, text_of
-from layout import check_layout, load_prompt, role_messages  # noqa: F401 (answers.py reads load_prompt here)
-from scores import (EXPLAIN, FOLLOW_UP, FORMATS, JSON_EXPLAIN, JSON_FOLLOW_UP, JSON_SCORE_ONLY, SCALE, SCORE_ONLY,
-                    JudgeFormat, digit_probs, fence, json_score, logprob_score, parse_score, reason_of,
-                    response_format, score_schema)
+from client import Client, EndpointError, Parser
+from prompting import check_layout, load_prompt, role_messages
+from replies import (EXPLAIN, FOLLOW_UP, FORMATS, JSON_EXPLAIN, JSON_FOLLOW_UP, JSON_SCORE_ONLY, SCALE, SCORE_ONLY,
+                     JudgeFormat, digit_probs, fence, json_score, logprob_score, one_line, parse_score, reason_of,
+                     response_format, score_schema, text_of)
 
 STOP = ["\n\n", "\nStep "]  # one candidate = one step: it ends at a blank line or a new "Step" label
 

@@ -52,7 +52,7 @@ from pathlib import Path
 import numpy as np
 
 import verdict
-from grounding import GATE_TARGETS
+from modes.evpv import GATE_TARGETS
 from verdict import RULES, STUBBORNNESS
 
 FORMAT = "verdict-simulation/1"

@@ -16,13 +16,14 @@ import pytest
 from PIL import Image
 
 import judges
-import scores
+import replies
 import verdict
-from client import Client, EndpointError, text_of
+from client import Client, EndpointError
+from replies import text_of
 from judges import Judge, Reasoner, make_judges, thread_map
-from layout import load_prompt, role_of
-from loopback import chat_response, scripted, token_logprobs, user_text
-from test_scores import CANDIDATE_WITH_SCORE, STRAY, json_tokens
+from prompting import load_prompt, role_of
+from perf.loopback import chat_response, scripted, token_logprobs, user_text
+from test_replies import CANDIDATE_WITH_SCORE, STRAY, json_tokens
 
 nan = math.nan
 
@@ -155,13 +156,13 @@ def test_json_format_request_and_reply(loopback):
     assert j(verdict.State("Is the cup left?"), "The cup is left.") == pytest.approx(7 / 9)
     (body,) = srv.chats
     assert body["response_format"] == {"type": "json_schema",
-                                       "json_schema": {"name": "judgement", "schema": scores.score_schema()}}
+                                       "json_schema": {"name": "judgement", "schema": replies.score_schema()}}
     schema = body["response_format"]["json_schema"]["schema"]
     assert list(schema["properties"]) == schema["required"] == ["reason", "score"]  # the reason first
     assert schema["properties"]["score"] == {"type": "integer", "minimum": 0, "maximum": 9}
-    assert schema["properties"]["reason"]["maxLength"] == scores.REASON_CHARS and not schema["additionalProperties"]
+    assert schema["properties"]["reason"]["maxLength"] == replies.REASON_CHARS and not schema["additionalProperties"]
     assert body["logprobs"] is True and body["top_logprobs"] == 20 and body["max_tokens"] == 256
-    assert scores.JSON_EXPLAIN in user_text(body) and "Score:" not in user_text(body)
+    assert replies.JSON_EXPLAIN in user_text(body) and "Score:" not in user_text(body)
     assert j.counts == dict(calls=1, replies=1, parsed=1, retries=0, abstentions=0)
 
 
@@ -169,9 +170,9 @@ def test_json_format_score_only(loopback):
     srv = loopback(scripted('{"score": 2}'))
     assert Judge(Client(srv.url, "m"), "logical", fmt="json", score_only=True)(verdict.State("q"), "s") == pytest.approx(2 / 9)
     (body,) = srv.chats
-    assert body["response_format"]["json_schema"]["schema"] == scores.score_schema(score_only=True)
-    assert list(scores.score_schema(score_only=True)["properties"]) == ["score"] and body["max_tokens"] == 24
-    assert scores.JSON_SCORE_ONLY in user_text(body)
+    assert body["response_format"]["json_schema"]["schema"] == replies.score_schema(score_only=True)
+    assert list(replies.score_schema(score_only=True)["properties"]) == ["score"] and body["max_tokens"] == 24
+    assert replies.JSON_SCORE_ONLY in user_text(body)
 
 
 def test_json_format_invalid_reply_is_asked_again_with_the_reason(loopback):
@@ -181,7 +182,7 @@ def test_json_format_invalid_reply_is_asked_again_with_the_reason(loopback):
     assert j(verdict.State("q"), "s") == pytest.approx(3 / 9)
     first, retry = srv.chats[:2]
     assert retry["messages"][2] == {"role": "assistant", "content": '{"reason": "ok", "score": 12}'}
-    assert retry["messages"][3]["content"] == scores.JSON_FOLLOW_UP.format(
+    assert retry["messages"][3]["content"] == replies.JSON_FOLLOW_UP.format(
         reason='"score" must be an integer from 0 to 9, got 12')
     assert retry["response_format"] == first["response_format"] and retry["max_tokens"] == 256
     assert math.isnan(j(verdict.State("q"), "t"))  # invalid twice: abstain
@@ -200,8 +201,8 @@ def test_json_format_weighted_score_is_read_at_the_score_digit(loopback):
     assert sampled_judge(verdict.State("q"), "s") == pytest.approx(5 / 9)
     assert sampled_judge.scores("q", (), "s") == (pytest.approx(5 / 9), pytest.approx(weighted), pytest.approx(0.6))
     assert Judge(Client(srv.url, "m"), "visual", fmt="json", weighted=True)(verdict.State("q"), "s") == pytest.approx(weighted)
-    assert scores.logprob_score(lp, "json") == pytest.approx(weighted)
-    assert math.isnan(scores.logprob_score(lp, "digit"))  # no score line in a json reply
+    assert replies.logprob_score(lp, "json") == pytest.approx(weighted)
+    assert math.isnan(replies.logprob_score(lp, "digit"))  # no score line in a json reply
 
 
 def test_text_format_has_no_weighted_score_and_asks_for_no_logprobs(loopback):
@@ -572,4 +573,4 @@ def test_the_reviser_without_judge_reasons_and_with_an_empty_reply(loopback):
     ("Score: 7", "digit", ""),
 ])
 def test_reason_of_reads_the_reason_beside_the_score(text, fmt, reason):
-    assert scores.reason_of(text, fmt) == reason
+    assert replies.reason_of(text, fmt) == reason

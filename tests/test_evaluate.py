@@ -11,11 +11,11 @@ import pytest
 
 import evaluate
 import verdict
-from layout import role_of
-from loopback import chat_response, user_text
+from prompting import role_of
+from perf.loopback import chat_response, user_text
 from test_benchmarks import tiny_tsv
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the root
 
 
 # The script. Step 1: n "Idea" candidates that every judge scores 0.7, so every rule takes candidate 0

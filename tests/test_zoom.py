@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import layout
+import prompting
 import verdict
-import zoom
+from modes import zoom
 from client import Client
-from grounding import Grounding, JudgeMode
+from modes.calls import ModeCalls, JudgeMode
 from judges import make_judges
-from layout import role_of
-from loopback import chat_response
+from prompting import role_of
+from perf.loopback import chat_response
 
 RED = (220, 20, 20)
 SQUARE = [600, 200, 800, 600]  # the red square in 0..1000 coordinates (see scene)
@@ -72,7 +72,7 @@ def run_zoom(loopback, image, regions, fmt="json"):
     seen = []
     srv = loopback(zoom_handler(regions, seen))
     client = Client(srv.url, "m")
-    evidence = Grounding(client, JudgeMode(zoom=True), fmt=fmt)
+    evidence = ModeCalls(client, JudgeMode(zoom=True), fmt=fmt)
     judges = make_judges(client, grounding=evidence, fmt=fmt)
     reasoner = lambda state, n: [STEP] * n
     trace = verdict.run("Which colour is the square?", reasoner, judges, verdict.Config(n=1, max_steps=1), image)
@@ -91,9 +91,10 @@ def test_mode_word_and_name():
     ("look at the square", "no JSON object"),
     ('{"boxes": "all"}', "no JSON object"),
     ('{"boxes": [[1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 4]]}', "at most 3 boxes, got 4"),
-    ('{"boxes": [[1, 2, 3]]}', "4 numbers"),
-    ('{"boxes": [[1, 2, 3, true]]}', "4 numbers"),
-    ('{"boxes": [{"x1": 1}]}', "4 numbers"),
+    ('{"boxes": [[1, 2, 3]]}', "4 finite numbers"),
+    ('{"boxes": [[1, 2, 3, true]]}', "4 finite numbers"),
+    ('{"boxes": [{"x1": 1}]}', "4 finite numbers"),
+    ('{"boxes": [[1, 2, 3, 1e309]]}', "4 finite numbers"),  # JSON's 1e309 reads as inf: a box, never a traceback
 ])
 def test_parse_regions_rejects_what_is_not_a_list_of_boxes(reply, error):
     with pytest.raises(ValueError, match=error):
@@ -160,7 +161,7 @@ def test_the_close_up_goes_after_the_shared_prefix_just_before_the_task(loopback
     visual, logical = bodies["visual"]["messages"][1]["content"], bodies["logical"]["messages"][1]["content"]
     assert [p["type"] for p in visual] == ["image_url", "text", "image_url", "text"]
     assert visual[0] == logical[0]  # the same image first
-    shared = logical[1]["text"].split(layout.load_prompt("logical")["instructions"])[0]
+    shared = logical[1]["text"].split(prompting.load_prompt("logical")["instructions"])[0]
     assert visual[1]["text"].startswith(shared)  # question and steps: the prefix every role of the step shares
     assert visual[1]["text"].endswith(zoom.looks_note([SQUARE]))  # the note, then the close-up, then the task
     assert visual[3]["text"].startswith("Step to check:\n<step>\n" + STEP)

@@ -1,4 +1,4 @@
-"""Tests for layout.py: the prompt files, the two layouts of a role's request, and which role a request is.
+"""Tests for prompting.py: the prompt files, the two layouts of a role's request, and which role a request is.
 
 The shared layout's promise is checked on the bytes the client sends: every request of a step (the reasoner,
 the three judges, the judge modes' calls) is identical up to the role's instructions. The per-role layout's is
@@ -8,13 +8,13 @@ import re
 
 import pytest
 
-import layout
+import prompting
 import verdict
 from client import Client
-from grounding import Grounding, JudgeMode
+from modes.calls import ModeCalls, JudgeMode
 from judges import Judge, Reasoner, make_judges
-from layout import LAYOUTS, ROLES, load_prompt, role_messages, role_of
-from loopback import chat_response
+from prompting import LAYOUTS, ROLES, load_prompt, role_messages, role_of
+from perf.loopback import chat_response
 
 SHEET = {"objects": [{"fact": "a lamp"}], "numbers": [], "relations": [{"fact": "the chair is nearer"}], "structure": []}
 REPLIES = {"reasoner": None, "prior": "- Find which object is nearer.", "premises": json.dumps(SHEET),
@@ -39,7 +39,7 @@ def head(raw: bytes, role: str) -> bytes:
 def test_every_request_of_a_step_is_byte_identical_up_to_its_role(loopback, png, with_image):
     srv = loopback(by_role)
     client = Client(srv.url, "m")
-    g = Grounding(client, JudgeMode(prior=True, premises=True, gate=True, zoom=True))
+    g = ModeCalls(client, JudgeMode(prior=True, premises=True, gate=True, zoom=True))
     question = "Which is nearer, the lamp or the chair?\nA. lamp\nB. chair"
     verdict.run(question, Reasoner(client), make_judges(client, grounding=g, fmt="json"), verdict.Config(n=2, max_steps=2),
                 image=png if with_image else None)
@@ -71,7 +71,7 @@ def test_role_first_keeps_each_roles_prefix_from_step_to_step(loopback):
     # request of one step begins with all of its request of the step before, up to the steps it shows.
     srv = loopback(by_role)
     client = Client(srv.url, "m")
-    g = Grounding(client, JudgeMode(prior=True), layout="role-first")
+    g = ModeCalls(client, JudgeMode(prior=True), layout="role-first")
     verdict.run("Which is nearer?\nA. lamp\nB. chair", Reasoner(client, layout="role-first"),
                 make_judges(client, grounding=g, fmt="json", layout="role-first"), verdict.Config(n=2, max_steps=2))
     posts = [r for r in srv.requests if r.method == "POST"]
@@ -145,7 +145,7 @@ def test_the_per_role_layout_sends_todays_request(role):
 def test_the_layouts_are_checked_and_role_of_knows_only_the_roles(png):
     client = Client("http://127.0.0.1:9/v1", "m")
     for make in (lambda: Reasoner(client, layout="flat"), lambda: Judge(client, "visual", layout="flat"),
-                 lambda: Grounding(client, layout="flat"), lambda: role_messages("visual", STATE, "flat")):
+                 lambda: ModeCalls(client, layout="flat"), lambda: role_messages("visual", STATE, "flat")):
         with pytest.raises(ValueError, match="unknown layout 'flat'; expected one of shared, per-role, role-first"):
             make()
     assert LAYOUTS == ("shared", "per-role", "role-first")
@@ -156,7 +156,7 @@ def test_the_layouts_are_checked_and_role_of_knows_only_the_roles(png):
 
 
 def test_a_prompt_file_must_hold_known_sections_in_order(monkeypatch, tmp_path):
-    monkeypatch.setattr(layout, "PROMPTS", tmp_path)
+    monkeypatch.setattr(prompting, "PROMPTS", tmp_path)
     (tmp_path / "swapped.txt").write_text("[task]\nDo it.\n[instructions]\nYou do.\n[context]\n{question}\n")
     with pytest.raises(ValueError, match=r"swapped\.txt must hold the sections \[system\]\[user\] or "
                                          r"\[instructions\]\[context\]\[task\] or \[system\]\[question\]\[steps\], in "

@@ -39,7 +39,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 
-from answers import Value
+from harness.answers import Value
 from images import PLACEHOLDER, load as load_image
 
 LETTER = re.compile(r"[A-Z]")

@@ -1,4 +1,4 @@
-"""Tests for report.py: the table's arithmetic by hand, VLMEvalKit's settings (circular groups, 3DSRBench's
+"""Tests for tables.py: the table's arithmetic by hand, VLMEvalKit's settings (circular groups, 3DSRBench's
 four, CV-Bench-2D's mean over sources, one column per split) worked out by hand, the _acc.csv and
 prediction files, and the picture's bars against the numbers they show."""
 import csv
@@ -6,7 +6,7 @@ import math
 
 from PIL import Image
 
-import report
+from harness import tables
 
 VANILLA = {"setting": "vanilla", "macro": None}
 
@@ -43,7 +43,7 @@ def test_summary_arithmetic_by_hand():
         fake_row("g", 0, "verdict", True, steps=2, fallbacks=0, judge_calls=18, stopped="budget", extract_calls=2),
         fake_row("g", 1, "verdict", True, steps=2, fallbacks=0, judge_calls=18),
     ]
-    s = report.summarize(rows, context(["f", "g"], ["base", "verdict"], [0, 1]))
+    s = tables.summarize(rows, context(["f", "g"], ["base", "verdict"], [0, 1]))
     assert s["format"] == "verdict-eval/2" and s["columns"] == ["f", "g"]
     acc = s["accuracy"]
     # base: f = 50, 100 -> mean 75, sample std sqrt((25² + 25²) / 1) = 35.355; g = 0, 100 -> 50 ± 70.711;
@@ -66,20 +66,20 @@ def test_summary_arithmetic_by_hand():
     assert b["fallback_rate"] is None and b["abstention_rate"] is None and b["unanswered_rate"] == 1 / 6
     assert s["errors"] == {"rows": 1, "rate": 1 / 12, "over": False}
     # One seed: no std, shown without "±".
-    one = report.summarize([r for r in rows if r["seed"] == 0], context(["f", "g"], ["base"], [0]))
+    one = tables.summarize([r for r in rows if r["seed"] == 0], context(["f", "g"], ["base"], [0]))
     assert one["accuracy"]["base"]["f"] == {"mean": 50, "std": None, "per_seed": [50]}
     # The row order does not matter (a merge of shards concatenates their rows).
-    assert report.summarize(rows[::-1], context(["f", "g"], ["base", "verdict"], [0, 1])) == s
+    assert tables.summarize(rows[::-1], context(["f", "g"], ["base", "verdict"], [0, 1])) == s
 
 
 def test_error_rate_above_threshold_is_the_first_thing_said():
     rows = [fake_row("f", 0, "base", False, error="EndpointError: HTTP 500", id=i) for i in "ab"]
     rows.append(fake_row("f", 0, "base", True, id="c"))
-    s = report.summarize(rows, context(["f"], ["base"], [0], max_error_rate=0.5))
+    s = tables.summarize(rows, context(["f"], ["base"], [0], max_error_rate=0.5))
     assert s["errors"] == {"rows": 2, "rate": 2 / 3, "over": True}
-    lines = report.render(s).splitlines()
+    lines = tables.render(s).splitlines()
     assert lines[2].startswith("**2 of 3 chains (66.7%) ended in an error, above --max-error-rate 50.0%")
-    assert not report.summarize(rows, context(["f"], ["base"], [0], max_error_rate=0.7))["errors"]["over"]
+    assert not tables.summarize(rows, context(["f"], ["base"], [0], max_error_rate=0.7))["errors"]["over"]
 
 
 def three_dsr_rows():
@@ -93,21 +93,21 @@ def three_dsr_rows():
 
 def test_3dsrbench_four_settings_by_hand():
     rows = three_dsr_rows()
-    hits = lambda st: sorted((r["input"]["qid"], h) for r, h in report.questions(rows, st))
-    assert report.accuracy(report.questions(rows, "vanilla")) == 6 / 8
+    hits = lambda st: sorted((r["input"]["qid"], h) for r, h in tables.questions(rows, st))
+    assert tables.accuracy(tables.questions(rows, "vanilla")) == 6 / 8
     # flip_eval: a question with its flip twin, kept at the non-flip row: X (✓·✗), X-1 (✓·✓), Y (✓·✓), Y-1 (✗·✓).
     assert hits("flip_eval") == [("X", False), ("X-1", True), ("Y", True), ("Y-1", False)]
     # circ_eval: with its rotations, kept at rotation 0: X (✓✓), X-flip (✗✓), Y (✓✗), Y-flip (✓✓).
     assert hits("circ_eval") == [("X", True), ("X-flip", False), ("Y", False), ("Y-flip", True)]
     # flip_circ_eval: all four of X (one ✗), all four of Y (one ✗).
     assert hits("flip_circ_eval") == [("X", False), ("Y", False)]
-    s = report.summarize(rows, context(["3DSRBench"], ["base"], [0], {"3DSRBench": {"setting": "3dsr", "macro": None}}))
+    s = tables.summarize(rows, context(["3DSRBench"], ["base"], [0], {"3DSRBench": {"setting": "3dsr", "macro": None}}))
     assert s["accuracy"]["base"]["3DSRBench"]["mean"] == 75.0  # the table shows vanilla
     assert {k: v["mean"] for k, v in s["variants"]["3DSRBench"]["base"].items()} == {
         "vanilla": 75.0, "flip_eval": 50.0, "circ_eval": 50.0, "flip_circ_eval": 0.0}
     flip = next(r for r in s["breakdown"]["3DSRBench"] if r["setting"] == "flip_eval")
     assert flip == {"method": "base", "setting": "flip_eval", "split": "none", "Overall": 0.5, "height": 0.5, "location": 0.5}
-    assert "| flip_circ_eval | 0.00 |" in report.render(s)
+    assert "| flip_circ_eval | 0.00 |" in tables.render(s)
 
 
 def test_circular_groups_by_hand():
@@ -117,11 +117,11 @@ def test_circular_groups_by_hand():
              (1000003, True, "c")]                                         # question 3: its main row is missing
     rows = [fake_row("MMBench_DEV_EN", 0, "base", ok, id=str(i), row=n + 2, input={"index": str(i), "category": c})
             for n, (i, ok, c) in enumerate(marks)]
-    pairs = report.questions(rows, "circular")
+    pairs = tables.questions(rows, "circular")
     assert [(r["id"], h) for r, h in pairs] == [("1", True), ("2", False)]
     with_column = [{**r, "input": {**r["input"], "g_index": "7"}} for r in rows[:3]]  # a g_index column wins
-    assert report.questions(with_column, "circular") == []  # no row has index 7: no main row, no question
-    s = report.summarize(rows, context(["MMBench_DEV_EN"], ["base"], [0],
+    assert tables.questions(with_column, "circular") == []  # no row has index 7: no main row, no question
+    s = tables.summarize(rows, context(["MMBench_DEV_EN"], ["base"], [0],
                                        {"MMBench_DEV_EN": {"setting": "circular", "macro": None}}))
     assert s["accuracy"]["base"]["MMBench_DEV_EN"]["mean"] == 50.0
     assert s["breakdown"]["MMBench_DEV_EN"] == [{"method": "base", "setting": "circular", "split": "none",
@@ -134,7 +134,7 @@ def test_cv_bench_2d_overall_is_the_mean_over_sources():
     rows = [fake_row("CV-Bench-2D", 0, "base", ok, id=str(i), row=i + 2,
                      input={"index": str(i), "source": src, "split": "2D", "category": "Count"})
             for i, (src, ok) in enumerate(marks)]
-    s = report.summarize(rows, context(["CV-Bench-2D"], ["base"], [0], {"CV-Bench-2D": {"setting": "vanilla", "macro": "source"}}))
+    s = tables.summarize(rows, context(["CV-Bench-2D"], ["base"], [0], {"CV-Bench-2D": {"setting": "vanilla", "macro": "source"}}))
     assert math.isclose(s["accuracy"]["base"]["CV-Bench-2D"]["mean"], 100 / 3)
     rec = s["breakdown"]["CV-Bench-2D"][0]
     assert list(rec) == ["method", "setting", "split", "Overall", "ADE20K", "COCO", "Count"]
@@ -149,13 +149,13 @@ def test_splits_are_columns_and_acc_csv_is_vlmevalkits(tmp_path):
                      input={"index": str(i), "split": sp, "l2-category": l2, "category": cat})
             for i, (sp, ok, l2, cat) in enumerate(spec)]
     rows.append(fake_row("AI2D_TEST", 0, "base", False, input={"index": "1", "category": "volcano"}))
-    s = report.summarize(rows, context(["MMMU_DEV_VAL", "AI2D_TEST"], ["base"], [0]))
+    s = tables.summarize(rows, context(["MMMU_DEV_VAL", "AI2D_TEST"], ["base"], [0]))
     assert s["columns"] == ["MMMU_DEV_VAL (dev)", "MMMU_DEV_VAL (validation)", "AI2D_TEST"]
     acc = s["accuracy"]["base"]
     assert (acc["MMMU_DEV_VAL (dev)"]["mean"], acc["MMMU_DEV_VAL (validation)"]["mean"]) == (50.0, 100.0)
     assert acc["Avg"]["mean"] == 50.0  # (50 + 100 + 0) / 3
     path = tmp_path / "acc.csv"
-    report.write_acc_csv(str(path), s["breakdown"]["MMMU_DEV_VAL"])
+    tables.write_acc_csv(str(path), s["breakdown"]["MMMU_DEV_VAL"])
     lines = path.read_text().splitlines()
     assert lines[0] == '"method","setting","split","Overall","Art","Math","Art & Design","Science"'
     assert lines[1:] == ['"base","vanilla","dev","0.5","1.0","0.0","1.0","0.0"',
@@ -166,7 +166,7 @@ def test_predictions_tsv_has_the_input_columns_prediction_and_hit(tmp_path):
     rows = [fake_row("MMStar", 0, "verdict", ok, id=i, row=r, prediction=p,
                      input={"index": i, "question": f"q{i}", "A": "x", "B": "y", "answer": "A", "category": "math"})
             for i, r, ok, p in (("2", 3, False, "B"), ("1", 2, True, "A\tand more"))]
-    paths = report.write_predictions(str(tmp_path / "predictions"), rows)
+    paths = tables.write_predictions(str(tmp_path / "predictions"), rows)
     assert [p.rsplit("/", 1)[1] for p in paths] == ["verdict-seed0_MMStar.tsv"]
     with open(paths[0], newline="") as fh:
         table = list(csv.reader(fh, delimiter="\t"))
@@ -178,8 +178,8 @@ def test_predictions_tsv_has_the_input_columns_prediction_and_hit(tmp_path):
 def test_picture_bars_show_the_means(tmp_path):
     rows = [fake_row(f, seed, m, ok, id=str(i))
             for f in ("f", "g") for m in ("base", "verdict") for seed in (0, 1) for i, ok in enumerate((True, m == "verdict" or seed == 0))]
-    s = report.summarize(rows, context(["f", "g"], ["base", "verdict"], [0, 1]))
-    bars = report.draw(s, str(tmp_path / "s.png"))
+    s = tables.summarize(rows, context(["f", "g"], ["base", "verdict"], [0, 1]))
+    bars = tables.draw(s, str(tmp_path / "s.png"))
     # base: 100 % (seed 0) and 50 % (seed 1) -> 75; verdict 100: y = 320 − 280 · mean / 100.
     assert len(bars) == 3 * 2
     for m, c, (x0, y0, x1, y1) in bars:

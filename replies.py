@@ -25,7 +25,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from client import EndpointError, one_line
 
 # ----------------------------------------------------------------------------- formats
 
@@ -46,6 +45,29 @@ REASON_CHARS = 200  # the longest "reason" the json format's schema allows
 _SCORE_LINE = re.compile(r"(?im)^[ \t>*_#`-]*(?:(?:final|overall)[ \t]+)?score[ \t*_`]*[:=][ \t]*(.*)$")
 _JSON_SCORE = re.compile(r'"score"\s*:\s*')
 _UNIT = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(%|/(\d+(?:\.\d*)?))?")
+
+
+def text_of(response: dict, i: int = 0) -> str:
+    """The content of choice i of a chat completion (client.Client validates that it is a string)."""
+    return response["choices"][i]["message"]["content"]
+
+
+def one_line(text, limit: int = 300) -> str:
+    """text on one line (whitespace runs folded), cut to `limit` characters with "..." when longer."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def json_object(text: str) -> dict:
+    """The JSON object in a reply, from its first "{" to its last "}" (prose or a ``` fence around it
+    allowed); ValueError says why there is none."""
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end < start:
+        raise ValueError("no JSON object in the reply")
+    try:
+        return json.loads(text[start:end + 1])
+    except ValueError as e:
+        raise ValueError(f"invalid JSON: {e}") from None
 
 
 def score_schema(score_only: bool = False) -> dict:
@@ -261,7 +283,7 @@ class JudgeFormat:
         call, fmt = self.begin()
         try:
             return attempt(fmt)
-        except EndpointError as e:
+        except Exception as e:  # the client's EndpointError carries the HTTP status fall_back reads
             if fmt != "json" or not self.fall_back(call, e):
                 raise
         return attempt("text")

@@ -22,8 +22,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-import scores
-from loopback import chat_response
+import replies
+from perf.loopback import chat_response
 
 BLOCK = 16             # prefix-cache block size in tokens (vLLM's default block size)
 TOKEN = re.compile(r"\w+|[^\w\s]")  # one pseudo-token: a word or a punctuation mark
@@ -108,7 +108,7 @@ def sim_reply(body: dict, lm: LatencyModel, final_at: int) -> tuple:
     """(texts, tokens per text) for a request of VERDICT's reasoner or a judge. The reasoner (it sends `stop`)
     writes step t as n different candidates, and from step final_at on n identical final answers. A judge
     writes its score in the format it asks for: a JSON object under response_format (with a reason, or the
-    score alone), else a rationale and a score line, or the score line alone (scores.SCORE_ONLY)."""
+    score alone), else a rationale and a score line, or the score line alone (replies.SCORE_ONLY)."""
     user = body["messages"][-1]["content"]
     user = user if isinstance(user, str) else " ".join(p.get("text", "") for p in user if p.get("type") == "text")
     n = int(body.get("n") or 1)
@@ -124,8 +124,8 @@ def sim_reply(body: dict, lm: LatencyModel, final_at: int) -> tuple:
         short = "reason" not in json.dumps(body["response_format"])
         reply = {"score": digit} if short else {"reason": reason, "score": digit}
         return [json.dumps(reply)], lm.score_tokens if short else lm.rationale_tokens
-    line = f"Score: {digit}" if scores.SCALE["digit"] in user else f"Score: 0.{digit}"  # the digit or the text format
-    if scores.SCORE_ONLY.splitlines()[0] in user:
+    line = f"Score: {digit}" if replies.SCALE["digit"] in user else f"Score: 0.{digit}"  # the digit or the text format
+    if replies.SCORE_ONLY.splitlines()[0] in user:
         return [line], lm.score_tokens
     return [f"{reason}\n{line}"], lm.rationale_tokens
 

@@ -15,7 +15,7 @@ from client import (Cache, Client, EndpointError, Parser, add_endpoint_args, cli
                     reported_cache)
 from images import messages
 from judges import Reasoner, make_judges, thread_map
-from loopback import chat_response, scripted, user_text
+from perf.loopback import chat_response, scripted, user_text
 
 SECRET = "sk-test-VERY-SECRET-0123456789"
 

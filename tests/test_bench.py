@@ -10,9 +10,9 @@ import numpy as np
 from PIL import Image
 
 import bench
-from loopback import LoopbackServer
-from overhead import ADAPTIVE, BASE, CONC, CONC_SCORE, SEQ, Result, in_layouts
-from simserver import LatencyModel, SimulatedServer
+from perf.loopback import LoopbackServer
+from perf.overhead import ADAPTIVE, BASE, CONC, CONC_SCORE, SEQ, Result, in_layouts
+from perf.simserver import LatencyModel, SimulatedServer
 
 
 def test_sequential_explanation_formula():

@@ -12,7 +12,7 @@ from PIL import Image
 
 from cache import Cache, CacheError, cache_key
 from images import messages
-from loopback import chat_response
+from perf.loopback import chat_response
 
 
 def test_cache_key_hashes_images_and_covers_every_parameter_and_the_endpoint(png, tmp_path):
@@ -117,7 +117,7 @@ def test_every_cache_failure_is_a_cache_error(tmp_path):
 KILLED_WRITER = """
 import sys, threading
 from cache import Cache
-from loopback import chat_response
+from perf.loopback import chat_response
 cache, out = Cache(sys.argv[1]), threading.Lock()
 def write(t):
     for i in range(10**9):
@@ -132,7 +132,7 @@ for t in range(4):
 def test_a_committed_reply_survives_sigkill_and_the_cache_uses_wal(tmp_path):
     path = tmp_path / "killed.sqlite"
     writer = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(path)], stdout=subprocess.PIPE, text=True,
-                              cwd=os.path.dirname(os.path.abspath(__file__)))
+                              cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     committed = [writer.stdout.readline().strip() for _ in range(300)]  # 4 threads writing, killed mid-stream
     os.kill(writer.pid, signal.SIGKILL)
     writer.communicate()

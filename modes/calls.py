@@ -48,30 +48,22 @@ All are at temperature 0 with a fixed seed, so the on-disk Cache serves them aga
 from __future__ import annotations
 
 import copy
-import json
 import math
 import re
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import numpy as np
-
 import verdict
-import zoom
-from client import Client, one_line, reported_usage, text_of
+from client import Client, reported_usage
 from images import fingerprint
-from judges import ask, fence
-from layout import check_layout, role_messages
-from scores import JSON_FOLLOW_UP as OBJECT_FOLLOW_UP, JudgeFormat, response_format
+from judges import ask
+from modes import evpv, zoom
+from modes.evpv import GATE_TARGET, GATE_TARGETS
+from prompting import check_layout, role_messages
+from replies import JSON_FOLLOW_UP as OBJECT_FOLLOW_UP, JudgeFormat, fence, response_format, text_of
 
 MODES = ("prior", "premises", "gate", "zoom")
-GATE_TARGETS = ("step", "visual")  # whose scores the gate pulls toward neutral: every judge's, or ŝ_V only
-GATE_TARGET = "step"               # the default: EVPV gates the step's reward R_t, not one judge's view of it
-FACT_KINDS = ("objects", "numbers", "relations", "structure")
-AGREEMENT = {"supported": 1.0, "uncertain": 0.5, "contradicted": 0.0}  # p_j of a claim's label; a claim the
-                                                                        # sheet lacks or doubts is a coin flip
-GATE_K, GATE_R0 = 10.0, 0.5  # α's steepness and midpoint: α(0) = 0, α(0.5) = 0.5, α(0.8) = 0.959, α(1) = 1
 REFERENCE = ("Reference expectations, written from the question and the image alone before any step was seen "
              "(what a correct solution must establish; a guide, not proof):\n{prior}\n\n")
 FACT_SHEET = ("Fact sheet, extracted from the image before any step was seen (independent evidence; "
@@ -79,7 +71,6 @@ FACT_SHEET = ("Fact sheet, extracted from the image before any step was seen (in
 CHECKED_SHEET = "Fact sheet:\n{facts}\n\n"  # what the premise check reads the step against
 JSON_FOLLOW_UP = "Your reply was not a valid fact sheet ({}). Reply with the JSON object only."
 FACTS_PER_KIND, CLAIMS_PER_STEP = 3, 6  # the schemas' list bounds (EVPV's sheets hold 3 to 8 key facts in all)
-TEXT_CHARS = 80                         # the longest fact or claim the schemas allow
 
 
 @dataclass(frozen=True)
@@ -129,76 +120,6 @@ class JudgeMode:
         return cls(**kw)
 
 
-def reliability(p) -> float:
-    """r = (Π_j p_j)^(1/J), the geometric mean of the per-claim agreement p_j in [0, 1] (EVPV,
-    methodology 3): one contradicted claim (p_j = 0) gives r = 0. No claim (no visual premise): r = 1."""
-    p = np.asarray(p, dtype=float)                              # [J]
-    if p.ndim != 1 or not np.all((p >= 0) & (p <= 1)):  # NaN or out of range: a bug in the caller
-        raise ValueError(f"agreements must be a list of numbers in [0, 1], got {p.tolist()}")
-    with np.errstate(divide="ignore"):                          # log 0 = −inf, and exp(−inf) = 0
-        return float(np.exp(np.log(p).mean())) if p.size else 1.0  # [J] -> scalar
-
-
-def alpha(r: float, k: float = GATE_K, r0: float = GATE_R0) -> float:
-    """α(r) = (σ(k(r − r0)) − σ(−k·r0)) / (σ(k(1 − r0)) − σ(−k·r0)), σ the logistic function: EVPV's
-    sigmoid gate, rescaled so that α(0) = 0 (the score becomes neutral) and α(1) = 1 (unchanged)."""
-    if not 0 <= r <= 1:  # also rejects NaN
-        raise ValueError(f"r must lie in [0, 1], got r={r!r}")
-    if not (0 < k < math.inf and 0 <= r0 <= 1):
-        raise ValueError(f"need 0 < k < inf and 0 <= r0 <= 1, got k={k!r}, r0={r0!r}")
-    sigma = lambda x: 1.0 / (1.0 + math.exp(-x))
-    lo, hi = sigma(-k * r0), sigma(k * (1 - r0))
-    return (sigma(k * (r - r0)) - lo) / (hi - lo)
-
-
-def gate(s: float, r: float) -> float:
-    """ŝ ← 0.5 + α(r)·(ŝ − 0.5): a judge's score pulled toward neutral as the premises' reliability r falls.
-
-    EVPV (methodology 4) gates a signed step reward, R_t = α(r)·R_base, whose neutral is 0. A judge's score
-    here lies in [0, 1], where 0.5 is "cannot tell" and every τ > 0.5 rejects it; with R = 2ŝ − 1 the same
-    gate reads ŝ_t = 0.5 + α(r)(ŝ − 0.5). Multiplying ŝ itself by α would drag it toward 0, "certainly
-    wrong": a penalty for the premise, where EVPV withholds both reward and penalty. NaN stays NaN."""
-    if math.isnan(s):
-        return s
-    if not 0 <= s <= 1:  # out of range is a bug in the judge, never clamped
-        raise ValueError(f"s must lie in [0, 1] or be NaN, got s={s!r}")
-    return 0.5 + alpha(r) * (s - 0.5)
-
-
-def _json_object(text: str) -> dict:
-    """The JSON object in a reply (prose or a ``` fence around it allowed); ValueError says why not."""
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end < start:
-        raise ValueError("no JSON object in the reply")
-    try:
-        return json.loads(text[start:end + 1])
-    except ValueError as e:
-        raise ValueError(f"invalid JSON: {e}") from None
-
-
-def fact_sheet_schema() -> dict:
-    """The fact sheet's JSON schema: each kind of FACT_KINDS a list of at most FACTS_PER_KIND entries
-    {"fact": 1..TEXT_CHARS characters, "uncertain": true or false}, every key required. The bounds end a reply
-    however a model loops (a tiny one fills every list to the brim): 12 entries, indented, of 80 characters
-    each, are about 500 tokens, within the default max_tokens (512)."""
-    entry = {"type": "object", "properties": {"fact": {"type": "string", "minLength": 1, "maxLength": TEXT_CHARS},
-                                              "uncertain": {"type": "boolean"}},
-             "required": ["fact", "uncertain"], "additionalProperties": False}
-    kind = {"type": "array", "items": entry, "maxItems": FACTS_PER_KIND}
-    return {"type": "object", "properties": {k: kind for k in FACT_KINDS}, "required": list(FACT_KINDS),
-            "additionalProperties": False}
-
-
-def claims_schema() -> dict:
-    """The premise check's JSON schema: {"claims": at most CLAIMS_PER_STEP entries {"claim": 1..TEXT_CHARS
-    characters, "label": a key of AGREEMENT}}, every key required."""
-    claim = {"type": "object", "properties": {"claim": {"type": "string", "minLength": 1, "maxLength": TEXT_CHARS},
-                                              "label": {"type": "string", "enum": list(AGREEMENT)}},
-             "required": ["claim", "label"], "additionalProperties": False}
-    return {"type": "object", "properties": {"claims": {"type": "array", "items": claim, "maxItems": CLAIMS_PER_STEP}},
-            "required": ["claims"], "additionalProperties": False}
-
-
 def ask_json(chat: Callable[..., dict], fmt: JudgeFormat, schema: tuple, msgs: list, read: Callable[[dict], Any],
              follow_up: Callable[[str], str], params: dict) -> tuple:
     """judges.ask for a JSON reply: (value or None, responses, errors). schema = (name, JSON schema), sent in
@@ -211,50 +132,7 @@ def ask_json(chat: Callable[..., dict], fmt: JudgeFormat, schema: tuple, msgs: l
     return fmt.run(attempt)
 
 
-def parse_fact_sheet(text: str) -> dict:
-    """{kind: [{"fact": str, "uncertain": bool}, ...]} for each kind in FACT_KINDS, from a reply.
-
-    Each kind must be a list (maybe empty); each entry needs a non-empty "fact" string, and its
-    "uncertain", when present, must be true or false (absent means false). Other keys are dropped.
-    ValueError, naming what is wrong, for anything else, or for a sheet without a single fact.
-    """
-    obj, sheet = _json_object(text), {}
-    for kind in FACT_KINDS:
-        entries = obj.get(kind)
-        if not isinstance(entries, list):
-            raise ValueError(f"{kind!r} must be a list, got {one_line(json.dumps(entries), 60)}")
-        for e in entries:
-            if not (isinstance(e, dict) and isinstance(e.get("fact"), str) and e["fact"].strip()
-                    and isinstance(e.get("uncertain", False), bool)):
-                raise ValueError(f"a {kind} entry needs a non-empty \"fact\" and a true/false \"uncertain\", "
-                                 f"got {one_line(json.dumps(e), 80)}")
-        sheet[kind] = [{"fact": e["fact"].strip(), "uncertain": e.get("uncertain", False)} for e in entries]
-    if not any(sheet.values()):  # valid, but no evidence at all
-        raise ValueError("the fact sheet holds no fact")
-    return sheet
-
-
-def fact_lines(sheet: dict) -> str:
-    """The fact sheet as the judges read it: one "- kind: fact" line each, "(uncertain)" marked."""
-    return "\n".join(f"- {kind}: {e['fact']}" + (" (uncertain)" if e["uncertain"] else "")
-                     for kind in FACT_KINDS for e in sheet[kind])
-
-
-def parse_claims(text: str) -> list:
-    """[{"claim": str, "label": a key of AGREEMENT}, ...] from a premise-check reply
-    {"claims": [...]}; [] when the step makes no visual claim. ValueError names what is malformed."""
-    claims = _json_object(text).get("claims")
-    if not isinstance(claims, list):
-        raise ValueError(f"\"claims\" must be a list, got {one_line(json.dumps(claims), 60)}")
-    label = lambda c: c.get("label").strip().lower() if isinstance(c.get("label"), str) else None
-    for c in claims:
-        if not (isinstance(c, dict) and isinstance(c.get("claim"), str) and label(c) in AGREEMENT):
-            raise ValueError(f"a claim needs a \"claim\" string and a \"label\" in {', '.join(AGREEMENT)}, "
-                             f"got {one_line(json.dumps(c), 80)}")
-    return [{"claim": c["claim"].strip(), "label": label(c)} for c in claims]
-
-
-class Grounding:
+class ModeCalls:
     """A JudgeMode's per-question evidence, shared by one set of judges (make_judges(grounding=...)).
 
     The prior and the fact sheet are made once per (model, question, images) and kept in memory;
@@ -277,7 +155,7 @@ class Grounding:
         self._calls: dict = {}      # (question key, steps, candidate, judge) -> that judge's gated calls so far
 
     def __repr__(self) -> str:
-        return f"Grounding({self.client!r}, mode={self.mode.name!r})"
+        return f"ModeCalls({self.client!r}, mode={self.mode.name!r})"
 
     def _key(self, question: str, images: tuple) -> tuple:
         return self.client.model, question, tuple(fingerprint(im) for im in images)
@@ -334,7 +212,7 @@ class Grounding:
         """EVPV's fact sheet (prompts/premises.txt), or None when it degraded: malformed twice."""
         def make(state):
             msgs = self._messages("premises", verdict.State(state.question, state.images))
-            sheet, errors = self._ask_json(state, ("fact_sheet", fact_sheet_schema()), msgs, parse_fact_sheet,
+            sheet, errors = self._ask_json(state, ("fact_sheet", evpv.fact_sheet_schema()), msgs, evpv.parse_fact_sheet,
                                            JSON_FOLLOW_UP.format)
             status = "degraded" if sheet is None else "retried" if errors else "ok"
             self._update(state, lambda rec: rec.update(fact_sheet=sheet, fact_sheet_status=status,
@@ -348,7 +226,7 @@ class Grounding:
         if self.mode.prior and (prior := self.prior(state)):
             text += REFERENCE.format(prior=prior)
         if self.mode.premises and judge == "visual" and (sheet := self.fact_sheet(state)) is not None:
-            text += FACT_SHEET.format(facts=fact_lines(sheet))
+            text += FACT_SHEET.format(facts=evpv.fact_lines(sheet))
         return fence(text)  # the evidence cannot open or close the candidate's fence
 
     def gated(self, judge: str, state: verdict.State, step: str, s: float) -> float:
@@ -369,7 +247,7 @@ class Grounding:
         if math.isnan(s) or (sheet := self.fact_sheet(state)) is None:
             return s
         check = self._once(("premise_check",) + where + (k,), lambda: self._premise_check(state, sheet, step))
-        out = gate(s, check["r"]) if check["nu"] == 1 else s  # ν_t = 0 or unreadable: not gated
+        out = evpv.gate(s, check["r"]) if check["nu"] == 1 else s  # ν_t = 0 or unreadable: not gated
         with self._lock:
             check["scores"].append({"judge": judge, "s_hat": s, "gated": out})
         return out
@@ -378,16 +256,16 @@ class Grounding:
         """One premise check (prompts/premise_check.txt), text only: the step's visual claims against C.
         Its record entry: claims, ν_t (nu), r and α(r) (alpha, None when ν_t = 0), or, when both replies were
         unreadable (a malformed one is asked for once more), the last one's error."""
-        msgs = self._messages("premise_check", state, CHECKED_SHEET.format(facts=fact_lines(sheet)), (),
+        msgs = self._messages("premise_check", state, CHECKED_SHEET.format(facts=evpv.fact_lines(sheet)), (),
                               step=fence(step))  # text only: the step is checked against the sheet alone
-        claims, errors = self._ask_json(state, ("premise_check", claims_schema()), msgs, parse_claims,
+        claims, errors = self._ask_json(state, ("premise_check", evpv.claims_schema()), msgs, evpv.parse_claims,
                                         lambda e: OBJECT_FOLLOW_UP.format(reason=e))
         entry = {"step": len(state.steps), "candidate": step}
         if claims is None:  # unreadable twice: the step is not gated
             entry.update(nu=None, r=None, alpha=None, error=errors[-1])
         else:
-            nu, r = int(bool(claims)), reliability([AGREEMENT[c["label"]] for c in claims])  # ν_t: a visual claim
-            entry.update(claims=claims, nu=nu, r=r, alpha=alpha(r) if nu else None)
+            nu, r = int(bool(claims)), evpv.reliability([evpv.AGREEMENT[c["label"]] for c in claims])  # ν_t: a visual claim
+            entry.update(claims=claims, nu=nu, r=r, alpha=evpv.alpha(r) if nu else None)
         entry["scores"] = []  # each gated judge's ŝ before and after, added as the judges answer
         self._update(state, lambda rec: rec.setdefault("gate", []).append(entry))
         return entry

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import overhead
+from perf import overhead
 import verdict
 from client import Client
-from loopback import LoopbackServer
-from overhead import ADAPTIVE, BASE, CONC, CONC_SCORE, SEQ, in_layouts, run_chains
-from simserver import LatencyModel, SimulatedServer
+from perf.loopback import LoopbackServer
+from perf.overhead import ADAPTIVE, BASE, CONC, CONC_SCORE, SEQ, in_layouts, run_chains
+from perf.simserver import LatencyModel, SimulatedServer
 
 LIMITS = (256, None, None)
 

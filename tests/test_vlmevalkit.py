@@ -8,8 +8,8 @@ import re
 
 import evaluate
 from images import encode_image
-from layout import role_of
-from loopback import chat_response, user_text
+from prompting import role_of
+from perf.loopback import chat_response, user_text
 from test_benchmarks import b64, png
 from test_evaluate import script
 

@@ -6,11 +6,11 @@ import os
 
 import pytest
 
-import answers
-from answers import Value
-from benchmarks import Item
+from harness import answers
+from harness.answers import Value
+from harness.benchmarks import Item
 from judges import load_prompt
-from loopback import chat_response, user_text
+from perf.loopback import chat_response, user_text
 
 C4 = {"A": "cat", "B": "dog", "C": "teddy bear", "D": "rabbit"}
 C5 = {**C4, "E": "fox"}
@@ -28,7 +28,7 @@ OPEN = {"A": "42", "B": "Other Answers"}  # an MMMU open question, as VLMEvalKit
 # regex finds "answer is **B"; row 17 is 73 characters, more than 2 · 22, so no option text is tried; row
 # 28's regex reads the "c" of "clearly"; row 72 takes the article "A" as option A.
 OPTION_SETS = {"C4": C4, "C5": C5, "C3": C3, "C2": C2, "YN": YN, "NUM": NUM, "OPEN": OPEN}
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "docs", "can_infer.jsonl"), encoding="utf-8") as fh:
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "can_infer.jsonl"), encoding="utf-8") as fh:
     CAN_INFER = [(r["row"], r["reply"], OPTION_SETS[r["options"]], r["can_infer"]) for r in map(json.loads, fh)]
 
 

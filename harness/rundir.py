@@ -10,7 +10,7 @@ benchmarks, a long run that is resumed after a kill and split over machines. A r
 - run.json ("verdict-eval-run/2"): the settings a resumed run must share, the endpoints included (answers
   from another server are never mixed into a table), and the shard "i/k" if any;
 - results.jsonl: one row per (item, seed, method), appended as each finishes (evaluate.py);
-- the tables (report.py).
+- the tables (tables.py).
 
 merge: shard directories of one run (same settings, shards 1/k..k/k, each finished) become one directory
 whose tables equal those of the same run unsharded. Shards may differ in their endpoints only.
@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 
-import report
+from harness import tables
 
 RUN_FORMAT = "verdict-eval-run/2"
 ROW_FORMAT = "verdict-eval-row/2"
@@ -171,9 +171,9 @@ def merge(dirs: list, out: str, max_error_rate: float) -> tuple:
                for f in ref_summary["files"]}
     urls = {key: sorted({s.get(key) for s, _, _ in shards if s.get(key)}) for key in ENDPOINTS}
     settings = {**ref, **{key: v[0] if len(v) == 1 else v for key, v in urls.items() if v}, "shard": None}
-    ctx = {**{key: ref_summary[key] for key in report.CONTEXT}, "settings": settings, "reading": reading,
+    ctx = {**{key: ref_summary[key] for key in tables.CONTEXT}, "settings": settings, "reading": reading,
            "max_error_rate": max_error_rate}
     claim(out, settings)
     with open(os.path.join(out, "results.jsonl"), "w", encoding="utf-8") as fh:
         fh.writelines(json.dumps(r, allow_nan=False) + "\n" for r in rows)
-    return report.summarize(rows, ctx), rows
+    return tables.summarize(rows, ctx), rows

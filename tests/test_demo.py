@@ -12,12 +12,12 @@ from PIL import Image
 
 import demo
 import verdict
-from layout import role_of
-from loopback import LoopbackServer, chat_response
+from prompting import role_of
+from perf.loopback import LoopbackServer, chat_response
 from test_judges import revise_server
 from test_zoom import SQUARE, scene
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the root
 
 
 def run_demo(args, cwd, env=None, timeout=120):

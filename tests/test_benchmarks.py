@@ -9,7 +9,7 @@ import json
 import pytest
 from PIL import Image
 
-import benchmarks
+from harness import benchmarks
 
 
 def png(color, size=(8, 6)) -> bytes:

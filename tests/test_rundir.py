@@ -6,9 +6,9 @@ import os
 import pytest
 
 import evaluate
-import rundir
+from harness import rundir
 from test_evaluate import rows_of, run, script, write_jsonl
-from test_report import three_dsr_rows
+from test_tables import three_dsr_rows
 
 
 def test_lock_is_held_until_released(tmp_path):

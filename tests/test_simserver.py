@@ -6,12 +6,12 @@ import pytest
 from PIL import Image
 
 import judges
-import simserver
+from perf import simserver
 import verdict
 from client import Client
-from layout import LAYOUTS, role_messages
-from loopback import LoopbackServer
-from simserver import BLOCK, LatencyModel, SimulatedServer, block_hashes, prompt_units
+from prompting import LAYOUTS, role_messages
+from perf.loopback import LoopbackServer
+from perf.simserver import BLOCK, LatencyModel, SimulatedServer, block_hashes, prompt_units
 
 
 def test_latency_model_seconds():

@@ -9,8 +9,8 @@ import warnings
 import pytest
 
 from client import EndpointError
-from loopback import token_logprobs
-from scores import JudgeFormat, digit_probs, fence, json_score, logprob_score, parse_score, unquote
+from perf.loopback import token_logprobs
+from replies import JudgeFormat, digit_probs, fence, json_score, logprob_score, parse_score, unquote
 
 nan = math.nan
 

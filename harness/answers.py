@@ -26,9 +26,9 @@ import math
 import re
 from dataclasses import dataclass
 
-from client import text_of
 from images import messages
-from judges import load_prompt
+from prompting import load_prompt
+from replies import text_of
 
 REFUSALS = ("Sorry, I can't help with images of people yet.", "I can't process this file.",
             "I'm sorry, but without the image provided", "Cannot determine the answer")

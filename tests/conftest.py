@@ -10,7 +10,7 @@ import os
 import pytest
 from PIL import Image
 
-from loopback import LoopbackServer
+from perf.loopback import LoopbackServer
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,4 +1,4 @@
-"""Tests for grounding.py, the judge modes (SGV's prior, EVPV's fact sheet and gate), against a scripted
+"""Tests for calls.py, the judge modes (SGV's prior, EVPV's fact sheet and gate), against a scripted
 loopback server; one `live` test talks to $VERDICT_LIVE_URL."""
 import json
 import math
@@ -9,14 +9,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-import grounding
-import layout
+from modes import calls, evpv
+import prompting
 import verdict
 from client import Cache, Client
-from grounding import Grounding, JudgeMode
+from modes.calls import ModeCalls, JudgeMode
 from judges import Judge, Reasoner, make_judges, thread_map
-from layout import role_of
-from loopback import chat_response, user_text
+from prompting import role_of
+from perf.loopback import chat_response, user_text
 
 nan = math.nan
 
@@ -77,7 +77,7 @@ def test_judge_mode_names_parse_and_guards():
     assert JudgeMode.parse("prior+premises+gate").name == "prior+premises+gate"
     assert JudgeMode.parse("") == JudgeMode.parse("plain") == JudgeMode()
     # The gate word names its target; plain "gate" is the default target, step (EVPV gates the step's reward).
-    assert grounding.GATE_TARGET == "step" and JudgeMode(premises=True, gate=True).gate_target == "step"
+    assert evpv.GATE_TARGET == "step" and JudgeMode(premises=True, gate=True).gate_target == "step"
     assert JudgeMode.parse("premises+gate") == JudgeMode.parse("gate-step,premises") == JudgeMode(premises=True, gate=True)
     visual = JudgeMode.parse("premises+gate-visual")
     assert visual == JudgeMode(premises=True, gate=True, gate_target="visual") and visual.name == "premises+gate-visual"
@@ -102,7 +102,7 @@ def test_plain_mode_sends_byte_identical_requests(loopback):
     srv = loopback(modes_handler())
     client = Client(srv.url, "m")
     state = verdict.State("Where is the ball?", (), ("The cube is red.",))
-    for evidence in (None, Grounding(client)):
+    for evidence in (None, ModeCalls(client)):
         assert [j(state, "The ball is right.") for j in make_judges(client, grounding=evidence)] == [0.8] * 3
     raw = [r.raw for r in srv.requests]
     assert raw[:3] == raw[3:] and "Question:\nWhere is the ball?\n\nPrevious steps:" in user_text(srv.chats[0])
@@ -112,7 +112,7 @@ def test_prior_is_made_once_per_question_and_reused_across_steps_and_candidates(
     srv = loopback(modes_handler())
     client = Client(srv.url, "m")
     cfg = verdict.Config(n=2, max_steps=2)
-    g = Grounding(client, JudgeMode(prior=True))
+    g = ModeCalls(client, JudgeMode(prior=True))
     js = make_judges(client, grounding=g)
     verdict.run("Where is the ball?", Reasoner(client), js, cfg, map_fn=thread_map(6))  # 6 judge calls at once
     roles = [role(b) for b in srv.chats]
@@ -133,7 +133,7 @@ def test_a_mode_request_is_identical_across_runs_so_the_disk_cache_serves_it(loo
     srv = loopback(modes_handler())
     for _ in range(2):  # two runs, one cache file
         client = Client(srv.url, "m", cache=Cache(tmp_path / "c.sqlite"))
-        g = Grounding(client, JudgeMode(prior=True, premises=True))
+        g = ModeCalls(client, JudgeMode(prior=True, premises=True))
         assert g.prior(verdict.State("q")) == PRIOR and g.fact_sheet(verdict.State("q")) == SHEET
     assert [role(b) for b in srv.chats] == ["prior", "premises"]
     assert g.record("q")["extra_calls"] == 2 and g.record("q")["extra_tokens"] == 150  # a cached reply still costs
@@ -142,7 +142,7 @@ def test_a_mode_request_is_identical_across_runs_so_the_disk_cache_serves_it(loo
 def test_fact_sheet_is_parsed_and_only_the_visual_judge_reads_it(loopback, png):
     srv = loopback(modes_handler(["Here it is:\n```json\n" + json.dumps(SHEET, indent=2) + "\n```"]))
     client = Client(srv.url, "m")
-    g = Grounding(client, JudgeMode(premises=True))
+    g = ModeCalls(client, JudgeMode(premises=True))
     state = verdict.State("Where is the ball?", (png,))
     assert [j(state, "The ball is right.") for j in make_judges(client, grounding=g)] == [0.8] * 3
     by = {role(b): b for b in srv.chats}
@@ -157,7 +157,7 @@ def test_fact_sheet_is_parsed_and_only_the_visual_judge_reads_it(loopback, png):
 def test_malformed_fact_sheet_is_asked_for_once_more(loopback):
     truncated = json.dumps(SHEET)[:-20]
     srv = loopback(modes_handler([truncated, json.dumps(SHEET)]))
-    g = Grounding(Client(srv.url, "m"), JudgeMode(premises=True))
+    g = ModeCalls(Client(srv.url, "m"), JudgeMode(premises=True))
     assert g.fact_sheet(verdict.State("q")) == SHEET
     first, second = srv.chats
     assert second["messages"][:2] == first["messages"] and second["messages"][2] == {"role": "assistant", "content": truncated}
@@ -170,7 +170,7 @@ def test_fact_sheet_malformed_twice_degrades_and_the_trace_records_it(loopback):
     srv = loopback(modes_handler(["I see a cube and a ball.", '{"objects": "a cube"}']))
     client = Client(srv.url, "m")
     cfg = verdict.Config(n=2, max_steps=1)
-    g = Grounding(client, JudgeMode(premises=True, gate=True))
+    g = ModeCalls(client, JudgeMode(premises=True, gate=True))
     trace = verdict.run("Where is the ball?", Reasoner(client), make_judges(client, grounding=g), cfg,
                         map_fn=thread_map(3))
     trace = replace(trace, meta={"grounding": g.record("Where is the ball?")})
@@ -194,46 +194,46 @@ def test_fact_sheet_malformed_twice_degrades_and_the_trace_records_it(loopback):
 ])
 def test_parse_fact_sheet_rejects_malformed_sheets(reply, error):
     with pytest.raises(ValueError, match=error):
-        grounding.parse_fact_sheet(reply)
+        evpv.parse_fact_sheet(reply)
 
 
 def test_parse_fact_sheet_keeps_facts_and_marks():
-    sheet = grounding.parse_fact_sheet('Sure! {"objects": [{"fact": " cube ", "x": 1}], "numbers": [{"fact": "3 legs", '
+    sheet = evpv.parse_fact_sheet('Sure! {"objects": [{"fact": " cube ", "x": 1}], "numbers": [{"fact": "3 legs", '
                                     '"uncertain": true}], "relations": [], "structure": [], "notes": "ignored"}')
     assert sheet == {"objects": [{"fact": "cube", "uncertain": False}], "numbers": [{"fact": "3 legs", "uncertain": True}],
                      "relations": [], "structure": []}
-    assert grounding.fact_lines(sheet) == "- objects: cube\n- numbers: 3 legs (uncertain)"
+    assert evpv.fact_lines(sheet) == "- objects: cube\n- numbers: 3 legs (uncertain)"
 
 
 def test_reliability_is_the_geometric_mean_of_claim_agreement():
-    assert grounding.reliability([1.0, 1.0]) == 1.0
-    assert grounding.reliability([1.0, 0.5]) == pytest.approx(math.sqrt(0.5))      # (1 · 0.5)^(1/2)
-    assert grounding.reliability([1.0, 1.0, 0.5]) == pytest.approx(0.5 ** (1 / 3))  # (1 · 1 · 0.5)^(1/3) = 0.7937
-    assert grounding.reliability([1.0, 1.0, 0.0]) == 0.0                           # one hallucinated premise sinks r
-    assert grounding.reliability([]) == 1.0                                        # no visual claim: nothing to doubt
+    assert evpv.reliability([1.0, 1.0]) == 1.0
+    assert evpv.reliability([1.0, 0.5]) == pytest.approx(math.sqrt(0.5))      # (1 · 0.5)^(1/2)
+    assert evpv.reliability([1.0, 1.0, 0.5]) == pytest.approx(0.5 ** (1 / 3))  # (1 · 1 · 0.5)^(1/3) = 0.7937
+    assert evpv.reliability([1.0, 1.0, 0.0]) == 0.0                           # one hallucinated premise sinks r
+    assert evpv.reliability([]) == 1.0                                        # no visual claim: nothing to doubt
     for bad in ([1.2], [nan], [[1.0]]):
         with pytest.raises(ValueError, match="agreements"):
-            grounding.reliability(bad)
+            evpv.reliability(bad)
 
 
 def test_gate_arithmetic_against_hand_computed_values():
     # α(r) = (σ(10(r − 0.5)) − σ(−5)) / (σ(5) − σ(−5)), σ(x) = 1 / (1 + e^−x);
     # σ(5) = 0.9933071491, σ(−5) = 0.0066928509, so the denominator is 0.9866142982.
-    assert grounding.alpha(1.0) == 1.0 and grounding.alpha(0.0) == 0.0
-    assert grounding.gate(0.9, 1.0) == 0.9 and grounding.gate(0.2, 1.0) == pytest.approx(0.2)  # r = 1: unchanged
-    assert grounding.gate(0.9, 0.0) == 0.5 and grounding.gate(0.2, 0.0) == 0.5                 # r = 0: to neutral 0.5
+    assert evpv.alpha(1.0) == 1.0 and evpv.alpha(0.0) == 0.0
+    assert evpv.gate(0.9, 1.0) == 0.9 and evpv.gate(0.2, 1.0) == pytest.approx(0.2)  # r = 1: unchanged
+    assert evpv.gate(0.9, 0.0) == 0.5 and evpv.gate(0.2, 0.0) == 0.5                 # r = 0: to neutral 0.5
     # r = 0.5: σ(0) = 0.5 and α = (0.5 − 0.0066928509) / 0.9866142982 = 0.5; ŝ_V = 0.9 -> 0.5 + 0.5 · 0.4 = 0.7
-    assert grounding.gate(0.9, 0.5) == pytest.approx(0.7)
+    assert evpv.gate(0.9, 0.5) == pytest.approx(0.7)
     # r = 0.7: σ(2) = 0.8807970780, α = (0.8807970780 − 0.0066928509) / 0.9866142982 = 0.8859634699;
     # ŝ_V = 0.9 -> 0.5 + 0.8859634699 · 0.4 = 0.8543853880; ŝ_V = 0.1 -> 0.5 − 0.3543853880 = 0.1456146120
-    assert grounding.alpha(0.7) == pytest.approx(0.8859634699, abs=1e-10)
-    assert grounding.gate(0.9, 0.7) == pytest.approx(0.8543853880, abs=1e-10)
-    assert grounding.gate(0.1, 0.7) == pytest.approx(0.1456146120, abs=1e-10)
-    assert math.isnan(grounding.gate(nan, 0.3))  # an abstention stays an abstention
+    assert evpv.alpha(0.7) == pytest.approx(0.8859634699, abs=1e-10)
+    assert evpv.gate(0.9, 0.7) == pytest.approx(0.8543853880, abs=1e-10)
+    assert evpv.gate(0.1, 0.7) == pytest.approx(0.1456146120, abs=1e-10)
+    assert math.isnan(evpv.gate(nan, 0.3))  # an abstention stays an abstention
     with pytest.raises(ValueError, match="r=1.5"):
-        grounding.gate(0.9, 1.5)
+        evpv.gate(0.9, 1.5)
     with pytest.raises(ValueError, match="s=1.2"):
-        grounding.gate(1.2, 0.5)
+        evpv.gate(1.2, 0.5)
 
 
 def run_gated(loopback, png, mode: JudgeMode, scores=None) -> tuple:
@@ -241,7 +241,7 @@ def run_gated(loopback, png, mode: JudgeMode, scores=None) -> tuple:
     as JSON would hold it)."""
     srv = loopback(modes_handler(scores=scores))
     client = Client(srv.url, "m")
-    g = Grounding(client, mode)
+    g = ModeCalls(client, mode)
     trace = verdict.run("Where is the ball?", Reasoner(client), make_judges(client, grounding=g),
                         verdict.Config(n=5, max_steps=1), image=png, map_fn=thread_map(6))
     trace = replace(trace, meta={"grounding": g.record("Where is the ball?", png)})
@@ -304,8 +304,8 @@ def test_nu_rule_a_step_with_no_visual_claim_is_never_gated(loopback, monkeypatc
     # ν_t = 0 is decided from the claims, before r and α: even a gate that would flatten every score
     # (α patched to 0, so r = 1 no longer leaves a score alone) keeps a claim-free step's scores.
     srv = loopback(modes_handler())
-    g = Grounding(Client(srv.url, "m"), JudgeMode(premises=True, gate=True))
-    monkeypatch.setattr(grounding, "alpha", lambda r, *a: 0.0)
+    g = ModeCalls(Client(srv.url, "m"), JudgeMode(premises=True, gate=True))
+    monkeypatch.setattr(evpv, "alpha", lambda r, *a: 0.0)
     state = verdict.State("Where is the ball?")
     assert g.gated("visual", state, "The ball is hidden.", 0.9) == 0.9                # ν_t = 0: kept
     assert g.gated("logical", state, "The ball is hidden.", 0.3) == 0.3
@@ -322,7 +322,7 @@ def test_two_candidates_with_the_same_text_get_a_check_each(loopback):
     # Judge j's k-th call for one (question, steps, text) is the k-th such candidate: one check per candidate,
     # as the extra calls count them (a disk cache serves the repeat).
     srv = loopback(modes_handler())
-    g = Grounding(Client(srv.url, "m"), JudgeMode(premises=True, gate=True))
+    g = ModeCalls(Client(srv.url, "m"), JudgeMode(premises=True, gate=True))
     state = verdict.State("Where is the ball?", (), ("The cube is red.",))
     for _ in range(2):
         assert [g.gated(j, state, "The cube is large.", 0.8) for j in verdict.JUDGES] == [pytest.approx(0.65)] * 3
@@ -341,7 +341,7 @@ def test_judges_gating_one_candidate_at_once_share_one_check(loopback):
             waited.append(entered.wait(30))
         return handler(body, path)
     srv = loopback(slow_check)
-    g = Grounding(Client(srv.url, "m"), JudgeMode(premises=True, gate=True))
+    g = ModeCalls(Client(srv.url, "m"), JudgeMode(premises=True, gate=True))
     g.fact_sheet(verdict.State("Where is the ball?"))
     calls, inner = [], g.gated
 
@@ -378,18 +378,18 @@ def keywords(schema) -> set:
 
 
 def test_schemas_bound_every_list_and_string_with_keywords_servers_enforce():
-    sheet, claims = grounding.fact_sheet_schema(), grounding.claims_schema()
+    sheet, claims = evpv.fact_sheet_schema(), evpv.claims_schema()
     assert keywords(sheet) <= SCHEMA_KEYWORDS and keywords(claims) <= SCHEMA_KEYWORDS
-    assert sheet["required"] == list(grounding.FACT_KINDS) and sheet["additionalProperties"] is False
-    for kind in grounding.FACT_KINDS:
+    assert sheet["required"] == list(evpv.FACT_KINDS) and sheet["additionalProperties"] is False
+    for kind in evpv.FACT_KINDS:
         lst = sheet["properties"][kind]
-        assert lst["maxItems"] == grounding.FACTS_PER_KIND == 3
+        assert lst["maxItems"] == evpv.FACTS_PER_KIND == 3
         assert lst["items"]["properties"]["fact"] == {"type": "string", "minLength": 1, "maxLength": 80}
         assert lst["items"]["properties"]["uncertain"] == {"type": "boolean"}
         assert lst["items"]["required"] == ["fact", "uncertain"]
     claim = claims["properties"]["claims"]
-    assert claim["maxItems"] == grounding.CLAIMS_PER_STEP == 6 and claims["required"] == ["claims"]
-    assert claim["items"]["properties"]["label"]["enum"] == list(grounding.AGREEMENT)  # p_j is defined for each label
+    assert claim["maxItems"] == evpv.CLAIMS_PER_STEP == 6 and claims["required"] == ["claims"]
+    assert claim["items"]["properties"]["label"]["enum"] == list(evpv.AGREEMENT)  # p_j is defined for each label
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -400,12 +400,12 @@ def test_every_reply_the_schemas_allow_is_read_back_unchanged(seed):
     text = lambda: "".join(rng.choice(list("ab cd{}\"'[],:xyz0189")) for _ in range(rng.integers(1, 81)))
     for _ in range(50):
         sheet = {k: [{"fact": text().strip() or "x", "uncertain": bool(rng.integers(2))}
-                     for _ in range(rng.integers(0, grounding.FACTS_PER_KIND + 1))] for k in grounding.FACT_KINDS}
+                     for _ in range(rng.integers(0, evpv.FACTS_PER_KIND + 1))] for k in evpv.FACT_KINDS}
         if any(sheet.values()):
-            assert grounding.parse_fact_sheet(json.dumps(sheet, indent=int(rng.integers(0, 3)))) == sheet
-        claims = [{"claim": text().strip(), "label": str(rng.choice(list(grounding.AGREEMENT)))}
-                  for _ in range(rng.integers(0, grounding.CLAIMS_PER_STEP + 1))]
-        assert grounding.parse_claims(json.dumps({"claims": claims})) == claims
+            assert evpv.parse_fact_sheet(json.dumps(sheet, indent=int(rng.integers(0, 3)))) == sheet
+        claims = [{"claim": text().strip(), "label": str(rng.choice(list(evpv.AGREEMENT)))}
+                  for _ in range(rng.integers(0, evpv.CLAIMS_PER_STEP + 1))]
+        assert evpv.parse_claims(json.dumps({"claims": claims})) == claims
 
 
 def schema_of(body):
@@ -416,16 +416,16 @@ def schema_of(body):
 
 def test_the_fact_sheet_and_every_premise_check_send_their_schema(loopback):
     srv = loopback(modes_handler())
-    g = Grounding(Client(srv.url, "m"), JudgeMode(prior=True, premises=True, gate=True))  # json, the default format
+    g = ModeCalls(Client(srv.url, "m"), JudgeMode(prior=True, premises=True, gate=True))  # json, the default format
     state = verdict.State("Where is the ball?")
     assert g.gated("visual", state, "The ball is left of the cube.", 0.8) == 0.5  # contradicted: r = 0
     assert g.gated("visual", state, "The ball is blue.", 0.8) == 0.8              # unreadable twice: not gated
     assert g.prior(state) == PRIOR
     sent = [(role(b), schema_of(b)) for b in srv.chats]
-    assert sent == [("premises", ("fact_sheet", grounding.fact_sheet_schema())),
-                    ("premise_check", ("premise_check", grounding.claims_schema())),
-                    ("premise_check", ("premise_check", grounding.claims_schema())),  # the retry: the schema again
-                    ("premise_check", ("premise_check", grounding.claims_schema())),
+    assert sent == [("premises", ("fact_sheet", evpv.fact_sheet_schema())),
+                    ("premise_check", ("premise_check", evpv.claims_schema())),
+                    ("premise_check", ("premise_check", evpv.claims_schema())),  # the retry: the schema again
+                    ("premise_check", ("premise_check", evpv.claims_schema())),
                     ("prior", None)]  # free text: no schema
     retry = srv.chats[3]["messages"]
     assert retry[2] == {"role": "assistant", "content": CHECKS["The ball is blue."]}
@@ -437,7 +437,7 @@ def test_the_fact_sheet_and_every_premise_check_send_their_schema(loopback):
 @pytest.mark.parametrize("fmt", ["text", "digit"])
 def test_without_the_json_format_no_request_sends_a_schema(loopback, fmt):
     srv = loopback(modes_handler())
-    g = Grounding(Client(srv.url, "m"), JudgeMode(premises=True, gate=True), fmt=fmt)
+    g = ModeCalls(Client(srv.url, "m"), JudgeMode(premises=True, gate=True), fmt=fmt)
     assert g.gated("visual", verdict.State("Where is the ball?"), "The cube is large.", 0.8) == pytest.approx(0.65)
     assert [role(b) for b in srv.chats] == ["premises", "premise_check"] and not any(map(schema_of, srv.chats))
 
@@ -449,7 +449,7 @@ def test_a_refused_schema_switches_the_judges_and_the_modes_to_prose_once(loopba
     handler = modes_handler()
     srv = loopback(lambda body, path: REFUSE if "response_format" in body else handler(body, path))
     client = Client(srv.url, "m", retries=0)
-    g = Grounding(client, JudgeMode(premises=True, gate=True))
+    g = ModeCalls(client, JudgeMode(premises=True, gate=True))
     js = make_judges(client, grounding=g, fmt=g.format)
     trace = verdict.run("Where is the ball?", Reasoner(client), js, verdict.Config(n=3, max_steps=1))
     refused = [role(b) for b in srv.chats if "response_format" in b]
@@ -470,7 +470,7 @@ def test_a_reply_the_schema_forbids_is_still_an_invalid_reply(loopback):
     bad_check = '{"claims": [{"claim": "ball right of cube", "label": "probably"}]}'     # not in the enum
     handler = modes_handler(sheets=[json.dumps(bad_sheet), json.dumps(SHEET)])
     srv = loopback(lambda body, path: chat_response(bad_check) if role(body) == "premise_check" else handler(body, path))
-    g = Grounding(Client(srv.url, "m"), JudgeMode(premises=True, gate=True))
+    g = ModeCalls(Client(srv.url, "m"), JudgeMode(premises=True, gate=True))
     state = verdict.State("Where is the ball?")
     assert g.gated("logical", state, "The ball is right of the cube.", 0.9) == 0.9  # unreadable check: not gated
     rec = g.record("Where is the ball?")
@@ -484,12 +484,12 @@ def test_a_reply_the_schema_forbids_is_still_an_invalid_reply(loopback):
 def test_a_mode_needs_the_evidence_placeholder_in_the_prompt(monkeypatch, tmp_path):
     (tmp_path / "terse.txt").write_text("[instructions]\nJudge.\n[context]\n{question}\n[task]\n<step>\n{step}\n</step>\n"
                                         "{reply}\n")
-    monkeypatch.setattr(layout, "PROMPTS", tmp_path)
+    monkeypatch.setattr(prompting, "PROMPTS", tmp_path)
     client = Client("http://127.0.0.1:9/v1", "m")
-    Judge(client, "terse", grounding=Grounding(client), layout="per-role")  # plain: nothing to show
-    Judge(client, "terse", grounding=Grounding(client, JudgeMode(prior=True)))  # shared: the evidence precedes the task
+    Judge(client, "terse", grounding=ModeCalls(client), layout="per-role")  # plain: nothing to show
+    Judge(client, "terse", grounding=ModeCalls(client, JudgeMode(prior=True)))  # shared: the evidence precedes the task
     with pytest.raises(ValueError, match=r"terse\.txt.*evidence"):  # per-role: only where the context says {evidence}
-        Judge(client, "terse", grounding=Grounding(client, JudgeMode(prior=True)), layout="per-role")
+        Judge(client, "terse", grounding=ModeCalls(client, JudgeMode(prior=True)), layout="per-role")
 
 
 # ----------------------------------------------------------------------------- live
@@ -498,7 +498,7 @@ def test_a_mode_needs_the_evidence_placeholder_in_the_prompt(monkeypatch, tmp_pa
 def test_live_judge_modes(live_url):
     """A real server, every mode on: real prior and fact-sheet calls, whatever the model makes of them."""
     client = Client(live_url, "live", timeout=60.0, retries=1)
-    g = Grounding(client, JudgeMode(prior=True, premises=True, gate=True), max_tokens=48)
+    g = ModeCalls(client, JudgeMode(prior=True, premises=True, gate=True), max_tokens=48)
     cfg = verdict.Config(n=1, max_steps=1)
     question = "What is 2 + 3?\nA. 4\nB. 5"
     trace = verdict.run(question, Reasoner(client, max_tokens=32), make_judges(client, grounding=g, max_tokens=32), cfg)

@@ -1,0 +1,160 @@
+"""Tests for modes/rewards.py: ReVISE's GRPO rewards, golden values with their derivation and seeded
+properties."""
+
+import numpy as np
+import pytest
+
+from modes.rewards import (accuracy_reward, format_reward, grounding_reward, is_correct, matched_iou,
+                           self_correction_reward, turns)
+from modes.zoom import iou
+
+# ----------------------------------------------------------------------------- rewards: completions
+
+def test_turns_reads_both_completion_formats():
+    assert turns("<think>a</think>") == ["<think>a</think>"]
+    conv = [{"role": "assistant", "content": "first"},
+            {"role": "tool", "content": "[0, 0, 5, 5] re-examine"},            # the tool's words, not the model's
+            {"role": "assistant", "content": [{"type": "text", "text": "sec"}, {"type": "image"},
+                                              {"type": "text", "text": "ond"}]},
+            {"content": "no role"},
+            {"role": "assistant", "content": None,
+             "tool_calls": [{"type": "function",
+                             "function": {"name": "zoom_in", "arguments": '{"bbox": [1, 2, 3, 4]}'}}]}]
+    assert turns(conv) == ["first", "second", "no role",
+                           '<tool_call>{"name": "zoom_in", "arguments": {"bbox": [1, 2, 3, 4]}}</tool_call>']
+    for bad in (3, None, [["not a message"]]):
+        with pytest.raises(ValueError, match="completion must be|message must be"):
+            turns(bad)
+
+
+def test_format_reward_golden():
+    ok = "<think>the cup is left</think>\n<answer>A</answer>\n"
+    call = "<think>look closer</think><tool_call>{\"name\": \"zoom_in\"}</tool_call>"
+    completions = [
+        ok,                                                   # +1: think, then answer
+        "<answer>A</answer>",                                 # −1: no think
+        "<think>x</think><answer>A</answer> trailing words",  # −1: text outside the tags
+        "<think>x</think>",                                   # −1: no action after the thought
+        [{"role": "assistant", "content": call}, {"role": "tool", "content": "crop"},
+         {"role": "assistant", "content": ok}],               # +1: a tool call, the tool's reply, an answer
+        [{"role": "assistant", "content": call}, {"role": "assistant", "content": "A"}],  # −1: a bare turn
+        [{"role": "user", "content": ok}],                    # −1: no assistant turn at all
+    ]
+    assert format_reward(completions) == [1.0, -1.0, -1.0, -1.0, 1.0, -1.0, -1.0]
+    assert format_reward(["<answer>A</answer>"], format_pattern=r"<answer>.*</answer>") == [1.0]
+
+
+def test_accuracy_reward_golden():
+    completions = ["<think>t</think><answer>\\boxed{3}</answer>",     # boxed 3 = 3.0
+                   "<think>t</think><answer>(B)</answer>",            # (B) = b
+                   "<think>t</think><answer>4</answer>",              # wrong
+                   "<think>t</think> 3",                              # no answer tag: no answer
+                   "<answer>2</answer> then <answer>3</answer>",      # the last answer counts
+                   "<answer>3</answer>"]
+    solution = ["3.0", "b", "3", "3", "3", None]                      # None: not applicable
+    assert accuracy_reward(completions, solution) == [1.0, 1.0, 0.0, 0.0, 1.0, None]
+    with pytest.raises(ValueError, match=r"solution must give one value per completion \(2\)"):
+        accuracy_reward(["a", "b"], ["a"])
+    with pytest.raises(ValueError, match="solution must give one value per completion"):
+        self_correction_reward(["a"], "3")  # a bare string is not a column, even of the right length
+
+
+def test_is_correct_normalisation():
+    assert is_correct(" Left. ", "left") and is_correct("$12$", "12.0")
+    assert is_correct("'cat'", "CAT") and not is_correct("12", "13")
+    assert not is_correct(None, "12") and not is_correct("1e400", "12")
+
+
+def test_self_correction_reward_golden():
+    wrong = "<think>Let me re-examine the crop.</think><answer>4</answer>"
+    right = "<think>Let me re-examine the crop.</think><answer>3</answer>"
+    plain_wrong = "<think>done</think><answer>4</answer>"
+    variants = "<think>Re-examining: no. Reexamined.</think><answer>5</answer>"
+    tool_says_it = [{"role": "assistant", "content": plain_wrong}, {"role": "tool", "content": "please re-examine"}]
+    completions = [wrong, right, plain_wrong, variants, tool_says_it, wrong]
+    # −1 only for re-examine AND wrong; the tool's message is not the model's; None where no solution
+    assert self_correction_reward(completions, ["3", "3", "3", "3", "3", None]) == [-1.0, 0.0, 0.0, -1.0, 0.0, None]
+
+
+# ----------------------------------------------------------------------------- rewards: grounding
+
+def test_iou_golden_and_degenerate():
+    # [0,0,10,10] vs [0,0,10,20]: ∩ = 100, ∪ = 100 + 200 − 100 = 200 -> 0.5; vs [5,5,15,15]: ∩ = 25,
+    # ∪ = 175 -> 1/7; disjoint -> 0; a zero-area box -> 0 (even against itself: empty union).
+    m = iou([[0, 0, 10, 10]], [[0, 0, 10, 20], [5, 5, 15, 15], [20, 20, 30, 30], [0, 0, 0, 10]])
+    np.testing.assert_allclose(m, [[0.5, 1 / 7, 0.0, 0.0]])
+    assert iou([[3, 3, 3, 3]], [[3, 3, 3, 3]]).tolist() == [[0.0]]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_iou_matches_a_pixel_count(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(50):
+        a, b = (np.sort(rng.integers(0, 30, size=(2, 2)), axis=1).T.ravel()[[0, 2, 1, 3]] for _ in range(2))
+        grid = np.zeros((2, 30, 30), dtype=bool)                  # [2, y, x]
+        for k, (x1, y1, x2, y2) in enumerate((a, b)):
+            grid[k, y1:y2, x1:x2] = True
+        union = (grid[0] | grid[1]).sum()
+        expected = (grid[0] & grid[1]).sum() / union if union else 0.0
+        assert iou([a], [b])[0, 0] == pytest.approx(expected)
+
+
+def test_matched_iou_golden():
+    # pred A = [0,0,10,10], B = [0,0,10,5]; ref R1 = [0,0,10,10], R2 = [0,0,10,6]. IoU: A–R1 = 1, A–R2 = 60/100,
+    # B–R1 = 50/100, B–R2 = 50/60. Greedy: A–R1 (1), then B–R2 (5/6): (1 + 5/6) / 2 = 11/12.
+    A, B, R1, R2 = [0, 0, 10, 10], [0, 0, 10, 5], [0, 0, 10, 10], [0, 0, 10, 6]
+    assert matched_iou([A, B], [R1, R2]) == pytest.approx(11 / 12)
+    assert matched_iou([A], [R1, [20, 20, 30, 30]]) == pytest.approx(0.5)  # a missed reference counts 0
+    assert matched_iou([A, A, A], [R1]) == pytest.approx(1 / 3)            # spraying copies does not pay
+
+
+def test_grounding_reward_golden():
+    ref = [[0, 0, 10, 10]]
+    half, exact = "[0, 0, 10, 20]", "[0, 0, 10, 10]"             # IoU 0.5 and 1 with the reference
+    def conv(*contents):
+        return [{"role": "assistant", "content": c} for c in contents]
+    completions = [
+        conv(f"zoom {half}", "no box here", f"fixed: {exact}"),   # 1 + max(0, 1 − 0.5) = 1.5
+        conv(f"zoom {exact}", f"then {half}"),                    # got worse: 0.5 + 0 = 0.5
+        f"<answer>{half} ... {exact}</answer>",                   # one turn, matched: max-IoU pair 1, spare 0 -> 0.5
+        conv("no boxes at all"),                                  # 0
+        conv(exact),                                              # one turn, never updated: 1 + 0
+        [{"role": "assistant", "content": "",
+          "tool_calls": [{"function": {"name": "zoom_in", "arguments": {"bbox": [0, 0, 10, 20]}}}]},
+         {"role": "tool", "content": "[0, 0, 10, 10]"},           # a box in the tool's reply is not produced
+         {"role": "assistant", "content": "<answer>[0, 0, 10, 10]</answer>"}],  # 1 + (1 − 0.5) = 1.5
+        conv(exact),
+    ]
+    refs = [ref, ref, ref, ref, ref, ref, None]                   # None: no grounding for this sample
+    assert grounding_reward(completions, refs) == pytest.approx([1.5, 0.5, 0.5, 0.0, 1.0, 1.5, None])
+    assert grounding_reward([conv(exact)], [[0, 0, 10, 10]]) == [1.0]  # one reference box given flat
+    with pytest.raises(ValueError, match=r"ref_boxes\[0\]\[0\]=\[5, 5, 5, 9\] is degenerate"):
+        grounding_reward(["x"], [[[5, 5, 5, 9]]])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_grounding_reward_is_the_same_in_pixels_and_in_norm1000(seed):
+    # ReVISE de-normalises both boxes to pixels; IoU is unchanged by a per-axis rescaling, so the reward is too.
+    rng = np.random.default_rng(seed)
+    W, H = 1920, 1080
+    for _ in range(20):
+        boxes = [np.sort(rng.uniform(0, 1000, (2, 2)), axis=0).T.ravel()[[0, 2, 1, 3]] for _ in range(4)]
+        px = [b * [W / 1000, H / 1000, W / 1000, H / 1000] for b in boxes]
+        fmt = lambda b: "[" + ", ".join(f"{v:.6f}" for v in b) + "]"
+        norm = [{"role": "assistant", "content": fmt(boxes[0])}, {"role": "assistant", "content": fmt(boxes[1])}]
+        pixels = [{"role": "assistant", "content": fmt(px[0])}, {"role": "assistant", "content": fmt(px[1])}]
+        a = grounding_reward([norm], [[list(boxes[2]), list(boxes[3])]])[0]
+        b = grounding_reward([pixels], [[list(px[2]), list(px[3])]])[0]
+        assert a == pytest.approx(b, abs=1e-6) and 0.0 <= a <= 2.0
+
+
+def test_rewards_take_the_keyword_arguments_grpo_trainer_passes():
+    # GRPOTrainer calls reward(prompts=..., completions=..., completion_ids=..., trainer_state=..., **columns)
+    # and logs each under its __name__; columns the reward does not use (here "answer", "image") are ignored.
+    completions = [[{"role": "assistant", "content": "<think>re-examine [0, 0, 10, 10]</think><answer>4</answer>"}]]
+    kwargs = dict(prompts=[[{"role": "user", "content": "How many?"}]], completions=completions,
+                  completion_ids=[[1, 2]], trainer_state=object(), solution=["3"], ref_boxes=[[[0, 0, 10, 10]]],
+                  answer=["3"], image=[None])
+    funcs = (accuracy_reward, format_reward, self_correction_reward, grounding_reward)
+    assert [f(**kwargs) for f in funcs] == [[0.0], [1.0], [-1.0], [1.0]]
+    assert len({f.__name__ for f in funcs}) == 4
