@@ -45,6 +45,7 @@ REASON_CHARS = 200  # the longest "reason" the json format's schema allows
 _SCORE_LINE = re.compile(r"(?im)^[ \t>*_#`-]*(?:(?:final|overall)[ \t]+)?score[ \t*_`]*[:=][ \t]*(.*)$")
 _JSON_SCORE = re.compile(r'"score"\s*:\s*')
 _UNIT = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(%|/(\d+(?:\.\d*)?))?")
+_FENCED = re.compile(r"(?s)\A\s*```(?:json)?\s*(.*?)\s*```\s*\Z")  # a reply wrapped in a ``` (or ```json) fence
 
 
 def text_of(response: dict, i: int = 0) -> str:
@@ -147,7 +148,7 @@ def json_score(text: str, score_only: bool = False) -> float:
     """d / 9 from a json-format reply {"reason": "...", "score": d}, d an integer 0..9; a ```json fence around it
     is allowed. Anything else raises ValueError saying what is wrong (the follow-up tells the judge): the
     server may have ignored the schema, and a 200 proves nothing. Out of range is an error, never a clamp."""
-    body = re.sub(r"(?s)\A\s*```(?:json)?\s*(.*?)\s*```\s*\Z", r"\1", text)
+    body = _FENCED.sub(r"\1", text)
     try:
         reply = json.loads(body)
     except ValueError:
@@ -167,7 +168,7 @@ def reason_of(text: str, fmt: str) -> str:
     else the prose before the last score line; "" when there is none (a score_only reply)."""
     if fmt == "json":
         try:
-            reason = json.loads(re.sub(r"(?s)\A\s*```(?:json)?\s*(.*?)\s*```\s*\Z", r"\1", text)).get("reason")
+            reason = json.loads(_FENCED.sub(r"\1", text)).get("reason")
         except (ValueError, AttributeError):
             return ""
         return reason.strip() if isinstance(reason, str) else ""
