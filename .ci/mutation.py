@@ -3,7 +3,7 @@ that survived with the equivalent ones listed in docs/mutants.md.
 
     python .ci/mutation.py                # verdict.py against test_verdict.py ([tool.mutmut], pyproject.toml)
     python .ci/mutation.py parsing        # score parsing (replies.py), answer extraction (harness/answers.py)
-    python .ci/mutation.py --requirement  # the mutmut requirement of pyproject's test extras
+    python .ci/mutation.py --requirement mutmut  # a requirement (mutmut, ruff) of pyproject's test extras
 
 A mutant is named by its function and its mutated code (comments and runs of spaces dropped), which do
 not change when mutmut renumbers its mutants. Exit status 1 when a survivor is not listed, a listed
@@ -71,9 +71,9 @@ def scratch_copy(which: str) -> tuple:
 
 
 def main(argv: list) -> int:
-    if argv == ["--requirement"]:
+    if argv[:1] == ["--requirement"]:  # --requirement NAME: NAME's pinned line in the test extras
         tests = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
-        print(next(r for r in tests if r.startswith("mutmut")))
+        print(next(r for r in tests if r.startswith(argv[1] if len(argv) > 1 else "mutmut")))
         return 0
     which = argv[0] if argv else "verdict"
     work, globs = scratch_copy(which)
