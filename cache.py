@@ -58,7 +58,7 @@ class Cache:
     def __init__(self, path, timeout: float = 15.0):
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got timeout={timeout!r}")
-        self.path, self.timeout, self.hits, self.misses = Path(path), timeout, 0, 0
+        self.path, self.timeout = Path(path), timeout
         self._lock, self._queue_lock = threading.Lock(), threading.Lock()  # the connection; the write queue
         self._queue: dict = {}  # key -> response JSON, waiting for the next commit
         self._db = None
@@ -127,7 +127,6 @@ class Cache:
         with self._lock, self._failing("read"):
             row = (text,) if text is not None else self._connection().execute(
                 "SELECT response FROM responses WHERE key=?", (key,)).fetchone()
-            self.hits, self.misses = self.hits + (row is not None), self.misses + (row is None)
         if row is None:
             return None
         try:

@@ -114,7 +114,7 @@ class _Flight:
     """One request in flight: its outcome, once known, for every identical call waiting on it."""
 
     def __init__(self):
-        self.done, self.waiting = threading.Event(), 0
+        self.done = threading.Event()
         self.response, self.source, self.error = None, None, None  # source: "server" or "cache"
 
     def finish(self, response: dict | None, source: str | None, error: BaseException | None = None) -> None:
@@ -136,17 +136,11 @@ class InFlight:
             if flight is None:
                 flight = self._flights[key] = _Flight()
                 return flight, True
-            flight.waiting += 1
             return flight, False
 
     def leave(self, key: str) -> None:
         with self._lock:
             del self._flights[key]
-
-    def waiting(self) -> int:
-        """How many calls are waiting for an identical call's reply now."""
-        with self._lock:
-            return sum(f.waiting for f in self._flights.values() if not f.done.is_set())
 
 
 class Client:

@@ -14,8 +14,8 @@ paper leaves the requests to an implementation; this module holds:
   reuse everything up to the role across all the requests of a step. "per-role": the role's instructions as
   its own system message, as before; prompts then differ from the first token. "role-first": the shared
   system message, images and question, then the role's instructions before the previous steps, so that a
-  role's own prefix also holds from one step to the next (the instructions are not computed again each step);
-- role_of: which role a request comes from, in either layout (for scripted servers and the simulator).
+  role's own prefix also holds from one step to the next (the instructions are not computed again each step).
+Which role a request comes from is perf/loopback.py's role_of, for scripted servers.
 """
 from __future__ import annotations
 
@@ -131,11 +131,3 @@ def with_looks(msgs: list, looks: Sequence, task: str) -> list:
     urls = [{"type": "image_url", "image_url": {"url": encode_image(im)}} for im in looks]
     return [msgs[0], {"role": "user", "content": content[:-1] + [{"type": "text", "text": head}] + urls
                       + [{"type": "text", "text": task}]}]
-
-
-def role_of(msgs: Sequence[dict]) -> str | None:
-    """Which role of ROLES a request's messages come from, in any layout (its instructions are the system
-    message, or are in the user message); None for any other request."""
-    content = [m.get("content") for m in msgs[:2]]
-    text = "\n".join(c if isinstance(c, str) else "".join(p.get("text", "") for p in c) for c in content if c)
-    return next((name for name in ROLES if load_prompt(name)["instructions"] in text), None)

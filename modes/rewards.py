@@ -3,16 +3,21 @@
 Cheng, Goel and Bilen, "Think, Look, and Revise: Inconsistency-Aware Visual Self-Correction in MLLMs"
 (ReVISE), §3.3: format (1 for the prescribed tags, −1 otherwise), self-correction (−1 when the model
 emits "re-examine" but answers incorrectly, else 0), grounding (mean IoU against reference boxes plus the
-positive localisation improvement, 0 when no box is produced or updated) and answer accuracy. Each is
-`reward(completions, **kwargs) -> list`, the signature TRL's GRPOTrainer calls with the dataset's columns
-as keyword arguments (docs/rewards.md shows them as a GRPOTrainer's reward_funcs).
+positive localisation improvement, 0 when no box is produced or updated) and answer accuracy.
+
+TRL's GRPOTrainer calls a reward as reward(prompts=..., completions=..., completion_ids=..., **columns),
+every other dataset column a keyword argument. So a reward's only named parameters are `completions` and
+the one column it reads (`solution` or `ref_boxes`); everything else lands in **kwargs and is ignored. The
+patterns are bound by factories (make_accuracy_reward, make_format_reward, make_self_correction_reward),
+never taken from a column; accuracy_reward, format_reward and self_correction_reward are their defaults.
+docs/rewards.md shows them as a GRPOTrainer's reward_funcs. Left out: the training itself.
 """
 from __future__ import annotations
 
 import json
 import math
 import re
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -99,39 +104,75 @@ def _column(values, n: int, name: str) -> list:
     return list(values)
 
 
-def accuracy_reward(completions, solution, answer_pattern=ANSWER, **kwargs) -> list:
-    """Answer accuracy: 1.0 when the final answer (final_answer) is correct (is_correct), else 0.0;
-    None where the solution is None (TRL then leaves this reward out for that sample)."""
-    sol = _column(solution, len(completions), "solution")
-    return [None if s is None else float(is_correct(final_answer(turns(c), answer_pattern), s))
-            for c, s in zip(completions, sol)]
+def _pattern(pattern, name: str) -> re.Pattern:
+    """A regular expression given as a string or compiled; anything else raises ValueError naming it."""
+    if not isinstance(pattern, (str, re.Pattern)):
+        raise ValueError(f"{name} must be a regular expression (str or re.Pattern), got {name}={pattern!r}")
+    try:
+        return re.compile(pattern)
+    except re.error as e:
+        raise ValueError(f"{name}={pattern!r} is not a regular expression: {e}") from None
 
 
-def format_reward(completions, format_pattern=FORMAT, **kwargs) -> list:
-    """Format: 1.0 when every assistant turn fully matches `format_pattern` (and there is one), else −1.0.
+def make_accuracy_reward(answer_pattern=ANSWER) -> Callable:
+    """The answer-accuracy reward, reading the final answer with `answer_pattern` (its group 1 is the answer):
+
+    accuracy_reward(completions, solution, **kwargs): 1.0 when the final answer (final_answer) is correct
+    (is_correct), else 0.0; None where the solution is None (TRL then leaves this reward out for that sample).
+    """
+    answer = _pattern(answer_pattern, "answer_pattern")
+
+    def accuracy_reward(completions, solution=None, **kwargs) -> list:
+        sol = _column(solution, len(completions), "solution")
+        return [None if s is None else float(is_correct(final_answer(turns(c), answer), s))
+                for c, s in zip(completions, sol)]
+    return accuracy_reward
+
+
+def make_format_reward(format_pattern=FORMAT) -> Callable:
+    """The format reward for the prescribed tags `format_pattern`:
+
+    format_reward(completions, **kwargs): 1.0 when every assistant turn fully matches the pattern (and there
+    is one), else −1.0.
 
     ReVISE does not list its prescribed tags. The default is <think>…</think> followed by either
     <tool_call>…</tool_call> or <answer>…</answer>, with nothing but whitespace around them.
     """
-    def ok(c) -> bool:
-        t = turns(c)
-        return bool(t) and all(re.fullmatch(format_pattern, x) for x in t)
-    return [1.0 if ok(c) else -1.0 for c in completions]
+    tags = _pattern(format_pattern, "format_pattern")
+
+    def format_reward(completions, **kwargs) -> list:
+        def ok(c) -> bool:
+            t = turns(c)
+            return bool(t) and all(tags.fullmatch(x) for x in t)
+        return [1.0 if ok(c) else -1.0 for c in completions]
+    return format_reward
 
 
-def self_correction_reward(completions, solution, reexamine_pattern=REEXAMINE, answer_pattern=ANSWER,
-                           **kwargs) -> list:
-    """Self-correction: −1.0 when an assistant turn says "re-examine" (reexamine_pattern) and the final
-    answer is wrong, else 0.0; None where the solution is None. As written in §3.3 there is no bonus
-    for a re-examination that ends right: "reflection is rewarded only when the final answer is
-    correct" through the accuracy reward."""
-    def reward(c, s) -> float | None:
-        if s is None:
-            return None
-        t = turns(c)
-        wrong = not is_correct(final_answer(t, answer_pattern), s)
-        return -1.0 if wrong and any(re.search(reexamine_pattern, x) for x in t) else 0.0
-    return [reward(c, s) for c, s in zip(completions, _column(solution, len(completions), "solution"))]
+def make_self_correction_reward(reexamine_pattern=REEXAMINE, answer_pattern=ANSWER) -> Callable:
+    """The self-correction reward, `reexamine_pattern` saying "re-examine", `answer_pattern` the answer:
+
+    self_correction_reward(completions, solution, **kwargs): −1.0 when an assistant turn says "re-examine"
+    and the final answer is wrong, else 0.0; None where the solution is None. As written in §3.3 there is
+    no bonus for a re-examination that ends right: "reflection is rewarded only when the final answer is
+    correct" through the accuracy reward.
+    """
+    reexamine = _pattern(reexamine_pattern, "reexamine_pattern")
+    answer = _pattern(answer_pattern, "answer_pattern")
+
+    def self_correction_reward(completions, solution=None, **kwargs) -> list:
+        def reward(c, s) -> float | None:
+            if s is None:
+                return None
+            t = turns(c)
+            wrong = not is_correct(final_answer(t, answer), s)
+            return -1.0 if wrong and any(reexamine.search(x) for x in t) else 0.0
+        return [reward(c, s) for c, s in zip(completions, _column(solution, len(completions), "solution"))]
+    return self_correction_reward
+
+
+accuracy_reward = make_accuracy_reward()
+format_reward = make_format_reward()
+self_correction_reward = make_self_correction_reward()
 
 
 def matched_iou(pred, ref) -> float:
@@ -147,7 +188,7 @@ def matched_iou(pred, ref) -> float:
     return float(total / max(m.shape))
 
 
-def grounding_reward(completions, ref_boxes, **kwargs) -> list:
+def grounding_reward(completions, ref_boxes=None, **kwargs) -> list:
     """Grounding (§3.3): mean IoU against the reference boxes, plus the positive localisation improvement.
 
     The boxes a turn produces are the [x1, y1, x2, y2] lists of four numbers in its text (tool calls

@@ -15,6 +15,9 @@ handler(body, path) -> (status, payload, headers) | (status, payload) | payload
     JSON), a str (text/plain) or bytes (sent as is). A handler that raises gives a 500 with the
     exception in an OpenAI-shaped error. GET /v1/models and GET /health answer on their own.
 
+user_text(body) and role_of(messages) read a request: its user text, and which of VERDICT's roles
+sent it.
+
 Requests are served on threads, concurrently, like vLLM or llama-server with several slots;
 `max_concurrent=1` serialises them, like llama-cpp-python's server.
 """
@@ -25,7 +28,9 @@ import json
 import math
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
+
+from prompting import ROLES, load_prompt
 
 
 class Request(NamedTuple):
@@ -73,6 +78,14 @@ def user_text(body) -> str:
     """The text of a chat request's user message (the second message), with or without images."""
     content = body["messages"][1]["content"]
     return content if isinstance(content, str) else next(p["text"] for p in content if p.get("type") == "text")
+
+
+def role_of(msgs: Sequence[dict]) -> str | None:
+    """Which role of prompting.ROLES a request's messages come from, in any of prompting.LAYOUTS (its
+    instructions are the system message, or are in the user message); None for any other request."""
+    content = [m.get("content") for m in msgs[:2]]
+    text = "\n".join(c if isinstance(c, str) else "".join(p.get("text", "") for p in c) for c in content if c)
+    return next((name for name in ROLES if load_prompt(name)["instructions"] in text), None)
 
 
 def _as_reply(reply, body, path) -> tuple:

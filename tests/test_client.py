@@ -11,8 +11,8 @@ import pytest
 
 import client as client_module
 import verdict
-from client import (Cache, Client, EndpointError, Parser, add_endpoint_args, clients_from_args, key_warning,
-                    reported_cache)
+from client import (Cache, Client, EndpointError, InFlight, Parser, add_endpoint_args, clients_from_args,
+                    key_warning, reported_cache)
 from images import messages
 from judges import Reasoner, make_judges, thread_map
 from perf.loopback import chat_response, scripted, user_text
@@ -242,7 +242,7 @@ def test_cache_hits_and_survives_a_restart(loopback, tmp_path, png):
     a = first.chat(msgs, temperature=0.0, seed=1)
     assert first.chat(msgs, temperature=0.0, seed=1) == a and len(srv.chats) == 1
     first.chat(msgs, temperature=0.0, seed=2)  # another seed is another request
-    assert len(srv.chats) == 2 and first.usage["cache_hits"] == 1 and (first.cache.hits, first.cache.misses) == (1, 2)
+    assert len(srv.chats) == 2 and first.usage["cache_hits"] == 1
     first.cache.close()
     again = Client(srv.url, "m", cache=Cache(path))  # a new process, the same file
     assert again.chat(msgs, temperature=0.0, seed=1) == a and len(srv.chats) == 2
@@ -286,15 +286,30 @@ def test_cache_is_thread_safe_and_reruns_are_free(loopback, tmp_path):
 
 # ----------------------------------------------------------------------------- identical requests in flight
 
+class CountingInFlight(InFlight):
+    """InFlight that counts the calls that have joined it: each has sent a request or waits for one."""
+
+    def __init__(self):
+        super().__init__()
+        self.joined, self._count = 0, threading.Lock()
+
+    def join(self, key: str) -> tuple:
+        out = super().join(key)
+        with self._count:
+            self.joined += 1
+        return out
+
+
 def gated(reply, calls: int) -> tuple:
-    """(handler, box): the handler answers reply(body) only once each of `calls` calls of box["client"] has
-    sent a request or joined an identical one in flight (polled, at most 10 s), so that they overlap."""
+    """(handler, box): the handler answers reply(body) only once each of `calls` calls of box["client"] (made
+    with a CountingInFlight) is in flight or waits for an identical one (polled, at most 10 s), so that
+    they overlap."""
     box, opened = {}, threading.Event()  # once open, the gate stays open
 
     def handler(body, path):
         deadline = time.monotonic() + 10
         while not opened.is_set() and time.monotonic() < deadline:
-            if box["client"].in_flight.waiting() + len(box["srv"].chats) >= calls:
+            if box["client"].in_flight.joined >= calls:
                 opened.set()
             time.sleep(0.005)
         return reply(body)
@@ -304,7 +319,7 @@ def gated(reply, calls: int) -> tuple:
 def test_identical_concurrent_calls_send_one_request(loopback):
     handler, box = gated(lambda body: chat_response(user_text(body).upper()), calls=9)
     srv = box["srv"] = loopback(handler)
-    client = box["client"] = Client(srv.url, "m")
+    client = box["client"] = Client(srv.url, "m", in_flight=CountingInFlight())
     ask = lambda i: client.chat(messages("s", [], f"q{i % 3}"))["choices"][0]["message"]["content"]
     assert thread_map(9)(ask, range(9)) == [f"Q{i % 3}" for i in range(9)]
     assert len(srv.chats) == 3 and sorted(user_text(b) for b in srv.chats) == ["q0", "q1", "q2"]
@@ -316,7 +331,7 @@ def test_identical_concurrent_calls_send_one_request(loopback):
 def test_merged_calls_share_an_error_and_span_forks_and_budgets(loopback):
     handler, box = gated(lambda body: (400, {"error": {"message": "bad request"}}), calls=4)
     srv = box["srv"] = loopback(handler)
-    parent = box["client"] = Client(srv.url, "m")
+    parent = box["client"] = Client(srv.url, "m", in_flight=CountingInFlight())
     spent = []
     forks = [parent.fork(on_chat=lambda: spent.append(1)) for _ in range(4)]  # a merged call is still a call
     ask = lambda c: pytest.raises(EndpointError, c.chat, [{"role": "user", "content": "hi"}]).value.message

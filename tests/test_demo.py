@@ -12,8 +12,7 @@ from PIL import Image
 
 import demo
 import verdict
-from prompting import role_of
-from perf.loopback import LoopbackServer, chat_response
+from perf.loopback import LoopbackServer, chat_response, role_of
 from test_judges import revise_server
 from test_zoom import SQUARE, scene
 

@@ -11,8 +11,7 @@ import pytest
 
 import evaluate
 import verdict
-from prompting import role_of
-from perf.loopback import chat_response, user_text
+from perf.loopback import chat_response, role_of, user_text
 from test_benchmarks import tiny_tsv
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the root

@@ -21,8 +21,8 @@ import verdict
 from client import Client, EndpointError
 from replies import text_of
 from judges import Judge, Reasoner, make_judges, thread_map
-from prompting import load_prompt, role_of
-from perf.loopback import chat_response, scripted, token_logprobs, user_text
+from prompting import load_prompt
+from perf.loopback import chat_response, role_of, scripted, token_logprobs, user_text
 from test_replies import CANDIDATE_WITH_SCORE, STRAY, json_tokens
 
 nan = math.nan

@@ -15,8 +15,7 @@ import verdict
 from client import Cache, Client
 from modes.calls import ModeCalls, JudgeMode
 from judges import Judge, Reasoner, make_judges, thread_map
-from prompting import role_of
-from perf.loopback import chat_response, user_text
+from perf.loopback import chat_response, role_of, user_text
 
 nan = math.nan
 

@@ -13,8 +13,8 @@ import verdict
 from client import Client
 from modes.calls import ModeCalls, JudgeMode
 from judges import Judge, Reasoner, make_judges
-from prompting import LAYOUTS, ROLES, load_prompt, role_messages, role_of
-from perf.loopback import chat_response
+from prompting import LAYOUTS, ROLES, load_prompt, role_messages
+from perf.loopback import chat_response, role_of
 
 SHEET = {"objects": [{"fact": "a lamp"}], "numbers": [], "relations": [{"fact": "the chair is nearer"}], "structure": []}
 REPLIES = {"reasoner": None, "prior": "- Find which object is nearer.", "premises": json.dumps(SHEET),

@@ -1,10 +1,17 @@
 """Tests for modes/rewards.py: ReVISE's GRPO rewards, golden values with their derivation and seeded
-properties."""
+properties, and docs/rewards.md's snippet run as TRL's GRPOTrainer would run it."""
+
+import inspect
+import re
+import sys
+import types
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from modes.rewards import (accuracy_reward, format_reward, grounding_reward, is_correct, matched_iou,
+from modes.rewards import (accuracy_reward, format_reward, grounding_reward, is_correct, make_accuracy_reward,
+                           make_format_reward, make_self_correction_reward, matched_iou,
                            self_correction_reward, turns)
 from modes.zoom import iou
 
@@ -41,7 +48,7 @@ def test_format_reward_golden():
         [{"role": "user", "content": ok}],                    # −1: no assistant turn at all
     ]
     assert format_reward(completions) == [1.0, -1.0, -1.0, -1.0, 1.0, -1.0, -1.0]
-    assert format_reward(["<answer>A</answer>"], format_pattern=r"<answer>.*</answer>") == [1.0]
+    assert make_format_reward(r"<answer>.*</answer>")(["<answer>A</answer>"]) == [1.0]
 
 
 def test_accuracy_reward_golden():
@@ -158,3 +165,110 @@ def test_rewards_take_the_keyword_arguments_grpo_trainer_passes():
     funcs = (accuracy_reward, format_reward, self_correction_reward, grounding_reward)
     assert [f(**kwargs) for f in funcs] == [[0.0], [1.0], [-1.0], [1.0]]
     assert len({f.__name__ for f in funcs}) == 4
+
+
+REWARDS = (accuracy_reward, format_reward, self_correction_reward, grounding_reward)
+
+
+def test_rewards_name_only_completions_and_their_column():
+    # TRL passes every dataset column as a keyword: any other named parameter could be taken from one
+    for f in REWARDS:
+        params = inspect.signature(f).parameters.values()
+        named = {p.name for p in params if p.kind is not p.VAR_KEYWORD}
+        assert named <= {"completions", "solution", "ref_boxes"} and params, f.__name__
+        assert any(p.kind is p.VAR_KEYWORD for p in params), f.__name__
+
+
+def test_a_column_named_like_a_former_parameter_is_ignored():
+    # Each former parameter as a dataset column (one value per completion, as TRL passes it), with a value
+    # that would change every reward if it were taken: "(.*)" reads the whole text as the answer, ".*" passes
+    # any format, "done" would count as a re-examination.
+    completions = ["<think>Let me re-examine.</think><answer>4</answer>",
+                   "<think>done</think><answer>3</answer>"]
+    hostile = dict(format_pattern=[".*"] * 2, answer_pattern=["(.*)"] * 2, reexamine_pattern=["done"] * 2)
+    trl = dict(prompts=["How many?"] * 2, completion_ids=[[1, 2], [3]], trainer_state=object())
+    columns = dict(solution=["3", "3"], ref_boxes=[None, None])
+    expected = [[0.0, 1.0], [1.0, 1.0], [-1.0, 0.0], [None, None]]
+    assert [f(completions=completions, **trl, **columns) for f in REWARDS] == expected
+    assert [f(completions=completions, **trl, **columns, **hostile) for f in REWARDS] == expected
+    assert [f(completions, **columns, **hostile) for f in REWARDS] == expected  # positional completions too
+
+
+def test_the_factories_bind_their_patterns_and_check_them():
+    final = r"(?s)<final>(.*?)</final>"
+    completions = ["<think>re-examine</think><final>3</final>", "<think>re-examine</think><final>4</final>"]
+    assert make_accuracy_reward(final)(completions, ["3", "3"]) == [1.0, 0.0]
+    assert accuracy_reward(completions, ["3", "3"]) == [0.0, 0.0]  # the default reads <answer>
+    assert make_self_correction_reward(answer_pattern=final)(completions, ["3", "3"]) == [0.0, -1.0]
+    assert make_self_correction_reward(r"nothing said", final)(completions, ["3", "3"]) == [0.0, 0.0]
+    assert make_format_reward(re.compile(r"<think>.*</think><final>.*</final>"))(completions) == [1.0, 1.0]
+    made = (make_accuracy_reward(), make_format_reward(), make_self_correction_reward())
+    assert [f.__name__ for f in made] == ["accuracy_reward", "format_reward", "self_correction_reward"]
+    with pytest.raises(ValueError, match=r"format_pattern='<think>\(' is not a regular expression"):
+        make_format_reward("<think>(")
+    with pytest.raises(ValueError, match=r"answer_pattern must be a regular expression .*=\['x'\]"):
+        make_accuracy_reward(["x"])
+    with pytest.raises(ValueError, match="reexamine_pattern must be a regular expression"):
+        make_self_correction_reward(None)
+    with pytest.raises(ValueError, match=r"per completion \(1\), got ref_boxes=None"):
+        grounding_reward(["x"], solution=["3"])  # the column it reads is missing
+
+
+class _GRPOTrainer:
+    """A stand-in for trl.GRPOTrainer that calls its reward_funcs as TRL's _calculate_rewards does: every
+    column of the batch but "prompt", "completion" and "completion_ids" as a keyword argument, one value per
+    completion, with trainer_state; None becomes NaN, then each is weighted (1 by default) and summed."""
+    completions: list = []  # what "the model" writes, one completion per row
+    last = None
+
+    def __init__(self, model, reward_funcs, args=None, train_dataset=None, **kwargs):
+        self.model, self.reward_funcs, self.args, self.dataset = model, reward_funcs, args, train_dataset
+        type(self).last = self
+
+    def train(self):
+        rows = list(self.dataset)
+        keys = [k for k in rows[0] if k not in ("prompt", "completion", "completion_ids")]
+        kwargs = {k: [r[k] for r in rows] for k in keys}
+        kwargs["trainer_state"] = object()
+        ids = [[0] * len(str(c)) for c in self.completions]  # token ids: unused by these rewards
+        self.rewards = {f.__name__: [np.nan if v is None else v for v in
+                                     f(prompts=[r["prompt"] for r in rows], completions=self.completions,
+                                       completion_ids=ids, **kwargs)]
+                        for f in self.reward_funcs}
+        self.total = np.nansum(list(self.rewards.values()), axis=0)  # [funcs, rows] -> [rows]
+
+
+def test_the_docs_snippet_runs_as_grpo_trainer_calls_it(monkeypatch):
+    page = (Path(__file__).resolve().parents[1] / "docs" / "rewards.md").read_text()
+    (snippet,) = [b for b in re.findall(r"```python\n(.*?)```", page, re.S) if "GRPOTrainer(" in b]
+    trl = types.ModuleType("trl")
+    trl.GRPOTrainer, trl.GRPOConfig = _GRPOTrainer, lambda **kwargs: kwargs
+    monkeypatch.setitem(sys.modules, "trl", trl)
+    user = lambda text: [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
+    dataset = [  # the page's columns: prompt, image, solution, ref_boxes; a math row has no boxes
+        dict(prompt=user("How many cups?"), image=None, solution="3", ref_boxes=[[0, 0, 10, 10]]),
+        dict(prompt=user("2 + 2?"), image=None, solution="4", ref_boxes=None),
+    ]
+    _GRPOTrainer.completions = [
+        [{"role": "assistant", "content": "<think>zoom</think><tool_call>[0, 0, 10, 20]</tool_call>"},
+         {"role": "tool", "content": "a crop"},
+         {"role": "assistant", "content": "<think>re-examine: [0, 0, 10, 10]</think><answer>3</answer>"}],
+        [{"role": "assistant", "content": "<think>re-examine</think><answer>5</answer>"}],
+    ]
+    exec(snippet, {"dataset": dataset})
+    t = _GRPOTrainer.last
+    # row 1: right (1), tidy (1), re-examined but right (0), grounding 1 + (1 − 0.5) = 1.5: 3.5 in all;
+    # row 2: wrong (0), tidy (1), re-examined and wrong (−1), no grounding (NaN, left out): 0 in all
+    assert t.rewards["accuracy_reward"] == [1.0, 0.0] and t.rewards["format_reward"] == [1.0, 1.0]
+    assert t.rewards["self_correction_reward"] == [0.0, -1.0]
+    grounding = t.rewards["grounding_reward"]
+    assert grounding[0] == pytest.approx(1.5) and np.isnan(grounding[1])
+    assert t.total.tolist() == pytest.approx([3.5, 0.0])
+    assert t.model and t.args == {"output_dir": "revise-grpo"}
+    (other,) = [b for b in re.findall(r"```python\n(.*?)```", page, re.S) if "make_format_reward(" in b]
+    made = {}
+    exec(other, made)  # the page's other patterns: a think-then-final format, read by all three
+    final = ["<think>\nre-examine\n</think>\n<final>3</final>", "<think>ok</think><answer>3</answer>"]
+    assert made["format_reward"](final) == [1.0, -1.0]
+    assert made["accuracy_reward"](final, [3, 3]) == [1.0, 0.0]
+    assert made["self_correction_reward"](final, [4, 4]) == [-1.0, 0.0]

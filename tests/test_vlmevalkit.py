@@ -8,8 +8,7 @@ import re
 
 import evaluate
 from images import encode_image
-from prompting import role_of
-from perf.loopback import chat_response, user_text
+from perf.loopback import chat_response, role_of, user_text
 from test_benchmarks import b64, png
 from test_evaluate import script
 

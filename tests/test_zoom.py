@@ -14,8 +14,7 @@ from modes import zoom
 from client import Client
 from modes.calls import ModeCalls, JudgeMode
 from judges import make_judges
-from prompting import role_of
-from perf.loopback import chat_response
+from perf.loopback import chat_response, role_of
 
 RED = (220, 20, 20)
 SQUARE = [600, 200, 800, 600]  # the red square in 0..1000 coordinates (see scene)
