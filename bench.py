@@ -4,7 +4,7 @@ Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reaso
 Disagreement-Aware Consensus", ECCV 2026 (the closed-form consensus; the step-wise loop with
 n = 3 candidates and m = 3 judges; the 3.80× sequential wall-clock overhead of the limitations).
 
-    python bench.py                      # sections 1, 2a, 3 and 4; writes bench_report.md
+    python bench.py                      # sections 1, 2a, 3 and 4; writes docs/bench_report.md
     python bench.py --live-url URL       # also 2b, against a running server (default: $VERDICT_LIVE_URL)
     python bench.py --serve              # also 2b and 2c, on llama-servers it starts with serve_tiny.sh
     python bench.py --quick              # a smoke run: small sizes, fast simulated clock, 5 items
@@ -386,7 +386,7 @@ def causes(sim: dict, live: dict | None) -> list:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default="bench_report.md", help="where to write the report (its picture: docs/ beside it)")
+    p.add_argument("--out", default="docs/bench_report.md", help="where to write the report (its picture beside it)")
     p.add_argument("--quick", action="store_true", help="a fast smoke run (small sizes; targets partly unmeasured)")
     p.add_argument("--live-url", default=os.environ.get("VERDICT_LIVE_URL"), help="a real server for section 2b")
     p.add_argument("--serve", action="store_true", help="start llama-servers with serve_tiny.sh for 2b and 2c "
@@ -413,7 +413,7 @@ def main(argv=None) -> int:
              "## 1. Consensus throughput on [N, 3] (best of 5)", ""]
     rows, ratios = consensus_throughput((10**3, 10**4) if q else (10**3, 10**4, 10**5, 10**6), 10**4 if q else 10**5)
     lines += rows + ["", "## 2. Step overhead: one VERDICT step (n = 3, m = 3) / one base step (n = 1)", "",
-                     "![overhead per mode and prompt layout](docs/bench_overhead.png)", "",
+                     "![overhead per mode and prompt layout](bench_overhead.png)", "",
                      "### 2a. Simulated continuous-batching server (a simulation, not a measurement of a GPU)", ""]
     scale = args.time_scale or (0.02 if q else 0.5)
     sim_lines, sim = simulated_section(LatencyModel(time_scale=scale), 1 if q else 2, 3 if q else 4, 1 if q else args.sim_reps)
@@ -429,7 +429,7 @@ def main(argv=None) -> int:
         live_lines = ["skipped: no live server (pass --serve, or --live-url URL or set VERDICT_LIVE_URL; serve_tiny.sh "
                       "starts one)."]
     lines += live_lines + ["", "### 2c. llama-server's flags", ""] + flag_lines
-    docs = os.path.join(os.path.dirname(os.path.abspath(args.out)), "docs")
+    docs = os.path.dirname(os.path.abspath(args.out))
     os.makedirs(docs, exist_ok=True)
     picture([("simulated server (2a)", sim)] + ([("real llama-server (2b)", live)] if live else []),
             os.path.join(docs, "bench_overhead.png"))

@@ -40,7 +40,7 @@ p_premise > 0, contradicted_accepted = the fraction of contradicted-premise cand
 filter, contradicted_chosen = P(the chosen candidate has a contradicted premise | some candidate has).
 Each is the mean over `seeds` independent seeds of `trials` steps, ± the 95% Student-t half-width
 over seeds. All rules and all values of a sweep see the same random draws, so differences between
-rules are paired. `python simulate.py` writes simulation_report.md and simulation.png.
+rules are paired. `python simulate.py` writes docs/simulation_report.md and docs/simulation.png.
 """
 from __future__ import annotations
 
@@ -428,7 +428,7 @@ def main(argv=None) -> int:
     p.add_argument("--trials", type=int, default=2500, help="steps per seed and setting (default 2500)")
     p.add_argument("--seeds", type=int, default=20, help="independent seeds; the intervals are over these (default 20)")
     p.add_argument("--seed", type=int, default=0, help="the base seed (default 0)")
-    p.add_argument("--out", default=".", help="directory for simulation_report.md and simulation.png")
+    p.add_argument("--out", default="docs", help="directory for simulation_report.md and simulation.png (docs)")
     a = p.parse_args(argv)
     results = run(a.trials, a.seeds, a.seed)
     out, text = Path(a.out), report(results, a.trials, a.seeds, a.seed)

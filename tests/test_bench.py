@@ -27,9 +27,9 @@ def test_quick_report_has_every_section(tmp_path, monkeypatch):
     for heading in ("## 1. Consensus throughput", "### 2a. Simulated", "**This is a simulation**", "### 2b. Real",
                     "skipped: no live server", "### 2c. llama-server's flags", "skipped: pass --serve", "## 3. Memory",
                     "## 4. The response cache", "## Targets", "| sequential", "| computed by the server |",
-                    "![overhead per mode and prompt layout](docs/bench_overhead.png)"):
+                    "![overhead per mode and prompt layout](bench_overhead.png)"):
         assert heading in text
-    assert Image.open(tmp_path / "docs" / "bench_overhead.png").size == (440, 360)  # one panel: the simulation
+    assert Image.open(tmp_path / "bench_overhead.png").size == (440, 360)  # one panel: the simulation
     targets = [line for line in text.splitlines() if line.startswith("| simulated server: concurrent")]
     assert len(targets) == 2 + 2 and all(re.search(r"(\| [\d.]+× ){3}\| (met|missed) \|$", t) for t in targets)
     assert text.count("| real llama-server:") == 6 and text.count("| — | — | — | not measured |") >= 6  # no live server
