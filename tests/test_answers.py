@@ -20,7 +20,7 @@ YN = {"A": "Yes", "B": "No"}
 NUM = {"A": "1", "B": "2", "C": "3", "D": "4"}
 OPEN = {"A": "42", "B": "Other Answers"}  # an MMMU open question, as VLMEvalKit scores it
 
-# docs/can_infer.jsonl holds one row per line: its number, the reply, the options (a name above) and what
+# tests/can_infer.jsonl holds one row per line: its number, the reply, the options (a name above) and what
 # VLMEvalKit's can_infer returns (null for False). Worked by its rules: tokens split
 # at whitespace and . ( ) [ ] , : ; ! * # { }; one distinct option letter, first seen among the last four
 # tokens; else a lone Z; else "answer is X" (X in A-D); else exactly one option text inside a reply at most
