@@ -13,7 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LEAVES = ("replies", "harness.answers", "harness.benchmarks", "harness.tables", "harness.rundir", "modes.zoom",
           "modes.evpv", "modes.rewards", "simulate", "verdict")
 PROJECT = {"client", "cache", "judges", "replies", "prompting", "images", "demo", "evaluate", "bench", "simulate",
-           "harness", "modes", "perf"}
+           "harness", "modes", "perf", "vlmevalkit"}
 
 
 @pytest.mark.parametrize("module", LEAVES)
@@ -33,7 +33,7 @@ def test_verdict_imports_nothing_of_the_project():
 
 
 def test_no_production_module_imports_the_tests():
-    for folder in (".", "harness", "modes", "perf"):
+    for folder in (".", "harness", "modes", "perf", "vlmevalkit"):
         for name in sorted(os.listdir(os.path.join(ROOT, folder))):
             if name.endswith(".py") and not name.startswith("test_"):
                 with open(os.path.join(ROOT, folder, name), encoding="utf-8") as fh:
