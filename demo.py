@@ -36,11 +36,11 @@ from dataclasses import replace
 
 from PIL import Image, ImageDraw
 
+import charts
 import client
 from modes import calls
 import judges
 import verdict
-from images import font
 
 QUESTION = ("From the viewer's perspective, is the blue ball to the left or to the right of the red cube?\n"
             "A. left\nB. right")
@@ -179,45 +179,44 @@ def plot(trace: verdict.Trace, path: str, size=(640, 480)) -> None:
     x_max = max([2.5 * eps, 0.3] + [1.1 * p[0] for p in pts])
     X = lambda x: left + x / x_max * (W - left - right)
     Y = lambda y: H - bottom - y * (H - top - bottom)
-    img = Image.new("RGB", size, "white")
-    d = ImageDraw.Draw(img)
-    f, small = font(14), font(11)
-    d.rectangle([X(0), Y(1), X(min(eps, x_max)), Y(tau)], fill=(214, 240, 214))    # accept: Δ* < ε, s̄* > τ
-    for i in range(6):                                                              # grid and tick labels
-        y = i / 5
-        d.line([X(0), Y(y), X(x_max), Y(y)], fill=(235, 235, 235))
-        d.text((X(0) - 8, Y(y)), f"{y:.1f}", fill="black", font=small, anchor="rm")
-        x = x_max * i / 5
-        d.text((X(x), Y(0) + 8), f"{x:.2f}", fill="black", font=small, anchor="mt")
-    d.line([X(0), Y(tau), X(x_max), Y(tau)], fill=(40, 120, 40), width=2)
-    d.line([X(eps), Y(0), X(eps), Y(1)], fill=(40, 120, 40), width=2)
-    d.text((X(x_max) - 4, Y(tau) - 4), f"tau = {tau:g}", fill=(40, 120, 40), font=f, anchor="rb")
-    d.text((X(eps) + 4, Y(0) - 4), f"eps = {eps:g}", fill=(40, 120, 40), font=f, anchor="lb")
-    d.rectangle([X(0), Y(1), X(x_max), Y(0)], outline="black")
-    d.text(((X(0) + X(x_max)) / 2, H - 22), "consensus dispersion  Delta*", fill="black", font=f, anchor="mm")  # ASCII: the default font has no Greek
-    d.text((12, top - 14), "mean consensus  s-bar*", fill="black", font=f, anchor="lm")
+    c = charts.Canvas(size)
+    d, green = c.draw, charts.GREEN
+    d.rectangle([X(0), Y(1), X(min(eps, x_max)), Y(tau)], fill=charts.tint(green, 0.8))  # accept: Δ*<ε, s̄*>τ
+    for i in range(6):                                                                  # grid
+        d.line([X(0), Y(i / 5), X(x_max), Y(i / 5)], fill=charts.GRID)
+    d.line([X(0), Y(tau), X(x_max), Y(tau)], fill=green, width=2)
+    d.line([X(eps), Y(0), X(eps), Y(1)], fill=green, width=2)
+    d.rectangle([X(0), Y(1), X(x_max), Y(0)], outline=charts.INK)
     for x, y, t, k, sel in pts:
-        cx, cy, r = X(x), Y(y), 6
-        if k != sel.index:
-            d.ellipse([cx - r, cy - r, cx + r, cy + r], outline=(110, 110, 110), width=2)
-        elif sel.fallback:
-            d.rectangle([cx - r, cy - r, cx + r, cy + r], fill=(235, 140, 20), outline="black")
-        else:
-            d.ellipse([cx - r, cy - r, cx + r, cy + r], fill=(30, 160, 60), outline="black")
-        d.text((cx + 8, cy), f"{t}.{k}", fill=(60, 60, 60), font=small, anchor="lm")
-    legend(d, X(x_max) - 190, Y(0.42), small)
-    img.save(path)
+        marker(d, X(x), Y(y), 6, k != sel.index, sel.fallback)
+        c.avoid((X(x) - 6, Y(y) - 6, X(x) + 6, Y(y) + 6))
+    items = [("chosen, accepted", lambda d, b: marker(d, b[0] + 5, b[1] + 5, 5, False, False)),
+             ("chosen by fallback", lambda d, b: marker(d, b[0] + 5, b[1] + 5, 5, False, True)),
+             ("not chosen (label step.cand)", lambda d, b: marker(d, b[0] + 5, b[1] + 5, 5, True, False))]
+    charts.legend(c, (X(x_max) - 190, Y(0.42 if tau > 0.5 else 0.95)), items, width=178, frame=True)
+    # the texts, the most important first: a later one moves aside or is left out rather than overlap
+    c.text(((X(0) + X(x_max)) / 2, H - 22), "consensus dispersion  Delta*", 14, anchor="mm")  # no Greek
+    c.text((X(0), 6), "mean consensus  s-bar*", 14)
+    c.text((X(x_max) - 4, Y(tau) - 4), f"tau = {tau:g}", 14, green, "rb", moves=((0, 0), (0, 24)))
+    c.text((X(eps) + 4, Y(0) - 4), f"eps = {eps:g}", 14, green, "lb", moves=((0, 0), (0, -24)))
+    for i in range(6):                                                                  # tick labels
+        c.text((X(0) - 8, Y(i / 5)), f"{i / 5:.1f}", anchor="rm")
+        c.text((X(x_max * i / 5), Y(0) + 10), f"{x_max * i / 5:.2f}", anchor="mt")
+    for x, y, t, k, sel in pts:
+        c.text((X(x) + 8, Y(y)), f"{t}.{k}", fill=charts.tint(charts.INK, 0.25), anchor="lm",
+               moves=((0, 0), (0, -12), (0, 12), (0, -24), (0, 24)))
+    c.save(path)
 
 
-def legend(d: ImageDraw.ImageDraw, lx: float, ly: float, small) -> None:
-    """The decision plane's legend, its first row centred at (lx, ly)."""
-    d.rectangle([lx - 8, ly - 10, lx + 182, ly + 58], fill="white", outline=(180, 180, 180))
-    d.ellipse([lx, ly - 5, lx + 10, ly + 5], fill=(30, 160, 60), outline="black")
-    d.text((lx + 18, ly), "chosen, accepted", fill="black", font=small, anchor="lm")
-    d.rectangle([lx, ly + 15, lx + 10, ly + 25], fill=(235, 140, 20), outline="black")
-    d.text((lx + 18, ly + 20), "chosen by fallback", fill="black", font=small, anchor="lm")
-    d.ellipse([lx, ly + 35, lx + 10, ly + 45], outline=(110, 110, 110), width=2)
-    d.text((lx + 18, ly + 40), "not chosen (label step.cand)", fill="black", font=small, anchor="lm")
+def marker(d, cx: float, cy: float, r: float, other: bool, fallback: bool) -> None:
+    """A candidate on the decision plane: a grey ring when not chosen, an orange square when chosen by the
+    fallback, else a green disc."""
+    if other:
+        d.ellipse([cx - r, cy - r, cx + r, cy + r], outline=charts.tint(charts.INK, 0.55), width=2)
+    elif fallback:
+        d.rectangle([cx - r, cy - r, cx + r, cy + r], fill=charts.ORANGE, outline=charts.INK)
+    else:
+        d.ellipse([cx - r, cy - r, cx + r, cy + r], fill=charts.GREEN, outline=charts.INK)
 
 
 # ----------------------------------------------------------------------------- command line

@@ -51,6 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
+import charts
 import verdict
 from modes.evpv import GATE_TARGETS
 from verdict import RULES, STUBBORNNESS
@@ -358,15 +359,16 @@ def report(results: dict, trials: int, seeds: int, seed: int) -> str:
     return "\n".join(L + gate_report(results))
 
 
-COLORS = ("#d62728", "#1f77b4", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#ff7f0e", "#2ca02c", "#17becf", "#9467bd")
+COLORS = tuple(charts.PALETTE[i] for i in (3, 0, 5, 6, 7, 8, 1, 2, 9, 4))  # ALL_RULES' colours, verdict red
 
 
-GATE_COLORS = {"none": "#7f7f7f", "visual": "#1f77b4", "step": "#d62728"}
+GATE_COLORS = {"none": charts.GREY, "visual": charts.BLUE, "step": charts.RED}
 W, H, COLS = 400, 300, 4  # one panel's size in pixels; panels per row
 
 
-def _panel(g, font, k: int, title: str, xlabel: str, xs, ys: dict, colors: dict, bold: str = "") -> None:
-    """Panel k of the grid: one line per label of ys (label -> [len(xs)] values), `bold` drawn thick, last."""
+def _panel(c, k: int, title: str, xlabel: str, xs, ys: dict, colors: dict, bold: str = "") -> None:
+    """Panel k of the grid on canvas c: one line per label of ys (label -> [len(xs)] values), `bold` drawn
+    thick, last."""
     ox, oy = (k % COLS) * W, 40 + (k // COLS) * H
     x0, x1, y0, y1 = ox + 55, ox + W - 20, oy + 25, oy + H - 50          # the plot box, pixels
     xs = np.array(xs, float)
@@ -375,30 +377,23 @@ def _panel(g, font, k: int, title: str, xlabel: str, xs, ys: dict, colors: dict,
     lo, hi = step * math.floor(lo / step + 1e-9), step * math.ceil(hi / step - 1e-9)
     px = lambda x: x0 + (x - xs.min()) / (np.ptp(xs) or 1) * (x1 - x0)
     py = lambda y: y1 - (y - lo) / ((hi - lo) or 1) * (y1 - y0)
-    g.rectangle((x0, y0, x1, y1), outline="black")
-    g.text((x0, oy + 6), title, fill="black", font=font)
-    last = -1e9
-    for x in sorted(xs):
-        g.line((px(x), y1, px(x), y1 + 4), fill="black")
-        if px(x) - last > 30:  # skip a label that would overlap the previous one
-            g.text((px(x) - 10, y1 + 6), f"{x:g}", fill="black", font=font)
-            last = px(x)
+    c.draw.rectangle((x0, y0, x1, y1), outline=charts.INK)
+    c.text((x0, oy + 6), title, 13, width=x1 - x0, lines=1)
+    c.text((x0, y1 + 28), xlabel, 13, width=x1 - x0, lines=1)
+    for x in sorted(xs):  # a label that would overlap the previous one is left out
+        c.draw.line((px(x), y1, px(x), y1 + 4), fill=charts.INK)
+        c.text((px(x), y1 + 10), f"{x:g}", 13, anchor="mt")
     for t in np.arange(lo, hi + step / 2, step):
-        g.line((x0 - 4, py(t), x0, py(t)), fill="black")
-        g.text((ox + 8, py(t) - 7), f"{t:g}", fill="black", font=font)
-    g.text((x0, y1 + 24), xlabel, fill="black", font=font)
+        c.draw.line((x0 - 4, py(t), x0, py(t)), fill=charts.INK)
+        c.text((x0 - 6, py(t)), f"{t:g}", 13, anchor="rm")
     for label in sorted(ys, key=lambda s: s == bold):  # the bold line last, on top
         pts = [(px(x), py(y)) for x, y in sorted(zip(xs, ys[label]))]
-        g.line(pts, fill=colors[label], width=3 if label == bold else 2)
+        c.draw.line(pts, fill=colors[label], width=3 if label == bold else 2)
 
 
 def plot(results: dict, path) -> None:
     """Accuracy against the swept parameter: a panel per sweep, a line per rule; then a panel per group of
     judges a contradicted premise fools, VERDICT's accuracy against p_false, a line per gate target (pillow)."""
-    from PIL import Image, ImageDraw
-
-    from images import font as load_font
-    font = load_font(13)
     acc = lambda name, rule: np.array([100 * m[rule]["accuracy"].mean() for _, m in results[name]])
     panels = [(f"{sw.name}: accuracy (%)", sw.label, sw.values, {r: acc(sw.name, r) for r in ALL_RULES},
                dict(zip(ALL_RULES, COLORS)), "verdict") for sw in SWEEPS]
@@ -407,20 +402,16 @@ def plot(results: dict, path) -> None:
     panels += [(f"premise, {fools_name(f)} fooled: VERDICT accuracy (%)", label, values,
                 {gt: acc(gate_name(field, f, gt), "verdict") if gt != "none" else flat(gate_name(field, f, gt))
                  for gt in TARGETS}, GATE_COLORS, "") for f in FOOLS]
-    img = Image.new("RGB", (W * COLS, 40 + H * math.ceil((len(panels) + 1) / COLS)), "white")
-    g = ImageDraw.Draw(img)
-    g.text((10, 10), "VERDICT simulation: accuracy (%, a correct candidate chosen given one exists) by noise model", fill="black", font=font)
+    c = charts.Canvas((W * COLS, 40 + H * math.ceil((len(panels) + 1) / COLS)))
+    title = "VERDICT simulation: accuracy (%, a correct candidate chosen given one exists) by noise model"
+    c.text((10, 10), title, 13, lines=1)
     for k, panel in enumerate(panels):
-        _panel(g, font, k, *panel)
+        _panel(c, k, *panel)
     ox, oy = (len(panels) % COLS) * W, 40 + (len(panels) // COLS) * H       # the legend cell
     legend = [("rule (y axis: accuracy %)", None)] + list(zip(ALL_RULES, COLORS))
     legend += [("premise panels: gate target", None)] + list(GATE_COLORS.items())
-    for i, (text, c) in enumerate(legend):
-        y = oy + 10 + 19 * i
-        if c is not None:
-            g.line((ox + 30, y + 7, ox + 70, y + 7), fill=c, width=3)
-        g.text((ox + (80 if c else 30), y), text, fill="black", font=font)
-    img.save(path)
+    charts.legend(c, (ox + 30, oy + 10), legend, width=W - 60, size=13, line=True)
+    c.save(path)
 
 
 def main(argv=None) -> int:

@@ -27,8 +27,7 @@ import json
 import os
 import statistics
 
-from PIL import Image, ImageDraw
-
+import charts
 from images import font
 
 SUMMARY_FORMAT = "verdict-eval/2"
@@ -329,44 +328,39 @@ def write_predictions(folder: str, rows: list) -> list:
     return paths
 
 
-COLOURS = ((31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75),
-           (227, 119, 194), (127, 127, 127), (188, 189, 34), (23, 190, 207))
-
-
-def draw(s: dict, path: str) -> list:
+def picture(s: dict, path: str) -> list:
     """summary.png: per column (benchmark, then Avg) a bar per method at its mean accuracy, a whisker of ±1
     sample std over seeds. Returns the bars as (method, column, (x0, y0, x1, y1)), the y axis being
     0-100 % from y = 320 (0) to y = 40 (100)."""
     cols, methods = s["columns"] + ["Avg"], s["methods"]
     bar, gap, left, top, bottom, small = 14, 24, 50, 40, 320, font(11)
-    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
-    spans = [max(len(methods) * bar, measure.textlength(c, font=small) + 4) + gap for c in cols]  # a column fits its name
+    spans = [max(len(methods) * bar, small.getlength(c) + 4) + gap for c in cols]  # a column fits its name
     width = int(left + sum(spans)) + 190
-    img = Image.new("RGB", (width, 380), "white")
-    d = ImageDraw.Draw(img)
+    c = charts.Canvas((width, 380))
     y = lambda pct: bottom - (bottom - top) * pct / 100
-    d.text((left, 10), "Accuracy (%) per method and benchmark, ± sample std over seeds", fill="black", font=font(13))
+    c.text((left, 4), "Accuracy (%) per method and benchmark, ± sample std over seeds", 13,
+           width=width - left - 8, lines=2)
+    items = [(m, charts.PALETTE[i % 10]) for i, m in enumerate(methods)]
+    charts.legend(c, (width - 180, top), items, width=172)
     for pct in range(0, 101, 20):
-        d.line((left, y(pct), width - 190, y(pct)), fill=(225, 225, 225))
-        d.text((8, y(pct) - 6), f"{pct:3d}", fill="black", font=small)
+        c.draw.line((left, y(pct), width - 190, y(pct)), fill=charts.GRID)
+        c.text((left - 6, y(pct)), f"{pct}", anchor="rm")
     bars = []
-    for j, c in enumerate(cols):
+    for j, col in enumerate(cols):
         x = left + gap / 2 + sum(spans[:j])
-        d.text((x, bottom + 8), c, fill="black", font=small)
+        c.text((x, bottom + 8), col, width=spans[j] - gap / 2)
         for i, m in enumerate(methods):
-            cell = s["accuracy"][m][c]
+            cell = s["accuracy"][m][col]
             if cell["mean"] is None:
                 continue
             box = (x + i * bar, y(cell["mean"]), x + (i + 1) * bar - 2, bottom)
-            d.rectangle(box, fill=COLOURS[i % len(COLOURS)])
-            bars.append((m, c, box))
+            c.draw.rectangle(box, fill=charts.PALETTE[i % 10])
+            bars.append((m, col, box))
             if cell["std"]:
                 mid = (box[0] + box[2]) / 2
-                d.line((mid, y(min(100, cell["mean"] + cell["std"])), mid, y(max(0, cell["mean"] - cell["std"]))), fill="black")
-    for i, m in enumerate(methods):
-        d.rectangle((width - 180, top + 16 * i, width - 170, top + 16 * i + 10), fill=COLOURS[i % len(COLOURS)])
-        d.text((width - 164, top + 16 * i - 1), m, fill="black", font=small)
-    img.save(path)
+                hi, lo = min(100, cell["mean"] + cell["std"]), max(0, cell["mean"] - cell["std"])
+                c.draw.line((mid, y(hi), mid, y(lo)), fill=charts.INK)
+    c.save(path)
     return bars
 
 
@@ -379,5 +373,5 @@ def write(out: str, summary: dict, rows: list) -> str:
     for f in summary["files"]:
         write_acc_csv(os.path.join(out, f"{f}_acc.csv"), summary["breakdown"][f])
     write_predictions(os.path.join(out, "predictions"), rows)
-    draw(summary, os.path.join(out, "summary.png"))
+    picture(summary, os.path.join(out, "summary.png"))
     return md

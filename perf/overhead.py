@@ -32,11 +32,10 @@ import time
 from dataclasses import dataclass, replace
 
 import numpy as np
-from PIL import Image, ImageDraw
 
+import charts
 import judges
 import verdict
-from images import font
 
 PAPER_OVERHEAD = 3.80  # the paper's sequential wall-clock overhead
 
@@ -62,7 +61,7 @@ SEQ, SEQ_SCORE, CONC, CONC_SCORE, ADAPTIVE = MODES = (
 
 
 ORDER = ("per-role", "shared", "role-first")  # the layouts, as tables and pictures show them
-COLOURS = {"per-role": (150, 150, 150), "shared": (31, 119, 180), "role-first": (255, 127, 14)}
+COLOURS = {"per-role": charts.GREY, "shared": charts.BLUE, "role-first": charts.ORANGE}
 
 
 def in_layouts(modes, layouts=ORDER) -> tuple:
@@ -221,32 +220,32 @@ def token_table(result: dict) -> list:
 
 def picture(panels: list, path: str) -> None:
     """A PNG of the overhead per mode (whole chains, log scale), a bar per layout, one panel per (title, result)."""
-    small, w, h, left, top = font(11), 440, 300, 46, 44
-    img = Image.new("RGB", (w * len(panels), h + 60), "white")
-    d = ImageDraw.Draw(img)
+    w, h, left, top, base = 440, 300, 46, 44, 286  # a panel's size; the plot's left, top and bottom
+    c = charts.Canvas((w * len(panels), h + 60))
     for k, (title, result) in enumerate(panels):
         x0, modes = k * w + left, list(dict.fromkeys(replace(m, layout="shared") for m in result))
         lo = 2.0 ** math.floor(math.log2(min(1.0, *(r.ratio for r in result.values()))))  # a power of 2 up to 1×
         hi = max(4.0, *(r.ratio for r in result.values()))
-        y = lambda v: top + (h - top) * math.log2(hi / v) / math.log2(hi / lo)  # log scale: lo at the axis, hi on top
-        d.text((x0 - 30, 8), title, fill="black", font=font(13))
+        y = lambda v: top + (base - top) * math.log2(hi / v) / math.log2(hi / lo)  # log scale: lo at the axis
+        c.text((k * w + 16, 8), title, 13, width=w - 24, lines=2)
         for v in (0.25, 0.5, 1, 2, 4, 8, 16, 32, 64):
             if lo <= v <= hi:
-                d.line((x0, y(v), x0 + w - left - 20, y(v)), fill=(225, 225, 225))
-                d.text((x0 - 30, y(v) - 6), f"{v:g}x", fill="black", font=small)
-        d.line((x0, y(PAPER_OVERHEAD), x0 + w - left - 20, y(PAPER_OVERHEAD)), fill=(214, 39, 40))
-        d.text((x0 + w - left - 150, y(PAPER_OVERHEAD) - 14), "paper: 3.80x", fill=(214, 39, 40), font=small)
+                c.draw.line((x0, y(v), x0 + w - left - 20, y(v)), fill=charts.GRID)
+                c.text((x0 - 6, y(v)), f"{v:g}x", anchor="rm")
+        c.draw.line((x0, y(PAPER_OVERHEAD), x0 + w - left - 20, y(PAPER_OVERHEAD)), fill=charts.RED)
         span = (w - left - 30) / len(modes)
         for i, m in enumerate(modes):
+            label = m.name.split(" (")[0].replace("concurrent, ", "conc., ").replace("sequential", "seq.")
+            c.text((x0 + i * span + span / 2, base + 4), label, anchor="ma", width=span - 4, lines=3)
             for j, lay in enumerate(ORDER):
                 r, bar = result.get(replace(m, layout=lay)), (span - 12) / len(ORDER)
                 if r is not None:
                     bx = x0 + i * span + 6 + j * bar
-                    d.rectangle((bx, y(r.ratio), bx + bar - 2, h), fill=COLOURS[lay])
-                    d.text((bx, y(r.ratio) - 13 - 11 * (j % 2)), f"{r.ratio:.1f}", fill="black", font=small)
-            label = m.name.split(" (")[0].replace("concurrent, ", "conc., ").replace("sequential", "seq.")
-            d.text((x0 + i * span + 4, h + 6 + 12 * (i % 2)), label, fill="black", font=small)
-    for j, lay in enumerate(ORDER):
-        d.rectangle((left + 160 * j, h + 40, left + 160 * j + 10, h + 50), fill=COLOURS[lay])
-        d.text((left + 160 * j + 16, h + 39), f"{lay} layout", fill="black", font=small)
-    img.save(path)
+                    c.draw.rectangle((bx, y(r.ratio), bx + bar - 2, base), fill=COLOURS[lay])
+                    c.text((bx + bar / 2 - 1, y(r.ratio) - 2), f"{r.ratio:.1f}", 10, anchor="mb",
+                           moves=((0, 0), (0, -12), (0, -24)))
+    paper = lambda d, b: d.line((b[0], b[1] + 5, b[2] + 2, b[1] + 5), fill=charts.RED, width=2)  # its swatch
+    items = [("layout:", None)] + [(lay, COLOURS[lay]) for lay in ORDER]
+    items += [(f"paper: {PAPER_OVERHEAD:.2f}x", paper)]
+    charts.legend(c, (left, h + 42), items, width=w - left, across=True)
+    c.save(path)

@@ -179,7 +179,7 @@ def test_picture_bars_show_the_means(tmp_path):
     rows = [fake_row(f, seed, m, ok, id=str(i))
             for f in ("f", "g") for m in ("base", "verdict") for seed in (0, 1) for i, ok in enumerate((True, m == "verdict" or seed == 0))]
     s = tables.summarize(rows, context(["f", "g"], ["base", "verdict"], [0, 1]))
-    bars = tables.draw(s, str(tmp_path / "s.png"))
+    bars = tables.picture(s, str(tmp_path / "s.png"))
     # base: 100 % (seed 0) and 50 % (seed 1) -> 75; verdict 100: y = 320 − 280 · mean / 100.
     assert len(bars) == 3 * 2
     for m, c, (x0, y0, x1, y1) in bars:
