@@ -78,7 +78,7 @@ from harness import tables
 from harness import rundir
 import verdict
 from harness.benchmarks import Item
-from harness.rundir import ROW_FORMAT, row_key
+from harness.rows import Method, Row
 METHODS = ("base",) + verdict.RULES
 
 
@@ -153,19 +153,19 @@ def read_answer(item: Item, text: str | None, extractor: client.Client | None) -
     return pred, how, correct, extractor.usage["calls"] - before["calls"], extractor.usage["call_tokens"] - before["call_tokens"]
 
 
-def run_chain(item: Item, seed: int, method: str, clients: ChainClients, settings: Settings) -> tuple:
+def run_chain(item: Item, seed: int, method: Method, clients: ChainClients, settings: Settings) -> tuple:
     """(row of results.jsonl, None), or (error row, the exception) on EndpointError or ValueError."""
-    revising = method.endswith("+revise")  # "verdict+zoom+revise": the verdict+zoom row, revising on reject
-    rule, _, mode = method.removesuffix("+revise").partition("+")  # "verdict+prior+premises" -> verdict, prior+premises
-    config = replace(settings.config, n=1) if method == "base" else replace(settings.config, rule=rule)
-    evidence = calls.ModeCalls(clients.judges, calls.JudgeMode.parse(mode), **settings.mode_kw)
+    config = replace(settings.config, rule=method.rule) if method.judged else replace(settings.config, n=1)
+    evidence = calls.ModeCalls(clients.judges, method.mode, **settings.mode_kw)
     before, clients.budget.spent = clients.usage(), 0
     t0, trace, error, text = time.perf_counter(), None, None, None
     pred, how, correct, ex_calls, ex_tokens = None, "unanswered", False, 0, 0
     try:
         reasoner = judges.Reasoner(clients.reasoner, max_tokens=settings.max_tokens, seed=seed)
-        judge_fns = () if method == "base" else judges.make_judges(clients.judges, grounding=evidence, **settings.judge_kw)
-        reviser = judges.Reviser(clients.reasoner, judge_fns, settings.max_tokens, seed) if revising else None
+        judge_fns = (judges.make_judges(clients.judges, grounding=evidence, **settings.judge_kw)
+                     if method.judged else ())
+        reviser = (judges.Reviser(clients.reasoner, judge_fns, settings.max_tokens, seed)
+                   if method.revise else None)
         trace = verdict.run(item.question, reasoner, judge_fns, config, item.images or None, meter=clients.usage,
                             revise=reviser)
         text = final_text(trace)
@@ -173,21 +173,21 @@ def run_chain(item: Item, seed: int, method: str, clients: ChainClients, setting
     except (client.EndpointError, ValueError) as e:
         error = e
     record = evidence.record(item.question, item.images)
-    meta = {"method": method, "seed": seed, **({"grounding": record} if evidence.mode.active else {}),
+    meta = {"method": str(method), "seed": seed, **({"grounding": record} if evidence.mode.active else {}),
             **(judges.record(trace, judge_fns) if trace else {})}
     used = {k: v - before[k] for k, v in clients.usage().items()}
-    return {"format": ROW_FORMAT, "data": item.data, "id": item.id, "row": item.row, "seed": seed,
-            "method": method, "answer": item.answer, "pred": pred, "extracted": how, "correct": correct,
-            "prediction": text, "stopped": trace.stopped if trace else None,
-            "error": f"{type(error).__name__}: {error}" if error else None,
-            "calls": used["calls"], "sent": used["requests"], "cached": used["cache_hits"], "replies": used["replies"],
-            "tokens": used["call_tokens"], "seconds": round(time.perf_counter() - t0, 3),
-            "extra_calls": record["extra_calls"], "extra_tokens": record["extra_tokens"],
-            "fact_sheet_status": record.get("fact_sheet_status"), "gate_checks": len(record.get("gate", [])),
-            "zoom_requests": len(record.get("zoom", [])), **revisions(trace),
-            "zoomed": sum(e["path"] == "zoom" for e in record.get("zoom", [])),
-            "extract_calls": ex_calls, "extract_tokens": ex_tokens,
-            "input": dict(item.fields), "trace": replace(trace, meta=meta).to_dict() if trace else None}, error
+    return Row(data=item.data, id=item.id, row=item.row, seed=seed, method=method, answer=item.answer,
+               pred=pred, extracted=how, correct=correct, prediction=text,
+               stopped=trace.stopped if trace else None,
+               error=f"{type(error).__name__}: {error}" if error else None,
+               calls=used["calls"], sent=used["requests"], cached=used["cache_hits"], replies=used["replies"],
+               tokens=used["call_tokens"], seconds=round(time.perf_counter() - t0, 3),
+               extra_calls=record["extra_calls"], extra_tokens=record["extra_tokens"],
+               fact_sheet_status=record.get("fact_sheet_status"), gate_checks=len(record.get("gate", [])),
+               zoom_requests=len(record.get("zoom", [])), **revisions(trace),
+               zoomed=sum(e["path"] == "zoom" for e in record.get("zoom", [])),
+               extract_calls=ex_calls, extract_tokens=ex_tokens,
+               input=dict(item.fields), trace=replace(trace, meta=meta).to_dict() if trace else None), error
 
 
 def revisions(trace: verdict.Trace | None) -> dict:
@@ -212,10 +212,10 @@ class Progress:
         for row in rows:
             self.count(row)
 
-    def count(self, row: dict) -> None:
-        if row["method"] in self.score:
-            self.score[row["method"]][0] += row["correct"]
-            self.score[row["method"]][1] += 1
+    def count(self, row: Row) -> None:
+        if str(row.method) in self.score:
+            self.score[str(row.method)][0] += row.correct
+            self.score[str(row.method)][1] += 1
 
     def item_done(self) -> None:
         self.finished += 1
@@ -266,7 +266,7 @@ class Harness:
                     row, error = run_chain(item, seed, method, clients, self.settings)
                 except client.CacheError as e:
                     return self.halt(f"the response cache cannot be used: {e}")
-                if row["replies"]:
+                if row.replies:
                     self.reached.set()
                 if self.refused(error):
                     return self.halt(f"the endpoint cannot be used: {error}")
@@ -287,11 +287,11 @@ class Harness:
         return (isinstance(error, client.EndpointError) and error.status in (None, 401, 403, 404)
                 and not self.reached.is_set())
 
-    def write(self, row: dict) -> None:
+    def write(self, row: Row) -> None:
         with self.lock:
-            self.fh.write(json.dumps(row, allow_nan=False) + "\n")
+            self.fh.write(json.dumps(row.to_json(), allow_nan=False) + "\n")
             self.fh.flush()
-            self.done[row_key(row)] = row
+            self.done[row.key] = row
             self.progress.count(row)
 
 
@@ -344,7 +344,7 @@ def shard_of(data: str, id: str, k: int) -> int:
 
 
 def check_args(args) -> tuple:
-    """(methods, config) from the flags; ValueError names the first bad flag."""
+    """(methods (rows.Method), config) from the flags; ValueError names the first bad flag."""
     rules = [m.strip() for m in args.rules.split(",") if m.strip()]
     if not rules or len(set(rules)) != len(rules) or not set(rules) <= set(METHODS):
         raise ValueError(f"--rules must list distinct methods from {','.join(METHODS)}, got {args.rules!r}")
@@ -353,8 +353,8 @@ def check_args(args) -> tuple:
         raise ValueError(f"--judge-modes lists a mode twice: {args.judge_modes!r}")
     methods = []
     for r in rules:  # a judged rule runs once per mode: verdict, verdict+prior, ...
-        methods += [r] if r == "base" else [r + (f"+{m.name}" if m.active else "") for m in modes]
-    methods += [m + "+revise" for m in methods if m != "base"] if args.revise else []
+        methods += [Method(r)] if r == "base" else [Method(r, m) for m in modes]
+    methods += [replace(m, revise=True) for m in methods if m.judged] if args.revise else []
     for flag, v in (("--seeds", args.seeds), ("--limit", args.limit), ("--concurrency", args.concurrency),
                     ("--max-calls", args.max_calls), ("--max-tokens", args.max_tokens),
                     ("--judge-max-tokens", args.judge_max_tokens), ("--mode-max-tokens", args.mode_max_tokens)):
@@ -464,16 +464,18 @@ def run(args, methods: list, config: verdict.Config, record: dict) -> int:
     if dropped:
         print(f"evaluate.py: {results}: {dropped} unfinished or failed row(s) will run again", file=sys.stderr)
     plan = [it for f in loaded for it in f.items]
-    keys = [(it.data, it.id, s, m) for it in plan for s in seeds for m in methods]
-    todo = [(it, [(s, m) for s in seeds for m in methods if (it.data, it.id, s, m) not in done]) for it in plan]
+    keys = [(it.data, it.id, s, str(m)) for it in plan for s in seeds for m in methods]
+    todo = [(it, [(s, m) for s in seeds for m in methods if (it.data, it.id, s, str(m)) not in done])
+            for it in plan]
     todo = [t for t in todo if t[1]]
     progress = Progress(len(plan), len(todo), [done[k] for k in keys if k in done])
     fatal = Harness(reasoner, judge, settings_of(args, config), results, done, progress, extractor).run(todo, args.concurrency)
     if fatal:
         return fail(fatal)
     rows = [done[k] for k in keys if k in done]
-    ctx = {"files": [f.name for f in loaded], "methods": methods, "seeds": seeds, "settings": record,
-           "reading": {f.name: f.report() for f in loaded}, "max_error_rate": args.max_error_rate}
+    ctx = {"files": [f.name for f in loaded], "methods": [str(m) for m in methods], "seeds": seeds,
+           "settings": record, "reading": {f.name: f.report() for f in loaded},
+           "max_error_rate": args.max_error_rate}
     summary = tables.summarize(rows, ctx)
     print(tables.write(args.out, summary, rows), end="")
     return finish(summary)

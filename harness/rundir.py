@@ -9,7 +9,7 @@ benchmarks, a long run that is resumed after a kill and split over machines. A r
   on the same OUT stops at once;
 - run.json ("verdict-eval-run/2"): the settings a resumed run must share, the endpoints included (answers
   from another server are never mixed into a table), and the shard "i/k" if any;
-- results.jsonl: one row per (item, seed, method), appended as each finishes (evaluate.py);
+- results.jsonl: one row (rows.Row) per (item, seed, method), appended as each finishes (evaluate.py);
 - the tables (tables.py).
 
 merge: shard directories of one run (same settings, shards 1/k..k/k, each finished) become one directory
@@ -21,9 +21,9 @@ import json
 import os
 
 from harness import tables
+from harness.rows import ROW_FORMAT, Row  # noqa: F401 (rundir.ROW_FORMAT beside RUN_FORMAT, as before)
 
 RUN_FORMAT = "verdict-eval-run/2"
-ROW_FORMAT = "verdict-eval-row/2"
 ENDPOINTS = ("base_url", "judge_base_url", "extract_base_url")  # may differ between shards of one run
 
 try:
@@ -31,10 +31,6 @@ try:
 except ImportError:  # Windows
     fcntl = None
     import msvcrt
-
-
-def row_key(row: dict) -> tuple:
-    return row["data"], str(row["id"]), int(row["seed"]), row["method"]
 
 
 def lock(out: str):
@@ -86,7 +82,7 @@ def claim(out: str, settings: dict) -> None:
 
 def read_rows(path: str) -> tuple:
     """(the rows of results.jsonl in file order, the file's text). A truncated or unreadable line (a run
-    killed mid-write) and a row of another format are left out."""
+    killed mid-write), a row of another format and a malformed one (Row.from_json) are left out."""
     if not os.path.exists(path):
         return [], ""
     with open(path, encoding="utf-8") as fh:
@@ -94,9 +90,8 @@ def read_rows(path: str) -> tuple:
     rows = []
     for line in text.splitlines():
         try:
-            row = json.loads(line)
-            rows += [row] if row.get("format") == ROW_FORMAT and row_key(row) else []
-        except (ValueError, KeyError, TypeError, AttributeError):
+            rows.append(Row.from_json(json.loads(line)))
+        except ValueError:  # json's errors too
             pass
     return rows, text
 
@@ -108,12 +103,12 @@ def load_rows(path: str) -> tuple:
     found, text = read_rows(path)
     rows: dict = {}
     for row in found:
-        if row_key(row) not in rows and not row.get("error"):
-            rows[row_key(row)] = row
+        if row.key not in rows and not row.error:
+            rows[row.key] = row
     dropped = sum(bool(line.strip()) for line in text.splitlines()) - len(rows)
     if dropped or (text and not text.endswith("\n")):
         with open(path + ".tmp", "w", encoding="utf-8") as fh:
-            fh.writelines(json.dumps(r, allow_nan=False) + "\n" for r in rows.values())
+            fh.writelines(json.dumps(r.to_json(), allow_nan=False) + "\n" for r in rows.values())
         os.replace(path + ".tmp", path)
     return rows, dropped
 
@@ -131,11 +126,12 @@ def _shard(d: str) -> tuple:
         raise ValueError(f"{d} has no summary.json: its run has not finished")
     with open(os.path.join(d, "summary.json"), encoding="utf-8") as fh:
         summary = json.load(fh)
-    rows = {row_key(r): r for r in read_rows(os.path.join(d, "results.jsonl"))[0]}  # a later row replaces an earlier
+    found = read_rows(os.path.join(d, "results.jsonl"))[0]
+    rows = {r.key: r for r in found}  # a later row replaces an earlier
     plan = set(summary["files"]), set(summary["methods"]), set(summary["seeds"])
-    rows = [r for r in rows.values() if r["data"] in plan[0] and r["method"] in plan[1] and r["seed"] in plan[2]]
+    rows = [r for r in rows.values() if r.data in plan[0] and str(r.method) in plan[1] and r.seed in plan[2]]
     for f in summary["files"]:
-        n = len({r["id"] for r in rows if r["data"] == f})
+        n = len({r.id for r in rows if r.data == f})
         if n != summary["reading"][f]["items"]:
             raise ValueError(f"{d}/results.jsonl holds finished rows of {n} items of {f}, its summary ran "
                              f"{summary['reading'][f]['items']}; run that shard again to finish it")
@@ -175,5 +171,5 @@ def merge(dirs: list, out: str, max_error_rate: float) -> tuple:
            "max_error_rate": max_error_rate}
     claim(out, settings)
     with open(os.path.join(out, "results.jsonl"), "w", encoding="utf-8") as fh:
-        fh.writelines(json.dumps(r, allow_nan=False) + "\n" for r in rows)
+        fh.writelines(json.dumps(r.to_json(), allow_nan=False) + "\n" for r in rows)
     return tables.summarize(rows, ctx), rows

@@ -3,7 +3,7 @@ prediction files, and a picture.
 
 Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
 Disagreement-Aware Consensus", ECCV 2026, reports accuracy per benchmark (mean ± std over seeds), the
-unweighted Avg and the gain over the base model. This module writes, from evaluate.py's rows:
+unweighted Avg and the gain over the base model. This module writes, from evaluate.py's rows (rows.Row):
 
 - summary.json ("verdict-eval/2") and summary.md: that table, the per-method statistics, what reading
   each file found, and accuracy per category, l2-category and split;
@@ -28,24 +28,23 @@ import os
 import statistics
 
 import charts
+from harness.rows import EXTRACTED, SHEET_STATUSES, Method, Row
 from images import font
 
 SUMMARY_FORMAT = "verdict-eval/2"
-SHEET_STATUSES = ("ok", "retried", "degraded")  # a fact sheet: valid at once, valid when asked once more, malformed twice
 SETTINGS = {"vanilla": ("vanilla",), "circular": ("circular",),
             "3dsr": ("vanilla", "flip_eval", "circ_eval", "flip_circ_eval")}
 CONTEXT = ("files", "methods", "seeds", "settings", "reading", "max_error_rate")  # what a summary is made from
-EXTRACTED = ("letter", "text", "value", "judge", "declined", "unanswered")
 
 
 # ----------------------------------------------------------------------------- questions and accuracy
 
-def _group(r: dict, setting: str) -> tuple:
+def _group(r: Row, setting: str) -> tuple:
     """(the key of r's question under `setting`, r's own key): a question is kept at the row whose own key
     is the question's key."""
-    inp = r["input"]
+    inp = r.input
     if setting == "circular":
-        own = str(inp.get("index") or r["id"])
+        own = str(inp.get("index") or r.id)
         g = inp.get("g_index") or (str(int(own) % 1_000_000) if own.lstrip("-").isdigit() else own)
         return str(g), own
     qid = inp.get("qid", "")
@@ -58,12 +57,12 @@ def questions(rows: list, setting: str) -> list:
     """[(row, hit)], one per question under `setting`: each row for "vanilla"; else a group of rows is one
     question, right only if every row in it is, kept at its main row (a group without one is left out)."""
     if setting == "vanilla":
-        return [(r, bool(r["correct"])) for r in rows]
+        return [(r, r.correct) for r in rows]
     groups: dict = {}
     for r in rows:
         key, own = _group(r, setting)
         g = groups.setdefault(key, [None, True])
-        g[0], g[1] = (r if own == key else g[0]), g[1] and bool(r["correct"])
+        g[0], g[1] = (r if own == key else g[0]), g[1] and r.correct
     return [(main, hit) for main, hit in groups.values() if main is not None]
 
 
@@ -75,7 +74,7 @@ def accuracy(pairs: list, macro: str | None = None) -> float | None:
         return statistics.fmean(hit for _, hit in pairs)
     by: dict = {}
     for r, hit in pairs:
-        by.setdefault(r["input"].get(macro, ""), []).append(hit)
+        by.setdefault(r.input.get(macro, ""), []).append(hit)
     return statistics.fmean(statistics.fmean(v) for v in by.values())
 
 
@@ -86,8 +85,8 @@ def _mean_std(xs: list) -> dict:
     return {"mean": statistics.fmean(xs), "std": statistics.stdev(xs) if len(xs) > 1 else None, "per_seed": xs}
 
 
-def _split(r: dict) -> str:
-    return r["input"].get("split") or "none"
+def _split(r: Row) -> str:
+    return r.input.get("split") or "none"
 
 
 def columns(files: list, by: dict) -> dict:
@@ -108,8 +107,8 @@ def breakdown(rows: list, setting: str, macro: str | None) -> list:
         here = [(r, h) for r, h in pairs if _split(r) == split]
         rec = {"split": split, "Overall": accuracy(here, macro)}
         for col in ([macro] if macro else []) + ["l2-category", "category"]:
-            for v in sorted({r["input"][col] for r, _ in here if r["input"].get(col)}):
-                rec[v] = accuracy([(r, h) for r, h in here if r["input"].get(col) == v])
+            for v in sorted({r.input[col] for r, _ in here if r.input.get(col)}):
+                rec[v] = accuracy([(r, h) for r, h in here if r.input.get(col) == v])
         out.append(rec)
     return out
 
@@ -117,27 +116,31 @@ def breakdown(rows: list, setting: str, macro: str | None) -> list:
 # ----------------------------------------------------------------------------- the summary
 
 def _stats(rs: list, method: str) -> dict:
-    tot = [r["trace"]["totals"] for r in rs if r["trace"]]
+    tot = [r.trace["totals"] for r in rs if r.trace]
     steps, jcalls = sum(t["steps"] for t in tot), sum(t["judge_calls"] for t in tot)
-    per = lambda k: statistics.fmean(r.get(k, 0) for r in rs) if rs else None
+    per = lambda xs: statistics.fmean(xs) if rs else None  # xs: one number per chain
     rate = lambda num, den: num / den if den else None
+    judged = Method.parse(method).judged  # base has no fallback
     return {
         "chains": len(rs), "steps": steps,
-        "fallback_rate": rate(sum(t["fallbacks"] for t in tot), steps) if method != "base" else None,
+        "fallback_rate": rate(sum(t["fallbacks"] for t in tot), steps) if judged else None,
         "abstention_rate": rate(sum(t["abstentions"] for t in tot), jcalls),
-        "unanswered_rate": rate(sum(r["extracted"] == "unanswered" and not r["error"] for r in rs), len(rs)),
-        "error_rate": rate(sum(bool(r["error"]) for r in rs), len(rs)),
-        "extracted": {k: sum(r["extracted"] == k for r in rs) for k in EXTRACTED},
-        "stopped": {k: sum(r["stopped"] == k for r in rs) for k in ("final", "max_steps", "budget")},
-        "calls_per_item": per("calls"), "tokens_per_item": per("tokens"), "sent_per_item": per("sent"),
-        "seconds_per_item": per("seconds"), "extra_calls_per_item": per("extra_calls"),
-        "extra_tokens_per_item": per("extra_tokens"), "extract_calls_per_item": per("extract_calls"),
-        "gate_checks_per_item": per("gate_checks"),
-        "fact_sheet": {k: sum(r.get("fact_sheet_status") == k for r in rs) for k in SHEET_STATUSES},
-        "revise_calls_per_item": per("revise_calls"), "revise_tokens_per_item": per("revise_tokens"),
-        "revised_rate": rate(sum(r.get("revised", 0) for r in rs), sum(r.get("revisions", 0) for r in rs)),
-        "degraded_rate": rate(sum(r.get("fact_sheet_status") == "degraded" for r in rs),
-                              sum(bool(r.get("fact_sheet_status")) for r in rs))}
+        "unanswered_rate": rate(sum(r.extracted == "unanswered" and not r.error for r in rs), len(rs)),
+        "error_rate": rate(sum(bool(r.error) for r in rs), len(rs)),
+        "extracted": {k: sum(r.extracted == k for r in rs) for k in EXTRACTED},
+        "stopped": {k: sum(r.stopped == k for r in rs) for k in ("final", "max_steps", "budget")},
+        "calls_per_item": per([r.calls for r in rs]), "tokens_per_item": per([r.tokens for r in rs]),
+        "sent_per_item": per([r.sent for r in rs]), "seconds_per_item": per([r.seconds for r in rs]),
+        "extra_calls_per_item": per([r.extra_calls for r in rs]),
+        "extra_tokens_per_item": per([r.extra_tokens for r in rs]),
+        "extract_calls_per_item": per([r.extract_calls for r in rs]),
+        "gate_checks_per_item": per([r.gate_checks for r in rs]),
+        "fact_sheet": {k: sum(r.fact_sheet_status == k for r in rs) for k in SHEET_STATUSES},
+        "revise_calls_per_item": per([r.revise_calls for r in rs]),
+        "revise_tokens_per_item": per([r.revise_tokens for r in rs]),
+        "revised_rate": rate(sum(r.revised for r in rs), sum(r.revisions for r in rs)),
+        "degraded_rate": rate(sum(r.fact_sheet_status == "degraded" for r in rs),
+                              sum(bool(r.fact_sheet_status) for r in rs))}
 
 
 def summarize(rows: list, ctx: dict) -> dict:
@@ -147,8 +150,8 @@ def summarize(rows: list, ctx: dict) -> dict:
     seed, the unweighted mean over the columns. Error rows count as wrong. The row order does not matter."""
     files, methods, seeds, reading = ctx["files"], ctx["methods"], ctx["seeds"], ctx["reading"]
     by: dict = {}
-    for r in sorted(rows, key=lambda r: (r["row"], str(r["id"]))):
-        by.setdefault((r["data"], r["method"], r["seed"]), []).append(r)
+    for r in sorted(rows, key=lambda r: (r.row, r.id)):
+        by.setdefault((r.data, str(r.method), r.seed), []).append(r)
     cols = columns(files, by)
     primary = lambda f: SETTINGS[reading[f]["scoring"]["setting"]][0]
 
@@ -174,10 +177,11 @@ def summarize(rows: list, ctx: dict) -> dict:
                   for rec in breakdown([r for s in seeds for r in by.get((f, m, s), [])], st, reading[f]["scoring"]["macro"])]
               for f in files}
     kept = [r for rs in by.values() for r in rs]
-    errors = sum(bool(r["error"]) for r in kept)
+    errors = sum(bool(r.error) for r in kept)
     return {"format": SUMMARY_FORMAT, **{k: ctx[k] for k in CONTEXT}, "columns": list(cols),
             "accuracy": table, "gain_over_base": gain, "variants": variants, "breakdown": detail,
-            "stats": {m: _stats([r for r in kept if r["method"] == m], m) for m in methods}, "rows": len(kept),
+            "stats": {m: _stats([r for r in kept if str(r.method) == m], m) for m in methods},
+            "rows": len(kept),
             "errors": {"rows": errors, "rate": errors / len(kept) if kept else 0.0,
                        "over": bool(kept) and errors / len(kept) > ctx["max_error_rate"]}}
 
@@ -272,7 +276,7 @@ def render(s: dict) -> str:
     if s["gain_over_base"]:
         out += ["", "Gain over base (points)", ""] + _head("Method", cols)
         out += [f"| {m} | " + " | ".join(fmt(g[c], "+.2f") for c in cols) + " |" for m, g in s["gain_over_base"].items()]
-    modes_ran = any("+" in m for m in s["methods"])
+    modes_ran = not all(Method.parse(m).plain for m in s["methods"])  # a judge mode or revise on reject
     stat_cols = STAT_COLUMNS + (MODE_COLUMNS if modes_ran else ())
     out += ["", "Per method; an item is one chain (one item, one seed). Rates: fallback per step, abstention per "
             "judge call, unanswered and errors per item. Calls and tokens count cached replies too (the cost of the "
@@ -314,17 +318,18 @@ def write_predictions(folder: str, rows: list) -> list:
     """One TSV per (file, method, seed): the row's input columns (never the image), prediction, hit (0/1),
     in the file's order. Returns the paths written."""
     by: dict = {}
-    for r in sorted(rows, key=lambda r: r["row"]):
-        by.setdefault((r["data"], r["method"], r["seed"]), []).append(r)
+    for r in sorted(rows, key=lambda r: r.row):
+        by.setdefault((r.data, str(r.method), r.seed), []).append(r)
     os.makedirs(folder, exist_ok=True)
     paths = []
     for (data, method, seed), rs in sorted(by.items()):
-        keys = list(dict.fromkeys(k for r in rs for k in r["input"]))
+        keys = list(dict.fromkeys(k for r in rs for k in r.input))
         paths.append(os.path.join(folder, f"{method}-seed{seed}_{data}.tsv"))
         with open(paths[-1], "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh, delimiter="\t", lineterminator="\n")
             w.writerow(keys + ["prediction", "hit"])
-            w.writerows([[r["input"].get(k, "") for k in keys] + [r.get("prediction") or "", int(r["correct"])] for r in rs])
+            w.writerows([[r.input.get(k, "") for k in keys] + [r.prediction or "", int(r.correct)]
+                         for r in rs])
     return paths
 
 

@@ -11,6 +11,7 @@ import pytest
 
 import evaluate
 import verdict
+from harness.rows import Row
 from perf.loopback import chat_response, role_of, user_text
 from test_benchmarks import tiny_tsv
 
@@ -93,7 +94,7 @@ def test_jsonl_run_rows_traces_and_sharing(tmp_path, loopback):
                           "--max-steps", "3", "--concurrency", "3", "--judge-format", "text"]) == 0
     rows = rows_of(out)
     assert len(rows) == 4 * 2 * len(evaluate.METHODS)
-    assert len({evaluate.row_key(r) for r in rows}) == len(rows)
+    assert len({Row.from_json(r).key for r in rows}) == len(rows)
     for r in rows:
         assert r["format"] == "verdict-eval-row/2" and r["error"] is None and r["trace"]["format"] == verdict.TRACE_FORMAT
         assert r["stopped"] == r["trace"]["stopped"] == "final" and len(r["trace"]["steps"]) == 2
@@ -169,10 +170,10 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path, loopback):
     assert evaluate.main([*args, "--out", str(out)]) == 0
     assert evaluate.main([*args, "--out", str(ref), "--concurrency", "3"]) == 0
     after = rows_of(out)
-    keys = [evaluate.row_key(r) for r in after]
+    keys = [Row.from_json(r).key for r in after]
     assert len(keys) == len(set(keys)) == 5 * 2 * len(evaluate.METHODS)
     assert after[:len(before)] == before  # nothing finished was run again
-    assert set(keys) == {evaluate.row_key(r) for r in rows_of(ref)}
+    assert set(keys) == {Row.from_json(r).key for r in rows_of(ref)}
     got, want = (json.loads((d / "summary.json").read_text()) for d in (out, ref))
     assert comparable(got) == comparable(want)
     n = len(srv.chats)

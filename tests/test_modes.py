@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from modes import calls, evpv
+from modes import evpv
 import prompting
 import verdict
 from client import Cache, Client

@@ -8,7 +8,7 @@ import pytest
 import evaluate
 from harness import rundir
 from test_evaluate import rows_of, run, script, write_jsonl
-from test_tables import three_dsr_rows
+from test_tables import fake_row, three_dsr_rows
 
 
 def test_lock_is_held_until_released(tmp_path):
@@ -31,13 +31,15 @@ def test_claim_names_what_differs(tmp_path):
 
 
 def test_load_rows_drops_what_must_run_again(tmp_path):
-    row = lambda id, **kw: json.dumps({"format": rundir.ROW_FORMAT, "data": "d", "id": id, "seed": 0, "method": "base", **kw})
+    row = lambda id, **kw: json.dumps(fake_row("d", 0, "base", True, id=id, **kw).to_json())
     path = tmp_path / "results.jsonl"
     path.write_text("\n".join([row("1"), row("2", error="EndpointError: x"), row("1"), "{not json",
                                json.dumps({"format": "verdict-eval-row/1", "data": "d", "id": "3", "seed": 0,
-                                           "method": "base"}), row("4")]) + "\n" + row("5")[:20])
+                                           "method": "base"}), row("4"),
+                               json.dumps({**json.loads(row("6")), "correct": "yes"})])
+                    + "\n" + row("5")[:20])
     rows, dropped = rundir.load_rows(str(path))
-    assert [k[1] for k in rows] == ["1", "4"] and dropped == 5
+    assert [k[1] for k in rows] == ["1", "4"] and dropped == 6  # "correct": "yes" is malformed: it runs again
     assert [json.loads(line)["id"] for line in path.read_text().splitlines()] == ["1", "4"]  # rewritten
     assert rundir.read_rows(str(path))[0] == list(rows.values())
 
@@ -46,8 +48,8 @@ def mixed_data(tmp_path) -> list:
     """A JSONL file of 7 items and a 3DSRBench TSV whose four twin rows may land on different shards."""
     from test_benchmarks import tsv
     head = ["index", "qid", "question", "A", "B", "answer", "category"]
-    rows = [[r["id"], r["input"]["qid"], f"In 3D, which is larger, {i} or {i + 1}?", str(i), str(i + 1), "AB"[i % 2],
-             r["input"]["category"]] for i, r in enumerate(three_dsr_rows())]
+    rows = [[r.id, r.input["qid"], f"In 3D, which is larger, {i} or {i + 1}?", str(i), str(i + 1), "AB"[i % 2],
+             r.input["category"]] for i, r in enumerate(three_dsr_rows())]
     return [write_jsonl(tmp_path / "q.jsonl", n=7), tsv(tmp_path / "3DSRBench.tsv", head, rows)]
 
 

@@ -3,21 +3,24 @@ four, CV-Bench-2D's mean over sources, one column per split) worked out by hand,
 prediction files, and the picture's bars against the numbers they show."""
 import csv
 import math
+from dataclasses import replace
 
 from PIL import Image
 
 from harness import tables
+from harness.rows import Method, Row
 
 VANILLA = {"setting": "vanilla", "macro": None}
 
 
 def fake_row(data, seed, method, correct, steps=1, fallbacks=0, abstentions=0, judge_calls=9, **kw):
     totals = {"steps": steps, "fallbacks": fallbacks, "abstentions": abstentions, "judge_calls": judge_calls}
-    return {"data": data, "id": kw.get("id", "x"), "row": kw.get("row", 2), "seed": seed, "method": method,
-            "correct": correct, "input": kw.get("input", {}), "prediction": kw.get("prediction", "A"),
-            "extracted": kw.get("extracted", "letter"), "stopped": kw.get("stopped", "final"), "error": kw.get("error"),
-            "calls": kw.get("calls", 10), "tokens": kw.get("tokens", 100), "sent": kw.get("sent", 10),
-            "seconds": kw.get("seconds", 1.0), "trace": {"totals": totals}}
+    return Row(data=data, id=kw.get("id", "x"), row=kw.get("row", 2), seed=seed, method=Method.parse(method),
+               answer="A", pred=None, correct=correct, input=kw.get("input", {}),
+               prediction=kw.get("prediction", "A"), extracted=kw.get("extracted", "letter"),
+               stopped=kw.get("stopped", "final"), error=kw.get("error"), calls=kw.get("calls", 10),
+               tokens=kw.get("tokens", 100), sent=kw.get("sent", 10), cached=0, replies=0,
+               seconds=kw.get("seconds", 1.0), trace={"totals": totals})
 
 
 def context(files, methods, seeds, scoring=None, max_error_rate=1.0):
@@ -66,7 +69,7 @@ def test_summary_arithmetic_by_hand():
     assert b["fallback_rate"] is None and b["abstention_rate"] is None and b["unanswered_rate"] == 1 / 6
     assert s["errors"] == {"rows": 1, "rate": 1 / 12, "over": False}
     # One seed: no std, shown without "±".
-    one = tables.summarize([r for r in rows if r["seed"] == 0], context(["f", "g"], ["base"], [0]))
+    one = tables.summarize([r for r in rows if r.seed == 0], context(["f", "g"], ["base"], [0]))
     assert one["accuracy"]["base"]["f"] == {"mean": 50, "std": None, "per_seed": [50]}
     # The row order does not matter (a merge of shards concatenates their rows).
     assert tables.summarize(rows[::-1], context(["f", "g"], ["base", "verdict"], [0, 1])) == s
@@ -93,7 +96,7 @@ def three_dsr_rows():
 
 def test_3dsrbench_four_settings_by_hand():
     rows = three_dsr_rows()
-    hits = lambda st: sorted((r["input"]["qid"], h) for r, h in tables.questions(rows, st))
+    hits = lambda st: sorted((r.input["qid"], h) for r, h in tables.questions(rows, st))
     assert tables.accuracy(tables.questions(rows, "vanilla")) == 6 / 8
     # flip_eval: a question with its flip twin, kept at the non-flip row: X (✓·✗), X-1 (✓·✓), Y (✓·✓), Y-1 (✗·✓).
     assert hits("flip_eval") == [("X", False), ("X-1", True), ("Y", True), ("Y-1", False)]
@@ -118,8 +121,8 @@ def test_circular_groups_by_hand():
     rows = [fake_row("MMBench_DEV_EN", 0, "base", ok, id=str(i), row=n + 2, input={"index": str(i), "category": c})
             for n, (i, ok, c) in enumerate(marks)]
     pairs = tables.questions(rows, "circular")
-    assert [(r["id"], h) for r, h in pairs] == [("1", True), ("2", False)]
-    with_column = [{**r, "input": {**r["input"], "g_index": "7"}} for r in rows[:3]]  # a g_index column wins
+    assert [(r.id, h) for r, h in pairs] == [("1", True), ("2", False)]
+    with_column = [replace(r, input={**r.input, "g_index": "7"}) for r in rows[:3]]  # a g_index column wins
     assert tables.questions(with_column, "circular") == []  # no row has index 7: no main row, no question
     s = tables.summarize(rows, context(["MMBench_DEV_EN"], ["base"], [0],
                                        {"MMBench_DEV_EN": {"setting": "circular", "macro": None}}))

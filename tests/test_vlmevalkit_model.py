@@ -15,7 +15,7 @@ from PIL import Image
 import verdict
 from images import encode_image
 from perf.loopback import chat_response
-from prompting import role_of
+from perf.loopback import role_of
 from vlmevalkit.verdict_model import FAIL_MSG, VerdictVLM, question_and_images
 
 # Step 2's candidates and their judges' digits (ŝ = d / 9). A: the raw mean's choice (0.741), judges that
