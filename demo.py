@@ -5,7 +5,7 @@ Disagreement-Aware Consensus", ECCV 2026 (method: consensus, dual acceptance, fa
 
     python demo.py                          # offline: scripted proposer and judges, no network
     python demo.py --base-url URL --model NAME [--image PATH] --question TEXT [--choices "A. x|B. y"]
-    python demo.py --base-url URL ... --judge-mode prior,premises [--gate]   # the SGV / EVPV judge modes
+    python demo.py --base-url URL ... --judge-mode prior+premises[+gate]    # the SGV / EVPV judge modes
     python demo.py --base-url URL ... --judge-mode zoom --revise             # ReVISE: look again, revise on reject
 
 Offline, the run is deterministic. It draws a small scene (verdict_scene.png), asks a question about
@@ -20,10 +20,10 @@ extra calls and tokens.
 
 Every run prints a table per step, writes the trace (--trace, JSON, verdict.TRACE_FORMAT) and draws the
 decision plane (--plot, PNG): each candidate at (Δ*, s̄*), the acceptance region Δ* < ε, s̄* > τ shaded.
-Bad flags stop the run before any call: τ outside [0, 1], ε outside (0, 1], a blank --question, --choices
-that are not two or more "A. text" options, an unusable URL. Live, when the API key's variable is unset
-although a key is expected (--api-key-env was given, or an endpoint is not on this machine), one warning
-goes to stderr; the key itself is never printed.
+Bad flags stop the run before any call (exit 2): a setting verdict.Config refuses (τ outside [0, 1), ε
+outside (0, 1], ...), a blank --question, --choices that are not two or more "A. text" options, an unusable
+URL. Live, when the API key's variable is unset although a key is expected (--api-key-env was given, or an
+endpoint is not on this machine), one warning goes to stderr; the key itself is never printed.
 """
 from __future__ import annotations
 
@@ -226,19 +226,10 @@ def parse_args(argv):
     p.add_argument("--question", help="the question (live mode)")
     p.add_argument("--image", action="append", default=[], help="image path; repeat for several (live mode)")
     p.add_argument("--choices", help='options as "A. left|B. right"; appended to the question')
-    p.add_argument("--n", type=int, default=3, help="candidates per step (3)")
-    p.add_argument("--tau", type=float, default=0.6, help="confidence threshold τ, in [0, 1] (0.6)")
-    p.add_argument("--eps", type=float, default=0.1, help="dispersion tolerance ε, in (0, 1] (0.1)")
     p.add_argument("--rule", default="verdict", choices=verdict.RULES, help="selection rule (verdict)")
-    p.add_argument("--max-steps", type=int, default=8, help="longest chain (8)")
     p.add_argument("--trace", default="verdict_trace.json", help="where to write the trace JSON")
     p.add_argument("--plot", default="verdict_decisions.png", help="where to draw the decision plane")
-    p.add_argument("--judge-mode", default="plain", help="live mode: prior (SGV), premises (EVPV), zoom (ReVISE's look "
-                   "again: the visual judge names regions and scores with their close-ups), or several: prior,premises")
-    p.add_argument("--gate", action="store_true", help="with premises: EVPV's reliability gate on ŝ_V (+1 call per candidate)")
-    p.add_argument("--revise", action="store_true", help="live mode: when no candidate passes, the reasoner's model "
-                   "revises the best one from the judges' reasons, and the revision is judged (+1 call, +3 judge calls)")
-    p.add_argument("--mode-max-tokens", type=int, default=512, help="tokens per prior, fact-sheet, premise-check reply (512)")
+    calls.add_verifier_args(p)  # --n, --tau, --eps, --max-steps, --judge-mode, --revise, --mode-max-tokens
     judges.add_format_arg(p)
     client.add_endpoint_args(p)
     return p.parse_args(argv)
@@ -261,23 +252,16 @@ def parse_choices(text: str) -> list:
 
 def check_args(args) -> tuple:
     """(config, judge mode) from the flags; ValueError names the first bad flag, before any call is made.
-
-    τ must lie in [0, 1]: s̄* is a mean of scores in [0, 1]. ε must lie in (0, 1]: Δ* >= 0, so ε <= 0
-    accepts nothing (Δ* of scores in [0, 1] is at most 0.5, so any ε above that filters nothing).
-    """
-    if not 0 <= args.tau <= 1:
-        raise ValueError(f"--tau must be in [0, 1] (s̄* is a mean of scores in [0, 1]), got {args.tau}")
-    if not 0 < args.eps <= 1:
-        raise ValueError(f"--eps must be in (0, 1] (Δ* >= 0, so eps <= 0 accepts nothing), got {args.eps}")
-    config = verdict.Config(n=args.n, tau=args.tau, eps=args.eps, rule=args.rule, max_steps=args.max_steps)
-    mode = calls.JudgeMode.parse(args.judge_mode)
-    mode = replace(mode, gate=mode.gate or args.gate)
+    verdict.Config checks the numbers (τ in [0, 1), ε in (0, 1], ...; see its docstring)."""
+    config, modes = calls.config_of(args, rule=args.rule), calls.modes_of(args)
+    if len(modes) != 1:
+        raise ValueError(f"--judge-mode: demo.py runs one mode, got {args.judge_mode!r}; a mode's words are "
+                         f"joined by +: {args.judge_mode.replace(',', '+')!r}")
+    mode = modes[0]
     if mode.active and args.base_url is None:  # the scripted judges have no prompt to ground
         raise ValueError(f"judge mode {mode.name!r} needs a live model (--base-url)")
     if args.revise and args.base_url is None:
         raise ValueError("--revise needs a live model (--base-url)")
-    if args.mode_max_tokens < 1:
-        raise ValueError(f"--mode-max-tokens must be >= 1, got {args.mode_max_tokens}")
     if args.question is not None and not args.question.strip():
         raise ValueError("--question is blank")
     if args.choices is not None:
@@ -308,7 +292,8 @@ def run_live(args, config: verdict.Config, mode: calls.JudgeMode) -> verdict.Tra
     question = args.question.strip() + ("\n" + "\n".join(parse_choices(args.choices)) if args.choices else "")
     print(f"live demo: reasoner {args.model} at {args.base_url}")
     reasoner, judge = client.clients_from_args(args)
-    evidence = calls.ModeCalls(judge, mode, max_tokens=args.mode_max_tokens, fmt=args.judge_format)
+    evidence = calls.ModeCalls(judge, mode, max_tokens=args.mode_max_tokens or calls.MODE_MAX_TOKENS,
+                               fmt=args.judge_format)
     judge_fns = judges.make_judges(judge, grounding=evidence, fmt=evidence.format)  # one fallback for all requests
     reviser = judges.Reviser(reasoner, judge_fns) if args.revise else None
     trace = verdict.run(question, judges.Reasoner(reasoner), judge_fns, config, image=args.image or None,

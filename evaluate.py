@@ -22,7 +22,7 @@ reasoner of the same seed and Config(rule=r). All chains of one item run one aft
 thread against one response cache (--cache, default OUT/cache.sqlite), so wherever chains coincide
 they get the same candidates and scores, from the cache, with no new request.
 
-Judge modes. --judge-modes lists modes (plain, prior, premises, prior+premises, premises+gate, zoom, ...);
+Judge modes. --judge-mode lists modes, comma-separated (plain, prior, premises, prior+premises, zoom, ...);
 every judged rule runs in each, as a row named rule+mode: verdict, verdict+prior, verdict+premises,
 verdict+prior+premises. The reasoner's requests do not depend on the mode, so the cache gives a mode
 row the plain row's candidates wherever their chains coincide, and the rows differ only by the judges.
@@ -304,26 +304,18 @@ def parse_args(argv):
     p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 for the reasoner (3)")
     p.add_argument("--limit", type=int, help="the first N valid items of each file")
     p.add_argument("--out", default="runs/eval", help="output directory (runs/eval)")
-    p.add_argument("--n", type=int, default=3, help="candidates per step (3)")
-    p.add_argument("--tau", type=float, default=0.6, help="confidence threshold τ (0.6)")
-    p.add_argument("--eps", type=float, default=0.1, help="dispersion tolerance ε (0.1)")
-    p.add_argument("--max-steps", type=int, default=8, help="longest chain (8)")
     p.add_argument("--max-calls", type=int, help="most model calls per chain; past it the chain stops as 'budget'")
     p.add_argument("--max-tokens", type=int, default=256, help="tokens per reasoner step (256)")
     p.add_argument("--judge-max-tokens", type=int, help="tokens per judge reply (judges.py's default)")
     p.add_argument("--score-only", action="store_true", help="judges reply with the score alone")
     judges.add_format_arg(p)
-    p.add_argument("--judge-modes", default="plain", help="judge modes, comma-separated, each a row per judged rule: "
-                   "plain, prior (SGV), premises (EVPV), premises+gate, zoom (ReVISE), prior+premises, ... (plain)")
-    p.add_argument("--revise", action="store_true", help="also run every judged row revising on reject, as a row "
-                   "named row+revise (verdict+revise, verdict+zoom+revise, ...)")
-    p.add_argument("--mode-max-tokens", type=int, help="tokens per prior, fact-sheet, premise-check reply (512)")
     p.add_argument("--extract-model", help="a model that reads the final answers the rules cannot (off)")
     p.add_argument("--extract-base-url", help="its endpoint (default: --judge-base-url, else --base-url)")
     p.add_argument("--shard", help="run shard i of k (1 <= i <= k): the items whose file and id hash to i; see merge")
     p.add_argument("--max-error-rate", type=float, default=0.05, help="exit 3, with a warning above the table, when a "
                    "larger share of the chains ended in an error (0.05)")
     p.add_argument("--allow-any-path", action="store_true", help="read image paths outside the data file's directory")
+    calls.add_verifier_args(p)  # --n, --tau, --eps, --max-steps, --judge-mode, --revise, --mode-max-tokens
     client.add_endpoint_args(p)  # --base-url, --model, --judge-*, --timeout, --retries, --concurrency, --cache
     return p.parse_args(argv)
 
@@ -344,20 +336,19 @@ def shard_of(data: str, id: str, k: int) -> int:
 
 
 def check_args(args) -> tuple:
-    """(methods (rows.Method), config) from the flags; ValueError names the first bad flag."""
+    """(methods (rows.Method), config) from the flags; ValueError names the first bad flag, before any call is made.
+    verdict.Config checks the numbers (τ in [0, 1), ε in (0, 1], ...; see its docstring)."""
     rules = [m.strip() for m in args.rules.split(",") if m.strip()]
     if not rules or len(set(rules)) != len(rules) or not set(rules) <= set(METHODS):
         raise ValueError(f"--rules must list distinct methods from {','.join(METHODS)}, got {args.rules!r}")
-    modes = [calls.JudgeMode.parse(m) for m in args.judge_modes.split(",")]
-    if len(set(modes)) != len(modes):
-        raise ValueError(f"--judge-modes lists a mode twice: {args.judge_modes!r}")
+    config, modes = calls.config_of(args), calls.modes_of(args)
     methods = []
     for r in rules:  # a judged rule runs once per mode: verdict, verdict+prior, ...
         methods += [Method(r)] if r == "base" else [Method(r, m) for m in modes]
     methods += [replace(m, revise=True) for m in methods if m.judged] if args.revise else []
     for flag, v in (("--seeds", args.seeds), ("--limit", args.limit), ("--concurrency", args.concurrency),
                     ("--max-calls", args.max_calls), ("--max-tokens", args.max_tokens),
-                    ("--judge-max-tokens", args.judge_max_tokens), ("--mode-max-tokens", args.mode_max_tokens)):
+                    ("--judge-max-tokens", args.judge_max_tokens)):
         if v is not None and v < 1:
             raise ValueError(f"{flag} must be >= 1, got {v}")
     if not 0 <= args.max_error_rate <= 1:  # NaN fails too
@@ -365,7 +356,7 @@ def check_args(args) -> tuple:
     if not args.base_url:
         raise ValueError("--base-url is required (evaluate.py runs a real model)")
     parse_shard(args.shard)
-    return methods, verdict.Config(n=args.n, tau=args.tau, eps=args.eps, max_steps=args.max_steps)
+    return methods, config
 
 
 def load_data(args) -> list:

@@ -85,8 +85,8 @@ class Scenario:
     p_false: float = 0.1
     gate: str = "none"      # one of TARGETS
     lam: tuple = STUBBORNNESS
-    tau: float = 0.6
-    eps: float = 0.1
+    tau: float = verdict.TAU
+    eps: float = verdict.EPS
 
     def __post_init__(self):
         for name in ("p_correct", "p_fool", "rho", "q", "p_premise", "p_detect", "p_false"):  # probabilities, a share
@@ -162,7 +162,7 @@ def scores(d: Draws, sc: Scenario) -> tuple[np.ndarray, np.ndarray]:
 
 # ----------------------------------------------------------------------------- batched selection
 
-def select_batch(s_hat, lam=STUBBORNNESS, tau: float = 0.6, eps: float = 0.1) -> dict:
+def select_batch(s_hat, lam=STUBBORNNESS, tau: float = verdict.TAU, eps: float = verdict.EPS) -> dict:
     """Every rule of ALL_RULES on T steps at once.  [T, n, m] -> {rule: verdict.Selection (batched)}
 
     verdict.select_all is batched over leading axes; lam-mean (the λ-weighted raw mean with no filter,

@@ -516,6 +516,54 @@ def test_abstentions():
     assert select([[NAN] * 3] * 2).index == 0
 
 
+def test_paper_rule_on_proposition_1_and_a_fallback():
+    assert V.paper_rule([[0.9, 0.2, 0.9], [0.7, 0.6, 0.7]]) == (1, False)  # Δ* .1268 no, .0181 yes
+    assert V.paper_rule([[0.9, 0.2, 0.9], [0.58] * 3]) == (1, True)        # s̄* − Δ*: .5488 < .58
+    assert V.paper_rule([[0.6, 0.6, 0.6], [0.6, 0.6, 0.6]]) == (0, True)   # s̄* = τ is not > τ; tie: first
+    assert V.paper_rule([[NAN, NAN, 0.9], [0.2, 0.3, 0.2]]) == (1, True)   # one answer ranks after two
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_paper_rule_is_the_batched_verdict_rule(seed):
+    # Scores on a grid of tenths (exact ties in s̄*, in Δ*, and at τ), repeated rows, NaN abstentions
+    # (some candidates with fewer than 2 answers), equal or random λ, τ and ε over their whole ranges.
+    rng = np.random.default_rng(seed)
+    for _ in range(300):
+        n, m = int(rng.integers(1, 7)), int(rng.integers(2, 5))
+        s_hat = rng.integers(0, 11, (n, m)) / 10
+        s_hat[rng.random((n, m)) < 0.2] = NAN
+        if n > 1 and rng.random() < 0.3:
+            s_hat[rng.integers(n)] = s_hat[rng.integers(n)]
+        lam = np.ones(m) if rng.random() < 0.3 else rng.uniform(0.2, 3.0, m)
+        tau, eps = rng.integers(0, 10) / 10, rng.choice([0.01, 0.05, 0.1, 0.2, 0.5, 1.0])
+        sel = select(s_hat, lam, tau, eps)
+        assert V.paper_rule(s_hat, lam, tau, eps) == (sel.index, sel.fallback), (s_hat, lam, tau, eps)
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"tau": 5}, "tau must be in [0, 1)"), ({"tau": 1}, "tau=1"), ({"tau": 2.0}, "tau=2.0"),
+    ({"tau": -0.5}, "tau=-0.5"), ({"tau": NAN}, "tau=nan"), ({"tau": "0.6"}, "tau='0.6'"),
+    ({"eps": -1}, "eps must be in (0, 1]"), ({"eps": 0}, "eps=0"), ({"eps": 1.5}, "eps=1.5"),
+    ({"eps": math.inf}, "eps=inf"), ({"n": True}, "n must be an integer >= 1, got n=True"),
+    ({"n": 2.0}, "n=2.0"), ({"max_steps": -1}, "max_steps=-1"), ({"lam": (1.0, NAN, 1.0)}, "finite and > 0"),
+    ({"lam": (1.0,)}, "m=2"),
+])
+def test_config_refuses_a_setting_out_of_range(kw, message):
+    with pytest.raises(ValueError) as info:
+        Config(**kw)
+    assert message in str(info.value)
+
+
+def test_config_ranges_are_exactly_where_the_rule_can_accept():
+    # Inside the ranges a unanimous candidate (s̄* = 1, Δ* = 0) passes; at τ = 1 or ε = 0 nothing ever does.
+    for tau, eps in [(0, 1), (0.999999, 1e-9), (V.TAU, V.EPS)]:
+        cfg = Config(tau=tau, eps=eps, n=np.int64(2), max_steps=np.int32(1))
+        assert select([[1.0, 1.0, 1.0]], cfg.lam, cfg.tau, cfg.eps).accepted[0]
+        assert (type(cfg.tau), type(cfg.eps), type(cfg.n), type(cfg.max_steps)) == (float, float, int, int)
+    assert not select([[1.0, 1.0, 1.0]], tau=1.0).accepted[0] and not select([[0.7] * 3], eps=0.0).accepted[0]
+    assert (Config().tau, Config().eps) == (V.TAU, V.EPS) == (0.6, 0.1)
+
+
 # ----------------------------------------------------------------------------- the loop
 
 SCRIPT = {  # step -> candidate -> (ŝ_V, ŝ_L, ŝ_C)
@@ -782,6 +830,9 @@ def test_judges_may_return_any_real_number_or_nan():
     (lambda: select([[0.5, 0.5, 0.5]], eps=math.inf), "eps"),
     (lambda: select([[0.5, 0.5, 0.5]], rule="median"), "unknown rule 'median'; expected one of verdict, mean, min"),
     (lambda: select([[0.5, 0.5]]), "one stubbornness per judge"),
+    (lambda: V.paper_rule(np.full((2, 2, 3), 0.5)), "shape [n, m]"),
+    (lambda: V.paper_rule(np.zeros((0, 3))), "at least one candidate"),
+    (lambda: V.paper_rule([[0.5, 0.5, 0.5]], eps=NAN), "eps"),
     (lambda: consensus_matrix([2.0]), "m=2"),
     (lambda: Config(rule="best"), "unknown rule 'best'; expected one of verdict, mean, min"),
     (lambda: Config(n=0), "n=0"),

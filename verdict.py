@@ -4,8 +4,8 @@ Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reaso
 Disagreement-Aware Consensus", ECCV 2026. This module implements:
 
 - the coordination-game consensus (the agents' utility and its fixed point), in closed form;
-- the consensus confidence s̄*, the dispersion Δ* and the dual acceptance test;
-- the fallback ranking by s̄* − Δ*;
+- the consensus confidence s̄*, the dispersion Δ*, the dual acceptance test and the fallback ranking by
+  s̄* − Δ*: paper_rule, for one step as the paper states it; select, batched, with the baselines;
 - the aggregation baselines of the results table and the ablations (no filter, no ranking,
   raw averages), with the definitions fixed below because the paper gives none;
 - the step-wise loop: propose n candidates, score each with m judges, select, extend; a meter (any
@@ -34,6 +34,7 @@ import numpy as np
 
 STUBBORNNESS = (1.5, 1.0, 0.8)  # λ_V, λ_L, λ_C: visual, logical, contextual (paper, hyperparameters)
 JUDGES = ("visual", "logical", "contextual")  # the order of STUBBORNNESS
+TAU, EPS = 0.6, 0.1  # τ, ε: the dual test's thresholds (paper, hyperparameters); Config says their ranges
 RULES = ("verdict", "mean", "min", "max", "majority", "variance", "raw-dual", "no-filter", "no-rank")
 FINAL_ANSWER = r"(?i)final answer\s*:"  # default test for "this step ends the chain"
 TRACE_FORMAT = "verdict-trace/3"  # /3 adds a step's "revision" and the totals' revisions
@@ -67,6 +68,18 @@ def _check_scores(s_hat) -> np.ndarray:
     if bad.size:  # out of range or ±inf: never clamped, it is a bug in the judge
         raise ValueError(f"scores must lie in [0, 1] (NaN = abstain), got {bad[0]!r}")
     return s_hat
+
+
+def _check_step(s_hat, lam, tau, eps, batched: bool = True) -> tuple:
+    """(ŝ [..., n, m], λ [m]) of a choice, checked; τ and ε must be finite (Config checks their ranges)."""
+    s_hat = _check_scores(s_hat)
+    if s_hat.ndim < 2 or (s_hat.ndim > 2 and not batched):
+        raise ValueError(f"scores must have shape [n, m], got shape {s_hat.shape}")
+    if s_hat.shape[-2] == 0:  # nothing to choose from
+        raise ValueError("select needs at least one candidate, got n=0")
+    if not (math.isfinite(tau) and math.isfinite(eps)):
+        raise ValueError(f"tau and eps must be finite, got tau={tau!r}, eps={eps!r}")
+    return s_hat, _check_lam(lam, s_hat.shape[-1])
 
 
 def _nanmean(x: np.ndarray) -> np.ndarray:
@@ -163,7 +176,7 @@ class Selection:
     delta_star: np.ndarray  # [n] consensus dispersion Δ*
 
 
-DECIMALS = 12  # thresholds and rankings compare values rounded to 12 decimals; see select
+DECIMALS = 12  # comparisons are on values rounded to 12 decimals: ŝ = (0.6, 0.6, 0.6) is not > τ = 0.6
 
 
 def _q(x) -> np.ndarray:
@@ -180,11 +193,35 @@ def _best(*keys) -> np.ndarray:
     return np.lexsort(desc)[..., 0]  # a stable ascending sort on −key, last key first: [..., n] -> [...]
 
 
-def select(s_hat, lam=STUBBORNNESS, tau: float = 0.6, eps: float = 0.1, rule: str = "verdict") -> Selection:
+def paper_rule(s_hat, lam=STUBBORNNESS, tau: float = TAU, eps: float = EPS) -> tuple:
+    """VERDICT's choice among one step's n candidates, as the paper states it.  [n, m] -> (index, fallback)
+
+    For each candidate k, from its judges' raw scores ŝ_k = (ŝ_k1, ..., ŝ_km):
+        s*_k = consensus(ŝ_k)                       the judges' equilibrium, s*_k = M ŝ_k
+        s̄*_k = (1/m) Σ_i s*_ki                      consensus confidence
+        Δ*_k = (1/m) Σ_i |s*_ki − s̄*_k|             consensus dispersion
+        accept k  ⟺  s̄*_k > τ  and  Δ*_k < ε        the dual test
+    Choose argmax_{k accepted} s̄*_k; if none is accepted, the fallback argmax_k (s̄*_k − Δ*_k). Ties go to
+    the lowest index; comparisons are on values rounded to DECIMALS. An abstention (NaN) leaves its judge
+    out of the candidate's game and statistics (m' judges answered, so 1/m' for 1/m); with m' < 2 a candidate
+    is never accepted and ranks after every candidate with m' ≥ 2. select's rule "verdict" is this, batched.
+    """
+    s_hat, lam = _check_step(s_hat, lam, tau, eps, batched=False)
+    s_star = consensus(s_hat, lam)                                      # [n, m]
+    s_bar, delta = _nanmean(s_star), dispersion(s_star)                  # [n] each, NaN where m' = 0
+    judged = [int((~np.isnan(row)).sum()) >= 2 for row in s_hat]         # [n] m' ≥ 2
+    accepted = [k for k in range(len(s_hat)) if judged[k] and _q(s_bar[k]) > tau and _q(delta[k]) < eps]
+    if accepted:
+        return max(accepted, key=lambda k: (_q(s_bar[k]), -k)), False
+    margin = np.nan_to_num(_q(s_bar - delta), nan=-np.inf)               # [n] s̄* − Δ*, NaN as −∞
+    return max(range(len(s_hat)), key=lambda k: (judged[k], margin[k], -k)), True
+
+
+def select(s_hat, lam=STUBBORNNESS, tau: float = TAU, eps: float = EPS, rule: str = "verdict") -> Selection:
     """Choose one of n candidates from their raw scores ŝ.  [n, m] -> Selection  (batched: [..., n, m])
 
     verdict   : accept iff s̄* > τ and Δ* < ε; take the accepted one with the highest s̄*;
-                if none is accepted, the highest s̄* − Δ* (the fallback).
+                if none is accepted, the highest s̄* − Δ* (the fallback). paper_rule spells it out.
     mean      : the highest raw mean.
     min       : the highest minimum raw score.
     max       : the highest maximum raw score.
@@ -194,12 +231,7 @@ def select(s_hat, lam=STUBBORNNESS, tau: float = 0.6, eps: float = 0.1, rule: st
     raw-dual  : VERDICT's dual rule on the raw scores (raw mean > τ, raw Δ < ε; fallback mean − Δ).
     no-filter : the highest s̄*, with no filter.
     no-rank   : the first accepted candidate in sampling order (VERDICT's filter), else the first.
-
-    Abstention (NaN): every statistic uses only the judges that answered. A candidate with fewer
-    than 2 answers is never accepted and ranks after every candidate with 2 or more. Ties go to
-    the lowest index. The inequalities are strict, as in the paper, and are tested on values
-    rounded to 12 decimals, so that floating-point error (about 1e-16) cannot decide an exact
-    tie: ŝ = (0.6, 0.6, 0.6) has s̄* = 0.6 exactly and is not above τ = 0.6.
+    Abstentions (NaN), ties and the strict inequalities on rounded values: as in paper_rule, for every rule.
     """
     return select_all(s_hat, lam, tau, eps, rules=(rule,))[rule]
 
@@ -221,19 +253,12 @@ class _Stats:
         return self.verified & (_q(mean) > self.tau) & (_q(disp) < self.eps)
 
 
-def _ranked(accepted: np.ndarray, key: np.ndarray, fallback_key: np.ndarray) -> np.ndarray:
-    """Per step: rank by key if any candidate is accepted, else by fallback_key.  [..., n] -> [..., n]"""
-    return np.where(accepted.any(-1, keepdims=True), key, fallback_key)
-
-
 def _rule(rule: str, st: _Stats) -> tuple:
     """(accepted [..., n], ranking keys, most significant first) of one rule; see select."""
-    if rule == "verdict":
-        dual = st.dual(st.s_bar_star, st.delta_star)
-        return dual, (_ranked(dual, st.s_bar_star, st.s_bar_star - st.delta_star),)
-    if rule == "raw-dual":
-        dual = st.dual(st.s_bar, st.delta)
-        return dual, (_ranked(dual, st.s_bar, st.s_bar - st.delta),)
+    if rule in ("verdict", "raw-dual"):  # the dual test; rank by the mean if any passes, else by mean − Δ
+        mean, disp = (st.s_bar_star, st.delta_star) if rule == "verdict" else (st.s_bar, st.delta)  # [..., n]
+        dual = st.dual(mean, disp)
+        return dual, (np.where(dual.any(-1, keepdims=True), mean, mean - disp),)
     if rule == "no-rank":  # VERDICT's filter, then sampling order
         return st.dual(st.s_bar_star, st.delta_star), ()
     if rule == "variance":
@@ -249,18 +274,9 @@ def _rule(rule: str, st: _Stats) -> tuple:
     return st.verified, keys
 
 
-def select_all(s_hat, lam=STUBBORNNESS, tau: float = 0.6, eps: float = 0.1, rules=RULES) -> dict:
-    """`select` for several rules on the same scores, computing the consensus once.
-    [n, m] or [..., n, m] -> {rule: Selection}
-    """
-    s_hat = _check_scores(s_hat)
-    if s_hat.ndim < 2:
-        raise ValueError(f"scores must have shape [n, m], got shape {s_hat.shape}")
-    if s_hat.shape[-2] == 0:  # nothing to choose from
-        raise ValueError("select needs at least one candidate, got n=0")
-    lam = _check_lam(lam, s_hat.shape[-1])
-    if not (math.isfinite(tau) and math.isfinite(eps)):
-        raise ValueError(f"tau and eps must be finite, got tau={tau!r}, eps={eps!r}")
+def select_all(s_hat, lam=STUBBORNNESS, tau: float = TAU, eps: float = EPS, rules=RULES) -> dict:
+    """`select` for several rules, with one consensus.  [n, m] or [..., n, m] -> {rule: Selection}"""
+    s_hat, lam = _check_step(s_hat, lam, tau, eps)
     for rule in rules:
         if rule not in RULES:
             raise ValueError(f"unknown rule {rule!r}; expected one of {', '.join(RULES)}")
@@ -283,28 +299,33 @@ def select_all(s_hat, lam=STUBBORNNESS, tau: float = 0.6, eps: float = 0.1, rule
 
 @dataclass(frozen=True)
 class Config:
-    """The knobs of the loop, with the paper's values (shared across all six benchmarks).
+    """The knobs of the loop, with the paper's values (shared across all six benchmarks), checked once, here
+    (demo.py and evaluate.py build theirs from their flags); ValueError names a value out of range. λ: m ≥ 2,
+    each finite and > 0; n, max_steps: integers ≥ 1; τ in [0, 1): s̄* ≤ 1, so τ ≥ 1 accepts nothing (τ < 0 is
+    no bar); ε in (0, 1]: Δ* ≥ 0, so ε ≤ 0 accepts nothing (Δ ≤ 1/2: ε > 1/2 passes every Δ; ε > 1: a typo).
     `final` is a regular expression; a chosen step in which it is found (re.search) ends the chain.
     The default matches "Final answer:" in any case. The reasoner's sampling (T = 0.8, top-p = 0.6)
     belongs to whoever proposes the candidates, not to the loop.
     """
     lam: tuple = STUBBORNNESS
     n: int = 3
-    tau: float = 0.6
-    eps: float = 0.1
+    tau: float = TAU
+    eps: float = EPS
     rule: str = "verdict"
     max_steps: int = 8
     final: str = FINAL_ANSWER
 
     def __post_init__(self):
         object.__setattr__(self, "lam", tuple(float(x) for x in _check_lam(self.lam, len(self.lam))))
-        if not (isinstance(self.n, int) and self.n >= 1):
-            raise ValueError(f"n must be an integer >= 1, got n={self.n!r}")
-        if not (isinstance(self.max_steps, int) and self.max_steps >= 1):
-            raise ValueError(f"max_steps must be an integer >= 1, got max_steps={self.max_steps!r}")
-        for name in ("tau", "eps"):
-            if not math.isfinite(getattr(self, name)):
-                raise ValueError(f"{name} must be finite, got {name}={getattr(self, name)!r}")
+        for name, kind, ok, what in (
+                ("n", int, lambda x: x >= 1, "an integer >= 1"),
+                ("max_steps", int, lambda x: x >= 1, "an integer >= 1"),
+                ("tau", float, lambda x: 0 <= x < 1, "in [0, 1) (s̄* <= 1: tau >= 1 accepts nothing)"),
+                ("eps", float, lambda x: 0 < x <= 1, "in (0, 1] (Δ* >= 0: eps <= 0 accepts nothing)")):
+            v, abstract = getattr(self, name), numbers.Integral if kind is int else numbers.Real
+            if not (isinstance(v, abstract) and not isinstance(v, bool) and ok(v)):  # NaN fails too
+                raise ValueError(f"{name} must be {what}, got {name}={v!r}")
+            object.__setattr__(self, name, kind(v))
         if self.rule not in RULES:
             raise ValueError(f"unknown rule {self.rule!r}; expected one of {', '.join(RULES)}")
         try:

@@ -44,9 +44,12 @@ that a gated judge scored with a number (2 if the first reply is malformed; none
 however many judges it gates; zoom 1 per distinct candidate the visual judge scores (2 if the first reply
 is malformed; none without an image).
 All are at temperature 0 with a fixed seed, so the on-disk Cache serves them again on a re-run.
+
+add_verifier_args defines, once for demo.py and evaluate.py, the flags of verdict.Config and the judge mode.
 """
 from __future__ import annotations
 
+import argparse
 import copy
 import math
 import re
@@ -71,6 +74,7 @@ FACT_SHEET = ("Fact sheet, extracted from the image before any step was seen (in
 CHECKED_SHEET = "Fact sheet:\n{facts}\n\n"  # what the premise check reads the step against
 JSON_FOLLOW_UP = "Your reply was not a valid fact sheet ({}). Reply with the JSON object only."
 FACTS_PER_KIND, CLAIMS_PER_STEP = 3, 6  # the schemas' list bounds (EVPV's sheets hold 3 to 8 key facts in all)
+MODE_MAX_TOKENS = 512  # tokens per prior, fact-sheet, premise-check and region-request reply
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,56 @@ class JudgeMode:
         return cls(**kw)
 
 
+# ----------------------------------------------------------------------------- the flags of the commands
+
+def add_verifier_args(parser) -> None:
+    """The verifier's flags, defined once for demo.py and evaluate.py: verdict.Config's numbers, with Config's
+    defaults and ranges (config_of checks them), the judge mode (modes_of) and revise on reject."""
+    d, on = verdict.Config(), {"step": "every judge's score", "visual": "ŝ_V only"}  # GATE_TARGETS' meanings
+    other = "; ".join(f"gate-{t}: on {on[t]}" for t in GATE_TARGETS if t != GATE_TARGET)
+    g = parser.add_argument_group("verifier")
+    g.add_argument("--n", type=int, default=d.n, help=f"candidates per step ({d.n})")
+    g.add_argument("--tau", type=float, default=d.tau,
+                   help=f"confidence threshold τ in [0, 1): a candidate passes only if s̄* > τ ({d.tau})")
+    g.add_argument("--eps", type=float, default=d.eps,
+                   help=f"dispersion tolerance ε in (0, 1]: a candidate passes only if Δ* < ε ({d.eps})")
+    g.add_argument("--max-steps", type=int, default=d.max_steps, help=f"longest chain ({d.max_steps})")
+    g.add_argument("--judge-mode", default="plain", help=(
+        "what the judges see, as words joined by +: prior (SGV's prior, +1 call per question), premises "
+        "(EVPV's fact sheet, +1 call per question), gate (with premises: EVPV's reliability gate, +1 call "
+        f"per candidate, on {on[GATE_TARGET]}; {other}), zoom (ReVISE's look again: the visual judge names "
+        "regions and scores with their close-ups, +1 call per candidate). demo.py runs one mode; evaluate.py "
+        "runs each of a comma-separated list, as rows named rule+mode (plain)"))
+    g.add_argument("--judge-modes", dest="judge_mode", default=argparse.SUPPRESS,
+                   help=argparse.SUPPRESS)  # evaluate.py's name until the flags were shared
+    g.add_argument("--revise", action="store_true", help=(
+        "revise on reject: when no candidate passes, the reasoner's model revises the best one from the "
+        "judges' reasons, and the same judges score the revision (+1 call, +m judge calls); evaluate.py adds "
+        "it as rows named row+revise"))
+    g.add_argument("--mode-max-tokens", type=int, help=f"tokens per judge-mode reply ({MODE_MAX_TOKENS})")
+
+
+def config_of(args, **fields) -> verdict.Config:
+    """verdict.Config from add_verifier_args' flags and `fields`; ValueError names the flag of a value out of
+    Config's range ("--tau must be in [0, 1) ..., got tau=5.0")."""
+    flags = {"n": args.n, "tau": args.tau, "eps": args.eps, "max_steps": args.max_steps}
+    try:
+        return verdict.Config(**flags, **fields)
+    except ValueError as e:  # Config's message starts with the field's name
+        name, _, rest = str(e).partition(" ")
+        raise ValueError(f"--{name.replace('_', '-')} {rest}" if name in flags else str(e)) from None
+
+
+def modes_of(args) -> list:
+    """The JudgeModes of --judge-mode, in order, and --mode-max-tokens checked; ValueError names a bad one."""
+    modes = [JudgeMode.parse(m) for m in args.judge_mode.split(",")]
+    if len(set(modes)) != len(modes):
+        raise ValueError(f"--judge-mode lists a mode twice: {args.judge_mode!r}")
+    if args.mode_max_tokens is not None and args.mode_max_tokens < 1:
+        raise ValueError(f"--mode-max-tokens must be >= 1, got {args.mode_max_tokens}")
+    return modes
+
+
 def ask_json(chat: Callable[..., dict], fmt: JudgeFormat, schema: tuple, msgs: list, read: Callable[[dict], Any],
              follow_up: Callable[[str], str], params: dict) -> tuple:
     """judges.ask for a JSON reply: (value or None, responses, errors). schema = (name, JSON schema), sent in
@@ -142,8 +196,8 @@ class ModeCalls:
     as layout.role_messages does: "shared" (the default) shares the prefix of the step's other requests.
     """
 
-    def __init__(self, client: Client, mode: JudgeMode = JudgeMode(), max_tokens: int = 512, seed: int = 0,
-                 fmt: str | JudgeFormat = "json", layout: str = "shared"):
+    def __init__(self, client: Client, mode: JudgeMode = JudgeMode(), max_tokens: int = MODE_MAX_TOKENS,
+                 seed: int = 0, fmt: str | JudgeFormat = "json", layout: str = "shared"):
         if not (isinstance(max_tokens, int) and max_tokens >= 1):
             raise ValueError(f"max_tokens must be an integer >= 1, got max_tokens={max_tokens!r}")
         self.client, self.mode, self.params = client, mode, dict(temperature=0.0, seed=seed, max_tokens=max_tokens)

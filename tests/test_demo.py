@@ -193,7 +193,7 @@ def grounded_server(body, path):
 def test_live_mode_with_judge_modes_records_them_in_the_trace(tmp_path):
     with LoopbackServer(grounded_server) as srv:
         out = run_demo(["--base-url", srv.url, "--model", "scripted", "--question", "Left or right?", "--n", "2",
-                        "--max-steps", "1", "--judge-mode", "prior,premises", "--gate", "--judge-format", "text"],
+                        "--max-steps", "1", "--judge-mode", "prior+premises+gate", "--judge-format", "text"],
                        cwd=tmp_path)
         chats = [r[1] for r in srv.requests if r[0].endswith("/chat/completions")]
     assert out.returncode == 0, out.stderr
@@ -223,7 +223,10 @@ def refuse_model(body, path):
     (["--judge-mode", "prior"], "needs a live model (--base-url)"),
     (["--revise"], "--revise needs a live model (--base-url)"),
     (["--base-url", "http://127.0.0.1:9/v1", "--question", "q", "--judge-mode", "sgv"], "judge mode 'sgv'"),
-    (["--base-url", "http://127.0.0.1:9/v1", "--question", "q", "--gate"], "the gate needs the premises mode"),
+    (["--base-url", "http://127.0.0.1:9/v1", "--question", "q", "--judge-mode", "gate"], "the gate needs"),
+    (["--base-url", "http://127.0.0.1:9/v1", "--question", "q", "--judge-mode", "prior,zoom"], "one mode"),
+    (["--max-steps", "0"], "--max-steps must be an integer >= 1, got max_steps=0"),
+    (["--mode-max-tokens", "0"], "--mode-max-tokens must be >= 1"),
     (["--base-url", "http://127.0.0.1:9/v1", "--question", "   "], "--question is blank"),
     (["--question", " \t "], "--question is blank"),
     (["--choices", "garbage"], "--choices must be two or more options"),
@@ -239,7 +242,7 @@ def test_errors_are_one_line_with_exit_2(tmp_path, args, needle):
 
 
 @pytest.mark.parametrize("flag, value", [("--tau", "2"), ("--tau", "-0.1"), ("--eps", "-1"), ("--eps", "0"),
-                                         ("--eps", "1.5")])
+                                         ("--eps", "1.5"), ("--tau", "5"), ("--tau", "1")])
 def test_tau_and_eps_out_of_range_are_refused_before_any_call(tmp_path, flag, value):
     with LoopbackServer(scripted_judge_server) as srv:
         out = run_demo(["--base-url", srv.url, "--question", "q", flag, value], cwd=tmp_path)
@@ -248,7 +251,7 @@ def test_tau_and_eps_out_of_range_are_refused_before_any_call(tmp_path, flag, va
     assert len(out.stderr.splitlines()) == 1 and not (tmp_path / "verdict_trace.json").exists()
 
 
-@pytest.mark.parametrize("tau, eps", [("0", "1"), ("1", "0.01")])
+@pytest.mark.parametrize("tau, eps", [("0", "1"), ("0.999", "0.01")])  # τ = 1 would accept nothing
 def test_tau_and_eps_at_the_ends_of_their_ranges_run_and_plot(tmp_path, tau, eps):
     out = run_demo(["--tau", tau, "--eps", eps], cwd=tmp_path)
     assert out.returncode == 0, out.stderr

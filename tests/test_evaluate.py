@@ -9,6 +9,7 @@ import threading
 
 import pytest
 
+import demo
 import evaluate
 import verdict
 from harness.rows import Row
@@ -314,18 +315,53 @@ def test_unreachable_endpoint_fails_fast(tmp_path):
     (["--rules", "base,median"], "--rules must list distinct methods"),
     (["--concurrency", "0"], "--concurrency must be >= 1"),
     (["--max-calls", "0"], "--max-calls must be >= 1"),
-    (["--tau", "nan"], "tau must be finite, got tau=nan"),
+    (["--tau", "nan"], "--tau must be in [0, 1)"),
+    (["--tau", "5"], "--tau must be in [0, 1) (s̄* <= 1: tau >= 1 accepts nothing), got tau=5.0"),
+    (["--eps", "-1"], "--eps must be in (0, 1]"),
+    (["--n", "0"], "--n must be an integer >= 1, got n=0"),
+    (["--max-steps", "0"], "--max-steps must be an integer >= 1, got max_steps=0"),
+    (["--mode-max-tokens", "0"], "--mode-max-tokens must be >= 1"),
     (["--data", "x.csv"], "unknown format '.csv'"),
     (["--data", "nowhere.jsonl"], "nowhere.jsonl: no such file"),
     (["--base-url", ""], "--base-url is required"),
     (["--judge-modes", "plain,sgv"], "judge mode 'sgv'"),
-    (["--judge-modes", "prior,prior"], "--judge-modes lists a mode twice"),
+    (["--judge-modes", "prior,prior"], "--judge-mode lists a mode twice"),  # the old name still works
+    (["--judge-mode", "prior,premises,prior"], "--judge-mode lists a mode twice"),
+    (["--judge-mode", "premises,gate"], "the gate needs the premises mode"),
     (["--judge-modes", "gate"], "the gate needs the premises mode"),
 ])
 def test_bad_flags_one_line_exit_2(tmp_path, args, message):
     base = ["--data", write_jsonl(tmp_path / "q.jsonl"), "--base-url", "http://127.0.0.1:9/v1", "--out", str(tmp_path / "o")]
     out = run(base + args, cwd=tmp_path)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and message in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("bad", [["--tau", "5", "--eps", "-1"], ["--tau", "2"], ["--eps", "0"],
+                                 ["--tau", "-0.5"], ["--max-steps", "0"], ["--judge-mode", "plain,sgv"]])
+def test_a_bad_setting_exits_2_before_any_request(tmp_path, loopback, bad):
+    srv = loopback(script)
+    data = write_jsonl(tmp_path / "q.jsonl")
+    out = run(["--data", data, "--base-url", srv.url, "--out", str(tmp_path / "o"), *bad])
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
+    assert out.stderr.startswith("evaluate.py: error: "), out.stderr
+    assert srv.requests == [] and not (tmp_path / "o").exists()
+
+
+def test_demo_and_evaluate_share_the_verifier_flags(capsys):
+    # One definition (calls.add_verifier_args): the same flags, defaults (verdict.Config's) and help in both.
+    for parse in (demo.parse_args, lambda a: evaluate.parse_args(["--data", "x.jsonl", *a])):
+        args = parse([])
+        assert (args.n, args.tau, args.eps, args.max_steps) == (3, verdict.TAU, verdict.EPS, 8)
+        assert (args.judge_mode, args.revise, args.mode_max_tokens) == ("plain", False, None)
+    helps = []
+    for parse in (demo.parse_args, evaluate.parse_args):
+        with pytest.raises(SystemExit):
+            parse(["-h"])
+        text = capsys.readouterr().out
+        helps.append(text[text.index("verifier:"):].split("\n\n")[0])
+    assert helps[0] == helps[1] and "--judge-modes" not in helps[0]  # the old name works, unlisted
+    assert all(f in helps[0] for f in ("--n", "--tau", "--eps", "--max-steps", "--judge-mode", "--revise",
+                                       "--mode-max-tokens"))
 
 
 def test_other_settings_in_out_dir_refused(tmp_path, loopback):
