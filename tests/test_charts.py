@@ -112,7 +112,7 @@ def png(path):
         return img.size
 
 
-@pytest.mark.parametrize("tau, eps", [(0.6, 0.1), (0.42, 1.0), (1.0, 0.01), (0.0, 0.5)])
+@pytest.mark.parametrize("tau, eps", [(0.6, 0.1), (0.42, 1.0), (0.999, 0.01), (0.0, 0.5)])
 def test_demo_plot(tmp_path, monkeypatch, canvases, tau, eps):
     monkeypatch.chdir(tmp_path)  # run_offline writes its scene here
     trace = demo.run_offline(verdict.Config(tau=tau, eps=eps))
