@@ -13,7 +13,7 @@ it, and scripts the candidates and the judges' raw scores so that one run shows:
 consensus, a step whose judges conflict (the paper's Proposition 1 vectors) so it is rejected by
 dispersion, a step where the fallback ranking fires, and a step where the raw mean would choose
 differently from VERDICT. Live, the proposer and the three judges are real model calls (judges.py),
-optionally in the judge modes of the related papers (calls.JudgeMode): SGV's self-grounded prior and
+optionally in the judge modes of the related papers (JudgeMode): SGV's self-grounded prior and
 EVPV's fact sheet, with its reliability gate, and ReVISE's look again (zoom); the trace's meta then holds the
 prior, the fact sheet (or "degraded"), the gate's checks and the regions named, and one line sums up their
 extra calls and tokens.
@@ -38,7 +38,7 @@ from PIL import Image, ImageDraw
 
 import charts
 import client
-from modes import calls
+from modes import MODE_MAX_TOKENS, JudgeMode, add_verifier_args, calls, config_of, modes_of
 import judges
 import verdict
 
@@ -229,7 +229,7 @@ def parse_args(argv):
     p.add_argument("--rule", default="verdict", choices=verdict.RULES, help="selection rule (verdict)")
     p.add_argument("--trace", default="verdict_trace.json", help="where to write the trace JSON")
     p.add_argument("--plot", default="verdict_decisions.png", help="where to draw the decision plane")
-    calls.add_verifier_args(p)  # --n, --tau, --eps, --max-steps, --judge-mode, --revise, --mode-max-tokens
+    add_verifier_args(p)  # --n, --tau, --eps, --max-steps, --judge-mode, --revise, --mode-max-tokens
     judges.add_format_arg(p)
     client.add_endpoint_args(p)
     return p.parse_args(argv)
@@ -253,7 +253,7 @@ def parse_choices(text: str) -> list:
 def check_args(args) -> tuple:
     """(config, judge mode) from the flags; ValueError names the first bad flag, before any call is made.
     verdict.Config checks the numbers (τ in [0, 1), ε in (0, 1], ...; see its docstring)."""
-    config, modes = calls.config_of(args, rule=args.rule), calls.modes_of(args)
+    config, modes = config_of(args, rule=args.rule), modes_of(args)
     if len(modes) != 1:
         raise ValueError(f"--judge-mode: demo.py runs one mode, got {args.judge_mode!r}; a mode's words are "
                          f"joined by +: {args.judge_mode.replace(',', '+')!r}")
@@ -287,12 +287,12 @@ def run_offline(config: verdict.Config) -> verdict.Trace:
     return replace(trace, meta={"mode": "offline", "scene": "verdict_scene.png"})
 
 
-def run_live(args, config: verdict.Config, mode: calls.JudgeMode) -> verdict.Trace:
+def run_live(args, config: verdict.Config, mode: JudgeMode) -> verdict.Trace:
     """A real reasoner and real judges at --base-url; EndpointError or ValueError when the endpoint fails."""
     question = args.question.strip() + ("\n" + "\n".join(parse_choices(args.choices)) if args.choices else "")
     print(f"live demo: reasoner {args.model} at {args.base_url}")
     reasoner, judge = client.clients_from_args(args)
-    evidence = calls.ModeCalls(judge, mode, max_tokens=args.mode_max_tokens or calls.MODE_MAX_TOKENS,
+    evidence = calls.ModeCalls(judge, mode, max_tokens=args.mode_max_tokens or MODE_MAX_TOKENS,
                                fmt=args.judge_format)
     judge_fns = judges.make_judges(judge, grounding=evidence, fmt=evidence.format)  # one fallback for all requests
     reviser = judges.Reviser(reasoner, judge_fns) if args.revise else None

@@ -9,7 +9,7 @@ Disagreement-Aware Consensus", ECCV 2026. This module implements the experiments
   verdict.select's rule differs;
 - the method section's fallback rate ("roughly 15% of steps"), beside the abstention, unanswered
   and stopped rates and the cost per item (model calls, tokens, seconds);
-- the judge modes of the related papers (calls.JudgeMode: SGV's prior, EVPV's fact sheet and gate,
+- the judge modes of the related papers (JudgeMode: SGV's prior, EVPV's fact sheet and gate,
   ReVISE's look again) as further rows of the same table.
 
     python evaluate.py --data MMStar.tsv --data mine.jsonl --base-url URL --model NAME --seeds 3 --out runs/x
@@ -72,7 +72,7 @@ from dataclasses import asdict, dataclass, replace
 from harness import answers
 from harness import benchmarks
 import client
-from modes import calls
+from modes import add_verifier_args, calls, config_of, modes_of
 import judges
 from harness import tables
 from harness import rundir
@@ -315,7 +315,7 @@ def parse_args(argv):
     p.add_argument("--max-error-rate", type=float, default=0.05, help="exit 3, with a warning above the table, when a "
                    "larger share of the chains ended in an error (0.05)")
     p.add_argument("--allow-any-path", action="store_true", help="read image paths outside the data file's directory")
-    calls.add_verifier_args(p)  # --n, --tau, --eps, --max-steps, --judge-mode, --revise, --mode-max-tokens
+    add_verifier_args(p)  # --n, --tau, --eps, --max-steps, --judge-mode, --revise, --mode-max-tokens
     client.add_endpoint_args(p)  # --base-url, --model, --judge-*, --timeout, --retries, --concurrency, --cache
     return p.parse_args(argv)
 
@@ -341,7 +341,7 @@ def check_args(args) -> tuple:
     rules = [m.strip() for m in args.rules.split(",") if m.strip()]
     if not rules or len(set(rules)) != len(rules) or not set(rules) <= set(METHODS):
         raise ValueError(f"--rules must list distinct methods from {','.join(METHODS)}, got {args.rules!r}")
-    config, modes = calls.config_of(args), calls.modes_of(args)
+    config, modes = config_of(args), modes_of(args)
     methods = []
     for r in rules:  # a judged rule runs once per mode: verdict, verdict+prior, ...
         methods += [Method(r)] if r == "base" else [Method(r, m) for m in modes]

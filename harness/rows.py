@@ -5,7 +5,7 @@ Disagreement-Aware Consensus", ECCV 2026: its table compares methods run with th
 agents, different aggregation"), one chain per (item, seed, method). These two types are the contract
 between evaluate.py, which writes a Row per chain, and tables.py and rundir.py, which read them back:
 
-- Method: "base", or a rule of verdict.RULES judged in a judge mode (calls.JudgeMode), revising on reject
+- Method: "base", or a rule of verdict.RULES judged in a judge mode (JudgeMode), revising on reject
   or not; its str is its one spelling, "verdict+zoom+revise", and Method.parse reads it back;
 - Row: every field of a row, typed; to_json is the object results.jsonl holds ("verdict-eval-row/2"),
   from_json reads one back and raises ValueError naming the first bad field.
@@ -19,7 +19,7 @@ import math
 from dataclasses import MISSING, dataclass, field, fields
 
 import verdict
-from modes.calls import JudgeMode
+from modes import JudgeMode
 
 ROW_FORMAT = "verdict-eval-row/2"
 EXTRACTED = ("letter", "text", "value", "judge", "declined", "unanswered")  # how answers.py read an answer

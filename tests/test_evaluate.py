@@ -348,7 +348,7 @@ def test_a_bad_setting_exits_2_before_any_request(tmp_path, loopback, bad):
 
 
 def test_demo_and_evaluate_share_the_verifier_flags(capsys):
-    # One definition (calls.add_verifier_args): the same flags, defaults (verdict.Config's) and help in both.
+    # One definition (add_verifier_args): the same flags, defaults (verdict.Config's) and help in both.
     for parse in (demo.parse_args, lambda a: evaluate.parse_args(["--data", "x.jsonl", *a])):
         args = parse([])
         assert (args.n, args.tau, args.eps, args.max_steps) == (3, verdict.TAU, verdict.EPS, 8)

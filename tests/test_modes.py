@@ -13,7 +13,8 @@ from modes import evpv
 import prompting
 import verdict
 from client import Cache, Client
-from modes.calls import ModeCalls, JudgeMode
+from modes import JudgeMode
+from modes.calls import ModeCalls
 from judges import Judge, Reasoner, make_judges, thread_map
 from perf.loopback import chat_response, role_of, user_text
 

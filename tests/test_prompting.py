@@ -11,7 +11,8 @@ import pytest
 import prompting
 import verdict
 from client import Client
-from modes.calls import ModeCalls, JudgeMode
+from modes import JudgeMode
+from modes.calls import ModeCalls
 from judges import Judge, Reasoner, make_judges
 from prompting import LAYOUTS, ROLES, load_prompt, role_messages
 from perf.loopback import chat_response, role_of

@@ -9,7 +9,7 @@ import pytest
 
 import verdict
 from harness.rows import ROW_FORMAT, Method, Row
-from modes.calls import JudgeMode
+from modes import JudgeMode
 
 
 def full_row() -> dict:

@@ -12,7 +12,8 @@ import prompting
 import verdict
 from modes import zoom
 from client import Client
-from modes.calls import ModeCalls, JudgeMode
+from modes import JudgeMode
+from modes.calls import ModeCalls
 from judges import make_judges
 from perf.loopback import chat_response, role_of
 

@@ -40,7 +40,7 @@ import client
 import judges
 import verdict
 from images import PLACEHOLDER
-from modes import calls
+from modes import JudgeMode, calls
 from replies import JudgeFormat, one_line
 
 FAIL_MSG = "Failed to obtain answer via API."  # VLMEvalKit's FAIL_MSG (inference.py): such answers are re-run
@@ -131,7 +131,7 @@ class VerdictVLM:
         verbose: bool = False,
     ):
         self.config = verdict.Config(n=n, tau=tau, eps=eps, rule=rule, max_steps=max_steps)
-        self.mode = calls.JudgeMode.parse(judge_mode)
+        self.mode = JudgeMode.parse(judge_mode)
         store = client.Cache(cache) if cache else None
         self.reasoner = client.Client(base_url, model, api_key_env, timeout, retries, store)
         judge_url, judge_model = judge_base_url or base_url, judge_model or model
