@@ -1,4 +1,4 @@
-"""Shared pytest fixtures: the loopback server, a small PNG, and the `live` marker.
+"""Shared pytest fixtures: the loopback server, a small PNG, and the `live` marker; Hypothesis's profiles.
 
 Tests marked @pytest.mark.live talk to a real OpenAI-compatible server at $VERDICT_LIVE_URL and are
 skipped when it is unset. They are written for the server serve_tiny.sh starts (SmolLM2-135M-Instruct on
@@ -11,6 +11,18 @@ import pytest
 from PIL import Image
 
 from perf.loopback import LoopbackServer
+
+try:  # Hypothesis is for tests only (tests/test_claims.py, which skips without it)
+    from hypothesis import settings
+except ImportError:
+    pass
+else:
+    # "ci": the same examples on every run (derandomised, no example database) and no deadline, so that a
+    # slow machine fails nothing and a failure reproduces; CI runs with CI=true. "dev": random, with the
+    # database in .hypothesis/ replaying earlier failures first.
+    settings.register_profile("ci", derandomize=True, deadline=None, database=None, print_blob=True)
+    settings.register_profile("dev", deadline=None)
+    settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
 def pytest_collection_modifyitems(config, items):
