@@ -302,7 +302,7 @@ def run_live(args, config: verdict.Config, mode: JudgeMode) -> verdict.Trace:
     usage = {"reasoner": reasoner.usage} if reasoner is judge else {"reasoner": reasoner.usage, "judges": judge.usage}
     grounded = {"grounding": evidence.record(question, args.image)} if mode.active else {}
     return replace(trace, meta={"mode": "live", "model": args.model, "judge_model": judge.model, "usage": usage,
-                                **grounded, **judges.record(trace, judge_fns)})
+                                **grounded, **judges.record(judge_fns)})
 
 
 def main(argv=None) -> int:

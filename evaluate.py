@@ -174,7 +174,7 @@ def run_chain(item: Item, seed: int, method: Method, clients: ChainClients, sett
         error = e
     record = evidence.record(item.question, item.images)
     meta = {"method": str(method), "seed": seed, **({"grounding": record} if evidence.mode.active else {}),
-            **(judges.record(trace, judge_fns) if trace else {})}
+            **(judges.record(judge_fns) if trace else {})}
     used = {k: v - before[k] for k, v in clients.usage().items()}
     return Row(data=item.data, id=item.id, row=item.row, seed=seed, method=method, answer=item.answer,
                pred=pred, extracted=how, correct=correct, prediction=text,

@@ -11,8 +11,9 @@ Disagreement-Aware Consensus", ECCV 2026. This module implements:
 - revise on reject (after ReVISE's self-correction; not in the paper): the Reviser, which rewrites the best
   rejected candidate of a step from the judges' reasons, for verdict.run's `revise`;
 - what the paper leaves to an implementation: the "ask once more" follow-up, a thread-pool map so
-  the n×m judge calls of a step overlap, what a trace keeps about its judges (record), and a
-  measurement of the reply formats on a real server (survey; `python judges.py URL`).
+  the n×m judge calls of a step overlap, what a trace keeps about each judge call (Judge.judgement, which
+  verdict.step keeps in call order) and about the run's judges (record), and a measurement of the reply
+  formats on a real server (survey; `python judges.py URL`).
 
 The prompt files and how each request is laid out (a prefix shared by every role of a step) are
 layout.py, the reply formats and the reading of replies are scores.py, the HTTP client is client.py,
@@ -95,10 +96,10 @@ class Reviser:
     verdict.run's `revise`, which calls it when no candidate of a step passed the dual test.
 
     It shows the reasoner's model the best rejected candidate (the fallback's choice, record.chosen), each
-    judge's raw score of it and the reason its reply gave (Judge.reason: the json format's "reason"; "(no
-    reason given)" for a plain callable or a score-only reply), in prompts/reviser.txt laid out like every
-    role of the step (role_messages), and asks for one step at temperature 0 with a fixed seed (so a Cache
-    serves it again). None when the reply holds no step.
+    judge's raw score of it and the reason its reply gave (the "reason" in that call's record, record.calls:
+    the json format's "reason"; "(no reason given)" for a plain callable or a score-only reply), in
+    prompts/reviser.txt laid out like every role of the step (role_messages), and asks for one step at
+    temperature 0 with a fixed seed (so a Cache serves it again). None when the reply holds no step.
     """
 
     def __init__(self, client: Client, judge_fns: Sequence, max_tokens: int = 256, seed: int = 0,
@@ -106,20 +107,21 @@ class Reviser:
         self.client, self.judge_fns, self.max_tokens, self.seed = client, tuple(judge_fns), max_tokens, seed
         self.layout = check_layout(layout)
 
-    def reasons(self, state: verdict.State, record: verdict.StepRecord) -> str:
-        """One line per judge: its name, its raw score of the chosen candidate and its reason."""
-        step, s_hat = record.chosen, record.s_hat[record.selection.index]         # [m]
+    def reasons(self, record: verdict.StepRecord) -> str:
+        """One line per judge: its name, its raw score of the chosen candidate and the reason of that call."""
+        s_hat = record.s_hat[record.selection.index]                              # [m]
+        calls = record.calls[record.selection.index] if record.calls else (None,) * len(s_hat)  # [m]
         lines = []
-        for k, (judge, s) in enumerate(zip(self.judge_fns, s_hat)):
+        for k, (judge, s, call) in enumerate(zip(self.judge_fns, s_hat, calls)):
             name = getattr(judge, "name", None) or (verdict.JUDGES[k] if len(s_hat) == 3 else f"judge {k + 1}")
-            why = judge.reason(state.question, state.steps, step) if isinstance(judge, Judge) else None
+            why = (call or {}).get("reason")
             score = "no score (abstained)" if math.isnan(s) else f"score {s:.2f}"
             lines.append(f"- {name} checker, {score}: {one_line(why or '(no reason given)', 400)}")
         return "\n".join(lines)
 
     def __call__(self, state: verdict.State, record: verdict.StepRecord) -> str | None:
         msgs = role_messages("reviser", state, self.layout, step=fence(record.chosen),
-                             reasons=fence(self.reasons(state, record)))
+                             reasons=fence(self.reasons(record)))
         r = self.client.chat(msgs, temperature=0.0, seed=self.seed, stop=STOP, max_tokens=self.max_tokens)
         return one_step(text_of(r)) or None
 
@@ -163,11 +165,12 @@ class Judge:
     Every reply is validated; if it holds no valid score, the judge asks once more (its own reply, then
     the follow-up) and abstains with NaN if that fails too. json and digit also ask for top_logprobs (0: not
     at all) and compute the probability-weighted score (logprob_score) beside the sampled one: ŝ is the
-    sampled score, or with weighted=True the weighted one where the server returned logprobs. scores() gives
-    both, and the digits' share of the list, for any call made. `counts` tallies calls, replies, parsed
-    replies, retries and abstentions. An endpoint that fails raises EndpointError: a failed request is an
-    error, not an abstention.
-    `grounding` (a grounding.Grounding) adds the per-question evidence of the SGV and EVPV modes at the
+    sampled score, or with weighted=True the weighted one where the server returned logprobs. judgement()
+    gives ŝ with the call's record (both scores, the digits' share of the list, the reason, the format used),
+    and verdict.step calls it, so each record reaches the trace with its own call. `counts` tallies calls,
+    replies, parsed replies, retries and abstentions. An endpoint that fails raises EndpointError: a failed
+    request is an error, not an abstention.
+    `grounding` (a modes.calls.ModeCalls) adds the per-question evidence of the SGV and EVPV modes at the
     prompt's {evidence}, gates the judges' scores, and in the zoom mode gives the visual judge close-ups of the
     regions it named (just before its task); None is plain VERDICT.
     """
@@ -188,7 +191,6 @@ class Judge:
                              f"{grounding.mode.name!r} could not show the judge its evidence")
         self._lock = threading.Lock()
         self._counts = dict(calls=0, replies=0, parsed=0, retries=0, abstentions=0)
-        self._calls: dict = {}  # (question, previous steps, step) -> (sampled, weighted, digit mass, reason or None)
 
     def __repr__(self) -> str:
         return f"Judge({self.name!r}, fmt={self.format.requested!r}, score_only={self.score_only}, weighted={self.weighted})"
@@ -197,18 +199,6 @@ class Judge:
     def counts(self) -> dict:
         with self._lock:
             return dict(self._counts)
-
-    def scores(self, question: str, steps: Sequence[str], step: str) -> tuple:
-        """(sampled, weighted, the digits' share of the score token's top_logprobs) of this judge's call on `step`
-        after `steps`, NaN where there is none (the share too, where there is no weighted score)."""
-        with self._lock:
-            return self._calls.get((question, tuple(steps), step), (math.nan,) * 4)[:3]
-
-    def reason(self, question: str, steps: Sequence[str], step: str) -> str | None:
-        """The reason this judge gave with its score of `step` after `steps` (scores.reason_of: the json
-        format's "reason", the prose before a text score line); None without a readable reply."""
-        with self._lock:
-            return self._calls.get((question, tuple(steps), step), (None,) * 4)[3]
 
     def params(self, fmt: str) -> tuple:
         """(the request's parameters, the follow-up's) for format fmt."""
@@ -233,9 +223,9 @@ class Judge:
         mass = math.nan if math.isnan(weighted) else float(digit_probs(choice.get("logprobs"), fmt, step).sum())
         return s, weighted, mass, reason_of(text, fmt)
 
-    def _ask(self, state: verdict.State, step: str, fmt: str) -> tuple:
-        """((sampled, weighted, digit mass, reason) or None when both replies were unreadable, how many replies it
-        took)."""
+    def _ask(self, state: verdict.State, step: str, fmt: str) -> dict:
+        """One call in format fmt: its record without the gate (see judgement), NaN where a score is missing
+        and a None reason when both replies were unreadable."""
         if fmt == "json":
             reply = JSON_SCORE_ONLY if self.score_only else JSON_EXPLAIN
             follow_up = lambda reason: JSON_FOLLOW_UP.format(reason=reason)
@@ -243,27 +233,44 @@ class Judge:
             scale = SCALE["unit" if fmt == "text" else "digit"]
             reply = (SCORE_ONLY if self.score_only else EXPLAIN).format(scale=scale)
             follow_up = lambda reason: FOLLOW_UP.format(scale=scale)
-        evidence, looks = "", ()
+        evidence, looks, zoomed = "", (), {}
         if self.grounding is not None:
             evidence = self.grounding.evidence(self.name, state)
             if self.grounding.mode.zoom and self.name == "visual":  # ReVISE's look again: close-ups of its regions
-                note, looks = self.grounding.look(state, step)
+                note, looks, zoomed["zoom"] = self.grounding.look(state, step)
                 evidence += note
         msgs = role_messages(self.name, state, self.layout, evidence, looks=looks, step=fence(step), reply=reply)
         value, responses, _ = ask(self.client.chat, msgs, lambda r: self._read(r, fmt, step), follow_up,
                                   *self.params(fmt))
-        return value, len(responses)
+        sampled, weighted, share, reason = (math.nan,) * 3 + (None,) if value is None else value  # unreadable
+        return {"judge": self.name, "format": fmt, "replies": len(responses), "sampled": sampled,
+                "weighted": weighted, "digit_share": share, "reason": reason, **zoomed}
 
-    def __call__(self, state: verdict.State, step: str) -> float:
-        value, tries = self.format.run(lambda fmt: self._ask(state, step, fmt))  # json, or text once refused
-        sampled, weighted, mass, reason = (math.nan,) * 3 + (None,) if value is None else value  # unreadable: abstain
+    def judgement(self, state: verdict.State, step: str) -> verdict.Judgement:
+        """ŝ of `step` after state.steps, with this call's record; verdict.step calls this, and keeps the
+        record in StepRecord.calls, in call order. The record: the judge's name, the format used, how many
+        replies it took, "sampled" (what the reply said), "weighted" (logprob_score) and "digit_share" (the
+        digits' share of the score token's top_logprobs), each None where there is none (all three when it
+        abstained), and "reason" (replies.reason_of: the json format's "reason", the prose before a text score
+        line; None without a readable reply). A judge mode adds "zoom" (ModeCalls.look: the path, why and the
+        boxes of the close-ups the visual judge saw) and "gate" (ModeCalls.gated: ŝ before and after the gate, with
+        ν_t, r and α(r)). The scores are the judge's own, before the gate; ŝ is after it."""
+        call = self.format.run(lambda fmt: self._ask(state, step, fmt))  # json, or text once refused
+        sampled, weighted = call["sampled"], call["weighted"]
         s = weighted if self.weighted and not math.isnan(weighted) else sampled
         with self._lock:
-            c = self._counts
+            c, tries = self._counts, call["replies"]
             c["calls"], c["replies"], c["retries"] = c["calls"] + 1, c["replies"] + tries, c["retries"] + tries - 1
             c["parsed"], c["abstentions"] = c["parsed"] + (not math.isnan(s)), c["abstentions"] + math.isnan(s)
-            self._calls[state.question, tuple(state.steps), step] = (sampled, weighted, mass, reason)
-        return s if self.grounding is None else self.grounding.gated(self.name, state, step, s)
+        record = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in call.items()}  # JSON
+        gate = None
+        if self.grounding is not None:  # a judge mode's gate (EVPV), on the judges it targets
+            s, gate = self.grounding.gated(self.name, state, step, s)
+        return verdict.Judgement(s, record if gate is None else {**record, "gate": gate})
+
+    def __call__(self, state: verdict.State, step: str) -> float:
+        """ŝ in [0, 1], or NaN (abstain): judgement(state, step) without its record."""
+        return self.judgement(state, step).score
 
 
 def make_judges(client: Client, grounding: Any = None, fmt: str | JudgeFormat = "text", **judge_kwargs) -> list:
@@ -274,19 +281,14 @@ def make_judges(client: Client, grounding: Any = None, fmt: str | JudgeFormat = 
     return [Judge(client, name, grounding=grounding, fmt=fmt, **judge_kwargs) for name in verdict.JUDGES]
 
 
-def record(trace: verdict.Trace, judge_fns: Sequence) -> dict:
-    """What a trace's meta keeps about its Judges ({} for plain callables or none): the reply format asked
-    for and the one used, when it fell back (JudgeFormat.record), which score fed ŝ, and both scores of
-    every call, laid out [step][candidate][judge] like s_hat: "sampled" (what the reply said) and "weighted"
-    (logprob_score), null where the judge abstained or the server sent no logprobs. They are the judges'
-    own scores, before any judge mode's gate."""
+def record(judge_fns: Sequence) -> dict:
+    """What a trace's meta keeps about a run's Judges ({} for plain callables or none): the reply format asked
+    for and the one used, when it fell back (JudgeFormat.record), and which score fed ŝ. Each call's own
+    scores and reason are in its step's "calls" (Judge.judgement)."""
     if not judge_fns or not all(isinstance(j, Judge) for j in judge_fns):
         return {}
-    def grid(k: int) -> list:
-        return [[[None if math.isnan(v := j.scores(trace.question, trace.chain[:t], c)[k]) else v for j in judge_fns]
-                 for c in rec.candidates] for t, rec in enumerate(trace.steps)]
-    return {"judges": {**judge_fns[0].format.record(), "s_hat": "weighted" if judge_fns[0].weighted else "sampled",
-                       "sampled": grid(0), "weighted": grid(1)}}
+    fed = "weighted" if judge_fns[0].weighted else "sampled"
+    return {"judges": {**judge_fns[0].format.record(), "s_hat": fed}}
 
 
 def add_format_arg(parser) -> None:
@@ -328,10 +330,10 @@ def survey(client: Client, fmt: str, k: int = 10, concurrency: int = 4, **judge_
                   (q, f"{a} + {b} = {a + b + d}, so the answer is B.", False)]
     calls = [(j, q, c, right) for j in make_judges(client, fmt=fmt, **judge_kwargs) for q, c, right in items]
     before = client.usage
-    s = np.array(thread_map(concurrency)(lambda x: x[0](verdict.State(x[1]), x[2]), calls))      # [6k]
+    judged = thread_map(concurrency)(lambda x: x[0].judgement(verdict.State(x[1]), x[2]), calls)  # [6k]
     used = {key: client.usage[key] - before[key] for key in ("prompt_tokens", "completion_tokens")}
-    right = np.array([x[3] for x in calls])                                                      # [6k]
-    mass = np.array([j.scores(q, (), c)[2] for j, q, c, _ in calls])                             # [6k], NaN: none
+    s, right = np.array([j.score for j in judged]), np.array([x[3] for x in calls])              # [6k], [6k]
+    mass = np.array([j.record["digit_share"] for j in judged], dtype=float)       # [6k], NaN (None): none
     mean = lambda v: float(v[~np.isnan(v)].mean()) if (~np.isnan(v)).any() else math.nan
     retries = sum(j.counts["retries"] for j in {x[0] for x in calls})
     return {"calls": len(calls), "scored": float((~np.isnan(s)).mean()), "first": 1 - retries / len(calls),

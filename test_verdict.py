@@ -599,7 +599,7 @@ def test_loop_follows_a_hand_derived_chain():
     assert trace.steps[0].selection.accepted.tolist() == [True, False, False]
     assert trace.stopped == "final" and trace.answer == "B"
     d = trace.to_dict()
-    assert d["format"] == "verdict-trace/3"
+    assert d["format"] == "verdict-trace/4"
     assert d["totals"] == {"steps": 3, "fallbacks": 1, "fallback_rate": 1 / 3, "abstentions": 2, "judge_calls": 27,
                            "revisions": 0, "revised": 0}
     assert d["steps"][1]["s_hat"][2] == [None, None, 0.9]
@@ -812,6 +812,69 @@ def test_judges_may_return_any_real_number_or_nan():
     np.testing.assert_array_equal(rec.s_hat, [[0, 1, 0.25, 0.5, 0.75, 1, 0.25, NAN, NAN]])
 
 
+# ----------------------------------------------------------------------------- each judge call's record
+
+class Recording:
+    """A judge with a judgement method: its k-th call scores scores[k] (or table[step]) and records
+    {"call": k, "step": step}."""
+    def __init__(self, scores=None, table=None):
+        self.scores, self.table, self.k = scores, table, 0
+
+    def judgement(self, state, step):
+        k, self.k = self.k, self.k + 1
+        score = self.scores[k] if self.table is None else self.table[step]
+        return V.Judgement(score, {"call": k, "step": step})
+
+    def __call__(self, state, step):  # for callers that want the score alone; step calls judgement
+        return self.judgement(state, step).score
+
+
+def test_each_judge_calls_record_stays_with_its_score_in_call_order():
+    # Two candidates with the same text, judges that score each call differently, a plain callable among them:
+    # StepRecord.calls[i][k] is what came with s_hat[i, k], whatever the text; None for the plain callable.
+    propose = lambda s, n: ["same", "same", "other"]
+    judges = [Recording([0.9, 0.2, 0.5]), lambda s, c: 0.5, Recording([0.8, 0.3, 0.6])]
+    rec = V.step(V.State("q"), propose, judges)
+    np.testing.assert_array_equal(rec.s_hat, [[0.9, 0.5, 0.8], [0.2, 0.5, 0.3], [0.5, 0.5, 0.6]])
+    records = [({"call": k, "step": c}, None, {"call": k, "step": c}) for k, c in enumerate(propose(0, 3))]
+    assert rec.calls == tuple(records) and rec.to_dict()["calls"] == [list(r) for r in records]
+    # Calls made out of order (the last candidate first) keep their records beside their own scores.
+    backwards = lambda f, items: [f(x) for x in reversed(list(items))][::-1]
+    judges = [Recording([0.9, 0.2, 0.5]), lambda s, c: 0.5, Recording([0.8, 0.3, 0.6])]
+    rec = V.step(V.State("q"), propose, judges, map_fn=backwards)
+    np.testing.assert_array_equal(rec.s_hat, [[0.5, 0.5, 0.6], [0.2, 0.5, 0.3], [0.9, 0.5, 0.8]])
+    assert [[r and r["call"] for r in row] for row in rec.calls] == [[2, None, 2], [1, None, 1], [0, None, 0]]
+    judges = [Recording([0.9, 0.2, 0.5]), lambda s, c: 0.5, Recording([0.8, 0.3, 0.6])]
+    d = run("q", propose, judges, Config(max_steps=1)).to_dict()
+    assert d["format"] == "verdict-trace/4" and json.loads(json.dumps(d, allow_nan=False)) == d
+
+
+def test_plain_judges_leave_no_records_in_the_trace():
+    rec = V.step(V.State("q"), lambda s, n: ["a", "b"], [lambda s, c: 0.5] * 3)
+    assert rec.calls == ((None,) * 3,) * 2 and "calls" not in rec.to_dict()
+    alone = V.step(V.State("q"), lambda s, n: ["a"], ())
+    assert alone.calls == () and "calls" not in alone.to_dict()
+
+
+def test_a_judgement_method_returns_a_judgement_of_a_score_and_a_dict():
+    class Bad(Recording):
+        def __repr__(self):
+            return "Bad()"
+    for answer, message in [(0.5, r"^judge 0 \(Bad\(\)\): judgement returned 0.5, not a verdict.Judgement$"),
+                            (V.Judgement(1.5, {}), r"^judge 0 \(Bad\(\)\) returned 1.5; a judge returns"),
+                            (V.Judgement(0.5, "why"), r"^judge 0 \(Bad\(\)\) returned the record 'why'; a")]:
+        bad = Bad()
+        bad.judgement = lambda state, step, answer=answer: answer
+        with pytest.raises(ValueError, match=message):
+            V.step(V.State("q"), lambda s, n: ["a"], [bad, logical_judge, logical_judge])
+    rich = lambda s, c: V.Judgement(0.5)  # a plain callable returns a number
+    with pytest.raises(ValueError, match=r"^judge 1 .* returned Judgement\(score=0.5"):
+        V.step(V.State("q"), lambda s, n: ["a"], [logical_judge, rich, logical_judge])
+    rec = V.step(V.State("q"), lambda s, n: ["a"], [Recording([math.nan]), logical_judge, logical_judge])
+    assert math.isnan(rec.s_hat[0, 0]) and rec.abstentions == 1  # an abstention keeps its record
+    assert rec.calls[0] == ({"call": 0, "step": "a"}, None, None)
+
+
 # ----------------------------------------------------------------------------- bad input
 
 @pytest.mark.parametrize("call, message", [
@@ -904,6 +967,20 @@ def test_a_revision_that_passes_the_dual_test_is_chosen_instead_of_the_fallback(
     assert d["revision"]["delta_star"] == pytest.approx(0.0181, abs=5e-5)
     assert d["revision"]["s_bar_star"] == pytest.approx(0.6679, abs=5e-5)
     assert json.loads(json.dumps(d, allow_nan=False)) == d
+
+
+def test_the_revision_keeps_its_own_calls_records_and_the_reviser_sees_the_steps():
+    judges = [Recording(table={c: v[i] for c, v in REJECTED.items()}) for i in range(3)]
+    seen = []
+    revise = lambda state, record: seen.append(record) or "Final answer: R"
+    rec = V.step(V.State("q"), lambda s, n: ["a", "b"], judges, revise=revise)
+    assert seen[0].calls == (({"call": 0, "step": "a"},) * 3, ({"call": 1, "step": "b"},) * 3)
+    assert rec.revised and rec.calls == seen[0].calls
+    assert rec.revision.calls == ({"call": 2, "step": "Final answer: R"},) * 3
+    d = rec.to_dict()
+    assert d["revision"]["calls"] == [{"call": 2, "step": "Final answer: R"}] * 3 and len(d["calls"]) == 2
+    propose, plain, revise, _ = revise_agents("Final answer: R")
+    assert "calls" not in V.step(V.State("q"), propose, plain, revise=revise).to_dict()["revision"]
 
 
 def test_a_revision_that_fails_leaves_the_fallback():

@@ -37,7 +37,7 @@ JUDGES = ("visual", "logical", "contextual")  # the order of STUBBORNNESS
 TAU, EPS = 0.6, 0.1  # τ, ε: the dual test's thresholds (paper, hyperparameters); Config says their ranges
 RULES = ("verdict", "mean", "min", "max", "majority", "variance", "raw-dual", "no-filter", "no-rank")
 FINAL_ANSWER = r"(?i)final answer\s*:"  # default test for "this step ends the chain"
-TRACE_FORMAT = "verdict-trace/3"  # /3 adds a step's "revision" and the totals' revisions
+TRACE_FORMAT = "verdict-trace/4"  # /4 adds each judge call's record ("calls") to a step and its revision
 
 
 # ----------------------------------------------------------------------------- guards
@@ -352,6 +352,16 @@ class State:
 
 
 @dataclass(frozen=True)
+class Judgement:
+    """One judge call's score and its record. A judge that has a method judgement(state, step) returning one
+    (judges.Judge has) is called through it, so what came with each score (a reason, the reply format, ...)
+    reaches the StepRecord beside that score, in the order of the calls (StepRecord.calls). Any other judge
+    is a plain callable, judge(state, step) -> ŝ, and its calls' records are None."""
+    score: float                # ŝ: a real number in [0, 1], or NaN to abstain
+    record: dict | None = None  # what the trace keeps about this call, JSON-ready; None: nothing
+
+
+@dataclass(frozen=True)
 class Revision:
     """The revised step of a step whose candidates all failed the rule's filter (see step): its text, its raw
     scores ŝ [m] from the same judges, and `selection`, the rule applied to it alone ([1, m]): its consensus
@@ -360,6 +370,7 @@ class Revision:
     s_hat: np.ndarray       # [m], NaN = abstained
     selection: Selection    # over the one revision: accepted [1], s_star [1, m], s_bar_star [1], delta_star [1]
     usage: dict = field(default_factory=dict)  # what writing and judging it cost (the step's meter), or {}
+    calls: tuple = ()       # [m] each judge call's record (Judgement.record; None from a plain callable)
 
     @property
     def taken(self) -> bool:
@@ -369,7 +380,8 @@ class Revision:
         sel = self.selection
         return {"candidate": self.candidate, "s_hat": _jsonable(self.s_hat), "s_star": _jsonable(sel.s_star[0]),
                 "s_bar_star": _jsonable(sel.s_bar_star)[0], "delta_star": _jsonable(sel.delta_star)[0],
-                "taken": self.taken, **({"usage": dict(self.usage)} if self.usage else {})}
+                "taken": self.taken, **({"usage": dict(self.usage)} if self.usage else {}),
+                **({"calls": list(self.calls)} if any(c is not None for c in self.calls) else {})}
 
 
 @dataclass(frozen=True)
@@ -377,12 +389,15 @@ class StepRecord:
     """One step of the loop: the candidates, their raw scores ŝ and the decision.
     With no judges (the base reasoner alone) ŝ is [n, 0] and candidate 0 is taken, unverified.
     `selection` is always the decision over the n candidates; `revision` (None unless a reviser wrote one)
-    is the revised step, chosen instead of the fallback when it passed the filter."""
+    is the revised step, chosen instead of the fallback when it passed the filter. `calls` holds each judge
+    call's record (Judgement.record), laid out like s_hat, which is the order of the calls (candidate-major):
+    calls[i][k] came with judge k's score of candidate i, however many candidates share its text."""
     candidates: tuple       # [n] str
     s_hat: np.ndarray       # [n, m], NaN = abstained
     selection: Selection
     usage: dict = field(default_factory=dict)  # counter -> its change over this step (step's meter), or {}
     revision: Revision | None = None
+    calls: tuple = ()       # [n][m] dict or None (a plain callable's); () with no judges
 
     @property
     def revised(self) -> bool:
@@ -417,6 +432,8 @@ class StepRecord:
             "abstentions": self.abstentions,
             **({"usage": dict(self.usage)} if self.usage else {}),
             **({"revision": self.revision.to_dict()} if self.revision else {}),
+            **({"calls": [list(r) for r in self.calls]} if any(c is not None for r in self.calls for c in r)
+               else {}),
         }
 
 
@@ -490,14 +507,27 @@ def _unjudged(n: int) -> Selection:
                      s_star=np.empty((n, 0)), s_bar_star=np.full(n, np.nan), delta_star=np.full(n, np.nan))
 
 
-def _judged(s: Any, i: int, judge: Callable) -> float:
-    """Judge i's return value s as a float: a real number in [0, 1], or NaN to abstain. None, a string,
-    a bool or an out-of-range number is a bug in the judge, never an abstention or a clamped score."""
+def _judgement(judge: Callable, state: State, step: str) -> Any:
+    """One judge call as a Judgement: judge.judgement(state, step) when the judge has that method (checked by
+    _judged), else Judgement(judge(state, step)), the plain callable's score with no record."""
+    ask = getattr(judge, "judgement", None)
+    return Judgement(judge(state, step)) if ask is None else ask(state, step)
+
+
+def _judged(answer: Any, i: int, judge: Callable) -> Judgement:
+    """Judge i's answer, checked: a Judgement of a float and a dict or None. Its score is a real number in
+    [0, 1], or NaN to abstain. None, a string, a bool or an out-of-range number is a bug in the judge, never
+    an abstention or a clamped score."""
+    if not isinstance(answer, Judgement):
+        raise ValueError(f"judge {i} ({judge!r}): judgement returned {answer!r}, not a verdict.Judgement")
+    s, record = answer.score, answer.record
     real = isinstance(s, numbers.Real) and not isinstance(s, bool)  # np.bool_ is no numbers.Real
     if not (real and (0 <= s <= 1 or s != s)):                     # s != s: NaN (no float() of a huge int)
         raise ValueError(f"judge {i} ({judge!r}) returned {s!r}; a judge returns a real number in [0, 1], "
                          f"or NaN to abstain")
-    return float(s)
+    if not (record is None or isinstance(record, dict)):
+        raise ValueError(f"judge {i} ({judge!r}) returned the record {record!r}; a record is a dict or None")
+    return Judgement(float(s), record)
 
 
 def _reading(meter: Callable[[], dict]) -> dict:
@@ -509,12 +539,14 @@ def _reading(meter: Callable[[], dict]) -> dict:
     return counters
 
 
-def _scored(state: State, candidates: Sequence[str], judges: Sequence[Callable], map_fn: Callable) -> np.ndarray:
-    """ŝ of every candidate by every judge: k×m calls through map_fn, candidate-major.  -> [k, m]"""
+def _scored(state: State, candidates: Sequence[str], judges: Sequence[Callable], map_fn: Callable) -> tuple:
+    """ŝ of every candidate by every judge, and each call's record: k×m calls through map_fn, candidate-major.
+    -> (ŝ [k, m], records [k][m])"""
     calls = [(c, j) for c in candidates for j in judges]                     # candidate-major: [k·m]
-    scores = list(map_fn(lambda cj: cj[1](state, cj[0]), calls))
-    scores = [_judged(s, i % len(judges), judges[i % len(judges)]) for i, s in enumerate(scores)]
-    return np.array(scores).reshape(len(candidates), len(judges))            # [k·m] -> [k, m]
+    m, answers = len(judges), list(map_fn(lambda cj: _judgement(cj[1], state, cj[0]), calls))
+    answers = [_judged(a, i % m, judges[i % m]) for i, a in enumerate(answers)]          # [k·m] Judgement
+    records = tuple(tuple(a.record for a in answers[i:i + m]) for i in range(0, len(answers), m))  # [k][m]
+    return np.array([a.score for a in answers]).reshape(len(candidates), m), records    # [k·m] -> [k, m]
 
 
 def _now(meter: Callable[[], dict] | None) -> dict:
@@ -545,7 +577,8 @@ def step(state: State, propose: Callable[[State, int], Sequence[str]], judges: S
     propose(state, n) -> list of candidate steps (at least one).
     judge(state, step) -> a real number in [0, 1] (int, float, numpy floating), or NaN to abstain;
     anything else (None, "0.9", True, 1.5) raises ValueError naming the judge. judges are in the order
-    of config.lam.
+    of config.lam. A judge with a method judgement(state, step) is called through it instead: it returns a
+    Judgement, such a score with the call's record, which the StepRecord keeps in `calls`, in call order.
     map_fn(f, items) must return the results in the order of items (as map and Executor.map do).
     """
     before = _now(meter)
@@ -555,11 +588,11 @@ def step(state: State, propose: Callable[[State, int], Sequence[str]], judges: S
     if not candidates or not all(isinstance(c, str) for c in candidates):
         raise ValueError(f"propose must return a non-empty list of strings, got {candidates!r}")
     if not judges:
-        s_hat, selection = np.empty((len(candidates), 0)), _unjudged(len(candidates))
+        s_hat, calls, selection = np.empty((len(candidates), 0)), (), _unjudged(len(candidates))
     else:
-        s_hat = _scored(state, candidates, judges, map_fn)                   # [n, m]
+        s_hat, calls = _scored(state, candidates, judges, map_fn)            # [n, m], [n][m]
         selection = select(s_hat, config.lam, config.tau, config.eps, config.rule)
-    record = StepRecord(candidates, s_hat, selection, _usage(meter, before))
+    record = StepRecord(candidates, s_hat, selection, _usage(meter, before), calls=calls)
     if revise is None or not selection.fallback:  # (with no judges there is no fallback)
         return record
     at = _now(meter)
@@ -568,9 +601,9 @@ def step(state: State, propose: Callable[[State, int], Sequence[str]], judges: S
         return replace(record, usage=_usage(meter, before))
     if not isinstance(text, str):
         raise ValueError(f"revise must return a string or None, got {text!r}")
-    r_hat = _scored(state, [text], judges, map_fn)                           # [1, m]
+    r_hat, r_calls = _scored(state, [text], judges, map_fn)                  # [1, m], [1][m]
     checked = select(r_hat, config.lam, config.tau, config.eps, config.rule)
-    revision = Revision(text, r_hat[0], checked, _usage(meter, at))
+    revision = Revision(text, r_hat[0], checked, _usage(meter, at), r_calls[0])
     return replace(record, usage=_usage(meter, before), revision=revision)
 
 

@@ -39,10 +39,12 @@ decides, shared with the judges: json sends schemas; text or digit, or a server 
 (the fallback, said once for the run), sends the prompt alone. Every reply is validated either way (servers
 skip keywords they do not support, and a 200 proves nothing).
 
-Extra calls per question: prior 1; premises 1 (2 if the first sheet is malformed); gate 1 per candidate
-that a gated judge scored with a number (2 if the first reply is malformed; none once the sheet degraded),
-however many judges it gates; zoom 1 per distinct candidate the visual judge scores (2 if the first reply
-is malformed; none without an image).
+Extra calls per question: prior 1; premises 1 (2 if the first sheet is malformed); gate 1 per distinct
+candidate that a gated judge scored with a number (2 if the first reply is malformed; none once the sheet
+degraded), however many judges it gates; zoom 1 per distinct candidate the visual judge scores (2 if the
+first reply is malformed; none without an image). A judge call's own part (the close-ups it saw, its score
+before and after the gate) goes into that call's record (judges.Judge.judgement), which the trace keeps in
+call order.
 All are at temperature 0 with a fixed seed, so the on-disk Cache serves them again on a re-run.
 
 add_verifier_args defines, once for demo.py and evaluate.py, the flags of verdict.Config and the judge mode.
@@ -103,7 +105,6 @@ class ModeCalls:
         self._lock = threading.Lock()
         self._records: dict = {}    # question key -> its record (see record)
         self._artefacts: dict = {}  # (kind, question key, ...) -> {"lock": Lock, "value": the artefact once made}
-        self._calls: dict = {}      # (question key, steps, candidate, judge) -> that judge's gated calls so far
 
     def __repr__(self) -> str:
         return f"ModeCalls({self.client!r}, mode={self.mode.name!r})"
@@ -180,28 +181,23 @@ class ModeCalls:
             text += FACT_SHEET.format(facts=evpv.fact_lines(sheet))
         return fence(text)  # the evidence cannot open or close the candidate's fence
 
-    def gated(self, judge: str, state: verdict.State, step: str, s: float) -> float:
-        """A judge's score of candidate `step` through EVPV's gate, when mode.gates(judge); else s as it is.
+    def gated(self, judge: str, state: verdict.State, step: str, s: float) -> tuple:
+        """(a judge's score of candidate `step` through EVPV's gate, the gate's part of that call's record),
+        when mode.gates(judge); else (s as it is, None).
 
         ŝ ← gate(ŝ, r) when the candidate's premise check lists a visual claim (ν_t = 1); a step without
-        one (ν_t = 0) keeps ŝ. The check is made once per candidate, whichever of its gated judges comes
-        first, and the others wait for it. NaN stays NaN; no fact sheet (degraded) or an unreadable check
-        leaves ŝ as it is. The judges call this once per candidate each, so a judge's k-th call for one
-        (question, steps so far, candidate text) belongs to the k-th candidate with that text.
+        one (ν_t = 0) keeps ŝ. The check is made once per (question, steps so far, candidate text), whichever
+        of its gated judges comes first, and the others wait for it: candidates with the same text get the
+        same request, so they share its reply. NaN stays NaN and no fact sheet (degraded) leaves ŝ as it is
+        (both: no record); an unreadable check leaves ŝ as it is. The record: {"s_hat": ŝ before, "gated": ŝ
+        after, "nu", "r", "alpha"} (the check's; None when it was unreadable).
         """
-        if not self.mode.gates(judge):
-            return s
-        where = (self._key(state.question, state.images), tuple(state.steps), step)
-        with self._lock:  # this judge's k-th call for the text: the k-th candidate with that text
-            k = self._calls.get(where + (judge,), 0)
-            self._calls[where + (judge,)] = k + 1
-        if math.isnan(s) or (sheet := self.fact_sheet(state)) is None:
-            return s
-        check = self._once(("premise_check",) + where + (k,), lambda: self._premise_check(state, sheet, step))
+        if not self.mode.gates(judge) or math.isnan(s) or (sheet := self.fact_sheet(state)) is None:
+            return s, None
+        where = ("premise_check", self._key(state.question, state.images), tuple(state.steps), step)
+        check = self._once(where, lambda: self._premise_check(state, sheet, step))
         out = evpv.gate(s, check["r"]) if check["nu"] == 1 else s  # ν_t = 0 or unreadable: not gated
-        with self._lock:
-            check["scores"].append({"judge": judge, "s_hat": s, "gated": out})
-        return out
+        return out, {"s_hat": s, "gated": out, "nu": check["nu"], "r": check["r"], "alpha": check["alpha"]}
 
     def _premise_check(self, state: verdict.State, sheet: dict, step: str) -> dict:
         """One premise check (prompts/premise_check.txt), text only: the step's visual claims against C.
@@ -217,17 +213,17 @@ class ModeCalls:
         else:
             nu, r = int(bool(claims)), evpv.reliability([evpv.AGREEMENT[c["label"]] for c in claims])  # ν_t: a visual claim
             entry.update(claims=claims, nu=nu, r=r, alpha=evpv.alpha(r) if nu else None)
-        entry["scores"] = []  # each gated judge's ŝ before and after, added as the judges answer
         self._update(state, lambda rec: rec.setdefault("gate", []).append(entry))
         return entry
 
     def look(self, state: verdict.State, step: str) -> tuple:
-        """(the note the visual judge reads before its close-ups, the close-ups): the zoom mode's look again at
-        candidate `step` ("" and () for the full image). One region request per (question, steps so far,
-        candidate text), made once however many calls ask; its record entry: the step index, the candidate, the
-        boxes named (0..1000; None when unreadable twice), each box's error (None: it passed), the path ("zoom"
-        or "full"), why the full image ("no image", "unreadable", "none named", "invalid"; None on "zoom"), the
-        crops in source pixels and the parse errors."""
+        """(the note the visual judge reads before its close-ups, the close-ups, the zoom's part of that
+        call's record: {"path", "why", "boxes"}): the zoom mode's look again at candidate `step` ("" and ()
+        for the full image). One region request per (question, steps so far, candidate text), made once
+        however many calls ask; its record entry: the step index, the candidate, the boxes named (0..1000;
+        None when unreadable twice), each box's error (None: it passed), the path ("zoom" or "full"), why the
+        full image ("no image", "unreadable", "none named", "invalid"; None on "zoom"), the crops in source
+        pixels and the parse errors."""
         where = ("zoom", self._key(state.question, state.images), tuple(state.steps), step)
         return self._once(where, lambda: self._look(state, step))
 
@@ -242,20 +238,20 @@ class ModeCalls:
         entry = {"step": len(state.steps), "candidate": step, "boxes": boxes, "box_errors": box_errors,
                  "path": path, "why": why, "crops": crops, "errors": errors}
         self._update(state, lambda rec: rec.setdefault("zoom", []).append(entry))
-        return (zoom.looks_note(boxes), tuple(images)) if path == "zoom" else ("", ())
+        seen = {"path": path, "why": why, "boxes": boxes}
+        return (zoom.looks_note(boxes), tuple(images), seen) if path == "zoom" else ("", (), seen)
 
     def record(self, question: str, images=()) -> dict:
         """This question's artefacts for trace.meta, JSON-ready: the mode (and "gate_target" with the gate);
         "prior"; "fact_sheet" (None when degraded), "fact_sheet_status" ("ok", "retried" or "degraded") and
-        the parse errors; "gate", one entry per premise check (step index, candidate, claims, nu, r, alpha,
-        and "scores": each gated judge's ŝ before and after); "zoom", one entry per region request (see look);
-        and the extra calls and tokens this mode spent on the question (cached replies counted, as their cost)."""
+        the parse errors; "gate", one entry per premise check (step index, candidate, claims, nu, r, alpha;
+        each gated judge's ŝ before and after is in that call's record, see gated); "zoom", one entry per
+        region request (see look); and the extra calls and tokens this mode spent on the question (cached
+        replies counted, as their cost)."""
         key = self._key(question, verdict.as_images(images))
         with self._lock:
             rec = copy.deepcopy(self._records.get(key, {"extra_calls": 0, "extra_tokens": 0}))
-        for e in rec.get("gate", []):  # the judges answer in any order
-            e["scores"].sort(key=lambda g: (verdict.JUDGES.index(g["judge"]), g["s_hat"]))
-        for kind in ("gate", "zoom"):  # so do the checks and the region requests within a step
+        for kind in ("gate", "zoom"):  # the judges answer in any order, so do the checks and region requests
             rec.get(kind, []).sort(key=lambda e: (e["step"], e["candidate"]))
         gate_target = {"gate_target": self.mode.gate_target} if self.mode.gate else {}
         return {"judge_mode": self.mode.name, **gate_target, **rec}

@@ -25,7 +25,7 @@ def run_demo(args, cwd, env=None, timeout=120):
 
 
 def check_trace(d):
-    """The shape of a "verdict-trace/3" dict, as written by Trace.to_dict."""
+    """The shape of a "verdict-trace/4" dict, as written by Trace.to_dict."""
     assert d["format"] == verdict.TRACE_FORMAT
     assert set(d) == {"format", "question", "config", "steps", "chain", "answer", "stopped", "totals", "meta"}
     assert d["stopped"] in ("final", "max_steps") and len(d["chain"]) == len(d["steps"]) >= 1
@@ -42,6 +42,9 @@ def check_trace(d):
         rows = step["s_hat"] + ([revision["s_hat"]] if revision else [])
         assert step["abstentions"] == sum(v is None for r in rows for v in r)
         assert step["fallback"] == (not any(step["accepted"]))
+        calls = step.get("calls", [[None] * m] * n)
+        calls = calls + ([revision.get("calls", [None] * m)] if revision else [])
+        assert len(calls) == len(rows) and all(len(r) == m for r in calls)  # a record per judge call
     assert d["totals"]["steps"] == len(d["steps"])
     assert d["totals"]["judge_calls"] == sum((len(s["s_hat"]) + ("revision" in s)) * m for s in d["steps"])
 
@@ -148,8 +151,11 @@ def test_live_mode_asks_for_json_by_default(tmp_path):
     assert len(judged) <= d["totals"]["judge_calls"] == sum(3 * len(s["candidates"]) for s in d["steps"])
     meta = d["meta"]["judges"]
     assert (meta["format"], meta["format_used"], meta["fallback"], meta["s_hat"]) == ("json", "json", None, "sampled")
-    assert meta["sampled"] == [s["s_hat"] for s in d["steps"]]
-    assert meta["weighted"] == [[[None] * 3] * len(s["candidates"]) for s in d["steps"]]  # this server sends no logprobs
+    calls = [[[c["sampled"] for c in row] for row in s["calls"]] for s in d["steps"]]
+    assert calls == [s["s_hat"] for s in d["steps"]]
+    records = [c for s in d["steps"] for row in s["calls"] for c in row]
+    assert all(c["weighted"] is None for c in records)  # this server sends no logprobs
+    assert all(c["reason"] == "The ball is right of the cube." for c in records)
 
 
 def refuse_json(body, path):
@@ -201,12 +207,14 @@ def test_live_mode_with_judge_modes_records_them_in_the_trace(tmp_path):
     check_trace(d)
     g = d["meta"]["grounding"]
     assert g["judge_mode"] == "prior+premises+gate" and g["prior"] == "- The ball must be found right of the cube."
-    assert g["fact_sheet_status"] == "ok" and [e["r"] for e in g["gate"]] == [1.0, 1.0]
+    assert g["fact_sheet_status"] == "ok" and [e["r"] for e in g["gate"]] == [1.0]  # one check for one text
     judged = [c["messages"] for c in chats if "Score:" in c["messages"][-1]["content"]]
-    assert g["extra_calls"] == 1 + 1 + 2 and all("Reference expectations" in m[-1]["content"] for m in judged)
+    assert g["extra_calls"] == 1 + 1 + 1 and all("Reference expectations" in m[-1]["content"] for m in judged)
     assert len({json.dumps(m) for m in judged}) == 3 and d["totals"]["judge_calls"] == 2 * 3  # 2 identical candidates
+    gates = [c["gate"] for row in d["steps"][0]["calls"] for c in row]  # every call's own gate record
+    assert gates == [{"s_hat": 0.8, "gated": 0.8, "nu": 1, "r": 1.0, "alpha": 1.0}] * 6
     assert ("judge mode prior+premises+gate; prior of 43 characters; fact sheet ok (2 facts); "
-            "2 premise checks (r = 1.00, 1.00); 4 extra calls, ") in out.stdout
+            "1 premise checks (r = 1.00); 3 extra calls, ") in out.stdout
 
 
 def refuse_model(body, path):
@@ -334,7 +342,7 @@ def test_live_json_judges_score_and_decide_on_a_real_server(tmp_path, live_url):
         assert s["s_bar_star"] == pytest.approx(sel.s_bar_star.tolist())
         assert s["delta_star"] == pytest.approx(sel.delta_star.tolist())
     # llama-server returns top_logprobs, so each score comes with its probability-weighted twin.
-    pairs = [(a, b) for s, w in zip(judged["sampled"], judged["weighted"]) for r, q in zip(s, w) for a, b in zip(r, q)]
+    pairs = [(c["sampled"], c["weighted"]) for s in d["steps"] for row in s["calls"] for c in row]
     assert all((a is None) == (b is None) and (b is None or 0 <= b <= 1) for a, b in pairs)
     usage = d["meta"]["usage"]["reasoner"]
     assert 1 + calls <= usage["calls"] <= 1 + 3 + 2 * calls and usage["completion_tokens"] > 0
@@ -351,7 +359,7 @@ def test_live_text_judges_against_a_real_server(tmp_path, live_url):
     d = json.loads((tmp_path / "verdict_trace.json").read_text())
     check_trace(d)
     assert d["meta"]["mode"] == "live" and len(d["steps"]) == 1 and d["meta"]["judges"]["format_used"] == "text"
-    assert d["meta"]["judges"]["weighted"] == [[[None] * 3] * len(d["steps"][0]["candidates"])]  # text: none
+    assert all(c["weighted"] is None for row in d["steps"][0]["calls"] for c in row)  # text: none
     usage = d["meta"]["usage"]["reasoner"]
     # A real server answered every call: 1 reasoner call (n=2 in one request, plus top-ups if it
     # ignored n) and 6 judge calls, each retried once at most when its score did not parse.

@@ -253,21 +253,21 @@ def test_judge_modes_are_rows_that_share_the_reasoners_candidates(tmp_path, loop
     # Per item: one prior and one fact sheet whichever rows use them; 5 premise checks (the candidates of
     # step 2, "Final answer: A", "... B", "... A", hold one repeat, which the cache serves).
     assert (roles.count("prior"), roles.count("premises"), roles.count("premise_check")) == (2, 2, 2 * 5)
-    # Extra calls per chain: the prior 1, the fact sheet 1, a premise check per candidate (2 steps × 3).
+    # Extra calls per chain: the prior 1, the fact sheet 1, a premise check per distinct candidate (3 + 2).
     assert {m: r["extra_calls"] for m, r in rows.items()} == {
         "base": 0, "verdict": 0, "verdict+prior": 1, "verdict+premises": 1, "verdict+prior+premises": 2,
-        "verdict+premises+gate": 1 + 6}
+        "verdict+premises+gate": 1 + 5}
     assert rows["verdict+prior"]["extra_tokens"] == 20 + 5  # prompt 20, completion: 5 words
     g = rows["verdict+prior+premises"]["trace"]["meta"]["grounding"]
     assert g["prior"] == "- Compare the two numbers." and g["fact_sheet_status"] == "ok"
     assert "grounding" not in rows["verdict"]["trace"]["meta"] and rows["verdict"]["fact_sheet_status"] is None
     summary = json.loads((out / "summary.json").read_text())
     stats = summary["stats"]
-    assert stats["verdict+premises+gate"]["extra_calls_per_item"] == 7 and stats["verdict+premises"]["degraded_rate"] == 0
+    assert stats["verdict+premises+gate"]["extra_calls_per_item"] == 6 and stats["verdict+premises"]["degraded_rate"] == 0
     assert stats["verdict"]["extra_calls_per_item"] == 0 and stats["verdict"]["degraded_rate"] is None
-    # Per item: the 6 premise checks of the gate row (2 steps × 3 candidates); every mode's sheet ok on both items.
-    assert {m: r["gate_checks"] for m, r in rows.items()} == {m: 6 if m == "verdict+premises+gate" else 0 for m in rows}
-    assert stats["verdict+premises+gate"]["gate_checks_per_item"] == 6 and stats["verdict+prior"]["gate_checks_per_item"] == 0
+    # Per item: the 5 premise checks of the gate row (its distinct candidates); every mode's sheet ok on both items.
+    assert {m: r["gate_checks"] for m, r in rows.items()} == {m: 5 if m == "verdict+premises+gate" else 0 for m in rows}
+    assert stats["verdict+premises+gate"]["gate_checks_per_item"] == 5 and stats["verdict+prior"]["gate_checks_per_item"] == 0
     assert stats["verdict+premises"]["fact_sheet"] == {"ok": 2, "retried": 0, "degraded": 0}
     assert stats["verdict+prior"]["fact_sheet"] == {"ok": 0, "retried": 0, "degraded": 0}
     assert summary["accuracy"]["verdict+prior"] == summary["accuracy"]["verdict"]
@@ -275,7 +275,7 @@ def test_judge_modes_are_rows_that_share_the_reasoners_candidates(tmp_path, loop
     assert ("| extra calls/item | extra tokens/item | gate checks/item | sheet degraded | revise calls/item | "
             "revise tokens/item | revisions taken | sheet ok/retried/degraded |") in md
     gated = [line for line in md.splitlines() if line.startswith("| verdict+premises+gate |")][-1]  # the statistics'
-    assert re.search(r" \| 7\.0 \| \d+ \| 6\.0 \| 0\.0% \| 0\.0 \| 0 \| — \| 2/0/0 \| ", gated)  # extra calls, tokens,
+    assert re.search(r" \| 6\.0 \| \d+ \| 5\.0 \| 0\.0% \| 0\.0 \| 0 \| — \| 2/0/0 \| ", gated)  # extra calls, tokens,
     # checks, sheets degraded; no revision (so no share of them taken); sheets ok/retried/degraded
 
 

@@ -199,7 +199,9 @@ def test_json_format_weighted_score_is_read_at_the_score_digit(loopback):
     weighted = (5 * 0.3 + 2 * 0.25 + 9 * 0.05) / 0.6 / 9
     sampled_judge = Judge(Client(srv.url, "m"), "visual", fmt="json")
     assert sampled_judge(verdict.State("q"), "s") == pytest.approx(5 / 9)
-    assert sampled_judge.scores("q", (), "s") == (pytest.approx(5 / 9), pytest.approx(weighted), pytest.approx(0.6))
+    call = sampled_judge.judgement(verdict.State("q"), "s").record
+    assert (call["sampled"], call["weighted"], call["digit_share"]) == (
+        pytest.approx(5 / 9), pytest.approx(weighted), pytest.approx(0.6))
     assert Judge(Client(srv.url, "m"), "visual", fmt="json", weighted=True)(verdict.State("q"), "s") == pytest.approx(weighted)
     assert replies.logprob_score(lp, "json") == pytest.approx(weighted)
     assert math.isnan(replies.logprob_score(lp, "digit"))  # no score line in a json reply
@@ -208,7 +210,8 @@ def test_json_format_weighted_score_is_read_at_the_score_digit(loopback):
 def test_text_format_has_no_weighted_score_and_asks_for_no_logprobs(loopback):
     srv = loopback(scripted("Score: 0.8"))
     j = Judge(Client(srv.url, "m"), "visual", weighted=True)
-    assert j(verdict.State("q"), "s") == 0.8 and math.isnan(j.scores("q", (), "s")[1])
+    call = j.judgement(verdict.State("q"), "s")
+    assert call.score == 0.8 and call.record["weighted"] is None and call.record["format"] == "text"
     assert "logprobs" not in srv.chats[0] and "response_format" not in srv.chats[0]
 
 
@@ -252,7 +255,7 @@ def test_a_refused_response_format_switches_every_judge_to_text_once(loopback, c
     rec = js[0].format.record()
     assert rec["format"] == "json" and rec["format_used"] == "text" and rec["fallback"]["at_call"] in (1, 2, 3)
     assert "HTTP 400" in rec["fallback"]["error"] and all(j.format is js[0].format for j in js)
-    assert judges.record(trace, js)["judges"]["fallback"] == rec["fallback"]
+    assert judges.record(js)["judges"]["fallback"] == rec["fallback"]
 
 
 @pytest.mark.parametrize("status, message", [(400, "max_tokens must be at most 128"), (404, "The model `m` does not exist"),
@@ -268,7 +271,7 @@ def test_other_errors_are_errors_not_a_fallback(loopback, capsys, status, messag
 
 # ----------------------------------------------------------------------------- what the trace keeps
 
-def test_record_lays_both_scores_out_like_s_hat(loopback):
+def test_each_calls_record_is_laid_out_like_s_hat(loopback):
     # Every judge writes score 3 for candidate "a" and 6 for "b"; the digit's top_logprobs give the digit 0.5 and the
     # next one up 0.5, so the weighted score is (d + 0.5) / 9.
     def handler(body, path):
@@ -281,11 +284,48 @@ def test_record_lays_both_scores_out_like_s_hat(loopback):
     client = Client(srv.url, "m")
     js = make_judges(client, fmt="json")
     trace = verdict.run("q", Reasoner(client), js, verdict.Config(n=2, max_steps=1))
-    meta = judges.record(trace, js)["judges"]
-    assert meta["sampled"] == [trace.steps[0].s_hat.tolist()] == [[[3 / 9] * 3, [6 / 9] * 3]]
-    assert meta["weighted"] == [[[pytest.approx(3.5 / 9)] * 3, [pytest.approx(6.5 / 9)] * 3]]
-    assert (meta["format"], meta["format_used"], meta["fallback"], meta["s_hat"]) == ("json", "json", None, "sampled")
-    assert judges.record(trace, [lambda s, c: 0.5] * 3) == {} and judges.record(trace, ()) == {}
+    calls = trace.steps[0].calls                                                     # [n][m]
+    assert [[c["sampled"] for c in row] for row in calls] == trace.steps[0].s_hat.tolist() == [[3 / 9] * 3,
+                                                                                              [6 / 9] * 3]
+    assert [[c["weighted"] for c in row] for row in calls] == [[pytest.approx(3.5 / 9)] * 3,
+                                                               [pytest.approx(6.5 / 9)] * 3]
+    assert [[c["judge"] for c in row] for row in calls] == [list(verdict.JUDGES)] * 2
+    assert all((c["format"], c["replies"], c["reason"]) == ("json", 1, "ok") for row in calls for c in row)
+    assert trace.to_dict()["steps"][0]["calls"] == [list(row) for row in calls]
+    meta = judges.record(js)["judges"]
+    assert meta == {"format": "json", "format_used": "json", "fallback": None, "s_hat": "sampled"}
+    assert judges.record([lambda s, c: 0.5] * 3) == {} and judges.record(()) == {}
+
+
+def test_identical_candidates_keep_their_own_call_records(loopback):
+    # Two candidates with the same text, and judges that reply differently to each call: 7 with its reason and
+    # logprobs to the first, 2 to the second. Every call's record (reason, sampled and weighted score, digits'
+    # share, format, replies) stays beside its own score, in call order, with no keying on the step's text.
+    seen, lock = {}, threading.Lock()
+
+    def per_call(body, path):
+        role = role_of(body["messages"])
+        if role == "reasoner":
+            return chat_response(["The cup is red."] * body["n"])
+        with lock:
+            k = seen[role] = seen.get(role, -1) + 1
+        d, reason = (7, 2)[k], f"{role}, call {k}"
+        lp = json_tokens(reason, str(d), {str(d): 0.6, str(d + 1): 0.2, '"': 0.2})
+        return chat_response(json.dumps({"reason": reason, "score": d}), logprobs=[lp])
+    client = Client(loopback(per_call).url, "m")
+    js = make_judges(client, fmt="json")
+    trace = verdict.run("q", Reasoner(client), js, verdict.Config(n=2, max_steps=1))
+    rec = trace.steps[0]
+    assert rec.candidates == ("The cup is red.",) * 2 and rec.s_hat.tolist() == [[7 / 9] * 3, [2 / 9] * 3]
+    reasons = [[f"{j}, call {k}" for j in verdict.JUDGES] for k in (0, 1)]
+    assert [[c["reason"] for c in row] for row in rec.calls] == reasons
+    assert [[c["sampled"] for c in row] for row in rec.calls] == rec.s_hat.tolist()
+    weighted = [(7 * 0.6 + 8 * 0.2) / 0.8 / 9, (2 * 0.6 + 3 * 0.2) / 0.8 / 9]  # the digits' 0.8 of the list
+    assert [[c["weighted"] for c in row] for row in rec.calls] == [[pytest.approx(w)] * 3 for w in weighted]
+    assert all((c["digit_share"], c["format"], c["replies"]) == (pytest.approx(0.8), "json", 1)
+               for row in rec.calls for c in row)
+    d = json.loads(json.dumps(trace.to_dict(), allow_nan=False))
+    assert d["format"] == "verdict-trace/4" and d["steps"][0]["calls"] == [list(row) for row in rec.calls]
 
 
 # ----------------------------------------------------------------------------- judges
@@ -366,17 +406,18 @@ def test_score_only_asks_for_the_line_alone(loopback):
 def test_digit_format_weights_the_score_digit(loopback):
     lp = token_logprobs([("Grounded", {}), (".\n", {}), ("Score", {}), (":", {}),
                          (" 7", {" 7": 0.5, "8": 0.3, " 6": 0.1, "x": 0.1})])
-    srv = loopback(scripted(chat_response("Grounded.\nScore: 7", logprobs=[lp]), "Score: 7"))
+    srv = loopback(scripted(*[chat_response("Grounded.\nScore: 7", logprobs=[lp]), "Score: 7"] * 2))
     j = Judge(Client(srv.url, "m"), "visual", fmt="digit", weighted=True)
     assert j(verdict.State("q"), "s") == pytest.approx((7 * 0.5 + 8 * 0.3 + 6 * 0.1) / 0.9 / 9)
     assert j(verdict.State("q"), "t") == pytest.approx(7 / 9)  # no logprobs returned: the parsed digit
     body = srv.chats[0]
     assert body["logprobs"] is True and body["top_logprobs"] == 20 and "one digit from 0 to 9" in user_text(body)
     assert "response_format" not in body
-    assert j.scores("q", (), "s") == (pytest.approx(7 / 9), pytest.approx((7 * 0.5 + 8 * 0.3 + 6 * 0.1) / 0.9 / 9),
-                                      pytest.approx(0.9))  # the digits held 0.9 of the list, "x" the rest
-    sampled, weighted, mass = j.scores("q", (), "t")
-    assert sampled == pytest.approx(7 / 9) and math.isnan(weighted) and math.isnan(mass)
+    s, t = j.judgement(verdict.State("q"), "s").record, j.judgement(verdict.State("q"), "t").record
+    assert (s["sampled"], s["weighted"], s["digit_share"]) == (
+        pytest.approx(7 / 9), pytest.approx((7 * 0.5 + 8 * 0.3 + 6 * 0.1) / 0.9 / 9),
+        pytest.approx(0.9))  # the digits held 0.9 of the list, "x" the rest
+    assert (t["sampled"], t["weighted"], t["digit_share"]) == (pytest.approx(7 / 9), None, None)
 
 
 def test_digit_format_off_scale_reply_is_retried(loopback):
@@ -504,8 +545,9 @@ def test_live_json_judge_scores_and_weighs_its_score_digit(live_url):
     client = Client(live_url, "live", timeout=300.0, retries=1)
     j = Judge(client, "logical", fmt="json")
     question, step = "What is 2 + 3?\nA. 4\nB. 5", "2 + 3 = 5, so the answer is B."
-    s = j(verdict.State(question), step)
-    sampled, weighted, mass = j.scores(question, (), step)
+    judged = j.judgement(verdict.State(question), step)
+    s, call = judged.score, judged.record
+    sampled, weighted, mass = call["sampled"], call["weighted"], call["digit_share"]
     assert j.counts["parsed"] == 1 and s == sampled and round(9 * s) in range(10) and 9 * s == pytest.approx(round(9 * s))
     assert 0 <= weighted <= 1 and 0 < mass <= 1 + 1e-9  # the digits' share of the score token's top_logprobs
 
@@ -551,8 +593,10 @@ def test_the_reviser_reads_the_best_rejected_step_and_the_judges_reasons(loopbac
     judge_text = user_text(next(c for c in srv.chats if role_of(c["messages"]) == "visual"))
     head = lambda text, role: text.split(load_prompt(role)["instructions"])[0]
     assert head(text, "reviser") == head(judge_text, "visual")
-    assert judge_fns[0].reason("Where is the cube?\nA. left\nB. right", (), "Final answer: B") == \
-        "visual doubts 'Final answer: B'"
+    revised = [f"{j} doubts 'Final answer: B'" for j in verdict.JUDGES]  # each call's reason, the revision's
+    assert [c["reason"] for c in rec.revision.calls] == revised
+    assert [[c["reason"] for c in row] for row in rec.calls] == [[f"{j} doubts {c!r}" for j in verdict.JUDGES]
+                                                                 for c in rec.candidates]
 
 
 def test_the_reviser_without_judge_reasons_and_with_an_empty_reply(loopback):
@@ -560,7 +604,7 @@ def test_the_reviser_without_judge_reasons_and_with_an_empty_reply(loopback):
     reviser = judges.Reviser(Client(srv.url, "m"), [lambda s, c: 0.5, lambda s, c: 0.5])
     record = verdict.step(verdict.State("q"), lambda s, n: ["x"], [lambda s, c: 0.5, lambda s, c: math.nan],
                           verdict.Config(lam=(1.0, 1.0)))
-    assert reviser.reasons(verdict.State("q"), record) == ("- judge 1 checker, score 0.50: (no reason given)\n"
+    assert reviser.reasons(record) == ("- judge 1 checker, score 0.50: (no reason given)\n"
                                                            "- judge 2 checker, no score (abstained): (no reason given)")
     assert reviser(verdict.State("q"), record) is None
 

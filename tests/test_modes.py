@@ -267,9 +267,13 @@ def test_visual_target_gates_the_visual_score_before_the_consensus_and_the_trace
     gate = {e["candidate"]: e for e in meta["gate"]}
     assert [gate[c]["r"] for c in CANDIDATES[:4]] == [1.0, 0.0, 0.5, None] and "The ball is hidden." not in gate
     assert gate["The ball is left of the cube."]["claims"][0] == {"claim": "a ball", "label": "supported"}
-    assert gate["The ball is left of the cube."]["scores"] == [{"judge": "visual", "s_hat": 0.8, "gated": 0.5}]
+    records = d["steps"][0]["calls"]  # [n][m]: each judge call's record, its gate's part with it; "left of":
+    assert records[1][0]["gate"] == {"s_hat": 0.8, "gated": 0.5, "nu": 1, "r": 0.0, "alpha": 0.0}
+    # the visual judge's calls alone, but "hidden", which it did not score
+    assert [["gate" in c for c in row] for row in records] == [[True, False, False]] * 4 + [[False] * 3]
     blue = gate["The ball is blue."]
-    assert blue["error"] == "no JSON object in the reply" and blue["scores"] == [{"judge": "visual", "s_hat": 0.8, "gated": 0.8}]
+    assert blue["error"] == "no JSON object in the reply"
+    assert records[3][0]["gate"] == {"s_hat": 0.8, "gated": 0.8, "nu": None, "r": None, "alpha": None}
     assert meta["extra_calls"] == 1 + 1 + 5 and meta["extra_tokens"] == 50 + 100 + 5 * 60
 
 
@@ -289,13 +293,12 @@ def test_step_target_gates_every_judges_score_with_one_check_per_candidate(loopb
     assert len(checks) == 6  # one per candidate, not one per judge, the unreadable one twice; "hidden" for L and C alone
     meta = d["meta"]["grounding"]
     assert meta["judge_mode"] == "premises+gate" and meta["gate_target"] == "step"
-    gate = {e["candidate"]: e for e in meta["gate"]}
-    assert gate["The cube is large."]["scores"] == [{"judge": "visual", "s_hat": 0.8, "gated": pytest.approx(0.65)},
-                                                    {"judge": "logical", "s_hat": 0.9, "gated": pytest.approx(0.7)},
-                                                    {"judge": "contextual", "s_hat": 0.2, "gated": pytest.approx(0.35)}]
+    gate, records = {e["candidate"]: e for e in meta["gate"]}, d["steps"][0]["calls"]
+    assert [(c["gate"]["s_hat"], c["gate"]["gated"]) for c in records[2]] == [  # "The cube is large."
+        (0.8, pytest.approx(0.65)), (0.9, pytest.approx(0.7)), (0.2, pytest.approx(0.35))]
     hidden = gate["The ball is hidden."]
-    assert (hidden["nu"], hidden["r"], hidden["alpha"]) == (0, 1.0, None) and [s["judge"] for s in hidden["scores"]] == [
-        "logical", "contextual"]
+    assert (hidden["nu"], hidden["r"], hidden["alpha"]) == (0, 1.0, None)
+    assert ["gate" in c for c in records[4]] == [False, True, True]
     assert [gate[c]["nu"] for c in CANDIDATES] == [1, 1, 1, None, 0]
     assert meta["extra_calls"] == 1 + 6 and meta["extra_tokens"] == 100 + 6 * 60
 
@@ -307,27 +310,52 @@ def test_nu_rule_a_step_with_no_visual_claim_is_never_gated(loopback, monkeypatc
     g = ModeCalls(Client(srv.url, "m"), JudgeMode(premises=True, gate=True))
     monkeypatch.setattr(evpv, "alpha", lambda r, *a: 0.0)
     state = verdict.State("Where is the ball?")
-    assert g.gated("visual", state, "The ball is hidden.", 0.9) == 0.9                # ν_t = 0: kept
-    assert g.gated("logical", state, "The ball is hidden.", 0.3) == 0.3
-    assert g.gated("visual", state, "The ball is right of the cube.", 0.9) == 0.5     # ν_t = 1: gated (α = 0)
-    assert g.gated("contextual", state, "The ball is right of the cube.", 0.3) == 0.5
-    assert math.isnan(g.gated("logical", state, "The ball is right of the cube.", nan))  # NaN stays NaN
+    assert g.gated("visual", state, "The ball is hidden.", 0.9)[0] == 0.9                # ν_t = 0: kept
+    assert g.gated("logical", state, "The ball is hidden.", 0.3)[0] == 0.3
+    assert g.gated("visual", state, "The ball is right of the cube.", 0.9)[0] == 0.5  # ν_t = 1: gated (α = 0)
+    assert g.gated("contextual", state, "The ball is right of the cube.", 0.3)[0] == 0.5
+    assert math.isnan(g.gated("logical", state, "The ball is right of the cube.", nan)[0])  # NaN stays NaN
     gate = {e["candidate"]: e for e in g.record("Where is the ball?")["gate"]}
     assert (gate["The ball is hidden."]["nu"], gate["The ball is hidden."]["alpha"]) == (0, None)
     assert (gate["The ball is right of the cube."]["nu"], gate["The ball is right of the cube."]["alpha"]) == (1, 0.0)
     assert [role(b) for b in srv.chats].count("premise_check") == 2
 
 
-def test_two_candidates_with_the_same_text_get_a_check_each(loopback):
-    # Judge j's k-th call for one (question, steps, text) is the k-th such candidate: one check per candidate,
-    # as the extra calls count them (a disk cache serves the repeat).
-    srv = loopback(modes_handler())
-    g = ModeCalls(Client(srv.url, "m"), JudgeMode(premises=True, gate=True))
+def test_two_candidates_with_the_same_text_share_one_check_and_keep_their_own_gate_records(loopback):
+    # One check per (question, steps, text): the same text makes the same request, so its candidates share
+    # the reply, as the zoom mode's region requests do. Each call's gate record is its own: the judges of the
+    # second candidate reply 0.2, not 0.8, and their records say so, in call order (no counting per text).
     state = verdict.State("Where is the ball?", (), ("The cube is red.",))
-    for _ in range(2):
-        assert [g.gated(j, state, "The cube is large.", 0.8) for j in verdict.JUDGES] == [pytest.approx(0.65)] * 3
+    g = ModeCalls(Client(loopback(modes_handler()).url, "m"), JudgeMode(premises=True, gate=True))
+    for s in (0.8, 0.2):
+        assert [g.gated(j, state, "The cube is large.", s) for j in verdict.JUDGES] == [
+            (pytest.approx(0.5 + 0.5 * (s - 0.5)), {"s_hat": s, "gated": pytest.approx(0.5 + 0.5 * (s - 0.5)),
+                                                    "nu": 1, "r": 0.5, "alpha": pytest.approx(0.5)})] * 3
     rec = g.record("Where is the ball?")
-    assert [len(e["scores"]) for e in rec["gate"]] == [3, 3] and rec["extra_calls"] == 1 + 2
+    assert len(rec["gate"]) == 1 and "scores" not in rec["gate"][0] and rec["extra_calls"] == 1 + 1
+    # The same through the judges: two identical candidates, judges that reply 0.8 to the first call and 0.2
+    # to the second, one check, and each call's record (its own score before and after the gate) in place.
+    handler, seen = modes_handler(), {}
+
+    def per_call(body, path):
+        if role(body) in verdict.JUDGES:
+            k = seen[role(body)] = seen.get(role(body), -1) + 1
+            return chat_response(f"Call {k}.\nScore: {(0.8, 0.2)[k]}")
+        if role(body) == "reasoner":
+            return chat_response(["The cube is large."] * body["n"])
+        return handler(body, path)
+    client = Client(loopback(per_call).url, "m")
+    g = ModeCalls(client, JudgeMode(premises=True, gate=True), fmt="text")
+    js = make_judges(client, grounding=g, fmt=g.format)
+    trace = verdict.run("Where is the ball?", Reasoner(client), js, verdict.Config(n=2, max_steps=1))
+    rec = trace.steps[0]
+    assert rec.candidates == ("The cube is large.",) * 2
+    assert rec.s_hat == pytest.approx(np.array([[0.65] * 3, [0.35] * 3]))
+    seen_by_trace = [[(c["reason"], c["sampled"], c["gate"]["s_hat"], c["gate"]["gated"]) for c in row]
+                     for row in rec.calls]
+    assert seen_by_trace == [[("Call 0.", 0.8, 0.8, pytest.approx(0.65))] * 3,
+                             [("Call 1.", 0.2, 0.2, pytest.approx(0.35))] * 3]
+    assert len(g.record("Where is the ball?")["gate"]) == 1
 
 
 def test_judges_gating_one_candidate_at_once_share_one_check(loopback):
@@ -418,8 +446,8 @@ def test_the_fact_sheet_and_every_premise_check_send_their_schema(loopback):
     srv = loopback(modes_handler())
     g = ModeCalls(Client(srv.url, "m"), JudgeMode(prior=True, premises=True, gate=True))  # json, the default format
     state = verdict.State("Where is the ball?")
-    assert g.gated("visual", state, "The ball is left of the cube.", 0.8) == 0.5  # contradicted: r = 0
-    assert g.gated("visual", state, "The ball is blue.", 0.8) == 0.8              # unreadable twice: not gated
+    assert g.gated("visual", state, "The ball is left of the cube.", 0.8)[0] == 0.5  # contradicted: r = 0
+    assert g.gated("visual", state, "The ball is blue.", 0.8)[0] == 0.8  # unreadable twice: not gated
     assert g.prior(state) == PRIOR
     sent = [(role(b), schema_of(b)) for b in srv.chats]
     assert sent == [("premises", ("fact_sheet", evpv.fact_sheet_schema())),
@@ -438,7 +466,7 @@ def test_the_fact_sheet_and_every_premise_check_send_their_schema(loopback):
 def test_without_the_json_format_no_request_sends_a_schema(loopback, fmt):
     srv = loopback(modes_handler())
     g = ModeCalls(Client(srv.url, "m"), JudgeMode(premises=True, gate=True), fmt=fmt)
-    assert g.gated("visual", verdict.State("Where is the ball?"), "The cube is large.", 0.8) == pytest.approx(0.65)
+    assert g.gated("visual", verdict.State("Where is the ball?"), "The cube is large.", 0.8)[0] == pytest.approx(0.65)
     assert [role(b) for b in srv.chats] == ["premises", "premise_check"] and not any(map(schema_of, srv.chats))
 
 
@@ -472,7 +500,7 @@ def test_a_reply_the_schema_forbids_is_still_an_invalid_reply(loopback):
     srv = loopback(lambda body, path: chat_response(bad_check) if role(body) == "premise_check" else handler(body, path))
     g = ModeCalls(Client(srv.url, "m"), JudgeMode(premises=True, gate=True))
     state = verdict.State("Where is the ball?")
-    assert g.gated("logical", state, "The ball is right of the cube.", 0.9) == 0.9  # unreadable check: not gated
+    assert g.gated("logical", state, "The ball is right of the cube.", 0.9)[0] == 0.9  # unreadable check: not gated
     rec = g.record("Where is the ball?")
     assert rec["fact_sheet_status"] == "retried" and "objects entry" in rec["fact_sheet_errors"][0]
     (check,) = rec["gate"]

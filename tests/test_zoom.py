@@ -144,6 +144,8 @@ def test_a_valid_box_sends_the_crop_of_that_region_and_the_judge_scores_with_it(
     assert entry["path"] == "zoom" and entry["why"] is None and entry["boxes"] == [SQUARE]
     assert entry["crops"] == [[120, 20, 160, 60]] and entry["box_errors"] == [None]
     assert rec["extra_calls"] == 1 and rec["extra_tokens"] == 120  # the region request: 100 + 20 tokens
+    visual, logical = trace.steps[0].calls[0][:2]  # what the visual judge's own call saw, in its record
+    assert visual["zoom"] == {"path": "zoom", "why": None, "boxes": [SQUARE]} and "zoom" not in logical
     (zoom_req,) = [r.body for r in srv.requests if role_of(r.body["messages"]) == "zoom"]
     assert zoom_req["response_format"]["json_schema"]["schema"] == zoom.regions_schema()
 
@@ -194,6 +196,7 @@ def test_an_unreadable_reply_is_asked_once_more_then_the_full_image(loopback, tm
 def test_without_an_image_no_region_is_asked_for(loopback):
     trace, rec, seen, srv = run_zoom(loopback, None, '{"boxes": [[600, 200, 800, 600]]}')
     assert rec["zoom"][0]["why"] == "no image" and rec["extra_calls"] == 0 and seen == [(0, False)]
+    assert trace.steps[0].calls[0][0]["zoom"] == {"path": "full", "why": "no image", "boxes": None}
     assert not any(role_of(r.body["messages"]) == "zoom" for r in srv.requests)
 
 
