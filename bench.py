@@ -10,9 +10,9 @@ n = 3 candidates and m = 3 judges; the 3.80× sequential wall-clock overhead of 
     python bench.py --quick              # a smoke run: small sizes, fast simulated clock, 5 items
 
 1. Consensus throughput of the closed form against np.linalg.solve and the mean floor.
-2. Step overhead (overhead.py): wall time of one VERDICT step / wall time of one base step, and the prompt
-   tokens the server computed, in five modes and both prompt layouts (layout.py), (a) on a SIMULATED
-   continuous-batching server (simserver.py), (b) on a real llama-server, (c) with llama-server's flags.
+2. Step overhead (perf/overhead.py): wall time of one VERDICT step / wall time of one base step, and the prompt
+   tokens the server computed, in five modes and both prompt layouts (prompting.py), (a) on a SIMULATED
+   continuous-batching server (perf/simserver.py), (b) on a real llama-server, (c) with llama-server's flags.
 3. Memory: peak RSS of a 100-item evaluate.py run against the simulated server.
 4. The response cache: Cache.put in a file and in memory; the same evaluate.py run with either.
 

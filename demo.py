@@ -122,7 +122,7 @@ def decision(rule: str, sel: verdict.Selection) -> str:
     return how + ("; no candidate has 2 judge scores" if sel.fallback else "")
 
 
-def report(trace: verdict.Trace, out=sys.stdout) -> None:
+def print_trace(trace: verdict.Trace, out=sys.stdout) -> None:
     """Print each step's table, the final answer and one line of totals. The "ok" column is the rule's
     filter (yes/no), or "-" for a rule with no filter."""
     rule = trace.config.rule
@@ -151,7 +151,7 @@ def report(trace: verdict.Trace, out=sys.stdout) -> None:
 
 
 def mode_line(rec: dict) -> str:
-    """One line for a judge mode's record (calls.Grounding.record): what it made and what it cost."""
+    """One line for a judge mode's record (calls.ModeCalls.record): what it made and what it cost."""
     parts = [f"judge mode {rec['judge_mode']}"]
     if "prior" in rec:
         parts.append(f"prior of {len(rec['prior'])} characters")
@@ -315,7 +315,7 @@ def main(argv=None) -> int:
     except (client.EndpointError, client.CacheError, ValueError) as e:
         print(f"demo.py: error: {e}", file=sys.stderr)
         return 2
-    report(trace)
+    print_trace(trace)
     if "grounding" in trace.meta:
         print(mode_line(trace.meta["grounding"]))
     with open(args.trace, "w") as fh:

@@ -14,7 +14,7 @@ Disagreement-Aware Consensus", ECCV 2026. This module implements the experiments
 
     python evaluate.py --data MMStar.tsv --data mine.jsonl --base-url URL --model NAME --seeds 3 --out runs/x
 
-Inputs are VLMEvalKit TSVs and JSONL files (benchmarks.py says how rows become items).
+Inputs are VLMEvalKit TSVs and JSONL files (harness/benchmarks.py says how rows become items).
 
 Methods. `base` is the reasoner alone: one sampled chain per seed (verdict.run with n = 1 and no judges,
 the reasoner at the paper's T and top-p, its seed = the seed index). Rule r runs verdict.run with the
@@ -44,7 +44,7 @@ truncated response; answers.score turns it into a letter (VLMEvalKit's can_infer
 --extract-model, a model on any OpenAI-compatible endpoint reads what the rules cannot (off by default;
 VLMEvalKit uses gpt-4o-mini whenever a key is set); its calls are counted apart.
 
-Output in OUT (rundir.py, tables.py): results.jsonl (one "verdict-eval-row/2" per (item, seed, method),
+Output in OUT (harness/rundir.py, harness/tables.py): results.jsonl (one "verdict-eval-row/2" per (item, seed, method),
 appended and flushed as each finishes, with its input columns and full trace), summary.md, summary.json
 ("verdict-eval/2"), summary.png, <data>_acc.csv and predictions/. A re-run with the same OUT keeps
 finished rows, runs again rows that ended in an error, and drops a truncated last line; OUT/run.json
@@ -104,7 +104,7 @@ class Settings:
     max_calls: int | None      # per chain
     max_tokens: int            # per reasoner step
     judge_kw: dict             # Judge's max_tokens, score_only, and the run's one JudgeFormat
-    mode_kw: dict              # Grounding's max_tokens, and the run's JudgeFormat (its JSON requests' schemas)
+    mode_kw: dict              # ModeCalls' max_tokens, and the run's JudgeFormat (its JSON requests' schemas)
 
 
 @dataclass
@@ -465,7 +465,7 @@ def run(args, methods: list, config: verdict.Config, record: dict) -> int:
         return fail(fatal)
     rows = [done[k] for k in keys if k in done]
     ctx = {"files": [f.name for f in loaded], "methods": [str(m) for m in methods], "seeds": seeds,
-           "settings": record, "reading": {f.name: f.report() for f in loaded},
+           "settings": record, "reading": {f.name: f.reading() for f in loaded},
            "max_error_rate": args.max_error_rate}
     summary = tables.summarize(rows, ctx)
     print(tables.write(args.out, summary, rows), end="")

@@ -16,9 +16,9 @@ Disagreement-Aware Consensus", ECCV 2026. This module implements:
   formats on a real server (survey; `python judges.py URL`).
 
 The prompt files and how each request is laid out (a prefix shared by every role of a step) are
-layout.py, the reply formats and the reading of replies are scores.py, the HTTP client is client.py,
+prompting.py, the reply formats and the reading of replies are replies.py, the HTTP client is client.py,
 images and chat messages are images.py, and the judge modes of the related papers (SGV's prior, EVPV's
-premises) are grounding.py.
+premises, ReVISE's look again) are in modes/.
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ paper leaves the requests to an implementation; this module holds:
 - prompt files (prompts/*.txt): named sections of text with {placeholders} (load_prompt);
 - role_messages: a role's chat messages in one of three layouts. "shared" (the default): one system message
   for every role, then the images, the question and the previous steps, byte for byte the same for the
-  reasoner, every judge and the judge modes' calls (grounding.py), then the role's own instructions and its
+  reasoner, every judge and the judge modes' calls (modes/calls.py), then the role's own instructions and its
   task, the candidate last; a prefix cache (vLLM's automatic prefix caching, llama-server's slots) can then
   reuse everything up to the role across all the requests of a step. "per-role": the role's instructions as
   its own system message, as before; prompts then differ from the first token. "role-first": the shared
@@ -30,7 +30,7 @@ from images import encode_image, messages
 
 PROMPTS = Path(__file__).resolve().with_name("prompts")
 SECTIONS = (  # the sections a prompt file may hold, in this order
-    ("system", "user"),                   # a plain prompt: a system message and a user message (answers.py)
+    ("system", "user"),                   # a plain prompt: a system message and a user message (harness/answers.py)
     ("instructions", "context", "task"),  # a role of the step (reasoner, judges, judge modes); see role_messages
     ("system", "question", "steps"),      # shared.txt: what every role of a step reads in the shared layouts
 )

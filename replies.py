@@ -11,7 +11,7 @@ step; the paper leaves open how a model's reply becomes that number. This module
   ignoring what the judge quotes of the candidate (fence, unquote); an invalid or out-of-range value
   is never clamped;
 - JudgeFormat: the format of one run's judges, and its one, said-aloud fallback from json to text
-  when a server refuses response_format; the judge modes' JSON requests (grounding.ask_json) share it,
+  when a server refuses response_format; the judge modes' JSON requests (modes/calls.py's ask_json) share it,
   so a run sends a schema in response_format everywhere or, after a refusal, nowhere.
 """
 from __future__ import annotations
@@ -233,7 +233,7 @@ def logprob_score(logprobs: Any, fmt: str = "digit", step: str | None = None) ->
 
 class JudgeFormat:
     """The reply format of one run's judges, shared by all of them (make_judges; evaluate.py's chains too) and by
-    the run's other JSON requests (grounding.Grounding): json sends a schema in response_format, text and digit
+    the run's other JSON requests (modes/calls.py's ModeCalls): json sends a schema in response_format, text and digit
     send none.
 
     `requested` is what the run asked for. json falls back to text, for the rest of the run, when the server

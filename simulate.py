@@ -24,7 +24,7 @@ The five noise models, each the world above with one knob turned (sigma = 0.15 u
   4. miscal     judge `miscal` [0 = V] reports 0.5 + kappa · (ŝ − 0.5) + delta before clipping:
                 a constant offset delta [0], or a scale compressed towards 0.5 by kappa [1] < 1.
   5. abstain    q: each judge independently returns NaN (abstains) with probability q [0].
-  6. premise    EVPV's gate (grounding.py) against a hallucinated premise. A wrong step rests on a
+  6. premise    EVPV's gate (modes/evpv.py) against a hallucinated premise. A wrong step rests on a
                 contradicted visual premise with probability p_premise [0]; the judges it fools
                 (premise_fools [()], judge indices) score it around mu_fool. The premise check flags such a step
                 (a contradicted claim: r = 0, α(r) = 0) with probability p_detect [0.8], and any other
@@ -136,7 +136,7 @@ def premises(d: Draws, sc: Scenario) -> tuple[np.ndarray, np.ndarray]:
     return contradicted, flagged
 
 
-def scores(d: Draws, sc: Scenario) -> tuple[np.ndarray, np.ndarray]:
+def raw_scores(d: Draws, sc: Scenario) -> tuple[np.ndarray, np.ndarray]:
     """Raw scores ŝ (NaN = abstained), after the gate, and the truth of every candidate.  -> [N, n, m], [N, n]"""
     if d.e.shape[2] != len(sc.lam):  # one stubbornness per judge
         raise ValueError(f"draws have m={d.e.shape[2]} judges but lam={sc.lam} has {len(sc.lam)}")
@@ -184,7 +184,7 @@ def select_batch(s_hat, lam=STUBBORNNESS, tau: float = verdict.TAU, eps: float =
 def measure(d: Draws, sc: Scenario) -> dict:
     """Every rule's accuracy, acceptance and fallback on each seed.  -> {rule: {measure: [seeds]}}"""
     S, T = d.seeds, d.trials
-    s_hat, correct = scores(d, sc)                                         # [N, n, m], [N, n]
+    s_hat, correct = raw_scores(d, sc)                                         # [N, n, m], [N, n]
     contradicted = premises(d, sc)[0]                                      # [N, n]
     exists = correct.any(1).reshape(S, T)                                  # [S, T]
     chosen = lambda mask, ch: np.take_along_axis(mask, ch.index[:, None], 1).reshape(S, T)  # [N, n] -> [S, T]
@@ -313,7 +313,7 @@ def gate_report(results: dict) -> list:
     return L + [""]
 
 
-def report(results: dict, trials: int, seeds: int, seed: int) -> str:
+def markdown(results: dict, trials: int, seeds: int, seed: int) -> str:
     """The markdown report; a pure function of the results and the arguments (no clock, no paths)."""
     cmd = f"python simulate.py --trials {trials} --seeds {seeds} --seed {seed}"
     head = {sw.name: (sw, dict(results[sw.name])[sw.headline]) for sw in SWEEPS if sw.field != "lam_V"}
@@ -422,7 +422,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="docs", help="directory for simulation_report.md and simulation.png (docs)")
     a = p.parse_args(argv)
     results = run(a.trials, a.seeds, a.seed)
-    out, text = Path(a.out), report(results, a.trials, a.seeds, a.seed)
+    out, text = Path(a.out), markdown(results, a.trials, a.seeds, a.seed)
     (out / "simulation_report.md").write_text(text, encoding="utf-8")
     plot(results, out / "simulation.png")
     print(text[text.index("| noise model"):text.index("\n\n## Accuracy")])  # the headline table

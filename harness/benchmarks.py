@@ -18,7 +18,7 @@ is empty is dropped and counted, as VLMEvalKit drops it. By dataset:
   options from `choices` and their answer from `answer_option`; other rows are free-form values compared
   with the row's answer_type, precision and unit (answers.py);
 - 3DSRBench (its qid column), circular files (a g_index column, or a name with mmbench, ccbench, circular
-  or mmcr) and CV-Bench-2D (per-source accuracy) differ only in scoring: `scoring` tells report.py.
+  or mmcr) and CV-Bench-2D (per-source accuracy) differ only in scoring: `scoring` tells tables.py.
 
 A JSONL file holds one {"id", "question", "options": {"A": ...}, "answer", "hint"?, "image"?: path |
 base64 | [...]} per line. Image paths are relative to the data file and may not leave its directory
@@ -83,7 +83,7 @@ class Loaded:
     scoring: dict     # {"setting": "vanilla" | "circular" | "3dsr", "macro": a column to average over, or None}
     limited: bool     # reading stopped at the limit
 
-    def report(self) -> dict:
+    def reading(self) -> dict:
         """What the summary says about reading this file (JSON)."""
         return {"file": self.file, "read": self.read, "total": self.total, "items": len(self.items),
                 "skipped": [vars(s) for s in self.skipped], "dropped": self.dropped, "warnings": self.warnings,
@@ -143,7 +143,7 @@ def make_item(data, id, row, question="", options=(), answer="", images=(), hint
 
 
 def scoring(name: str, columns) -> dict:
-    """How report.py scores a file's rows, as VLMEvalKit does for that dataset: 3DSRBench's four settings
+    """How tables.py scores a file's rows, as VLMEvalKit does for that dataset: 3DSRBench's four settings
     from qid, circular groups (every rotation right) from g_index, or one row one question; CV-Bench-2D's
     Overall is the unweighted mean over its `source` values."""
     low = name.lower()

@@ -9,7 +9,7 @@ prior     Self-Grounded Verification (SGV): "Let's Think in Two Steps: Mitigatin
           MLLMs with Self-Grounded Verification", ICLR 2026, method steps 1 and 2. One call per
           question, with the question and images only, writes the prior k̂_q: what a correct solution
           must establish. Every judge reads it as reference expectations, before the candidate and
-          after what every role of the step shares (layout.role_messages), so the prefix cache still holds.
+          after what every role of the step shares (prompting.role_messages), so the prefix cache still holds.
 premises  Explicit Visual Premise Verification (EVPV): "Grounding the Score: Explicit Visual Premise
           Verification for Reliable Vision-Language Process Reward Models", methodology 2 to 4. One
           call per question extracts a JSON fact sheet C (objects, numbers, relations, structure,
@@ -26,9 +26,9 @@ gate      EVPV's reliability gate (needs premises), methodology 3 and 4. One tex
           "gate-visual" choose it.
 
 zoom      ReVISE's look again ("Think, Look, and Revise: Inconsistency-Aware Visual Self-Correction in MLLMs",
-          appendix B; zoom.py): before it scores a candidate, the visual judge names at most zoom.K regions of
+          appendix B; modes/zoom.py): before it scores a candidate, the visual judge names at most zoom.K regions of
           the first image (a JSON request, prompts/zoom.txt, boxes in 0..1000 coordinates); when every box passes
-          zoom.check_region, their revise.zoom_in crops go into its request just before its task, after the
+          zoom.check_region, their zoom.zoom_in crops go into its request just before its task, after the
           shared prefix; when it names none, a box fails or the reply is unreadable twice, it scores from the
           full image (ReVISE's fallback to the model's own perception). The record keeps the path and the boxes.
 
@@ -92,7 +92,7 @@ class ModeCalls:
     their requests are identical across runs (temperature 0, fixed seed), so an on-disk Cache serves
     them again. Thread-safe: when the n×m judge calls of a step ask at once, one call is made.
     record(question, images) is what a trace's meta should hold for that question. `layout` lays out its requests
-    as layout.role_messages does: "shared" (the default) shares the prefix of the step's other requests.
+    as prompting.role_messages does: "shared" (the default) shares the prefix of the step's other requests.
     """
 
     def __init__(self, client: Client, mode: JudgeMode = JudgeMode(), max_tokens: int = MODE_MAX_TOKENS,
@@ -147,8 +147,8 @@ class ModeCalls:
         return self._once((kind, self._key(state.question, state.images)), lambda: make(state))
 
     def _messages(self, name: str, state: verdict.State, evidence: str = "", images=None, **fields) -> list:
-        """The request of prompts/{name}.txt about `state`, laid out as layout.role_messages lays out this
-        Grounding's layout."""
+        """The request of prompts/{name}.txt about `state`, laid out as prompting.role_messages lays out this
+        ModeCalls' layout."""
         return role_messages(name, state, self.layout, evidence, images, **fields)
 
     def prior(self, state: verdict.State) -> str:

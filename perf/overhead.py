@@ -7,7 +7,7 @@ Disagreement-Aware Consensus", ECCV 2026 (the step-wise loop with n = 3 candidat
 
 - Mode: how a step runs (candidates one by one or in one request, judge calls one by one or overlapped,
   judges that explain or give the score alone, judging skipped when the candidates agree) and its prompt
-  layout (layout.py: "shared", "per-role" or "role-first");
+  layout (prompting.py: "shared", "per-role" or "role-first");
 - run_chains and overhead: chains of verdict.step, timed step by step, with each step's change of the
   client's usage counters (the prompt tokens the server computed and reused, as it reports them);
 - tables and a picture of the result.
@@ -48,7 +48,7 @@ class Mode:
     concurrent: bool = False  # n in one request, and the n·m judge calls overlapped (judges.thread_map)
     score_only: bool = False  # short judges: Judge(score_only=True), the score alone
     adaptive: bool = False    # no judging when the n candidates are the same string
-    layout: str = "shared"    # the prompt layout of every request (layout.LAYOUTS)
+    layout: str = "shared"    # the prompt layout of every request (prompting.LAYOUTS)
 
 
 BASE = Mode("base (reasoner alone, n = 1)", n=1, layout="per-role")  # the denominator of every ratio

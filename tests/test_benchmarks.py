@@ -1,4 +1,4 @@
-"""Tests for benchmarks.py: loading VLMEvalKit TSVs and JSONL files (malformed rows, reused and multi-image
+"""Tests for harness/benchmarks.py: loading VLMEvalKit TSVs and JSONL files (malformed rows, reused and multi-image
 rows, rows without an image, image files, the prompt column), each dataset's conventions (MMMU, MathVista,
 scoring), MMMU's image placement, paths kept inside the data directory, and streaming."""
 import base64

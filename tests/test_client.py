@@ -1,4 +1,4 @@
-"""Tests for client.py against a scripted loopback server (loopback.py): retries, errors, usage counts,
+"""Tests for client.py against a scripted loopback server (perf/loopback.py): retries, errors, usage counts,
 the API key, the response cache, forks and the command-line flags. No other network."""
 import argparse
 import json

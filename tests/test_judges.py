@@ -1,4 +1,4 @@
-"""Tests for judges.py against a scripted loopback server (loopback.py): the reasoner's and the judges'
+"""Tests for judges.py against a scripted loopback server (perf/loopback.py): the reasoner's and the judges'
 requests, score parsing, abstention, the follow-up, logprobs, and overlapping judge calls. No other network.
 
 The live test at the end talks to a real server at $VERDICT_LIVE_URL and checks structure and

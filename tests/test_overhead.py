@@ -1,4 +1,4 @@
-"""Tests for overhead.py: the step modes' calls and skips, adaptive judging's exactness, the token figures and
+"""Tests for perf/overhead.py: the step modes' calls and skips, adaptive judging's exactness, the token figures and
 the result's fields, the tables and the picture, all against the simulated server with no sleeping."""
 import math
 import re

@@ -1,4 +1,4 @@
-"""Tests for scores.py: reading a judge's reply in each format (golden replies, with the reason for each
+"""Tests for replies.py: reading a judge's reply in each format (golden replies, with the reason for each
 expectation beside it), what the judge quotes of the candidate, the probability-weighted score, and a run's
 format with its fallback."""
 import math

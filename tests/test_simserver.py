@@ -1,4 +1,4 @@
-"""Tests for simserver.py: the latency model's arithmetic, the pseudo-tokens and block hashes of a prompt, the
+"""Tests for perf/simserver.py: the latency model's arithmetic, the pseudo-tokens and block hashes of a prompt, the
 prefix cache as the two prompt layouts meet it, and the simulated replies. No timing is asserted."""
 import json
 
@@ -115,7 +115,7 @@ def lcp(a: list, b: list) -> int:
 def test_the_prefix_cache_is_a_longest_common_prefix_in_whole_blocks(layout, question):
     # Oracle: vLLM's chained block hashes make block i cached exactly when an earlier prompt began with the same
     # (i + 1)·BLOCK units, so a request's cached tokens are BLOCK · max over earlier prompts p of lcp(p, it) // BLOCK.
-    # The requests are those of three steps (the reasoner's, then 3 judges × 3 candidates), laid out by layout.py
+    # The requests are those of three steps (the reasoner's, then 3 judges × 3 candidates), laid out by prompting.py
     # with two images, first or at the question's <image k>, as the server receives them in sequential mode.
     images = (Image.new("RGB", (32, 32), "red"), Image.new("RGB", (32, 32), "blue"))
     sim, seen, state = SimulatedServer(LatencyModel(time_scale=0.0, image_tokens=64)), [], verdict.State(question, images)

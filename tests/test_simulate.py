@@ -8,7 +8,7 @@ import pytest
 
 import simulate
 import verdict
-from simulate import ALL_RULES, Scenario, draw, interval, measure, premises, scores, select_batch
+from simulate import ALL_RULES, Scenario, draw, interval, measure, premises, raw_scores, select_batch
 
 
 # ----------------------------------------------------------------------------- oracle
@@ -56,7 +56,7 @@ def test_identical_judges_equal_lam_verdict_chooses_as_the_mean():
     # rho = 1: every judge reports the same score, so Δ* = 0 and (equal λ) s̄* = the raw mean.
     # The filter is then s̄* > τ; whenever it accepts, the top raw mean is accepted and chosen.
     sc = Scenario(rho=1.0, lam=(1.0, 1.0, 1.0), sigma=0.2)
-    s_hat, _ = scores(draw(3, 2000, seed=5), sc)
+    s_hat, _ = raw_scores(draw(3, 2000, seed=5), sc)
     b = select_batch(s_hat, sc.lam, sc.tau, sc.eps)
     accepts = ~b["verdict"].fallback
     assert accepts.mean() > 0.5  # the property is exercised
@@ -68,7 +68,7 @@ def test_exchangeable_judges_equal_lam_agree_whenever_the_means_choice_is_accept
     # i.i.d. judges, equal λ: the plain mean is preserved (s̄* = raw mean), so VERDICT, which takes
     # the accepted candidate with the highest s̄*, agrees with the mean whenever the mean's pick passes.
     sc = Scenario(lam=(0.7, 0.7, 0.7), sigma=0.2)
-    s_hat, _ = scores(draw(3, 2000, seed=seed), sc)
+    s_hat, _ = raw_scores(draw(3, 2000, seed=seed), sc)
     b = select_batch(s_hat, sc.lam, sc.tau, sc.eps)
     pick = b["mean"].index                                                       # [T]
     passes = np.take_along_axis(b["verdict"].accepted, pick[:, None], 1)[:, 0]   # [T]
@@ -90,7 +90,7 @@ def test_gate_golden_a_premise_that_fools_L_and_C():
     base = Scenario(sigma=0.0, p_correct=0.0, p_premise=1.0, premise_fools=(1, 2), p_detect=1.0)
     want = {"none": (0.7197, 0.0899, True), "visual": (0.7397, 0.0799, True), "step": (0.5, 0.0, False)}
     for gate, (s_bar, delta, accepted) in want.items():
-        s_hat, _ = scores(d, replace(base, gate=gate))
+        s_hat, _ = raw_scores(d, replace(base, gate=gate))
         b = select_batch(s_hat)["verdict"]
         assert np.allclose(b.s_bar_star, s_bar, atol=1e-4) and np.allclose(b.delta_star, delta, atol=1e-4), gate
         assert np.all(b.accepted == accepted), gate
@@ -123,7 +123,7 @@ def test_gate_moves_only_its_targets_flagged_scores_and_nan_stays_nan(seed):
     sc = Scenario(p_premise=0.5, premise_fools=(0, 2), p_detect=rng.uniform(0.3, 1), p_false=rng.uniform(0.1, 0.5), q=0.2)
     d = draw(2, 500, seed=seed)
     flagged = premises(d, sc)[1]                                                # [N, n]
-    none, visual, step = (scores(d, replace(sc, gate=g))[0] for g in ("none", "visual", "step"))
+    none, visual, step = (raw_scores(d, replace(sc, gate=g))[0] for g in ("none", "visual", "step"))
     assert 0.1 < flagged.mean() < 0.9
     nan = np.isnan(none)
     assert np.array_equal(nan, np.isnan(visual)) and np.array_equal(nan, np.isnan(step))  # abstentions untouched
@@ -184,6 +184,6 @@ def test_other_guards():
     with pytest.raises(ValueError, match="scores must lie in"):  # verdict's own check, not clamped
         select_batch(np.full((2, 3, 3), 1.5))
     with pytest.raises(ValueError, match="lam"):
-        scores(draw(2, 5), Scenario(lam=(1.0, 1.0)))
+        raw_scores(draw(2, 5), Scenario(lam=(1.0, 1.0)))
     with pytest.raises(ValueError, match="2 per-seed"):
         interval([0.5])
