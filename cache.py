@@ -6,6 +6,7 @@ Disagreement-Aware Consensus", ECCV 2026. A step costs the reasoner's call and n
 them repeat across the rules and judge modes of one evaluation (the same candidates, judged the same way),
 and the cache serves every repeat. client.Client uses it; keys cover the endpoint and the whole request.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -30,6 +31,7 @@ def cache_key(payload: dict, endpoint: str) -> str:
     """sha256 over the canonical JSON of the endpoint (a base URL) and a request (model, messages, sampling
     parameters, n, seed), with every data URL (image) replaced by its own sha256. Two servers that report
     the same model name never share an entry."""
+
     def strip(x):
         if isinstance(x, dict):
             return {k: strip(v) for k, v in x.items()}
@@ -38,8 +40,13 @@ def cache_key(payload: dict, endpoint: str) -> str:
         if isinstance(x, str) and x.startswith("data:"):
             return "sha256:" + hashlib.sha256(x.encode()).hexdigest()
         return x
-    canon = json.dumps({"endpoint": endpoint, "request": strip(payload)}, sort_keys=True, separators=(",", ":"),
-                       ensure_ascii=False)
+
+    canon = json.dumps(
+        {"endpoint": endpoint, "request": strip(payload)},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
     return hashlib.sha256(canon.encode()).hexdigest()
 
 
@@ -64,8 +71,9 @@ class Cache:
         self._db = None
         try:
             with self._failing("open"):
-                self._db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=timeout,
-                                           isolation_level=None)  # transactions are explicit: see _write
+                self._db = sqlite3.connect(
+                    str(self.path), check_same_thread=False, timeout=timeout, isolation_level=None
+                )  # transactions are explicit: see _write
                 self._check()
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")  # in WAL mode: no fsync per commit, kill-safe
@@ -77,17 +85,34 @@ class Cache:
         """Integrity first (a damaged page must not surface as a wrong or failing reply later), then the format."""
         problems = [r[0] for r in self._db.execute("PRAGMA quick_check").fetchall()]
         if problems != ["ok"]:
-            raise CacheError(f"{self.path} is damaged ({one_line(problems[0], 120)}); delete it or choose another file")
+            raise CacheError(
+                f"{self.path} is damaged ({one_line(problems[0], 120)}); delete it or choose another file"
+            )
         tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if not tables:  # a new file
-            self._write([("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT)", [()]),
-                         ("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, response TEXT NOT NULL)", [()]),
-                         ("INSERT OR IGNORE INTO meta VALUES ('format', ?)", [(CACHE_FORMAT,)])])
+            self._write(
+                [
+                    ("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT)", [()]),
+                    (
+                        "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, response TEXT NOT NULL)",
+                        [()],
+                    ),
+                    ("INSERT OR IGNORE INTO meta VALUES ('format', ?)", [(CACHE_FORMAT,)]),
+                ]
+            )
             tables = {"meta", "responses"}
-        row = self._db.execute("SELECT value FROM meta WHERE name='format'").fetchone() if "meta" in tables else None
-        if row is None or row[0] != CACHE_FORMAT or "responses" not in tables:  # never read answers written under other rules
-            raise CacheError(f"{self.path} holds format {row[0] if row else 'unknown'!r}, expected {CACHE_FORMAT!r}; "
-                             "delete it or choose another file")
+        row = (
+            self._db.execute("SELECT value FROM meta WHERE name='format'").fetchone()
+            if "meta" in tables
+            else None
+        )
+        if (
+            row is None or row[0] != CACHE_FORMAT or "responses" not in tables
+        ):  # never read answers written under other rules
+            raise CacheError(
+                f"{self.path} holds format {row[0] if row else 'unknown'!r}, expected {CACHE_FORMAT!r}; "
+                "delete it or choose another file"
+            )
 
     @contextlib.contextmanager
     def _failing(self, doing: str):
@@ -97,11 +122,17 @@ class Cache:
         except (sqlite3.Error, OSError, ValueError) as e:
             name = getattr(e, "sqlite_errorname", "")
             if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
-                raise CacheError(f"{self.path} is locked by another process (waited {self.timeout:g} s to {doing}); "
-                                 "let that process finish or choose another cache file") from None
+                raise CacheError(
+                    f"{self.path} is locked by another process (waited {self.timeout:g} s to {doing}); "
+                    "let that process finish or choose another cache file"
+                ) from None
             if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
-                raise CacheError(f"{self.path} is damaged or not a database ({e}); delete it or choose another file") from None
-            raise CacheError(f"{self.path}: cannot {doing} the response cache ({type(e).__name__}: {e})") from None
+                raise CacheError(
+                    f"{self.path} is damaged or not a database ({e}); delete it or choose another file"
+                ) from None
+            raise CacheError(
+                f"{self.path}: cannot {doing} the response cache ({type(e).__name__}: {e})"
+            ) from None
 
     def _connection(self) -> sqlite3.Connection:
         if self._db is None:
@@ -125,14 +156,21 @@ class Cache:
         with self._queue_lock:
             text = self._queue.get(key)
         with self._lock, self._failing("read"):
-            row = (text,) if text is not None else self._connection().execute(
-                "SELECT response FROM responses WHERE key=?", (key,)).fetchone()
+            row = (
+                (text,)
+                if text is not None
+                else self._connection()
+                .execute("SELECT response FROM responses WHERE key=?", (key,))
+                .fetchone()
+            )
         if row is None:
             return None
         try:
             return json.loads(row[0])
         except ValueError:
-            raise CacheError(f"{self.path}: entry {key[:16]} is not valid JSON; the cache is corrupt") from None
+            raise CacheError(
+                f"{self.path}: entry {key[:16]} is not valid JSON; the cache is corrupt"
+            ) from None
 
     def put(self, key: str, response: dict) -> None:
         """Store a response; return once it is committed (with every other reply queued by then)."""

@@ -16,14 +16,25 @@ Disagreement-Aware Consensus", ECCV 2026. The decision plane (demo.plot), the si
 
 Left out: rotated text, and keeping text off lines and bars unless a chart asks (Canvas.avoid).
 """
+
 from __future__ import annotations
 
 from PIL import Image, ImageDraw
 
 from images import font
 
-PALETTE = ((31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75),
-           (227, 119, 194), (127, 127, 127), (188, 189, 34), (23, 190, 207))  # Tableau 10
+PALETTE = (
+    (31, 119, 180),
+    (255, 127, 14),
+    (44, 160, 44),
+    (214, 39, 40),
+    (148, 103, 189),
+    (140, 86, 75),
+    (227, 119, 194),
+    (127, 127, 127),
+    (188, 189, 34),
+    (23, 190, 207),
+)  # Tableau 10
 BLUE, ORANGE, GREEN, RED, PURPLE, BROWN, PINK, GREY, OLIVE, CYAN = PALETTE
 INK, GRID = (0, 0, 0), (225, 225, 225)
 MIN_SIZE, GAP = 8, 2  # the smallest text drawn, in points; the pixels kept clear between two texts
@@ -91,8 +102,17 @@ class Canvas:
         y0 = min(max(xy[1] - dy, GAP), H - GAP - h)
         return (max(x0, 0), max(y0, 0), max(x0, 0) + w, max(y0, 0) + h)
 
-    def text(self, xy: tuple, text: str, size: int = 11, fill=INK, anchor: str = "la",
-             width: float | None = None, lines: int | None = None, moves=((0, 0),)) -> tuple | None:
+    def text(
+        self,
+        xy: tuple,
+        text: str,
+        size: int = 11,
+        fill=INK,
+        anchor: str = "la",
+        width: float | None = None,
+        lines: int | None = None,
+        moves=((0, 0),),
+    ) -> tuple | None:
         """Draws `text` at xy (see Canvas.box), wrapped to `width` pixels (the image's by default) in at most
         `lines` lines, at the first offset of `moves` where it overlaps no text drawn before. Returns its box,
         or None when every offset overlaps and the text is left out."""
@@ -118,8 +138,16 @@ class Canvas:
         self.img.save(path)
 
 
-def legend(c: Canvas, xy: tuple, items: list, width: float = 180, size: int = 11, line: bool = False,
-           frame: bool = False, across: bool = False) -> float:
+def legend(
+    c: Canvas,
+    xy: tuple,
+    items: list,
+    width: float = 180,
+    size: int = 11,
+    line: bool = False,
+    frame: bool = False,
+    across: bool = False,
+) -> float:
     """(label, colour) items from xy, the top left, in a column (in a row if `across`): a 10-pixel swatch (a
     24-pixel line if `line`) and the label, wrapped to the rest of `width`; a row that would pass `width`
     goes on below. A colour None makes the label a heading, a callable colour draws its own swatch, given

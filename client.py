@@ -16,6 +16,7 @@ is what the paper leaves to an implementation:
 
 Works with vLLM, SGLang, llama.cpp's llama-server, llama-cpp-python's server and hosted APIs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,7 +46,9 @@ class EndpointError(RuntimeError):
 
     def __init__(self, url: str, status: int | None, message: str):
         self.url, self.status, self.message = url, status, message
-        super().__init__(f"{url}: {f'HTTP {status}' if status is not None else 'no valid response'}: {message}")
+        super().__init__(
+            f"{url}: {f'HTTP {status}' if status is not None else 'no valid response'}: {message}"
+        )
 
 
 def _server_message(r: requests.Response) -> str:
@@ -74,7 +77,9 @@ def reported_usage(response: dict) -> dict:
     """The token counts a response reports in its OpenAI "usage" object: {"prompt_tokens": int,
     "completion_tokens": int}, each 0 when the server sent none."""
     usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
-    return {k: usage[k] if isinstance(usage.get(k), int) else 0 for k in ("prompt_tokens", "completion_tokens")}
+    return {
+        k: usage[k] if isinstance(usage.get(k), int) else 0 for k in ("prompt_tokens", "completion_tokens")
+    }
 
 
 def reported_cache(response: dict) -> dict:
@@ -86,13 +91,27 @@ def reported_cache(response: dict) -> dict:
     "prompt_ms", "predicted_ms": llama-server's timings, the milliseconds it spent computing the prompt and
         generating the reply (a request's own; requests in parallel slots overlap in wall time)."""
     usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
-    details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
+    details = (
+        usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
+    )
     timings = response.get("timings") if isinstance(response.get("timings"), dict) else {}
-    count = lambda d, k: d[k] if isinstance(d.get(k), int) and not isinstance(d[k], bool) and d[k] >= 0 else None
-    ms = lambda k: (float(timings[k]) if isinstance(timings.get(k), (int, float)) and not isinstance(timings[k], bool)
-                    and 0 <= timings[k] < math.inf else None)
-    return {"cached_tokens": count(details, "cached_tokens"), "cache_n": count(timings, "cache_n"),
-            "prompt_n": count(timings, "prompt_n"), "prompt_ms": ms("prompt_ms"), "predicted_ms": ms("predicted_ms")}
+    count = lambda d, k: (
+        d[k] if isinstance(d.get(k), int) and not isinstance(d[k], bool) and d[k] >= 0 else None
+    )
+    ms = lambda k: (
+        float(timings[k])
+        if isinstance(timings.get(k), (int, float))
+        and not isinstance(timings[k], bool)
+        and 0 <= timings[k] < math.inf
+        else None
+    )
+    return {
+        "cached_tokens": count(details, "cached_tokens"),
+        "cache_n": count(timings, "cache_n"),
+        "prompt_n": count(timings, "prompt_n"),
+        "prompt_ms": ms("prompt_ms"),
+        "predicted_ms": ms("predicted_ms"),
+    }
 
 
 def check_base_url(url) -> str:
@@ -103,10 +122,17 @@ def check_base_url(url) -> str:
         port_ok = parts is None or parts.port is None or parts.port > 0  # .port raises on a malformed port
     except ValueError:
         parts, port_ok = None, False
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or not port_ok \
-            or any(c.isspace() for c in parts.netloc):
-        raise ValueError(f"the endpoint URL must be http:// or https:// with a host, e.g. http://127.0.0.1:8000/v1; "
-                         f"got {url!r}")
+    if (
+        parts is None
+        or parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or not port_ok
+        or any(c.isspace() for c in parts.netloc)
+    ):
+        raise ValueError(
+            f"the endpoint URL must be http:// or https:// with a host, e.g. http://127.0.0.1:8000/v1; "
+            f"got {url!r}"
+        )
     return url.rstrip("/")
 
 
@@ -157,24 +183,58 @@ class Client:
     call, merged ones included; an exception it raises refuses the call (evaluate.py's call budget).
     """
 
-    def __init__(self, base_url: str, model: str, api_key_env: str = DEFAULT_KEY_ENV, timeout: float = 120.0,
-                 retries: int = 4, cache: Cache | None = None, backoff: float = 0.5, sleep: Callable = time.sleep,
-                 on_chat: Callable[[], None] | None = None, in_flight: InFlight | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key_env: str = DEFAULT_KEY_ENV,
+        timeout: float = 120.0,
+        retries: int = 4,
+        cache: Cache | None = None,
+        backoff: float = 0.5,
+        sleep: Callable = time.sleep,
+        on_chat: Callable[[], None] | None = None,
+        in_flight: InFlight | None = None,
+    ):
         if not (isinstance(retries, int) and retries >= 0):
             raise ValueError(f"retries must be an integer >= 0, got retries={retries!r}")
         if not (timeout > 0 and backoff >= 0):
-            raise ValueError(f"need timeout > 0 and backoff >= 0, got timeout={timeout!r}, backoff={backoff!r}")
+            raise ValueError(
+                f"need timeout > 0 and backoff >= 0, got timeout={timeout!r}, backoff={backoff!r}"
+            )
         self.base_url, self.model, self.api_key_env = check_base_url(base_url), model, api_key_env
-        self.timeout, self.retries, self.cache, self.backoff, self._sleep = timeout, retries, cache, backoff, sleep
+        self.timeout, self.retries, self.cache, self.backoff, self._sleep = (
+            timeout,
+            retries,
+            cache,
+            backoff,
+            sleep,
+        )
         self.on_chat, self.in_flight = on_chat, in_flight or InFlight()
         self.session = requests.Session()
-        self.session.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=64))  # one connection per thread
+        self.session.mount(
+            "http://", requests.adapters.HTTPAdapter(pool_maxsize=64)
+        )  # one connection per thread
         self.session.mount("https://", requests.adapters.HTTPAdapter(pool_maxsize=64))
         self._lock = threading.Lock()
-        self._usage = dict(requests=0, calls=0, cache_hits=0, merged=0, replies=0, prompt_tokens=0,
-                           completion_tokens=0, call_tokens=0, cache_reports=0, cached_tokens=0,
-                           computed_prompt_tokens=0, timings_reports=0, timings_cache_n=0, timings_prompt_n=0,
-                           timings_prompt_ms=0.0, timings_predicted_ms=0.0)
+        self._usage = dict(
+            requests=0,
+            calls=0,
+            cache_hits=0,
+            merged=0,
+            replies=0,
+            prompt_tokens=0,
+            completion_tokens=0,
+            call_tokens=0,
+            cache_reports=0,
+            cached_tokens=0,
+            computed_prompt_tokens=0,
+            timings_reports=0,
+            timings_cache_n=0,
+            timings_prompt_n=0,
+            timings_prompt_ms=0.0,
+            timings_predicted_ms=0.0,
+        )
 
     def __repr__(self) -> str:
         return f"Client(base_url={self.base_url!r}, model={self.model!r})"
@@ -182,8 +242,18 @@ class Client:
     def fork(self, on_chat: Callable[[], None] | None = None) -> "Client":
         """A client for the same endpoint, model, settings, cache and requests in flight, with its own session
         and counters."""
-        return Client(self.base_url, self.model, self.api_key_env, self.timeout, self.retries, self.cache,
-                      self.backoff, self._sleep, on_chat, self.in_flight)
+        return Client(
+            self.base_url,
+            self.model,
+            self.api_key_env,
+            self.timeout,
+            self.retries,
+            self.cache,
+            self.backoff,
+            self._sleep,
+            on_chat,
+            self.in_flight,
+        )
 
     def close(self) -> None:
         self.session.close()
@@ -221,7 +291,11 @@ class Client:
         """The response JSON of one chat completion; parameters set to None are not sent."""
         if self.on_chat is not None:
             self.on_chat()
-        payload = {"model": self.model, "messages": messages, **{k: v for k, v in params.items() if v is not None}}
+        payload = {
+            "model": self.model,
+            "messages": messages,
+            **{k: v for k, v in params.items() if v is not None},
+        }
         self._count(calls=1)
         key = cache_key(payload, self.base_url)
         flight, first = self.in_flight.join(key)
@@ -229,16 +303,25 @@ class Client:
             flight.done.wait()
             if flight.error is not None:
                 raise flight.error
-            self._count(call_tokens=sum(reported_usage(flight.response).values()),
-                        **{"cache_hits" if flight.source == "cache" else "merged": 1})
+            self._count(
+                call_tokens=sum(reported_usage(flight.response).values()),
+                **{"cache_hits" if flight.source == "cache" else "merged": 1},
+            )
             return copy.deepcopy(flight.response)
         try:
             response, source = self._answer(key, payload)
             flight.finish(response, source)
             return response
         except BaseException as e:
-            flight.finish(None, None, e if isinstance(e, Exception) else
-                          self._error(self.base_url, None, "the identical call this one waited for was interrupted"))
+            flight.finish(
+                None,
+                None,
+                e
+                if isinstance(e, Exception)
+                else self._error(
+                    self.base_url, None, "the identical call this one waited for was interrupted"
+                ),
+            )
             raise
         finally:
             self.in_flight.leave(key)
@@ -259,7 +342,7 @@ class Client:
     def _post(self, payload: dict) -> dict:
         url = f"{self.base_url}/chat/completions"
         for attempt in range(self.retries + 1):
-            wait = self.backoff * 2 ** attempt * random.uniform(0.5, 1.0)
+            wait = self.backoff * 2**attempt * random.uniform(0.5, 1.0)
             self._count(requests=1)
             body, error, told = self._attempt(url, payload)
             if body is not None:
@@ -273,9 +356,17 @@ class Client:
         failure worth retrying; EndpointError raised at once for one that retrying cannot help."""
         key = os.environ.get(self.api_key_env)
         try:
-            r = self.session.post(url, json=payload, headers={"Authorization": f"Bearer {key}"} if key else {},
-                                  timeout=self.timeout)
-        except (requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema, requests.exceptions.MissingSchema) as e:
+            r = self.session.post(
+                url,
+                json=payload,
+                headers={"Authorization": f"Bearer {key}"} if key else {},
+                timeout=self.timeout,
+            )
+        except (
+            requests.exceptions.InvalidURL,
+            requests.exceptions.InvalidSchema,
+            requests.exceptions.MissingSchema,
+        ) as e:
             raise self._error(url, None, f"unusable URL: {e}") from None
         except requests.Timeout:
             return None, self._error(url, None, f"timed out after {self.timeout} s"), None
@@ -299,11 +390,16 @@ def _reuse_counts(tokens: dict, reuse: dict) -> dict:
     """Client.usage's increments for one reply's prefix-cache report (reported_cache)."""
     counts = {}
     if reuse["cached_tokens"] is not None:
-        counts.update(cache_reports=1, cached_tokens=reuse["cached_tokens"],
-                      computed_prompt_tokens=tokens["prompt_tokens"] - reuse["cached_tokens"])
+        counts.update(
+            cache_reports=1,
+            cached_tokens=reuse["cached_tokens"],
+            computed_prompt_tokens=tokens["prompt_tokens"] - reuse["cached_tokens"],
+        )
     if reuse["cache_n"] is not None and reuse["prompt_n"] is not None:
         counts.update(timings_reports=1, timings_cache_n=reuse["cache_n"], timings_prompt_n=reuse["prompt_n"])
-        counts.update({f"timings_{k}": reuse[k] for k in ("prompt_ms", "predicted_ms") if reuse[k] is not None})
+        counts.update(
+            {f"timings_{k}": reuse[k] for k in ("prompt_ms", "predicted_ms") if reuse[k] is not None}
+        )
     return counts
 
 
@@ -319,12 +415,17 @@ def _chat_body(r: requests.Response) -> tuple:
         said = f" (server said: {_server_message(r)})" if isinstance(body, dict) and "error" in body else ""
         return None, f"response has no choices{said}"
     for c in choices:
-        if not (isinstance(c, dict) and isinstance(c.get("message"), dict) and isinstance(c["message"].get("content"), str)):
+        if not (
+            isinstance(c, dict)
+            and isinstance(c.get("message"), dict)
+            and isinstance(c["message"].get("content"), str)
+        ):
             return None, f"a choice has no message with string content: {json.dumps(c)}"
     return body, None
 
 
 # ----------------------------------------------------------------------------- command-line flags
+
 
 class Parser(argparse.ArgumentParser):
     """The argument parser of demo.py and evaluate.py: a bad flag is one line on stderr and exit code 2."""
@@ -340,14 +441,27 @@ def add_endpoint_args(parser) -> None:
     g.add_argument("--model", default="default", help="the reasoner's model name")
     g.add_argument("--judge-model", help="the judges' model name (default: --model)")
     g.add_argument("--judge-base-url", help="the judges' endpoint (default: --base-url)")
-    g.add_argument("--api-key-env", help=f"environment variable holding the API key ({DEFAULT_KEY_ENV}); when it "
-                   "is unset, no key is sent, with a warning if this flag was given or an endpoint is not loopback")
+    g.add_argument(
+        "--api-key-env",
+        help=f"environment variable holding the API key ({DEFAULT_KEY_ENV}); when it "
+        "is unset, no key is sent, with a warning if this flag was given or an endpoint is not loopback",
+    )
     g.add_argument("--timeout", type=float, default=120.0, help="seconds per request (120)")
-    g.add_argument("--retries", type=int, default=4,
-                   help="retries on connection errors, timeouts, 429, 5xx and malformed replies (4)")
-    g.add_argument("--concurrency", type=int, default=4,
-                   help="requests in flight at once (4): demo.py overlaps a step's judge calls, evaluate.py runs items")
-    g.add_argument("--cache", help="sqlite response cache file (demo.py: off by default; evaluate.py: OUT/cache.sqlite)")
+    g.add_argument(
+        "--retries",
+        type=int,
+        default=4,
+        help="retries on connection errors, timeouts, 429, 5xx and malformed replies (4)",
+    )
+    g.add_argument(
+        "--concurrency",
+        type=int,
+        default=4,
+        help="requests in flight at once (4): demo.py overlaps a step's judge calls, evaluate.py runs items",
+    )
+    g.add_argument(
+        "--cache", help="sqlite response cache file (demo.py: off by default; evaluate.py: OUT/cache.sqlite)"
+    )
 
 
 def endpoint_client(args, url: str, model: str, cache: Cache | None = None) -> Client:

@@ -25,6 +25,7 @@ outside (0, 1], ...), a blank --question, --choices that are not two or more "A.
 URL. Live, when the API key's variable is unset although a key is expected (--api-key-env was given, or an
 endpoint is not on this machine), one warning goes to stderr; the key itself is never printed.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,22 +43,24 @@ from modes import MODE_MAX_TOKENS, JudgeMode, add_verifier_args, calls, config_o
 import judges
 import verdict
 
-QUESTION = ("From the viewer's perspective, is the blue ball to the left or to the right of the red cube?\n"
-            "A. left\nB. right")
+QUESTION = (
+    "From the viewer's perspective, is the blue ball to the left or to the right of the red cube?\n"
+    "A. left\nB. right"
+)
 
 # step -> {candidate: (ŝ_V, ŝ_L, ŝ_C)}; the scripted judges look the raw scores up here.
 SCRIPT = [
-    {   # Proposition 1: equal raw means 2/3, opposite decisions (Δ* 0.0181 accepted, 0.1268 rejected).
+    {  # Proposition 1: equal raw means 2/3, opposite decisions (Δ* 0.0181 accepted, 0.1268 rejected).
         "The red cube stands on the left half of the image.": (0.7, 0.6, 0.7),
         "The cube is red and large, so it must be in front of the ball.": (0.9, 0.2, 0.9),
         "Scenes like this usually put the ball on the left.": (0.3, 0.4, 0.2),
     },
-    {   # Nothing passes both tests: the fallback takes the highest s̄* − Δ*.
+    {  # Nothing passes both tests: the fallback takes the highest s̄* − Δ*.
         "The ball is further right, but it may be partly hidden.": (0.55, 0.6, 0.5),
         "The ball looks smaller, so it is probably far behind the cube.": (0.8, 0.2, 0.5),
         "Balls roll, so its position can change.": (0.4, 0.3, 0.1),
     },
-    {   # The raw mean prefers the fluent wrong answer; the stubborn visual judge sinks it.
+    {  # The raw mean prefers the fluent wrong answer; the stubborn visual judge sinks it.
         "Final answer: A": (0.3, 0.95, 0.95),
         "Final answer: B": (0.75, 0.68, 0.7),
         "Final answer: B, since the ball is at the far left.": (0.2, 0.5, 0.6),
@@ -69,8 +72,8 @@ def draw_scene(path: str) -> None:
     """A 320×200 scene: a red cube on the left, a blue ball on the right, a green cone behind."""
     img = Image.new("RGB", (320, 200), (235, 235, 228))
     d = ImageDraw.Draw(img)
-    d.rectangle([0, 130, 320, 200], fill=(200, 196, 180))                 # floor
-    d.polygon([(200, 120), (215, 80), (230, 120)], fill=(60, 150, 70))    # far, small cone
+    d.rectangle([0, 130, 320, 200], fill=(200, 196, 180))  # floor
+    d.polygon([(200, 120), (215, 80), (230, 120)], fill=(60, 150, 70))  # far, small cone
     d.rectangle([50, 100, 120, 170], fill=(200, 40, 40), outline=(120, 20, 20))  # red cube
     d.polygon([(50, 100), (70, 85), (140, 85), (120, 100)], fill=(225, 80, 80))
     d.ellipse([220, 125, 270, 175], fill=(40, 80, 210), outline=(20, 40, 120))  # blue ball
@@ -79,15 +82,18 @@ def draw_scene(path: str) -> None:
 
 def scripted_agents():
     """A proposer and three judges that replay SCRIPT: plain functions, as verdict.run accepts."""
+
     def propose(state, n):
         return list(SCRIPT[len(state.steps)])[:n]
 
     def judge(i):
         return lambda state, step: SCRIPT[len(state.steps)][step][i]
+
     return propose, [judge(i) for i in range(len(verdict.JUDGES))]
 
 
 # ----------------------------------------------------------------------------- output
+
 
 def fmt(x: float) -> str:
     return "  -  " if math.isnan(x) else f"{x:.3f}"
@@ -103,7 +109,10 @@ def row(k, text: str, values: tuple, end: str) -> str:
 
 HOW = {  # what each rule does: (a candidate passed its filter, none did), or one phrase for a rule with no filter
     "verdict": ("accepted, highest s̄*", "fallback: none accepted, highest s̄*−Δ*"),
-    "raw-dual": ("accepted on raw scores, highest raw mean", "fallback: none accepted on raw scores, highest mean−Δ"),
+    "raw-dual": (
+        "accepted on raw scores, highest raw mean",
+        "fallback: none accepted on raw scores, highest mean−Δ",
+    ),
     "no-rank": ("the first accepted, in sampling order", "fallback: none accepted, the first candidate"),
     "variance": ("raw std below ε, highest raw mean", "none with raw std below ε, highest raw mean"),
     "mean": "no filter, highest raw mean",
@@ -129,7 +138,9 @@ def print_trace(trace: verdict.Trace, out=sys.stdout) -> None:
     filtered = isinstance(HOW[rule], tuple)
     for t, rec in enumerate(trace.steps, 1):
         sel = rec.selection
-        raw = verdict.select(rec.s_hat, trace.config.lam, trace.config.tau, trace.config.eps, rule="mean").index
+        raw = verdict.select(
+            rec.s_hat, trace.config.lam, trace.config.tau, trace.config.eps, rule="mean"
+        ).index
         print(f"\nstep {t}  (chosen #{sel.index}, {decision(rule, sel)})", file=out)
         print(f"  #  {'candidate':<46}   ŝ_V    ŝ_L    ŝ_C     s̄*     Δ*   ok", file=out)
         for k, cand in enumerate(rec.candidates):
@@ -144,10 +155,16 @@ def print_trace(trace: verdict.Trace, out=sys.stdout) -> None:
         if raw != sel.index:
             print(f"  the raw mean would have chosen #{raw} instead", file=out)
     tot = trace.totals()
-    print(f"\nfinal answer: {trace.answer if trace.answer is not None else '(none: stopped at max_steps)'}", file=out)
-    print(f"totals: {tot['steps']} steps, {tot['fallbacks']} fallback ({tot['fallback_rate']:.0%}), "
-          f"{tot['abstentions']} abstentions, {tot['judge_calls']} judge calls"
-          + (f", {tot['revisions']} revisions ({tot['revised']} taken)" if tot["revisions"] else ""), file=out)
+    print(
+        f"\nfinal answer: {trace.answer if trace.answer is not None else '(none: stopped at max_steps)'}",
+        file=out,
+    )
+    print(
+        f"totals: {tot['steps']} steps, {tot['fallbacks']} fallback ({tot['fallback_rate']:.0%}), "
+        f"{tot['abstentions']} abstentions, {tot['judge_calls']} judge calls"
+        + (f", {tot['revisions']} revisions ({tot['revised']} taken)" if tot["revisions"] else ""),
+        file=out,
+    )
 
 
 def mode_line(rec: dict) -> str:
@@ -172,8 +189,11 @@ def plot(trace: verdict.Trace, path: str, size=(640, 480)) -> None:
     chosen candidates as filled circles (green: accepted, orange square: fallback)."""
     W, H = size
     left, right, top, bottom = 70, 20, 30, 60
-    pts = [(float(r.selection.delta_star[k]), float(r.selection.s_bar_star[k]), t, k, r.selection)
-           for t, r in enumerate(trace.steps, 1) for k in range(len(r.candidates))]
+    pts = [
+        (float(r.selection.delta_star[k]), float(r.selection.s_bar_star[k]), t, k, r.selection)
+        for t, r in enumerate(trace.steps, 1)
+        for k in range(len(r.candidates))
+    ]
     pts = [p for p in pts if not (math.isnan(p[0]) or math.isnan(p[1]))]
     tau, eps = trace.config.tau, trace.config.eps
     x_max = max([2.5 * eps, 0.3] + [1.1 * p[0] for p in pts])
@@ -182,7 +202,7 @@ def plot(trace: verdict.Trace, path: str, size=(640, 480)) -> None:
     c = charts.Canvas(size)
     d, green = c.draw, charts.GREEN
     d.rectangle([X(0), Y(1), X(min(eps, x_max)), Y(tau)], fill=charts.tint(green, 0.8))  # accept: Δ*<ε, s̄*>τ
-    for i in range(6):                                                                  # grid
+    for i in range(6):  # grid
         d.line([X(0), Y(i / 5), X(x_max), Y(i / 5)], fill=charts.GRID)
     d.line([X(0), Y(tau), X(x_max), Y(tau)], fill=green, width=2)
     d.line([X(eps), Y(0), X(eps), Y(1)], fill=green, width=2)
@@ -190,21 +210,28 @@ def plot(trace: verdict.Trace, path: str, size=(640, 480)) -> None:
     for x, y, t, k, sel in pts:
         marker(d, X(x), Y(y), 6, k != sel.index, sel.fallback)
         c.avoid((X(x) - 6, Y(y) - 6, X(x) + 6, Y(y) + 6))
-    items = [("chosen, accepted", lambda d, b: marker(d, b[0] + 5, b[1] + 5, 5, False, False)),
-             ("chosen by fallback", lambda d, b: marker(d, b[0] + 5, b[1] + 5, 5, False, True)),
-             ("not chosen (label step.cand)", lambda d, b: marker(d, b[0] + 5, b[1] + 5, 5, True, False))]
+    items = [
+        ("chosen, accepted", lambda d, b: marker(d, b[0] + 5, b[1] + 5, 5, False, False)),
+        ("chosen by fallback", lambda d, b: marker(d, b[0] + 5, b[1] + 5, 5, False, True)),
+        ("not chosen (label step.cand)", lambda d, b: marker(d, b[0] + 5, b[1] + 5, 5, True, False)),
+    ]
     charts.legend(c, (X(x_max) - 190, Y(0.42 if tau > 0.5 else 0.95)), items, width=178, frame=True)
     # the texts, the most important first: a later one moves aside or is left out rather than overlap
     c.text(((X(0) + X(x_max)) / 2, H - 22), "consensus dispersion  Delta*", 14, anchor="mm")  # no Greek
     c.text((X(0), 6), "mean consensus  s-bar*", 14)
     c.text((X(x_max) - 4, Y(tau) - 4), f"tau = {tau:g}", 14, green, "rb", moves=((0, 0), (0, 24)))
     c.text((X(eps) + 4, Y(0) - 4), f"eps = {eps:g}", 14, green, "lb", moves=((0, 0), (0, -24)))
-    for i in range(6):                                                                  # tick labels
+    for i in range(6):  # tick labels
         c.text((X(0) - 8, Y(i / 5)), f"{i / 5:.1f}", anchor="rm")
         c.text((X(x_max * i / 5), Y(0) + 10), f"{x_max * i / 5:.2f}", anchor="mt")
     for x, y, t, k, sel in pts:
-        c.text((X(x) + 8, Y(y)), f"{t}.{k}", fill=charts.tint(charts.INK, 0.25), anchor="lm",
-               moves=((0, 0), (0, -12), (0, 12), (0, -24), (0, 24)))
+        c.text(
+            (X(x) + 8, Y(y)),
+            f"{t}.{k}",
+            fill=charts.tint(charts.INK, 0.25),
+            anchor="lm",
+            moves=((0, 0), (0, -12), (0, 12), (0, -24), (0, 24)),
+        )
     c.save(path)
 
 
@@ -221,8 +248,11 @@ def marker(d, cx: float, cy: float, r: float, other: bool, fallback: bool) -> No
 
 # ----------------------------------------------------------------------------- command line
 
+
 def parse_args(argv):
-    p = client.Parser(prog="demo.py", description="VERDICT step by step: offline by default, live with --base-url.")
+    p = client.Parser(
+        prog="demo.py", description="VERDICT step by step: offline by default, live with --base-url."
+    )
     p.add_argument("--question", help="the question (live mode)")
     p.add_argument("--image", action="append", default=[], help="image path; repeat for several (live mode)")
     p.add_argument("--choices", help='options as "A. left|B. right"; appended to the question')
@@ -245,8 +275,10 @@ def parse_choices(text: str) -> list:
     found = [CHOICE.fullmatch(o) for o in options]
     letters = [m[1].upper() for m in found if m]
     if len(options) < 2 or not all(found) or len(set(letters)) != len(letters):
-        raise ValueError(f'--choices must be two or more options "A. text|B. text", each a letter, a dot and its '
-                         f"text, with distinct letters; got {text!r}")
+        raise ValueError(
+            f'--choices must be two or more options "A. text|B. text", each a letter, a dot and its '
+            f"text, with distinct letters; got {text!r}"
+        )
     return options
 
 
@@ -255,8 +287,10 @@ def check_args(args) -> tuple:
     verdict.Config checks the numbers (τ in [0, 1), ε in (0, 1], ...; see its docstring)."""
     config, modes = config_of(args, rule=args.rule), modes_of(args)
     if len(modes) != 1:
-        raise ValueError(f"--judge-mode: demo.py runs one mode, got {args.judge_mode!r}; a mode's words are "
-                         f"joined by +: {args.judge_mode.replace(',', '+')!r}")
+        raise ValueError(
+            f"--judge-mode: demo.py runs one mode, got {args.judge_mode!r}; a mode's words are "
+            f"joined by +: {args.judge_mode.replace(',', '+')!r}"
+        )
     mode = modes[0]
     if mode.active and args.base_url is None:  # the scripted judges have no prompt to ground
         raise ValueError(f"judge mode {mode.name!r} needs a live model (--base-url)")
@@ -292,17 +326,40 @@ def run_live(args, config: verdict.Config, mode: JudgeMode) -> verdict.Trace:
     question = args.question.strip() + ("\n" + "\n".join(parse_choices(args.choices)) if args.choices else "")
     print(f"live demo: reasoner {args.model} at {args.base_url}")
     reasoner, judge = client.clients_from_args(args)
-    evidence = calls.ModeCalls(judge, mode, max_tokens=args.mode_max_tokens or MODE_MAX_TOKENS,
-                               fmt=args.judge_format)
-    judge_fns = judges.make_judges(judge, grounding=evidence, fmt=evidence.format)  # one fallback for all requests
+    evidence = calls.ModeCalls(
+        judge, mode, max_tokens=args.mode_max_tokens or MODE_MAX_TOKENS, fmt=args.judge_format
+    )
+    judge_fns = judges.make_judges(
+        judge, grounding=evidence, fmt=evidence.format
+    )  # one fallback for all requests
     reviser = judges.Reviser(reasoner, judge_fns) if args.revise else None
-    trace = verdict.run(question, judges.Reasoner(reasoner), judge_fns, config, image=args.image or None,
-                        map_fn=judges.thread_map(args.concurrency), meter=lambda: client.total_usage((reasoner, judge)),
-                        revise=reviser)
-    usage = {"reasoner": reasoner.usage} if reasoner is judge else {"reasoner": reasoner.usage, "judges": judge.usage}
+    trace = verdict.run(
+        question,
+        judges.Reasoner(reasoner),
+        judge_fns,
+        config,
+        image=args.image or None,
+        map_fn=judges.thread_map(args.concurrency),
+        meter=lambda: client.total_usage((reasoner, judge)),
+        revise=reviser,
+    )
+    usage = (
+        {"reasoner": reasoner.usage}
+        if reasoner is judge
+        else {"reasoner": reasoner.usage, "judges": judge.usage}
+    )
     grounded = {"grounding": evidence.record(question, args.image)} if mode.active else {}
-    return replace(trace, meta={"mode": "live", "model": args.model, "judge_model": judge.model, "usage": usage,
-                                **grounded, **judges.record(judge_fns)})
+    return replace(
+        trace,
+        meta={
+            "mode": "live",
+            "model": args.model,
+            "judge_model": judge.model,
+            "usage": usage,
+            **grounded,
+            **judges.record(judge_fns),
+        },
+    )
 
 
 def main(argv=None) -> int:

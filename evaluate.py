@@ -58,6 +58,7 @@ endpoint that never answered or refused us with 401, 403 or 404, a response cach
 the rows already written are kept); 3 when more than --max-error-rate of the chains ended in an error
 (an EndpointError after the first reply, which is that row's error and counts wrong).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -79,10 +80,12 @@ from harness import rundir
 import verdict
 from harness.benchmarks import Item
 from harness.rows import Method, Row
+
 METHODS = ("base",) + verdict.RULES
 
 
 # ----------------------------------------------------------------------------- one chain
+
 
 class CallBudget:
     """At most `limit` model calls per chain (--max-calls; None: no limit), shared by the chain's reasoner
@@ -100,11 +103,12 @@ class CallBudget:
 @dataclass(frozen=True)
 class Settings:
     """What every chain of a run shares, from the flags."""
+
     config: verdict.Config
-    max_calls: int | None      # per chain
-    max_tokens: int            # per reasoner step
-    judge_kw: dict             # Judge's max_tokens, score_only, and the run's one JudgeFormat
-    mode_kw: dict              # ModeCalls' max_tokens, and the run's JudgeFormat (its JSON requests' schemas)
+    max_calls: int | None  # per chain
+    max_tokens: int  # per reasoner step
+    judge_kw: dict  # Judge's max_tokens, score_only, and the run's one JudgeFormat
+    mode_kw: dict  # ModeCalls' max_tokens, and the run's JudgeFormat (its JSON requests' schemas)
 
 
 @dataclass
@@ -112,18 +116,28 @@ class ChainClients:
     """One item's clients, used by one thread: the reasoner's and the judges' (the same object when they
     share an endpoint and model), forks of the run's clients that share its cache and one call budget, and
     the extraction model's (no budget), if any."""
+
     reasoner: client.Client
     judges: client.Client
     budget: CallBudget
     extractor: client.Client | None = None
 
     @classmethod
-    def fork(cls, reasoner: client.Client, judge: client.Client, limit: int | None,
-             extractor: client.Client | None = None) -> "ChainClients":
+    def fork(
+        cls,
+        reasoner: client.Client,
+        judge: client.Client,
+        limit: int | None,
+        extractor: client.Client | None = None,
+    ) -> "ChainClients":
         budget = CallBudget(limit)
         forked = reasoner.fork(on_chat=budget.spend)
-        return cls(forked, forked if judge is reasoner else judge.fork(on_chat=budget.spend), budget,
-                   extractor.fork() if extractor else None)
+        return cls(
+            forked,
+            forked if judge is reasoner else judge.fork(on_chat=budget.spend),
+            budget,
+            extractor.fork() if extractor else None,
+        )
 
     def usage(self) -> dict:
         """The reasoner's and judges' usage counters, summed."""
@@ -150,7 +164,13 @@ def read_answer(item: Item, text: str | None, extractor: client.Client | None) -
         return pred, how, correct, 0, 0
     before = extractor.usage
     pred, how, correct = answers.ask_model(extractor.chat, item, text)
-    return pred, how, correct, extractor.usage["calls"] - before["calls"], extractor.usage["call_tokens"] - before["call_tokens"]
+    return (
+        pred,
+        how,
+        correct,
+        extractor.usage["calls"] - before["calls"],
+        extractor.usage["call_tokens"] - before["call_tokens"],
+    )
 
 
 def run_chain(item: Item, seed: int, method: Method, clients: ChainClients, settings: Settings) -> tuple:
@@ -162,44 +182,82 @@ def run_chain(item: Item, seed: int, method: Method, clients: ChainClients, sett
     pred, how, correct, ex_calls, ex_tokens = None, "unanswered", False, 0, 0
     try:
         reasoner = judges.Reasoner(clients.reasoner, max_tokens=settings.max_tokens, seed=seed)
-        judge_fns = (judges.make_judges(clients.judges, grounding=evidence, **settings.judge_kw)
-                     if method.judged else ())
-        reviser = (judges.Reviser(clients.reasoner, judge_fns, settings.max_tokens, seed)
-                   if method.revise else None)
-        trace = verdict.run(item.question, reasoner, judge_fns, config, item.images or None, meter=clients.usage,
-                            revise=reviser)
+        judge_fns = (
+            judges.make_judges(clients.judges, grounding=evidence, **settings.judge_kw)
+            if method.judged
+            else ()
+        )
+        reviser = (
+            judges.Reviser(clients.reasoner, judge_fns, settings.max_tokens, seed) if method.revise else None
+        )
+        trace = verdict.run(
+            item.question,
+            reasoner,
+            judge_fns,
+            config,
+            item.images or None,
+            meter=clients.usage,
+            revise=reviser,
+        )
         text = final_text(trace)
         pred, how, correct, ex_calls, ex_tokens = read_answer(item, text, clients.extractor)
     except (client.EndpointError, ValueError) as e:
         error = e
     record = evidence.record(item.question, item.images)
-    meta = {"method": str(method), "seed": seed, **({"grounding": record} if evidence.mode.active else {}),
-            **(judges.record(judge_fns) if trace else {})}
+    meta = {
+        "method": str(method),
+        "seed": seed,
+        **({"grounding": record} if evidence.mode.active else {}),
+        **(judges.record(judge_fns) if trace else {}),
+    }
     used = {k: v - before[k] for k, v in clients.usage().items()}
-    return Row(data=item.data, id=item.id, row=item.row, seed=seed, method=method, answer=item.answer,
-               pred=pred, extracted=how, correct=correct, prediction=text,
-               stopped=trace.stopped if trace else None,
-               error=f"{type(error).__name__}: {error}" if error else None,
-               calls=used["calls"], sent=used["requests"], cached=used["cache_hits"], replies=used["replies"],
-               tokens=used["call_tokens"], seconds=round(time.perf_counter() - t0, 3),
-               extra_calls=record["extra_calls"], extra_tokens=record["extra_tokens"],
-               fact_sheet_status=record.get("fact_sheet_status"), gate_checks=len(record.get("gate", [])),
-               zoom_requests=len(record.get("zoom", [])), **revisions(trace),
-               zoomed=sum(e["path"] == "zoom" for e in record.get("zoom", [])),
-               extract_calls=ex_calls, extract_tokens=ex_tokens,
-               input=dict(item.fields), trace=replace(trace, meta=meta).to_dict() if trace else None), error
+    return Row(
+        data=item.data,
+        id=item.id,
+        row=item.row,
+        seed=seed,
+        method=method,
+        answer=item.answer,
+        pred=pred,
+        extracted=how,
+        correct=correct,
+        prediction=text,
+        stopped=trace.stopped if trace else None,
+        error=f"{type(error).__name__}: {error}" if error else None,
+        calls=used["calls"],
+        sent=used["requests"],
+        cached=used["cache_hits"],
+        replies=used["replies"],
+        tokens=used["call_tokens"],
+        seconds=round(time.perf_counter() - t0, 3),
+        extra_calls=record["extra_calls"],
+        extra_tokens=record["extra_tokens"],
+        fact_sheet_status=record.get("fact_sheet_status"),
+        gate_checks=len(record.get("gate", [])),
+        zoom_requests=len(record.get("zoom", [])),
+        **revisions(trace),
+        zoomed=sum(e["path"] == "zoom" for e in record.get("zoom", [])),
+        extract_calls=ex_calls,
+        extract_tokens=ex_tokens,
+        input=dict(item.fields),
+        trace=replace(trace, meta=meta).to_dict() if trace else None,
+    ), error
 
 
 def revisions(trace: verdict.Trace | None) -> dict:
     """A row's revisions: how many were written and taken, and what they cost (calls and tokens: the reviser's
     call and the revisions' judgements, with any judge-mode call a judgement made)."""
     vs = [r.revision for r in trace.steps if r.revision is not None] if trace else []
-    return {"revisions": len(vs), "revised": sum(v.taken for v in vs),
-            "revise_calls": sum(v.usage.get("calls", 0) for v in vs),
-            "revise_tokens": sum(v.usage.get("call_tokens", 0) for v in vs)}
+    return {
+        "revisions": len(vs),
+        "revised": sum(v.taken for v in vs),
+        "revise_calls": sum(v.usage.get("calls", 0) for v in vs),
+        "revise_tokens": sum(v.usage.get("call_tokens", 0) for v in vs),
+    }
 
 
 # ----------------------------------------------------------------------------- running the items
+
 
 class Progress:
     """One line on stderr: items finished, the running accuracy of base and verdict, an ETA. Not thread-safe:
@@ -224,7 +282,12 @@ class Progress:
         line = f"{self.finished}/{self.total} items"
         line += "".join(f"  acc {m} {100 * c / n:.1f}%" for m, (c, n) in self.score.items() if n)
         line += f"  ETA {int(eta // 60)}m{int(eta % 60):02d}s"
-        print("\r" + line + "\033[K" if self.tty else line, end="" if self.tty else "\n", file=sys.stderr, flush=True)
+        print(
+            "\r" + line + "\033[K" if self.tty else line,
+            end="" if self.tty else "\n",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def close(self) -> None:
         if self.tty:  # end the progress line
@@ -237,9 +300,23 @@ class Harness:
     not be reached or refused us (401, 403, 404), or if the response cache cannot be used (client.CacheError,
     never one item's error), every thread stops, the chain that met it leaves no row, and run() returns why."""
 
-    def __init__(self, reasoner: client.Client, judge: client.Client, settings: Settings, results: str, done: dict,
-                 progress: Progress, extractor: client.Client | None = None):
-        self.reasoner, self.judge, self.settings, self.results, self.done = reasoner, judge, settings, results, done
+    def __init__(
+        self,
+        reasoner: client.Client,
+        judge: client.Client,
+        settings: Settings,
+        results: str,
+        done: dict,
+        progress: Progress,
+        extractor: client.Client | None = None,
+    ):
+        self.reasoner, self.judge, self.settings, self.results, self.done = (
+            reasoner,
+            judge,
+            settings,
+            results,
+            done,
+        )
         self.progress, self.extractor = progress, extractor
         self.lock, self.stop, self.reached = threading.Lock(), threading.Event(), threading.Event()
         self.fatal: str | None = None
@@ -284,8 +361,11 @@ class Harness:
 
     def refused(self, error) -> bool:
         """The endpoint never answered and this error says it will not: unreachable, or 401, 403, 404."""
-        return (isinstance(error, client.EndpointError) and error.status in (None, 401, 403, 404)
-                and not self.reached.is_set())
+        return (
+            isinstance(error, client.EndpointError)
+            and error.status in (None, 401, 403, 404)
+            and not self.reached.is_set()
+        )
 
     def write(self, row: Row) -> None:
         with self.lock:
@@ -297,31 +377,51 @@ class Harness:
 
 # ----------------------------------------------------------------------------- command line
 
+
 def parse_args(argv):
-    p = client.Parser(prog="evaluate.py", description="The paper's results table for a served model on benchmark files.")
-    p.add_argument("--data", action="append", required=True, help="a VLMEvalKit .tsv or a .jsonl; repeat for several")
-    p.add_argument("--rules", default=",".join(METHODS), help=f"methods to run, comma-separated ({','.join(METHODS)})")
+    p = client.Parser(
+        prog="evaluate.py", description="The paper's results table for a served model on benchmark files."
+    )
+    p.add_argument(
+        "--data", action="append", required=True, help="a VLMEvalKit .tsv or a .jsonl; repeat for several"
+    )
+    p.add_argument(
+        "--rules", default=",".join(METHODS), help=f"methods to run, comma-separated ({','.join(METHODS)})"
+    )
     p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 for the reasoner (3)")
     p.add_argument("--limit", type=int, help="the first N valid items of each file")
     p.add_argument("--out", default="runs/eval", help="output directory (runs/eval)")
-    p.add_argument("--max-calls", type=int, help="most model calls per chain; past it the chain stops as 'budget'")
+    p.add_argument(
+        "--max-calls", type=int, help="most model calls per chain; past it the chain stops as 'budget'"
+    )
     p.add_argument("--max-tokens", type=int, default=256, help="tokens per reasoner step (256)")
     p.add_argument("--judge-max-tokens", type=int, help="tokens per judge reply (judges.py's default)")
     p.add_argument("--score-only", action="store_true", help="judges reply with the score alone")
     judges.add_format_arg(p)
     p.add_argument("--extract-model", help="a model that reads the final answers the rules cannot (off)")
     p.add_argument("--extract-base-url", help="its endpoint (default: --judge-base-url, else --base-url)")
-    p.add_argument("--shard", help="run shard i of k (1 <= i <= k): the items whose file and id hash to i; see merge")
-    p.add_argument("--max-error-rate", type=float, default=0.05, help="exit 3, with a warning above the table, when a "
-                   "larger share of the chains ended in an error (0.05)")
-    p.add_argument("--allow-any-path", action="store_true", help="read image paths outside the data file's directory")
+    p.add_argument(
+        "--shard", help="run shard i of k (1 <= i <= k): the items whose file and id hash to i; see merge"
+    )
+    p.add_argument(
+        "--max-error-rate",
+        type=float,
+        default=0.05,
+        help="exit 3, with a warning above the table, when a "
+        "larger share of the chains ended in an error (0.05)",
+    )
+    p.add_argument(
+        "--allow-any-path", action="store_true", help="read image paths outside the data file's directory"
+    )
     add_verifier_args(p)  # --n, --tau, --eps, --max-steps, --judge-mode, --revise, --mode-max-tokens
-    client.add_endpoint_args(p)  # --base-url, --model, --judge-*, --timeout, --retries, --concurrency, --cache
+    client.add_endpoint_args(
+        p
+    )  # --base-url, --model, --judge-*, --timeout, --retries, --concurrency, --cache
     return p.parse_args(argv)
 
 
 def parse_shard(text: str | None) -> tuple | None:
-    """"i/k" -> (i, k) with 1 <= i <= k; None -> None."""
+    """ "i/k" -> (i, k) with 1 <= i <= k; None -> None."""
     if text is None:
         return None
     i, _, k = text.partition("/")
@@ -346,9 +446,14 @@ def check_args(args) -> tuple:
     for r in rules:  # a judged rule runs once per mode: verdict, verdict+prior, ...
         methods += [Method(r)] if r == "base" else [Method(r, m) for m in modes]
     methods += [replace(m, revise=True) for m in methods if m.judged] if args.revise else []
-    for flag, v in (("--seeds", args.seeds), ("--limit", args.limit), ("--concurrency", args.concurrency),
-                    ("--max-calls", args.max_calls), ("--max-tokens", args.max_tokens),
-                    ("--judge-max-tokens", args.judge_max_tokens)):
+    for flag, v in (
+        ("--seeds", args.seeds),
+        ("--limit", args.limit),
+        ("--concurrency", args.concurrency),
+        ("--max-calls", args.max_calls),
+        ("--max-tokens", args.max_tokens),
+        ("--judge-max-tokens", args.judge_max_tokens),
+    ):
         if v is not None and v < 1:
             raise ValueError(f"{flag} must be >= 1, got {v}")
     if not 0 <= args.max_error_rate <= 1:  # NaN fails too
@@ -370,19 +475,30 @@ def load_data(args) -> list:
         f = benchmarks.load(path, args.limit, keep, args.allow_any_path)
         if not f.total:
             first = f"; first: line {f.skipped[0].row}: {f.skipped[0].reason}" if f.skipped else ""
-            raise ValueError(f"{f.file}: no item to run: {f.read} rows read, {len(f.skipped)} skipped, "
-                             f"{f.dropped} without an image{first}")
+            raise ValueError(
+                f"{f.file}: no item to run: {f.read} rows read, {len(f.skipped)} skipped, "
+                f"{f.dropped} without an image{first}"
+            )
         loaded.append(f)
     names = [f.name for f in loaded]
     if len(set(names)) != len(names):
-        raise ValueError(f"two --data files have the same name {next(n for n in names if names.count(n) > 1)!r}")
+        raise ValueError(
+            f"two --data files have the same name {next(n for n in names if names.count(n) > 1)!r}"
+        )
     return loaded
 
 
 def settings_of(args, config: verdict.Config) -> Settings:
-    judge_kw = {k: v for k, v in (("max_tokens", args.judge_max_tokens), ("score_only", args.score_only)) if v}
-    judge_kw["fmt"] = judges.JudgeFormat(args.judge_format)  # one for the run: a fallback to text holds for every chain
-    mode_kw = {"fmt": judge_kw["fmt"], **({"max_tokens": args.mode_max_tokens} if args.mode_max_tokens else {})}
+    judge_kw = {
+        k: v for k, v in (("max_tokens", args.judge_max_tokens), ("score_only", args.score_only)) if v
+    }
+    judge_kw["fmt"] = judges.JudgeFormat(
+        args.judge_format
+    )  # one for the run: a fallback to text holds for every chain
+    mode_kw = {
+        "fmt": judge_kw["fmt"],
+        **({"max_tokens": args.mode_max_tokens} if args.mode_max_tokens else {}),
+    }
     return Settings(config, args.max_calls, args.max_tokens, judge_kw, mode_kw)
 
 
@@ -390,14 +506,28 @@ def run_record(args, config: verdict.Config) -> dict:
     """The settings a resumed run must share (not --concurrency, --timeout, ...), as stored in OUT/run.json:
     the endpoints too, so that no table mixes the answers of two servers."""
     url = lambda u: u.rstrip("/") if u else u
-    return json.loads(json.dumps({
-        "model": args.model, "judge_model": args.judge_model or args.model,
-        "base_url": url(args.base_url), "judge_base_url": url(args.judge_base_url or args.base_url),
-        "config": {**asdict(config), "rule": None}, "max_calls": args.max_calls, "max_tokens": args.max_tokens,
-        "judge_max_tokens": args.judge_max_tokens, "score_only": args.score_only, "judge_format": args.judge_format,
-        "mode_max_tokens": args.mode_max_tokens, "extract_model": args.extract_model,
-        "extract_base_url": url(args.extract_base_url or args.judge_base_url or args.base_url) if args.extract_model else None,
-        "shard": args.shard}))
+    return json.loads(
+        json.dumps(
+            {
+                "model": args.model,
+                "judge_model": args.judge_model or args.model,
+                "base_url": url(args.base_url),
+                "judge_base_url": url(args.judge_base_url or args.base_url),
+                "config": {**asdict(config), "rule": None},
+                "max_calls": args.max_calls,
+                "max_tokens": args.max_tokens,
+                "judge_max_tokens": args.judge_max_tokens,
+                "score_only": args.score_only,
+                "judge_format": args.judge_format,
+                "mode_max_tokens": args.mode_max_tokens,
+                "extract_model": args.extract_model,
+                "extract_base_url": url(args.extract_base_url or args.judge_base_url or args.base_url)
+                if args.extract_model
+                else None,
+                "shard": args.shard,
+            }
+        )
+    )
 
 
 def fail(e) -> int:
@@ -410,8 +540,11 @@ def finish(summary: dict) -> int:
     e = summary["errors"]
     if not e["over"]:
         return 0
-    print(f"evaluate.py: {e['rows']} of {summary['rows']} chains ({e['rate']:.1%}) ended in an error, above "
-          f"--max-error-rate {summary['max_error_rate']}; run the same command again to retry them", file=sys.stderr)
+    print(
+        f"evaluate.py: {e['rows']} of {summary['rows']} chains ({e['rate']:.1%}) ended in an error, above "
+        f"--max-error-rate {summary['max_error_rate']}; run the same command again to retry them",
+        file=sys.stderr,
+    )
     return 3
 
 
@@ -439,8 +572,11 @@ def run(args, methods: list, config: verdict.Config, record: dict) -> int:
         loaded = load_data(args)
         args.cache = args.cache or os.path.join(args.out, "cache.sqlite")  # so the methods always share calls
         reasoner, judge = client.clients_from_args(args)
-        extractor = (client.endpoint_client(args, record["extract_base_url"], args.extract_model, reasoner.cache)
-                     if args.extract_model else None)
+        extractor = (
+            client.endpoint_client(args, record["extract_base_url"], args.extract_model, reasoner.cache)
+            if args.extract_model
+            else None
+        )
     except (ValueError, OSError, client.CacheError) as e:
         return fail(e)
     if warning := client.key_warning(args):
@@ -453,20 +589,31 @@ def run(args, methods: list, config: verdict.Config, record: dict) -> int:
     seeds, results = list(range(args.seeds)), os.path.join(args.out, "results.jsonl")
     done, dropped = rundir.load_rows(results)
     if dropped:
-        print(f"evaluate.py: {results}: {dropped} unfinished or failed row(s) will run again", file=sys.stderr)
+        print(
+            f"evaluate.py: {results}: {dropped} unfinished or failed row(s) will run again", file=sys.stderr
+        )
     plan = [it for f in loaded for it in f.items]
     keys = [(it.data, it.id, s, str(m)) for it in plan for s in seeds for m in methods]
-    todo = [(it, [(s, m) for s in seeds for m in methods if (it.data, it.id, s, str(m)) not in done])
-            for it in plan]
+    todo = [
+        (it, [(s, m) for s in seeds for m in methods if (it.data, it.id, s, str(m)) not in done])
+        for it in plan
+    ]
     todo = [t for t in todo if t[1]]
     progress = Progress(len(plan), len(todo), [done[k] for k in keys if k in done])
-    fatal = Harness(reasoner, judge, settings_of(args, config), results, done, progress, extractor).run(todo, args.concurrency)
+    fatal = Harness(reasoner, judge, settings_of(args, config), results, done, progress, extractor).run(
+        todo, args.concurrency
+    )
     if fatal:
         return fail(fatal)
     rows = [done[k] for k in keys if k in done]
-    ctx = {"files": [f.name for f in loaded], "methods": [str(m) for m in methods], "seeds": seeds,
-           "settings": record, "reading": {f.name: f.reading() for f in loaded},
-           "max_error_rate": args.max_error_rate}
+    ctx = {
+        "files": [f.name for f in loaded],
+        "methods": [str(m) for m in methods],
+        "seeds": seeds,
+        "settings": record,
+        "reading": {f.name: f.reading() for f in loaded},
+        "max_error_rate": args.max_error_rate,
+    }
     summary = tables.summarize(rows, ctx)
     print(tables.write(args.out, summary, rows), end="")
     return finish(summary)
@@ -474,7 +621,9 @@ def run(args, methods: list, config: verdict.Config, record: dict) -> int:
 
 def merge_main(argv) -> int:
     """python evaluate.py merge OUT1 OUT2 ... --out OUT: the shards of one run, as one table."""
-    p = client.Parser(prog="evaluate.py merge", description="Merge the --shard directories of one run into one table.")
+    p = client.Parser(
+        prog="evaluate.py merge", description="Merge the --shard directories of one run into one table."
+    )
     p.add_argument("dirs", nargs="+", help="the shards' --out directories, every shard 1/k..k/k once")
     p.add_argument("--out", required=True, help="the merged run's directory")
     p.add_argument("--max-error-rate", type=float, default=0.05, help="as for a run (0.05)")

@@ -13,6 +13,7 @@ images. An image is sent as a PNG data URL inside an OpenAI-style chat message:
   marker inside the question; a plain string when there is no image;
 - font: the font pillow draws labels with in the demo's and the simulation's pictures.
 """
+
 from __future__ import annotations
 
 import base64
@@ -54,7 +55,13 @@ def fingerprint(image) -> tuple:
         with _pil_lock:
             pixels = image.tobytes()  # decodes a lazily opened image first
             palette = (image.palette.mode, image.palette.tobytes()) if image.palette is not None else None
-            meta = (image.mode, image.size, image.getexif().get(0x0112), palette, image.info.get("transparency"))
+            meta = (
+                image.mode,
+                image.size,
+                image.getexif().get(0x0112),
+                palette,
+                image.info.get("transparency"),
+            )
         return ("pil", hashlib.sha256(repr(meta).encode() + pixels).hexdigest())
     raise ValueError(f"an image must be a path, bytes or a PIL.Image, got {type(image).__name__}")
 
@@ -78,10 +85,14 @@ def to_rgb(img: Image.Image) -> Image.Image:
     like F, stretched min..max; alpha composited on white."""
     img = ImageOps.exif_transpose(img)
     if img.mode.startswith("I;16") or img.mode in ("I", "F"):  # convert("RGB") would clip these to white
-        a = np.asarray(img, dtype=np.float64)                                      # [h, w]
-        sixteen_bit = img.mode != "F" and a.min() >= 0 and a.max() <= 65535  # the same pixels, the same render
+        a = np.asarray(img, dtype=np.float64)  # [h, w]
+        sixteen_bit = (
+            img.mode != "F" and a.min() >= 0 and a.max() <= 65535
+        )  # the same pixels, the same render
         lo, hi = (0.0, 65535.0) if sixteen_bit else (a.min(), a.max())
-        img = Image.fromarray(np.round((a - lo) * (255.0 / max(hi - lo, 1e-12))).clip(0, 255).astype(np.uint8))
+        img = Image.fromarray(
+            np.round((a - lo) * (255.0 / max(hi - lo, 1e-12))).clip(0, 255).astype(np.uint8)
+        )
     if img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info:
         rgba = img.convert("RGBA")
         img = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
@@ -110,7 +121,9 @@ def encode_image(image, max_pixels: int = MAX_PIXELS) -> str:
     """
     if not (isinstance(max_pixels, int) and max_pixels >= 1):
         raise ValueError(f"max_pixels must be an integer >= 1, got max_pixels={max_pixels!r}")
-    with _pil_lock if isinstance(image, Image.Image) else contextlib.nullcontext():  # the caller's image: one reader
+    with (
+        _pil_lock if isinstance(image, Image.Image) else contextlib.nullcontext()
+    ):  # the caller's image: one reader
         key = (fingerprint(image), max_pixels)
         with _encoded_lock:
             if key in _encoded:
@@ -129,8 +142,9 @@ def encode_image(image, max_pixels: int = MAX_PIXELS) -> str:
     return url
 
 
-def messages(system: str, images: Sequence, text: str, question: str | None = None,
-             max_pixels: int = MAX_PIXELS) -> list:
+def messages(
+    system: str, images: Sequence, text: str, question: str | None = None, max_pixels: int = MAX_PIXELS
+) -> list:
     """[system, user]: the system message, then the user message: the images, then the text.
 
     Callers put the fixed part of the text (question, previous steps) before the varying part (the

@@ -20,6 +20,7 @@ prompting.py, the reply formats and the reading of replies are replies.py, the H
 images and chat messages are images.py, and the judge modes of the related papers (SGV's prior, EVPV's
 premises, ReVISE's look again) are in modes/.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,14 +36,33 @@ import numpy as np
 import verdict
 from client import Client, EndpointError, Parser
 from prompting import check_layout, load_prompt, role_messages
-from replies import (EXPLAIN, FOLLOW_UP, FORMATS, JSON_EXPLAIN, JSON_FOLLOW_UP, JSON_SCORE_ONLY, SCALE, SCORE_ONLY,
-                     JudgeFormat, digit_probs, fence, json_score, logprob_score, one_line, parse_score, reason_of,
-                     response_format, score_schema, text_of)
+from replies import (
+    EXPLAIN,
+    FOLLOW_UP,
+    FORMATS,
+    JSON_EXPLAIN,
+    JSON_FOLLOW_UP,
+    JSON_SCORE_ONLY,
+    SCALE,
+    SCORE_ONLY,
+    JudgeFormat,
+    digit_probs,
+    fence,
+    json_score,
+    logprob_score,
+    one_line,
+    parse_score,
+    reason_of,
+    response_format,
+    score_schema,
+    text_of,
+)
 
 STOP = ["\n\n", "\nStep "]  # one candidate = one step: it ends at a blank line or a new "Step" label
 
 
 # ----------------------------------------------------------------------------- one step
+
 
 def one_step(text: str) -> str:
     """The first step of a reply: up to a blank line or a new "Step k" label, without its own label."""
@@ -51,6 +71,7 @@ def one_step(text: str) -> str:
 
 
 # ----------------------------------------------------------------------------- reasoner
+
 
 class Reasoner:
     """The base reasoner: propose(state, n) -> n candidate next steps, for verdict.run.
@@ -67,10 +88,21 @@ class Reasoner:
     judges' requests of the step; "per-role" is the reasoner's own system message.
     """
 
-    def __init__(self, client: Client, temperature: float = 0.8, top_p: float = 0.6, top_k: int | None = -1,
-                 max_tokens: int = 256, seed: int = 0, max_topups: int | None = None, layout: str = "shared"):
+    def __init__(
+        self,
+        client: Client,
+        temperature: float = 0.8,
+        top_p: float = 0.6,
+        top_k: int | None = -1,
+        max_tokens: int = 256,
+        seed: int = 0,
+        max_topups: int | None = None,
+        layout: str = "shared",
+    ):
         if not (math.isfinite(temperature) and temperature >= 0 and 0 < top_p <= 1):  # NaN fails too
-            raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got temperature={temperature!r}, top_p={top_p!r}")
+            raise ValueError(
+                f"need temperature >= 0 and 0 < top_p <= 1, got temperature={temperature!r}, top_p={top_p!r}"
+            )
         check_layout(layout)
         self.client, self.temperature, self.top_p, self.top_k = client, temperature, top_p, top_k
         self.max_tokens, self.seed, self.max_topups, self.layout = max_tokens, seed, max_topups, layout
@@ -83,13 +115,22 @@ class Reasoner:
         for i in range(1 + (n if self.max_topups is None else self.max_topups)):
             if len(candidates) >= n:
                 break
-            r = self.client.chat(msgs, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
-                                 n=n - len(candidates), seed=self.seed + i, stop=STOP, max_tokens=self.max_tokens)
+            r = self.client.chat(
+                msgs,
+                temperature=self.temperature,
+                top_p=self.top_p,
+                top_k=self.top_k,
+                n=n - len(candidates),
+                seed=self.seed + i,
+                stop=STOP,
+                max_tokens=self.max_tokens,
+            )
             candidates += [one_step(c["message"]["content"]) for c in r["choices"]][: n - len(candidates)]
         return candidates
 
 
 # ----------------------------------------------------------------------------- reviser
+
 
 class Reviser:
     """Revise on reject (after ReVISE's self-correction): revise(state, record) -> one revised step, for
@@ -102,34 +143,50 @@ class Reviser:
     temperature 0 with a fixed seed (so a Cache serves it again). None when the reply holds no step.
     """
 
-    def __init__(self, client: Client, judge_fns: Sequence, max_tokens: int = 256, seed: int = 0,
-                 layout: str = "shared"):
+    def __init__(
+        self,
+        client: Client,
+        judge_fns: Sequence,
+        max_tokens: int = 256,
+        seed: int = 0,
+        layout: str = "shared",
+    ):
         self.client, self.judge_fns, self.max_tokens, self.seed = client, tuple(judge_fns), max_tokens, seed
         self.layout = check_layout(layout)
 
     def reasons(self, record: verdict.StepRecord) -> str:
         """One line per judge: its name, its raw score of the chosen candidate and the reason of that call."""
-        s_hat = record.s_hat[record.selection.index]                              # [m]
+        s_hat = record.s_hat[record.selection.index]  # [m]
         calls = record.calls[record.selection.index] if record.calls else (None,) * len(s_hat)  # [m]
         lines = []
         for k, (judge, s, call) in enumerate(zip(self.judge_fns, s_hat, calls)):
-            name = getattr(judge, "name", None) or (verdict.JUDGES[k] if len(s_hat) == 3 else f"judge {k + 1}")
+            name = getattr(judge, "name", None) or (
+                verdict.JUDGES[k] if len(s_hat) == 3 else f"judge {k + 1}"
+            )
             why = (call or {}).get("reason")
             score = "no score (abstained)" if math.isnan(s) else f"score {s:.2f}"
             lines.append(f"- {name} checker, {score}: {one_line(why or '(no reason given)', 400)}")
         return "\n".join(lines)
 
     def __call__(self, state: verdict.State, record: verdict.StepRecord) -> str | None:
-        msgs = role_messages("reviser", state, self.layout, step=fence(record.chosen),
-                             reasons=fence(self.reasons(record)))
+        msgs = role_messages(
+            "reviser", state, self.layout, step=fence(record.chosen), reasons=fence(self.reasons(record))
+        )
         r = self.client.chat(msgs, temperature=0.0, seed=self.seed, stop=STOP, max_tokens=self.max_tokens)
         return one_step(text_of(r)) or None
 
 
 # ----------------------------------------------------------------------------- asking once more
 
-def ask(chat: Callable[..., dict], msgs: list, read: Callable[[dict], Any], follow_up: Callable[[str], str],
-        params: dict, retry_params: dict | None = None) -> tuple:
+
+def ask(
+    chat: Callable[..., dict],
+    msgs: list,
+    read: Callable[[dict], Any],
+    follow_up: Callable[[str], str],
+    params: dict,
+    retry_params: dict | None = None,
+) -> tuple:
     """read(chat(msgs, **params)); if read raises ValueError, ask once more, with the model's own reply and
     follow_up(reason) appended to the conversation (retry_params, default params), and read that.
 
@@ -144,12 +201,15 @@ def ask(chat: Callable[..., dict], msgs: list, read: Callable[[dict], Any], foll
             return read(response), responses, errors
         except ValueError as e:
             errors.append(str(e))
-            msgs = msgs + [{"role": "assistant", "content": text_of(response)},
-                           {"role": "user", "content": follow_up(str(e))}]
+            msgs = msgs + [
+                {"role": "assistant", "content": text_of(response)},
+                {"role": "user", "content": follow_up(str(e))},
+            ]
     return None, responses, errors
 
 
 # ----------------------------------------------------------------------------- judges
+
 
 class Judge:
     """One frozen verification agent: judge(state, step) -> ŝ in [0, 1], or NaN (abstain).
@@ -175,20 +235,46 @@ class Judge:
     regions it named (just before its task); None is plain VERDICT.
     """
 
-    def __init__(self, client: Client, name: str, max_tokens: int | None = None, score_only: bool = False,
-                 fmt: str | JudgeFormat = "text", weighted: bool = False, top_logprobs: int = 20, seed: int = 0,
-                 grounding: Any = None, layout: str = "shared"):
-        self.client, self.name, self.score_only, self.seed, self.layout = client, name, score_only, seed, layout
+    def __init__(
+        self,
+        client: Client,
+        name: str,
+        max_tokens: int | None = None,
+        score_only: bool = False,
+        fmt: str | JudgeFormat = "text",
+        weighted: bool = False,
+        top_logprobs: int = 20,
+        seed: int = 0,
+        grounding: Any = None,
+        layout: str = "shared",
+    ):
+        self.client, self.name, self.score_only, self.seed, self.layout = (
+            client,
+            name,
+            score_only,
+            seed,
+            layout,
+        )
         check_layout(layout)
         self.format = fmt if isinstance(fmt, JudgeFormat) else JudgeFormat(fmt)
-        if not (isinstance(top_logprobs, int) and 0 <= top_logprobs <= 20) or (weighted and top_logprobs == 0):
-            raise ValueError(f"need top_logprobs in 1..20 for a weighted score (0..20 otherwise), got {top_logprobs!r}")
+        if not (isinstance(top_logprobs, int) and 0 <= top_logprobs <= 20) or (
+            weighted and top_logprobs == 0
+        ):
+            raise ValueError(
+                f"need top_logprobs in 1..20 for a weighted score (0..20 otherwise), got {top_logprobs!r}"
+            )
         self.weighted, self.top_logprobs, self._max_tokens = weighted, top_logprobs, max_tokens
         self.prompt, self.grounding = load_prompt(name), grounding
-        if (grounding is not None and grounding.mode.active and layout == "per-role"
-                and "{evidence}" not in self.prompt["context"]):  # the shared layout always shows it
-            raise ValueError(f"{self.prompt.path} has no {{evidence}} placeholder, so judge mode "
-                             f"{grounding.mode.name!r} could not show the judge its evidence")
+        if (
+            grounding is not None
+            and grounding.mode.active
+            and layout == "per-role"
+            and "{evidence}" not in self.prompt["context"]
+        ):  # the shared layout always shows it
+            raise ValueError(
+                f"{self.prompt.path} has no {{evidence}} placeholder, so judge mode "
+                f"{grounding.mode.name!r} could not show the judge its evidence"
+            )
         self._lock = threading.Lock()
         self._counts = dict(calls=0, replies=0, parsed=0, retries=0, abstentions=0)
 
@@ -220,7 +306,9 @@ class Judge:
         elif math.isnan(s := parse_score(text, "unit" if fmt == "text" else "digit", step)):
             raise ValueError("no valid score line")
         weighted = logprob_score(choice.get("logprobs"), fmt, step) if fmt != "text" else math.nan
-        mass = math.nan if math.isnan(weighted) else float(digit_probs(choice.get("logprobs"), fmt, step).sum())
+        mass = (
+            math.nan if math.isnan(weighted) else float(digit_probs(choice.get("logprobs"), fmt, step).sum())
+        )
         return s, weighted, mass, reason_of(text, fmt)
 
     def _ask(self, state: verdict.State, step: str, fmt: str) -> dict:
@@ -236,15 +324,28 @@ class Judge:
         evidence, looks, zoomed = "", (), {}
         if self.grounding is not None:
             evidence = self.grounding.evidence(self.name, state)
-            if self.grounding.mode.zoom and self.name == "visual":  # ReVISE's look again: close-ups of its regions
+            if (
+                self.grounding.mode.zoom and self.name == "visual"
+            ):  # ReVISE's look again: close-ups of its regions
                 note, looks, zoomed["zoom"] = self.grounding.look(state, step)
                 evidence += note
-        msgs = role_messages(self.name, state, self.layout, evidence, looks=looks, step=fence(step), reply=reply)
-        value, responses, _ = ask(self.client.chat, msgs, lambda r: self._read(r, fmt, step), follow_up,
-                                  *self.params(fmt))
+        msgs = role_messages(
+            self.name, state, self.layout, evidence, looks=looks, step=fence(step), reply=reply
+        )
+        value, responses, _ = ask(
+            self.client.chat, msgs, lambda r: self._read(r, fmt, step), follow_up, *self.params(fmt)
+        )
         sampled, weighted, share, reason = (math.nan,) * 3 + (None,) if value is None else value  # unreadable
-        return {"judge": self.name, "format": fmt, "replies": len(responses), "sampled": sampled,
-                "weighted": weighted, "digit_share": share, "reason": reason, **zoomed}
+        return {
+            "judge": self.name,
+            "format": fmt,
+            "replies": len(responses),
+            "sampled": sampled,
+            "weighted": weighted,
+            "digit_share": share,
+            "reason": reason,
+            **zoomed,
+        }
 
     def judgement(self, state: verdict.State, step: str) -> verdict.Judgement:
         """ŝ of `step` after state.steps, with this call's record; verdict.step calls this, and keeps the
@@ -260,8 +361,15 @@ class Judge:
         s = weighted if self.weighted and not math.isnan(weighted) else sampled
         with self._lock:
             c, tries = self._counts, call["replies"]
-            c["calls"], c["replies"], c["retries"] = c["calls"] + 1, c["replies"] + tries, c["retries"] + tries - 1
-            c["parsed"], c["abstentions"] = c["parsed"] + (not math.isnan(s)), c["abstentions"] + math.isnan(s)
+            c["calls"], c["replies"], c["retries"] = (
+                c["calls"] + 1,
+                c["replies"] + tries,
+                c["retries"] + tries - 1,
+            )
+            c["parsed"], c["abstentions"] = (
+                c["parsed"] + (not math.isnan(s)),
+                c["abstentions"] + math.isnan(s),
+            )
         record = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in call.items()}  # JSON
         gate = None
         if self.grounding is not None:  # a judge mode's gate (EVPV), on the judges it targets
@@ -273,7 +381,9 @@ class Judge:
         return self.judgement(state, step).score
 
 
-def make_judges(client: Client, grounding: Any = None, fmt: str | JudgeFormat = "text", **judge_kwargs) -> list:
+def make_judges(
+    client: Client, grounding: Any = None, fmt: str | JudgeFormat = "text", **judge_kwargs
+) -> list:
     """The three judges in the order of verdict.JUDGES and verdict.STUBBORNNESS, sharing `grounding`
     (a judge mode's per-question evidence; None for plain VERDICT) and one JudgeFormat (so a fallback
     from json to text holds for all three)."""
@@ -293,10 +403,14 @@ def record(judge_fns: Sequence) -> dict:
 
 def add_format_arg(parser) -> None:
     """--judge-format, for demo.py and evaluate.py."""
-    parser.add_argument("--judge-format", choices=FORMATS, default="json",
-                        help="the judges' replies: json (a JSON schema in response_format, score 0-9; falls back to "
-                             "text, once and said aloud, if the server refuses it), text (a 'Score:' line, 0 to 1), "
-                             "digit (a 'Score:' digit, 0 to 9) (json)")
+    parser.add_argument(
+        "--judge-format",
+        choices=FORMATS,
+        default="json",
+        help="the judges' replies: json (a JSON schema in response_format, score 0-9; falls back to "
+        "text, once and said aloud, if the server refuses it), text (a 'Score:' line, 0 to 1), "
+        "digit (a 'Score:' digit, 0 to 9) (json)",
+    )
 
 
 def thread_map(k: int) -> Callable:
@@ -310,10 +424,12 @@ def thread_map(k: int) -> Callable:
         items = list(items)
         with ThreadPoolExecutor(max_workers=max(1, min(k, len(items)))) as pool:
             return list(pool.map(f, items))
+
     return map_fn
 
 
 # ----------------------------------------------------------------------------- measuring the formats
+
 
 def survey(client: Client, fmt: str, k: int = 10, concurrency: int = 4, **judge_kwargs) -> dict:
     """The three judges in format fmt on k arithmetic questions, each with a right and a wrong step (6k calls):
@@ -326,27 +442,38 @@ def survey(client: Client, fmt: str, k: int = 10, concurrency: int = 4, **judge_
     for i in range(k):
         a, b, d = 12 + 7 * i, 5 + 3 * i, 1 + i % 3
         q = f"What is {a} + {b}?\nA. {a + b}\nB. {a + b + d}"
-        items += [(q, f"{a} + {b} = {a + b}, so the answer is A.", True),
-                  (q, f"{a} + {b} = {a + b + d}, so the answer is B.", False)]
+        items += [
+            (q, f"{a} + {b} = {a + b}, so the answer is A.", True),
+            (q, f"{a} + {b} = {a + b + d}, so the answer is B.", False),
+        ]
     calls = [(j, q, c, right) for j in make_judges(client, fmt=fmt, **judge_kwargs) for q, c, right in items]
     before = client.usage
     judged = thread_map(concurrency)(lambda x: x[0].judgement(verdict.State(x[1]), x[2]), calls)  # [6k]
     used = {key: client.usage[key] - before[key] for key in ("prompt_tokens", "completion_tokens")}
-    s, right = np.array([j.score for j in judged]), np.array([x[3] for x in calls])              # [6k], [6k]
-    mass = np.array([j.record["digit_share"] for j in judged], dtype=float)       # [6k], NaN (None): none
+    s, right = np.array([j.score for j in judged]), np.array([x[3] for x in calls])  # [6k], [6k]
+    mass = np.array([j.record["digit_share"] for j in judged], dtype=float)  # [6k], NaN (None): none
     mean = lambda v: float(v[~np.isnan(v)].mean()) if (~np.isnan(v)).any() else math.nan
     retries = sum(j.counts["retries"] for j in {x[0] for x in calls})
-    return {"calls": len(calls), "scored": float((~np.isnan(s)).mean()), "first": 1 - retries / len(calls),
-            "tokens": sum(used.values()) / len(calls), "completion": used["completion_tokens"] / len(calls),
-            "right": mean(s[right]), "wrong": mean(s[~right]),
-            "weighted": int((~np.isnan(mass)).sum()),
-            "mass": float(np.nanmin(mass)) if (~np.isnan(mass)).any() else math.nan, **calls[0][0].format.record()}
+    return {
+        "calls": len(calls),
+        "scored": float((~np.isnan(s)).mean()),
+        "first": 1 - retries / len(calls),
+        "tokens": sum(used.values()) / len(calls),
+        "completion": used["completion_tokens"] / len(calls),
+        "right": mean(s[right]),
+        "wrong": mean(s[~right]),
+        "weighted": int((~np.isnan(mass)).sum()),
+        "mass": float(np.nanmin(mass)) if (~np.isnan(mass)).any() else math.nan,
+        **calls[0][0].format.record(),
+    }
 
 
 def _model_name(client: Client) -> str:
     """The served model's name from GET /models (its file name, for llama-server), else the one we send."""
     try:
-        return os.path.basename(client.session.get(client.base_url + "/models", timeout=30).json()["data"][0]["id"])
+        return os.path.basename(
+            client.session.get(client.base_url + "/models", timeout=30).json()["data"][0]["id"]
+        )
     except (OSError, ValueError, LookupError, TypeError):  # requests' errors are OSErrors
         return client.model
 
@@ -357,14 +484,18 @@ def main(argv=None) -> int:
     p.add_argument("url", nargs="+", help="OpenAI-compatible endpoints, e.g. http://127.0.0.1:8080/v1")
     p.add_argument("--formats", default=",".join(FORMATS), help=f"formats to measure ({','.join(FORMATS)})")
     p.add_argument("--k", type=int, default=10, help="questions, each with a right and a wrong step (10)")
-    p.add_argument("--model", default="default", help="the model name sent (llama-server serves its one model)")
+    p.add_argument(
+        "--model", default="default", help="the model name sent (llama-server serves its one model)"
+    )
     args = p.parse_args(argv)
     formats = args.formats.split(",")
     if not set(formats) <= set(FORMATS) or args.k < 1:
         p.error(f"need --formats from {','.join(FORMATS)} and --k >= 1, got {args.formats!r} and {args.k}")
     num = lambda x, f: "—" if math.isnan(x) else format(x, f)
-    print("| model | format | judge calls | scored | scored at the first reply | tokens/call | completion tokens/call | "
-          "mean ŝ, right / wrong steps | calls with a weighted score | digits' least share of its token's top_logprobs |")
+    print(
+        "| model | format | judge calls | scored | scored at the first reply | tokens/call | completion tokens/call | "
+        "mean ŝ, right / wrong steps | calls with a weighted score | digits' least share of its token's top_logprobs |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---|---:|---:|")
     for url in args.url:
         client = Client(url, args.model, timeout=600.0)
@@ -374,10 +505,17 @@ def main(argv=None) -> int:
             except EndpointError as e:
                 print(f"judges.py: error: {e}", file=sys.stderr)
                 return 2
-            used = fmt if r["fallback"] is None else f"{fmt} (fell back to text at call {r['fallback']['at_call']})"
-            print(f"| {_model_name(client)} | {used} | {r['calls']} | {r['scored']:.1%} | {r['first']:.1%} | "
-                  f"{r['tokens']:.0f} | {r['completion']:.1f} | {num(r['right'], '.2f')} / {num(r['wrong'], '.2f')} | "
-                  f"{r['weighted']} | {num(r['mass'], '.2f')} |", flush=True)
+            used = (
+                fmt
+                if r["fallback"] is None
+                else f"{fmt} (fell back to text at call {r['fallback']['at_call']})"
+            )
+            print(
+                f"| {_model_name(client)} | {used} | {r['calls']} | {r['scored']:.1%} | {r['first']:.1%} | "
+                f"{r['tokens']:.0f} | {r['completion']:.1f} | {num(r['right'], '.2f')} / {num(r['wrong'], '.2f')} | "
+                f"{r['weighted']} | {num(r['mass'], '.2f')} |",
+                flush=True,
+            )
     return 0
 
 

@@ -17,6 +17,7 @@ paper leaves the requests to an implementation; this module holds:
   role's own prefix also holds from one step to the next (the instructions are not computed again each step).
 Which role a request comes from is perf/loopback.py's role_of, for scripted servers.
 """
+
 from __future__ import annotations
 
 import re
@@ -30,9 +31,13 @@ from images import encode_image, messages
 
 PROMPTS = Path(__file__).resolve().with_name("prompts")
 SECTIONS = (  # the sections a prompt file may hold, in this order
-    ("system", "user"),                   # a plain prompt: a system message and a user message (harness/answers.py)
-    ("instructions", "context", "task"),  # a role of the step (reasoner, judges, judge modes); see role_messages
-    ("system", "question", "steps"),      # shared.txt: what every role of a step reads in the shared layouts
+    ("system", "user"),  # a plain prompt: a system message and a user message (harness/answers.py)
+    (
+        "instructions",
+        "context",
+        "task",
+    ),  # a role of the step (reasoner, judges, judge modes); see role_messages
+    ("system", "question", "steps"),  # shared.txt: what every role of a step reads in the shared layouts
 )
 LAYOUTS = ("shared", "per-role", "role-first")  # how a role's request is laid out; see role_messages
 # the prompts role_messages lays out: the reasoner, the judges, the judge modes' calls and the reviser
@@ -42,6 +47,7 @@ ROLES = ("reasoner",) + verdict.JUDGES + ("prior", "premises", "premise_check", 
 @dataclass(frozen=True)
 class Prompt:
     """A prompt file: named sections of text (SECTIONS), the templates with {placeholders}."""
+
     sections: tuple  # ((name, text), ...)
     path: str
 
@@ -55,10 +61,14 @@ class Prompt:
     def render(self, section: str = "user", **fields: str) -> str:
         """The section's template with its {placeholders} filled from fields (fields it does not name are
         ignored; a placeholder with no field is a ValueError); other braces in the file are left alone."""
+
         def fill(m):
             if m.group(1) not in fields:
-                raise ValueError(f"{self.path}: unknown placeholder {{{m.group(1)}}}; known: {sorted(fields)}")
+                raise ValueError(
+                    f"{self.path}: unknown placeholder {{{m.group(1)}}}; known: {sorted(fields)}"
+                )
             return fields[m.group(1)]
+
         return re.sub(r"\{(\w+)\}", fill, self[section])
 
 
@@ -74,8 +84,10 @@ def load_prompt(name: str) -> Prompt:
     names = tuple(parts[1::2])
     if parts[0].strip() or names not in SECTIONS:
         expected = " or ".join("".join(f"[{n}]" for n in names) for names in SECTIONS)
-        raise ValueError(f"{path} must hold the sections {expected}, in this order; it holds "
-                         f"{''.join(f'[{n}]' for n in names) or 'none'}")
+        raise ValueError(
+            f"{path} must hold the sections {expected}, in this order; it holds "
+            f"{''.join(f'[{n}]' for n in names) or 'none'}"
+        )
     return Prompt(tuple(zip(names, (p.strip() for p in parts[2::2]))), str(path))
 
 
@@ -91,8 +103,15 @@ def steps_text(steps: Sequence[str]) -> str:
     return "\n".join(f"Step {i}: {s}" for i, s in enumerate(steps, 1)) or "(none yet)"
 
 
-def role_messages(name: str, state: verdict.State, layout: str = "shared", evidence: str = "",
-                  images: Sequence | None = None, looks: Sequence = (), **fields: str) -> list:
+def role_messages(
+    name: str,
+    state: verdict.State,
+    layout: str = "shared",
+    evidence: str = "",
+    images: Sequence | None = None,
+    looks: Sequence = (),
+    **fields: str,
+) -> list:
     """The chat messages of role `name` (a prompt with [instructions], [context] and [task]) about `state`: its
     question, images (or `images`) and previous steps, then its task's `fields` (the candidate, the reply
     format, ...) and `evidence` (what this role reads of a judge mode: the prior, the fact sheet; "" for none).
@@ -116,10 +135,18 @@ def role_messages(name: str, state: verdict.State, layout: str = "shared", evide
         parts = [role.render("context", question=state.question, steps=steps, evidence=evidence), task]
     else:
         system = shared.system
-        question, previous = shared.render("question", question=state.question), shared.render("steps", steps=steps)
-        parts = ([question, previous, role["instructions"], evidence + task] if layout == "shared" else
-                 [question, role["instructions"], evidence + previous, task])
-    msgs = messages(system, state.images if images is None else images, "\n\n".join(parts), question=state.question)
+        question, previous = (
+            shared.render("question", question=state.question),
+            shared.render("steps", steps=steps),
+        )
+        parts = (
+            [question, previous, role["instructions"], evidence + task]
+            if layout == "shared"
+            else [question, role["instructions"], evidence + previous, task]
+        )
+    msgs = messages(
+        system, state.images if images is None else images, "\n\n".join(parts), question=state.question
+    )
     return with_looks(msgs, looks, task) if looks else msgs
 
 
@@ -127,7 +154,15 @@ def with_looks(msgs: list, looks: Sequence, task: str) -> list:
     """msgs with the images `looks` inserted in the user message just before its closing `task`."""
     content = msgs[1]["content"]
     content = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
-    head = content[-1]["text"][:-len(task)]  # the task is the user text's last part in every layout
+    head = content[-1]["text"][: -len(task)]  # the task is the user text's last part in every layout
     urls = [{"type": "image_url", "image_url": {"url": encode_image(im)}} for im in looks]
-    return [msgs[0], {"role": "user", "content": content[:-1] + [{"type": "text", "text": head}] + urls
-                      + [{"type": "text", "text": task}]}]
+    return [
+        msgs[0],
+        {
+            "role": "user",
+            "content": content[:-1]
+            + [{"type": "text", "text": head}]
+            + urls
+            + [{"type": "text", "text": task}],
+        },
+    ]

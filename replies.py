@@ -14,6 +14,7 @@ step; the paper leaves open how a model's reply becomes that number. This module
   when a server refuses response_format; the judge modes' JSON requests (modes/calls.py's ask_json) share it,
   so a run sends a schema in response_format everywhere or, after a refusal, nowhere.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,7 +29,11 @@ import numpy as np
 
 # ----------------------------------------------------------------------------- formats
 
-FORMATS = ("json", "text", "digit")  # a judge's reply: a JSON object under a schema, a "Score:" line, a digit line
+FORMATS = (
+    "json",
+    "text",
+    "digit",
+)  # a judge's reply: a JSON object under a schema, a "Score:" line, a digit line
 SCALE = {  # the answer scales parse_score reads
     "unit": "a number from 0 to 1, where 0 means certainly wrong and 1 certainly right",
     "digit": "one digit from 0 to 9, where 0 means certainly wrong and 9 certainly right",
@@ -36,16 +41,23 @@ SCALE = {  # the answer scales parse_score reads
 EXPLAIN = "Explain your judgement in at most three sentences, then end your reply with this one line:\nScore: <{scale}>"
 SCORE_ONLY = "Reply with this one line only, without explanation:\nScore: <{scale}>"
 FOLLOW_UP = "Your reply did not end with a valid score line. Reply with this one line only:\nScore: <{scale}>"
-JSON_EXPLAIN = ('Reply with one JSON object of this form:\n{"reason": "<why, in one or two sentences>", "score": <'
-                + SCALE["digit"] + '>}')
-JSON_SCORE_ONLY = 'Reply with one JSON object of this form, without explanation:\n{"score": <' + SCALE["digit"] + '>}'
+JSON_EXPLAIN = (
+    'Reply with one JSON object of this form:\n{"reason": "<why, in one or two sentences>", "score": <'
+    + SCALE["digit"]
+    + ">}"
+)
+JSON_SCORE_ONLY = (
+    'Reply with one JSON object of this form, without explanation:\n{"score": <' + SCALE["digit"] + ">}"
+)
 JSON_FOLLOW_UP = "Your reply was not the JSON object asked for ({reason}). Reply with that object only."
 REASON_CHARS = 200  # the longest "reason" the json format's schema allows
 
 _SCORE_LINE = re.compile(r"(?im)^[ \t>*_#`-]*(?:(?:final|overall)[ \t]+)?score[ \t*_`]*[:=][ \t]*(.*)$")
 _JSON_SCORE = re.compile(r'"score"\s*:\s*')
 _UNIT = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(%|/(\d+(?:\.\d*)?))?")
-_FENCED = re.compile(r"(?s)\A\s*```(?:json)?\s*(.*?)\s*```\s*\Z")  # a reply wrapped in a ``` (or ```json) fence
+_FENCED = re.compile(
+    r"(?s)\A\s*```(?:json)?\s*(.*?)\s*```\s*\Z"
+)  # a reply wrapped in a ``` (or ```json) fence
 
 
 def text_of(response: dict, i: int = 0) -> str:
@@ -66,7 +78,7 @@ def json_object(text: str) -> dict:
     if start < 0 or end < start:
         raise ValueError("no JSON object in the reply")
     try:
-        return json.loads(text[start:end + 1])
+        return json.loads(text[start : end + 1])
     except ValueError as e:
         raise ValueError(f"invalid JSON: {e}") from None
 
@@ -128,7 +140,7 @@ def parse_score(text: str, scale: str = "unit", step: str | None = None) -> floa
     lines = list(_SCORE_LINE.finditer(unquote(text, step))) if isinstance(text, str) else []
     if not lines:
         return math.nan
-    value = re.sub(r"[ \t]*/[ \t]*", "/", lines[-1].string[_value_at(lines[-1]):lines[-1].end(1)])
+    value = re.sub(r"[ \t]*/[ \t]*", "/", lines[-1].string[_value_at(lines[-1]) : lines[-1].end(1)])
     words = value.strip().split()
     value = words[0].rstrip(".,;:!)*_`>") if words else ""
     if scale == "digit":
@@ -173,7 +185,7 @@ def reason_of(text: str, fmt: str) -> str:
             return ""
         return reason.strip() if isinstance(reason, str) else ""
     lines = list(_SCORE_LINE.finditer(text))
-    return (text[:lines[-1].start()] if lines else text).strip()
+    return (text[: lines[-1].start()] if lines else text).strip()
 
 
 def _score_at(text: str, fmt: str, step: str | None) -> int | None:
@@ -192,9 +204,11 @@ def digit_probs(logprobs: Any, fmt: str = "digit", step: str | None = None) -> n
     sent them (not renormalised; all 0 without usable logprobs). The token is found in the reply the tokens
     spell: the "score" value of a json reply, or the value of the last score line outside the quoted candidate
     `step`. A token holding more than the digit (" 7") counts for its digit."""
-    p = np.zeros(10)                                                  # [10]
+    p = np.zeros(10)  # [10]
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
-    if not isinstance(content, list) or not all(isinstance(t, dict) and isinstance(t.get("token"), str) for t in content):
+    if not isinstance(content, list) or not all(
+        isinstance(t, dict) and isinstance(t.get("token"), str) for t in content
+    ):
         return p
     at = _score_at("".join(t["token"] for t in content), fmt, step)
     if at is None:
@@ -204,9 +218,11 @@ def digit_probs(logprobs: Any, fmt: str = "digit", step: str | None = None) -> n
         if pos + len(t["token"]) > at:
             break
         pos += len(t["token"])
-    before = t["token"][:at - pos].strip()  # what the digit's token holds before it (often nothing)
-    for tok, lp in ((a.get("token"), a.get("logprob")) for a in t.get("top_logprobs") or [] if isinstance(a, dict)):
-        d = tok.strip()[len(before):] if isinstance(tok, str) and tok.strip().startswith(before) else ""
+    before = t["token"][: at - pos].strip()  # what the digit's token holds before it (often nothing)
+    for tok, lp in (
+        (a.get("token"), a.get("logprob")) for a in t.get("top_logprobs") or [] if isinstance(a, dict)
+    ):
+        d = tok.strip()[len(before) :] if isinstance(tok, str) and tok.strip().startswith(before) else ""
         if re.fullmatch(r"[0-9]", d) and isinstance(lp, (int, float)) and math.isfinite(lp):
             p[int(d)] += math.exp(lp)
     return p
@@ -225,11 +241,12 @@ def logprob_score(logprobs: Any, fmt: str = "digit", step: str | None = None) ->
     digits 0..9 are single tokens in Qwen's and SmolLM2's tokenizers; a decimal such as "0.85" spreads over
     several tokens, so the text format has no weighted score.
     """
-    p = digit_probs(logprobs, fmt, step)                             # [10]
+    p = digit_probs(logprobs, fmt, step)  # [10]
     return float(p @ np.arange(10) / 9 / p.sum()) if p.sum() > 0 else math.nan  # [10] @ [10] -> scalar
 
 
 # ----------------------------------------------------------------------------- a run's format and its fallback
+
 
 class JudgeFormat:
     """The reply format of one run's judges, shared by all of them (make_judges; evaluate.py's chains too) and by
@@ -241,6 +258,7 @@ class JudgeFormat:
     output). The switch is said once on stderr and record() keeps when it happened: never silently. Thread-safe,
     as a step's n×m judge calls run at once: the first refusal switches and speaks, the others just retry.
     """
+
     REFUSAL = re.compile(r"(?i)response_format|json_schema|schema|grammar")
 
     def __init__(self, requested: str = "json"):
@@ -266,16 +284,24 @@ class JudgeFormat:
     def fall_back(self, call: int, error: Exception) -> bool:
         """True if `error` is the server refusing the json format's response_format: from now on, text."""
         status = getattr(error, "status", None)
-        if not (self.requested == "json" and isinstance(status, int) and 400 <= status < 500
-                and self.REFUSAL.search(str(error))):
+        if not (
+            self.requested == "json"
+            and isinstance(status, int)
+            and 400 <= status < 500
+            and self.REFUSAL.search(str(error))
+        ):
             return False
         with self._lock:
             first, self._active = self._fallback is None, "text"
             if first:
                 self._fallback = {"at_call": call, "error": one_line(error)}
         if first:
-            print(f"judges: the server refused response_format ({one_line(error)}); the judges reply in the text "
-                  "format, and JSON requests go without a schema, for the rest of this run", file=sys.stderr, flush=True)
+            print(
+                f"judges: the server refused response_format ({one_line(error)}); the judges reply in the text "
+                "format, and JSON requests go without a schema, for the rest of this run",
+                file=sys.stderr,
+                flush=True,
+            )
         return True
 
     def run(self, attempt: Callable[[str], Any]) -> Any:

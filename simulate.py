@@ -42,6 +42,7 @@ Each is the mean over `seeds` independent seeds of `trials` steps, ± the 95% St
 over seeds. All rules and all values of a sweep see the same random draws, so differences between
 rules are paired. `python simulate.py` writes docs/simulation_report.md and docs/simulation.png.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,23 +60,53 @@ from verdict import RULES, STUBBORNNESS
 FORMAT = "verdict-simulation/1"
 TARGETS = ("none",) + GATE_TARGETS  # the gate's target in a scenario; "none" for no gate
 ALL_RULES = RULES + ("lam-mean",)
-T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-        2.045, 2.042)  # Student t, 0.975 quantile, df = 1..30 (df > 30 uses 2.042: slightly wide)
+T975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)  # Student t, 0.975 quantile, df = 1..30 (df > 30 uses 2.042: slightly wide)
 
 
 @dataclass(frozen=True)
 class Scenario:
     """One world: how the raw scores are drawn (module docstring) and VERDICT's knobs."""
+
     p_correct: float = 0.5
     mu1: float = 0.72
     mu0: float = 0.45
     sigma: float = 0.15
-    fooled: int = -1        # the fooled judge's index, -1 for none
+    fooled: int = -1  # the fooled judge's index, -1 for none
     p_fool: float = 0.0
     mu_fool: float = 0.9
     rho: float = 0.0
-    miscal: int = 0         # the miscalibrated judge's index
+    miscal: int = 0  # the miscalibrated judge's index
     delta: float = 0.0
     kappa: float = 1.0
     q: float = 0.0
@@ -83,21 +114,37 @@ class Scenario:
     premise_fools: tuple = ()  # the judges a contradicted premise fools
     p_detect: float = 0.8
     p_false: float = 0.1
-    gate: str = "none"      # one of TARGETS
+    gate: str = "none"  # one of TARGETS
     lam: tuple = STUBBORNNESS
     tau: float = verdict.TAU
     eps: float = verdict.EPS
 
     def __post_init__(self):
-        for name in ("p_correct", "p_fool", "rho", "q", "p_premise", "p_detect", "p_false"):  # probabilities, a share
+        for name in (
+            "p_correct",
+            "p_fool",
+            "rho",
+            "q",
+            "p_premise",
+            "p_detect",
+            "p_false",
+        ):  # probabilities, a share
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must lie in [0, 1], got {name}={getattr(self, name)!r}")
         if not (self.sigma >= 0 and self.kappa >= 0):  # a negative sd or scale means nothing
-            raise ValueError(f"need sigma >= 0 and kappa >= 0, got sigma={self.sigma!r}, kappa={self.kappa!r}")
+            raise ValueError(
+                f"need sigma >= 0 and kappa >= 0, got sigma={self.sigma!r}, kappa={self.kappa!r}"
+            )
         if not (-1 <= self.fooled < len(self.lam) and 0 <= self.miscal < len(self.lam)):  # judge indices
-            raise ValueError(f"fooled and miscal must index a judge, got fooled={self.fooled!r}, miscal={self.miscal!r}")
-        if len(set(self.premise_fools)) != len(self.premise_fools) or not set(self.premise_fools) <= set(range(len(self.lam))):
-            raise ValueError(f"premise_fools must list distinct judge indices, got premise_fools={self.premise_fools!r}")
+            raise ValueError(
+                f"fooled and miscal must index a judge, got fooled={self.fooled!r}, miscal={self.miscal!r}"
+            )
+        if len(set(self.premise_fools)) != len(self.premise_fools) or not set(self.premise_fools) <= set(
+            range(len(self.lam))
+        ):
+            raise ValueError(
+                f"premise_fools must list distinct judge indices, got premise_fools={self.premise_fools!r}"
+            )
         if self.gate not in TARGETS:
             raise ValueError(f"gate must be one of {', '.join(TARGETS)}, got gate={self.gate!r}")
 
@@ -105,15 +152,16 @@ class Scenario:
 @dataclass(frozen=True)
 class Draws:
     """The randomness of seeds × trials steps, shared by every scenario (common random numbers)."""
+
     seeds: int
     trials: int
     u_correct: np.ndarray  # [N, n]     N = seeds · trials, seed-major
-    z: np.ndarray          # [N, n]     noise shared by the judges of a candidate
-    e: np.ndarray          # [N, n, m]  each judge's own noise
-    u_fool: np.ndarray     # [N, n]
+    z: np.ndarray  # [N, n]     noise shared by the judges of a candidate
+    e: np.ndarray  # [N, n, m]  each judge's own noise
+    u_fool: np.ndarray  # [N, n]
     u_abstain: np.ndarray  # [N, n, m]
     u_premise: np.ndarray  # [N, n]
-    u_check: np.ndarray    # [N, n]
+    u_check: np.ndarray  # [N, n]
 
 
 def draw(seeds: int, trials: int, seed: int = 0, n: int = 3, m: int = 3) -> Draws:
@@ -124,15 +172,24 @@ def draw(seeds: int, trials: int, seed: int = 0, n: int = 3, m: int = 3) -> Draw
     blocks = []
     for k in range(seeds):  # a loop over seeds (for independent streams), never over trials
         r = np.random.default_rng([seed, k])
-        blocks.append((r.random((trials, n)), r.standard_normal((trials, n)), r.standard_normal((trials, n, m)),
-                       r.random((trials, n)), r.random((trials, n, m)), r.random((trials, n)), r.random((trials, n))))
+        blocks.append(
+            (
+                r.random((trials, n)),
+                r.standard_normal((trials, n)),
+                r.standard_normal((trials, n, m)),
+                r.random((trials, n)),
+                r.random((trials, n, m)),
+                r.random((trials, n)),
+                r.random((trials, n)),
+            )
+        )
     return Draws(seeds, trials, *(np.concatenate(b) for b in zip(*blocks)))
 
 
 def premises(d: Draws, sc: Scenario) -> tuple[np.ndarray, np.ndarray]:
     """Which candidates rest on a contradicted premise, and which the premise check flags.  -> [N, n], [N, n]"""
     contradicted = (d.u_correct >= sc.p_correct) & (d.u_premise < sc.p_premise)  # [N, n] wrong steps only
-    flagged = d.u_check < np.where(contradicted, sc.p_detect, sc.p_false)         # [N, n]
+    flagged = d.u_check < np.where(contradicted, sc.p_detect, sc.p_false)  # [N, n]
     return contradicted, flagged
 
 
@@ -140,27 +197,28 @@ def raw_scores(d: Draws, sc: Scenario) -> tuple[np.ndarray, np.ndarray]:
     """Raw scores ŝ (NaN = abstained), after the gate, and the truth of every candidate.  -> [N, n, m], [N, n]"""
     if d.e.shape[2] != len(sc.lam):  # one stubbornness per judge
         raise ValueError(f"draws have m={d.e.shape[2]} judges but lam={sc.lam} has {len(sc.lam)}")
-    correct = d.u_correct < sc.p_correct                                         # [N, n]
-    contradicted, flagged = premises(d, sc)                                      # [N, n], [N, n]
-    noise = math.sqrt(sc.rho) * d.z[..., None] + math.sqrt(1 - sc.rho) * d.e     # [N, n, m]
-    x = np.where(correct, sc.mu1, sc.mu0)[..., None] + sc.sigma * noise          # [N, n, m]
+    correct = d.u_correct < sc.p_correct  # [N, n]
+    contradicted, flagged = premises(d, sc)  # [N, n], [N, n]
+    noise = math.sqrt(sc.rho) * d.z[..., None] + math.sqrt(1 - sc.rho) * d.e  # [N, n, m]
+    x = np.where(correct, sc.mu1, sc.mu0)[..., None] + sc.sigma * noise  # [N, n, m]
     if sc.fooled >= 0:  # the fooled judge scores some wrong steps around mu_fool
         f = sc.fooled
-        hit = ~correct & (d.u_fool < sc.p_fool)                                  # [N, n]
+        hit = ~correct & (d.u_fool < sc.p_fool)  # [N, n]
         x[..., f] = np.where(hit, sc.mu_fool + sc.sigma * noise[..., f], x[..., f])  # [N, n]
     for f in sc.premise_fools:  # a contradicted premise fools these judges
         x[..., f] = np.where(contradicted, sc.mu_fool + sc.sigma * noise[..., f], x[..., f])  # [N, n]
     if sc.kappa != 1 or sc.delta != 0:  # one judge miscalibrated (skipped otherwise: exact scores)
         x[..., sc.miscal] = 0.5 + sc.kappa * (x[..., sc.miscal] - 0.5) + sc.delta  # [N, n]
-    s_hat = np.clip(x, 0.0, 1.0)                                                 # [N, n, m]
+    s_hat = np.clip(x, 0.0, 1.0)  # [N, n, m]
     if sc.gate != "none":  # a flagged step: r = 0, α(0) = 0, so ŝ ← 0.5 + 0·(ŝ − 0.5) = 0.5 (exactly)
-        j = slice(0, 1) if sc.gate == "visual" else slice(None)                  # V's column, or every judge's
-        s_hat[..., j] = np.where(flagged[..., None], 0.5, s_hat[..., j])         # [N, n, m']
-    s_hat[d.u_abstain < sc.q] = np.nan                                           # [N, n, m] NaN stays NaN
+        j = slice(0, 1) if sc.gate == "visual" else slice(None)  # V's column, or every judge's
+        s_hat[..., j] = np.where(flagged[..., None], 0.5, s_hat[..., j])  # [N, n, m']
+    s_hat[d.u_abstain < sc.q] = np.nan  # [N, n, m] NaN stays NaN
     return s_hat, correct
 
 
 # ----------------------------------------------------------------------------- batched selection
+
 
 def select_batch(s_hat, lam=STUBBORNNESS, tau: float = verdict.TAU, eps: float = verdict.EPS) -> dict:
     """Every rule of ALL_RULES on T steps at once.  [T, n, m] -> {rule: verdict.Selection (batched)}
@@ -173,10 +231,12 @@ def select_batch(s_hat, lam=STUBBORNNESS, tau: float = verdict.TAU, eps: float =
         raise ValueError(f"scores must have shape [T, n, m], got shape {s_hat.shape}")
     out = verdict.select_all(s_hat, lam, tau, eps)
     lam = np.asarray(lam, dtype=float)
-    answered = ~np.isnan(s_hat)                                                           # [T, n, m]
-    verified = answered.sum(2) >= 2                                                       # [T, n]
+    answered = ~np.isnan(s_hat)  # [T, n, m]
+    verified = answered.sum(2) >= 2  # [T, n]
     with np.errstate(invalid="ignore"):
-        lam_mean = np.where(answered, s_hat * lam, 0).sum(2) / np.where(answered, lam, 0).sum(2)  # [T, n, m] -> [T, n]
+        lam_mean = np.where(answered, s_hat * lam, 0).sum(2) / np.where(answered, lam, 0).sum(
+            2
+        )  # [T, n, m] -> [T, n]
     out["lam-mean"] = replace(out["mean"], index=verdict._best(verified, verified, lam_mean))
     return out
 
@@ -184,18 +244,22 @@ def select_batch(s_hat, lam=STUBBORNNESS, tau: float = verdict.TAU, eps: float =
 def measure(d: Draws, sc: Scenario) -> dict:
     """Every rule's accuracy, acceptance and fallback on each seed.  -> {rule: {measure: [seeds]}}"""
     S, T = d.seeds, d.trials
-    s_hat, correct = raw_scores(d, sc)                                         # [N, n, m], [N, n]
-    contradicted = premises(d, sc)[0]                                      # [N, n]
-    exists = correct.any(1).reshape(S, T)                                  # [S, T]
+    s_hat, correct = raw_scores(d, sc)  # [N, n, m], [N, n]
+    contradicted = premises(d, sc)[0]  # [N, n]
+    exists = correct.any(1).reshape(S, T)  # [S, T]
     chosen = lambda mask, ch: np.take_along_axis(mask, ch.index[:, None], 1).reshape(S, T)  # [N, n] -> [S, T]
     out = {}
     for rule, ch in select_batch(s_hat, sc.lam, sc.tau, sc.eps).items():
-        out[rule] = {"accuracy": chosen(correct, ch).sum(1) / np.maximum(exists.sum(1), 1),  # [S]
-                     "acceptance": ch.accepted.reshape(S, -1).mean(1),        # [S]
-                     "fallback": ch.fallback.reshape(S, T).mean(1)}           # [S]
+        out[rule] = {
+            "accuracy": chosen(correct, ch).sum(1) / np.maximum(exists.sum(1), 1),  # [S]
+            "acceptance": ch.accepted.reshape(S, -1).mean(1),  # [S]
+            "fallback": ch.fallback.reshape(S, T).mean(1),
+        }  # [S]
         if sc.p_premise > 0:
-            bad, any_bad = contradicted.reshape(S, -1), contradicted.any(1).reshape(S, T)       # [S, T·n], [S, T]
-            out[rule]["contradicted_accepted"] = (ch.accepted.reshape(S, -1) & bad).sum(1) / np.maximum(bad.sum(1), 1)
+            bad, any_bad = contradicted.reshape(S, -1), contradicted.any(1).reshape(S, T)  # [S, T·n], [S, T]
+            out[rule]["contradicted_accepted"] = (ch.accepted.reshape(S, -1) & bad).sum(1) / np.maximum(
+                bad.sum(1), 1
+            )
             out[rule]["contradicted_chosen"] = chosen(contradicted, ch).sum(1) / np.maximum(any_bad.sum(1), 1)
     return out
 
@@ -211,11 +275,12 @@ def interval(x) -> tuple[float, float]:
 @dataclass(frozen=True)
 class Sweep:
     """One noise model: `field` of `base` takes each of `values` ("lam_V" sets lam[0])."""
+
     name: str
-    label: str        # the x-axis label (ASCII: pillow's default font has no Greek)
+    label: str  # the x-axis label (ASCII: pillow's default font has no Greek)
     field: str
     values: tuple
-    headline: float   # the value quoted in the summary tables
+    headline: float  # the value quoted in the summary tables
     base: Scenario = Scenario()
 
     def at(self, v: float) -> Scenario:
@@ -228,21 +293,46 @@ P_FOOL = (0.0, 0.2, 0.4, 0.6, 0.8)
 LAM_V = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0)
 SWEEPS = (
     Sweep("iid", "sigma (noise sd of every judge)", "sigma", (0.05, 0.1, 0.15, 0.2, 0.25, 0.3), 0.15),
-    *(Sweep(f"fooled-{j}", f"p_fool (judge {j} fooled on wrong steps)", "p_fool", P_FOOL, 0.4, Scenario(fooled=i))
-      for i, j in enumerate("VLC")),
+    *(
+        Sweep(
+            f"fooled-{j}",
+            f"p_fool (judge {j} fooled on wrong steps)",
+            "p_fool",
+            P_FOOL,
+            0.4,
+            Scenario(fooled=i),
+        )
+        for i, j in enumerate("VLC")
+    ),
     Sweep("correlated", "rho (weight of the shared noise)", "rho", (0.0, 0.25, 0.5, 0.75, 0.9), 0.5),
     Sweep("offset-V", "delta (offset of judge V)", "delta", (-0.2, -0.1, 0.0, 0.1, 0.2), 0.1),
     Sweep("compress-V", "kappa (scale of judge V)", "kappa", (1.0, 0.75, 0.5, 0.25, 0.0), 0.5),
     Sweep("abstain", "q (abstention probability)", "q", (0.0, 0.1, 0.2, 0.3, 0.5), 0.2),
     Sweep("lam_V, iid", "lambda_V (iid, sigma = 0.15)", "lam_V", LAM_V, 1.5),
-    Sweep("lam_V, fooled-V", "lambda_V (judge V fooled, p = 0.4)", "lam_V", LAM_V, 1.5, Scenario(fooled=0, p_fool=0.4)),
-    Sweep("lam_V, fooled-C", "lambda_V (judge C fooled, p = 0.4)", "lam_V", LAM_V, 1.5, Scenario(fooled=2, p_fool=0.4)),
+    Sweep(
+        "lam_V, fooled-V",
+        "lambda_V (judge V fooled, p = 0.4)",
+        "lam_V",
+        LAM_V,
+        1.5,
+        Scenario(fooled=0, p_fool=0.4),
+    ),
+    Sweep(
+        "lam_V, fooled-C",
+        "lambda_V (judge C fooled, p = 0.4)",
+        "lam_V",
+        LAM_V,
+        1.5,
+        Scenario(fooled=2, p_fool=0.4),
+    ),
 )
 
 
 FOOLS = ((0,), (1, 2), (0, 1, 2))  # whom a contradicted premise fools: V alone, L and C, all three
-GATE_KNOBS = (("p_false", "p_false (premise check's false alarms)", (0.0, 0.05, 0.1, 0.2, 0.3), 0.1),
-              ("p_detect", "p_detect (contradicted premises flagged)", (0.0, 0.25, 0.5, 0.75, 1.0), 0.8))
+GATE_KNOBS = (
+    ("p_false", "p_false (premise check's false alarms)", (0.0, 0.05, 0.1, 0.2, 0.3), 0.1),
+    ("p_detect", "p_detect (contradicted premises flagged)", (0.0, 0.25, 0.5, 0.75, 1.0), 0.8),
+)
 
 
 def fools_name(fools: tuple) -> str:
@@ -254,10 +344,20 @@ def gate_name(field: str, fools: tuple, target: str) -> str:
 
 
 # A gate's sweeps of each knob; with no gate neither knob matters, so "none" is measured at the headline only.
-GATE_SWEEPS = tuple(Sweep(gate_name(field, f, g), label, field, values if g != "none" else (headline,), headline,
-                          Scenario(p_premise=0.4, premise_fools=f, gate=g))
-                    for field, label, values, headline in GATE_KNOBS for f in FOOLS for g in TARGETS
-                    if g != "none" or field == GATE_KNOBS[0][0])
+GATE_SWEEPS = tuple(
+    Sweep(
+        gate_name(field, f, g),
+        label,
+        field,
+        values if g != "none" else (headline,),
+        headline,
+        Scenario(p_premise=0.4, premise_fools=f, gate=g),
+    )
+    for field, label, values, headline in GATE_KNOBS
+    for f in FOOLS
+    for g in TARGETS
+    if g != "none" or field == GATE_KNOBS[0][0]
+)
 
 
 def run(trials: int = 2500, seeds: int = 20, seed: int = 0) -> dict:
@@ -267,6 +367,7 @@ def run(trials: int = 2500, seeds: int = 20, seed: int = 0) -> dict:
 
 
 # ----------------------------------------------------------------------------- report and figure
+
 
 def _pm(x, digits=1, sign=False) -> str:
     mean, hw = interval(100 * np.asarray(x))
@@ -280,36 +381,61 @@ def _diff(r: dict, a: str = "verdict", b: str = "mean") -> np.ndarray:
 
 def _headline_row(name: str, setting: str, r: dict) -> str:
     best = max(ALL_RULES, key=lambda k: r[k]["accuracy"].mean())
-    return (f"| {name} | {setting} | {_pm(r['verdict']['accuracy'])} | {_pm(r['mean']['accuracy'])} "
-            f"| {_pm(_diff(r), 2, True)} | {_pm(_diff(r, b='no-filter'), 2, True)} | {_pm(r['raw-dual']['accuracy'])} "
-            f"| {best} ({100 * r[best]['accuracy'].mean():.1f}) |")
+    return (
+        f"| {name} | {setting} | {_pm(r['verdict']['accuracy'])} | {_pm(r['mean']['accuracy'])} "
+        f"| {_pm(_diff(r), 2, True)} | {_pm(_diff(r, b='no-filter'), 2, True)} | {_pm(r['raw-dual']['accuracy'])} "
+        f"| {best} ({100 * r[best]['accuracy'].mean():.1f}) |"
+    )
 
 
 def gate_report(results: dict) -> list:
     """The report's section on EVPV's gate: every target against a contradicted premise."""
     at = lambda field, f, g, v: dict(results[gate_name(field, f, g)])[v]
     cols = [(f, g) for f in FOOLS for g in GATE_TARGETS]
-    L = ["## EVPV's gate: the visual judge's score, or the step's?", "",
-         "A wrong step rests on a contradicted visual premise with probability p_premise = 0.4; the judges it fools score"
-         " it around 0.9. The premise check flags it (r = 0, α(r) = 0) with probability p_detect = 0.8 and flags any other"
-         " step with probability p_false = 0.1 (unless swept); an unflagged step has r = 1. Target `visual`: a flagged step's"
-         " ŝ_V ← 0.5 + α(r)(ŝ_V − 0.5) = 0.5; `step`: every judge's ŝ likewise; `none`: no gate. Contradicted accepted ="
-         " contradicted-premise candidates passing VERDICT's filter; contradicted chosen = steps where VERDICT picks one, given"
-         " one exists. With a perfect check (p_detect = 1) and target `step`, none passes the filter: each answering judge"
-         " reports 0.5, so s̄* = 0.5 < τ. The sweeps leave out `none`, which neither knob changes (its row above).", "",
-         "| fooled by the premise | gate | VERDICT accuracy | mean accuracy | contradicted accepted | contradicted chosen "
-         "| VERDICT fallback |", "|---|---|---|---|---|---|---|"]
+    L = [
+        "## EVPV's gate: the visual judge's score, or the step's?",
+        "",
+        "A wrong step rests on a contradicted visual premise with probability p_premise = 0.4; the judges it fools score"
+        " it around 0.9. The premise check flags it (r = 0, α(r) = 0) with probability p_detect = 0.8 and flags any other"
+        " step with probability p_false = 0.1 (unless swept); an unflagged step has r = 1. Target `visual`: a flagged step's"
+        " ŝ_V ← 0.5 + α(r)(ŝ_V − 0.5) = 0.5; `step`: every judge's ŝ likewise; `none`: no gate. Contradicted accepted ="
+        " contradicted-premise candidates passing VERDICT's filter; contradicted chosen = steps where VERDICT picks one, given"
+        " one exists. With a perfect check (p_detect = 1) and target `step`, none passes the filter: each answering judge"
+        " reports 0.5, so s̄* = 0.5 < τ. The sweeps leave out `none`, which neither knob changes (its row above).",
+        "",
+        "| fooled by the premise | gate | VERDICT accuracy | mean accuracy | contradicted accepted | contradicted chosen "
+        "| VERDICT fallback |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for f, g in cols:
         r = at("p_false", f, g, 0.1)["verdict"]
-        L.append(f"| {fools_name(f)} | {g} | {_pm(r['accuracy'])} | {_pm(at('p_false', f, g, 0.1)['mean']['accuracy'])} "
-                 f"| {_pm(r['contradicted_accepted'])} | {_pm(r['contradicted_chosen'])} | {_pm(r['fallback'])} |")
-    for (field, label, values, _), whats in zip(GATE_KNOBS, (("accuracy",), ("accuracy", "contradicted_accepted"))):
-        for what in whats:  # a false alarm never touches a contradicted step: p_false leaves its acceptance alone
-            title = {"accuracy": "VERDICT accuracy", "contradicted_accepted": "contradicted steps accepted by VERDICT"}[what]
-            L += ["", f"### {title} (%) against {label}", "",
-                  f"| {field} | " + " | ".join(f"{fools_name(f)}: {g}" for f, g in cols) + " |", "|---" * (len(cols) + 1) + "|"]
-            L += [f"| {v} | " + " | ".join(f"{100 * at(field, f, g, v)['verdict'][what].mean():.1f}" for f, g in cols) + " |"
-                  for v in values]
+        L.append(
+            f"| {fools_name(f)} | {g} | {_pm(r['accuracy'])} | {_pm(at('p_false', f, g, 0.1)['mean']['accuracy'])} "
+            f"| {_pm(r['contradicted_accepted'])} | {_pm(r['contradicted_chosen'])} | {_pm(r['fallback'])} |"
+        )
+    for (field, label, values, _), whats in zip(
+        GATE_KNOBS, (("accuracy",), ("accuracy", "contradicted_accepted"))
+    ):
+        for (
+            what
+        ) in whats:  # a false alarm never touches a contradicted step: p_false leaves its acceptance alone
+            title = {
+                "accuracy": "VERDICT accuracy",
+                "contradicted_accepted": "contradicted steps accepted by VERDICT",
+            }[what]
+            L += [
+                "",
+                f"### {title} (%) against {label}",
+                "",
+                f"| {field} | " + " | ".join(f"{fools_name(f)}: {g}" for f, g in cols) + " |",
+                "|---" * (len(cols) + 1) + "|",
+            ]
+            L += [
+                f"| {v} | "
+                + " | ".join(f"{100 * at(field, f, g, v)['verdict'][what].mean():.1f}" for f, g in cols)
+                + " |"
+                for v in values
+            ]
     return L + [""]
 
 
@@ -317,44 +443,83 @@ def markdown(results: dict, trials: int, seeds: int, seed: int) -> str:
     """The markdown report; a pure function of the results and the arguments (no clock, no paths)."""
     cmd = f"python simulate.py --trials {trials} --seeds {seeds} --seed {seed}"
     head = {sw.name: (sw, dict(results[sw.name])[sw.headline]) for sw in SWEEPS if sw.field != "lam_V"}
-    L = ["# VERDICT simulation: when does the coupled consensus beat plain averaging?", "",
-         f"Format: `{FORMAT}`. Generated by `{cmd}` ({seeds} independent seeds × {trials} steps per setting).",
-         "Every number is a percentage: mean over seeds ± the 95% Student-t half-width over seeds.", "",
-         "## Assumptions", "",
-         "- One step: 3 candidates, each correct with probability 0.5; judges V, L, C with λ = (1.5, 1.0, 0.8), τ = 0.6, ε = 0.1.",
-         "- Raw score = 0.72 (correct step) or 0.45 (wrong step) + Gaussian noise (σ = 0.15 unless swept), clipped to [0, 1].",
-         "- Noise models, one knob each: `iid` σ; `fooled-X` judge X scores a wrong step around 0.9 with probability p_fool;"
-         " `correlated` a per-candidate noise shared by all judges with weight ρ; `offset-V` / `compress-V` judge V reports"
-         " 0.5 + κ(ŝ − 0.5) + δ; `abstain` each judge returns NaN with probability q.",
-         "- Accuracy = a correct candidate chosen, given that one exists. Acceptance = candidates passing the rule's filter"
-         " (no filter: every candidate with ≥ 2 answers). Fallback = steps where none passes.",
-         "- `lam-mean` = the highest λ-weighted raw mean, no filter. Other rules as defined in `verdict.select`.",
-         "- `premise X, gate T` (last rows of the headline table): a wrong step rests on a contradicted premise with"
-         " probability 0.4 and fools judges X; EVPV's gate with target T (see the gate section at the end).", "",
-         "## Headline: VERDICT against the mean", "",
-         "`VERDICT − no-filter` isolates the dual filter and fallback; `no-filter` differs from `mean` only by weighting"
-         " the judges unequally (a fixed weighted mean: see the README's errata). Differences are paired (same steps), per seed.", "",
-         "| noise model | setting | VERDICT | mean | VERDICT − mean (pp) | VERDICT − no-filter (pp) | raw-dual | best rule |",
-         "|---|---|---|---|---|---|---|---|"]
+    L = [
+        "# VERDICT simulation: when does the coupled consensus beat plain averaging?",
+        "",
+        f"Format: `{FORMAT}`. Generated by `{cmd}` ({seeds} independent seeds × {trials} steps per setting).",
+        "Every number is a percentage: mean over seeds ± the 95% Student-t half-width over seeds.",
+        "",
+        "## Assumptions",
+        "",
+        "- One step: 3 candidates, each correct with probability 0.5; judges V, L, C with λ = (1.5, 1.0, 0.8), τ = 0.6, ε = 0.1.",
+        "- Raw score = 0.72 (correct step) or 0.45 (wrong step) + Gaussian noise (σ = 0.15 unless swept), clipped to [0, 1].",
+        "- Noise models, one knob each: `iid` σ; `fooled-X` judge X scores a wrong step around 0.9 with probability p_fool;"
+        " `correlated` a per-candidate noise shared by all judges with weight ρ; `offset-V` / `compress-V` judge V reports"
+        " 0.5 + κ(ŝ − 0.5) + δ; `abstain` each judge returns NaN with probability q.",
+        "- Accuracy = a correct candidate chosen, given that one exists. Acceptance = candidates passing the rule's filter"
+        " (no filter: every candidate with ≥ 2 answers). Fallback = steps where none passes.",
+        "- `lam-mean` = the highest λ-weighted raw mean, no filter. Other rules as defined in `verdict.select`.",
+        "- `premise X, gate T` (last rows of the headline table): a wrong step rests on a contradicted premise with"
+        " probability 0.4 and fools judges X; EVPV's gate with target T (see the gate section at the end).",
+        "",
+        "## Headline: VERDICT against the mean",
+        "",
+        "`VERDICT − no-filter` isolates the dual filter and fallback; `no-filter` differs from `mean` only by weighting"
+        " the judges unequally (a fixed weighted mean: see the README's errata). Differences are paired (same steps), per seed.",
+        "",
+        "| noise model | setting | VERDICT | mean | VERDICT − mean (pp) | VERDICT − no-filter (pp) | raw-dual | best rule |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     L += [_headline_row(name, f"{sw.field} = {sw.headline}", r) for name, (sw, r) in head.items()]
-    L += [_headline_row(f"premise {fools_name(f)}, gate {g}", "p_detect = 0.8, p_false = 0.1",
-                        dict(results[gate_name("p_false", f, g)])[0.1]) for f in FOOLS for g in TARGETS]
+    L += [
+        _headline_row(
+            f"premise {fools_name(f)}, gate {g}",
+            "p_detect = 0.8, p_false = 0.1",
+            dict(results[gate_name("p_false", f, g)])[0.1],
+        )
+        for f in FOOLS
+        for g in TARGETS
+    ]
     for what in ("accuracy", "acceptance", "fallback"):
-        L += ["", f"## {what.capitalize()} (%) of every rule, at the headline settings", "",
-              "| rule | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
-        L += [f"| {rule} | " + " | ".join(_pm(r[rule][what]) for _, r in head.values()) + " |" for rule in ALL_RULES]
-    L += ["", "## Sweeps: accuracy (%) against the swept parameter", "",
-          "Means only (half-widths are in the tables above and the VERDICT − mean column).", ""]
+        L += [
+            "",
+            f"## {what.capitalize()} (%) of every rule, at the headline settings",
+            "",
+            "| rule | " + " | ".join(head) + " |",
+            "|---" * (len(head) + 1) + "|",
+        ]
+        L += [
+            f"| {rule} | " + " | ".join(_pm(r[rule][what]) for _, r in head.values()) + " |"
+            for rule in ALL_RULES
+        ]
+    L += [
+        "",
+        "## Sweeps: accuracy (%) against the swept parameter",
+        "",
+        "Means only (half-widths are in the tables above and the VERDICT − mean column).",
+        "",
+    ]
     for sw in SWEEPS:
         rows = results[sw.name]
-        L += [f"### {sw.name}: {sw.label}", "", f"| {sw.field} | " + " | ".join(ALL_RULES) + " | VERDICT − mean (pp) |",
-              "|---" * (len(ALL_RULES) + 2) + "|"]
-        L += [f"| {v} | " + " | ".join(f"{100 * r[k]['accuracy'].mean():.1f}" for k in ALL_RULES)
-              + f" | {_pm(_diff(r), 2, True)} |" for v, r in rows]
+        L += [
+            f"### {sw.name}: {sw.label}",
+            "",
+            f"| {sw.field} | " + " | ".join(ALL_RULES) + " | VERDICT − mean (pp) |",
+            "|---" * (len(ALL_RULES) + 2) + "|",
+        ]
+        L += [
+            f"| {v} | "
+            + " | ".join(f"{100 * r[k]['accuracy'].mean():.1f}" for k in ALL_RULES)
+            + f" | {_pm(_diff(r), 2, True)} |"
+            for v, r in rows
+        ]
         if sw.field == "lam_V":
             acc = [100 * r["verdict"]["accuracy"].mean() for _, r in rows]
-            L += ["", f"VERDICT's range over λ_V ∈ {list(sw.values)}: {max(acc) - min(acc):.2f} pp "
-                      f"(the paper reports 2.90 pp on 3DSRBench)."]
+            L += [
+                "",
+                f"VERDICT's range over λ_V ∈ {list(sw.values)}: {max(acc) - min(acc):.2f} pp "
+                f"(the paper reports 2.90 pp on 3DSRBench).",
+            ]
         L.append("")
     return "\n".join(L + gate_report(results))
 
@@ -370,10 +535,10 @@ def _panel(c, k: int, title: str, xlabel: str, xs, ys: dict, colors: dict, bold:
     """Panel k of the grid on canvas c: one line per label of ys (label -> [len(xs)] values), `bold` drawn
     thick, last."""
     ox, oy = (k % COLS) * W, 40 + (k // COLS) * H
-    x0, x1, y0, y1 = ox + 55, ox + W - 20, oy + 25, oy + H - 50          # the plot box, pixels
+    x0, x1, y0, y1 = ox + 55, ox + W - 20, oy + 25, oy + H - 50  # the plot box, pixels
     xs = np.array(xs, float)
     lo, hi = min(y.min() for y in ys.values()), max(y.max() for y in ys.values())
-    step = next(t for t in (0.5, 1, 2, 5, 10, 20, 50) if (hi - lo) / t <= 5)   # at most ~6 ticks
+    step = next(t for t in (0.5, 1, 2, 5, 10, 20, 50) if (hi - lo) / t <= 5)  # at most ~6 ticks
     lo, hi = step * math.floor(lo / step + 1e-9), step * math.ceil(hi / step - 1e-9)
     px = lambda x: x0 + (x - xs.min()) / (np.ptp(xs) or 1) * (x1 - x0)
     py = lambda y: y1 - (y - lo) / ((hi - lo) or 1) * (y1 - y0)
@@ -395,19 +560,39 @@ def plot(results: dict, path) -> None:
     """Accuracy against the swept parameter: a panel per sweep, a line per rule; then a panel per group of
     judges a contradicted premise fools, VERDICT's accuracy against p_false, a line per gate target (pillow)."""
     acc = lambda name, rule: np.array([100 * m[rule]["accuracy"].mean() for _, m in results[name]])
-    panels = [(f"{sw.name}: accuracy (%)", sw.label, sw.values, {r: acc(sw.name, r) for r in ALL_RULES},
-               dict(zip(ALL_RULES, COLORS)), "verdict") for sw in SWEEPS]
+    panels = [
+        (
+            f"{sw.name}: accuracy (%)",
+            sw.label,
+            sw.values,
+            {r: acc(sw.name, r) for r in ALL_RULES},
+            dict(zip(ALL_RULES, COLORS)),
+            "verdict",
+        )
+        for sw in SWEEPS
+    ]
     field, label, values, _ = GATE_KNOBS[0]
     flat = lambda name: np.full(len(values), acc(name, "verdict")[0])  # no gate: the knob changes nothing
-    panels += [(f"premise, {fools_name(f)} fooled: VERDICT accuracy (%)", label, values,
-                {gt: acc(gate_name(field, f, gt), "verdict") if gt != "none" else flat(gate_name(field, f, gt))
-                 for gt in TARGETS}, GATE_COLORS, "") for f in FOOLS]
+    panels += [
+        (
+            f"premise, {fools_name(f)} fooled: VERDICT accuracy (%)",
+            label,
+            values,
+            {
+                gt: acc(gate_name(field, f, gt), "verdict") if gt != "none" else flat(gate_name(field, f, gt))
+                for gt in TARGETS
+            },
+            GATE_COLORS,
+            "",
+        )
+        for f in FOOLS
+    ]
     c = charts.Canvas((W * COLS, 40 + H * math.ceil((len(panels) + 1) / COLS)))
     title = "VERDICT simulation: accuracy (%, a correct candidate chosen given one exists) by noise model"
     c.text((10, 10), title, 13, lines=1)
     for k, panel in enumerate(panels):
         _panel(c, k, *panel)
-    ox, oy = (len(panels) % COLS) * W, 40 + (len(panels) // COLS) * H       # the legend cell
+    ox, oy = (len(panels) % COLS) * W, 40 + (len(panels) // COLS) * H  # the legend cell
     legend = [("rule (y axis: accuracy %)", None)] + list(zip(ALL_RULES, COLORS))
     legend += [("premise panels: gate target", None)] + list(GATE_COLORS.items())
     charts.legend(c, (ox + 30, oy + 10), legend, width=W - 60, size=13, line=True)
@@ -417,15 +602,19 @@ def plot(results: dict, path) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description="Monte-Carlo study: when does VERDICT's consensus beat the mean?")
     p.add_argument("--trials", type=int, default=2500, help="steps per seed and setting (default 2500)")
-    p.add_argument("--seeds", type=int, default=20, help="independent seeds; the intervals are over these (default 20)")
+    p.add_argument(
+        "--seeds", type=int, default=20, help="independent seeds; the intervals are over these (default 20)"
+    )
     p.add_argument("--seed", type=int, default=0, help="the base seed (default 0)")
-    p.add_argument("--out", default="docs", help="directory for simulation_report.md and simulation.png (docs)")
+    p.add_argument(
+        "--out", default="docs", help="directory for simulation_report.md and simulation.png (docs)"
+    )
     a = p.parse_args(argv)
     results = run(a.trials, a.seeds, a.seed)
     out, text = Path(a.out), markdown(results, a.trials, a.seeds, a.seed)
     (out / "simulation_report.md").write_text(text, encoding="utf-8")
     plot(results, out / "simulation.png")
-    print(text[text.index("| noise model"):text.index("\n\n## Accuracy")])  # the headline table
+    print(text[text.index("| noise model") : text.index("\n\n## Accuracy")])  # the headline table
     print(f"wrote {out / 'simulation_report.md'} and {out / 'simulation.png'}")
     return 0
 

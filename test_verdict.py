@@ -1,5 +1,6 @@
 """Tests for verdict.py: oracle (closed form vs np.linalg.solve), seeded properties, golden
 values with their derivations (including the paper's two errata), selection, the loop, guards."""
+
 import json
 import math
 from decimal import Decimal
@@ -50,6 +51,7 @@ def rand_case(rng, m=None):
 
 # ----------------------------------------------------------------------------- oracle
 
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_closed_form_matches_linalg_solve(seed):
     rng = np.random.default_rng(seed)
@@ -69,17 +71,20 @@ def test_the_oracle_solves_the_papers_system(seed):
     rng = np.random.default_rng(seed)
     for m in range(2, 9):
         lam, s_hat = rng.uniform(0.05, 20, m), rng.random(m)
-        np.testing.assert_allclose(solve_system(s_hat, lam), np.linalg.solve(papers_system(lam), lam * s_hat),
-                                   rtol=0, atol=1e-12)
+        np.testing.assert_allclose(
+            solve_system(s_hat, lam), np.linalg.solve(papers_system(lam), lam * s_hat), rtol=0, atol=1e-12
+        )
 
 
 def exact_solve(s_hat, lam):
     """The paper's system solved in exact rational arithmetic (Gaussian elimination on Fractions)."""
     m, c = len(lam), Fraction(1, len(lam) - 1)
-    rows = [[1 + Fraction(lam[i]) if j == i else -c for j in range(m)] + [Fraction(lam[i]) * Fraction(s_hat[i])]
-            for i in range(m)]
+    rows = [
+        [1 + Fraction(lam[i]) if j == i else -c for j in range(m)] + [Fraction(lam[i]) * Fraction(s_hat[i])]
+        for i in range(m)
+    ]
     for p in range(m):  # A is strictly diagonally dominant (1 + λ_i > (m−1)·c = 1): no pivot is 0
-        for r in rows[p + 1:]:
+        for r in rows[p + 1 :]:
             f = r[p] / rows[p][p]
             r[:] = [x - f * y for x, y in zip(r, rows[p])]
     s = [Fraction(0)] * m
@@ -93,7 +98,11 @@ def test_the_oracle_is_exact_to_rounding(seed):
     rng = np.random.default_rng(seed)
     for scale in (1e3, 1.0, 1e-14, 1e-17, 1e-200, TINIEST, None):
         m = int(rng.integers(2, 6))
-        lam = 10.0 ** rng.uniform(-323, 300, m) if scale is None else np.maximum(scale * rng.uniform(1, 20, m), TINIEST)
+        lam = (
+            10.0 ** rng.uniform(-323, 300, m)
+            if scale is None
+            else np.maximum(scale * rng.uniform(1, 20, m), TINIEST)
+        )
         s_hat = rng.random(m)
         np.testing.assert_allclose(solve_system(s_hat, lam), exact_solve(s_hat, lam), rtol=0, atol=1e-14)
 
@@ -113,13 +122,15 @@ def test_closed_form_matches_the_oracle_down_to_the_smallest_lambda(seed):
     # from λ ~ 1e3 down to the smallest subnormal 5e-324, with and without abstentions, and with λ_i drawn
     # independently over 1e-323 .. 1e300, where their ratios are extreme too.
     rng = np.random.default_rng(seed)
-    lams = [np.maximum(10.0 ** -k * rng.uniform(1, 20, int(rng.integers(2, 9))), TINIEST) for k in range(-3, 324, 9)]
+    lams = [
+        np.maximum(10.0**-k * rng.uniform(1, 20, int(rng.integers(2, 9))), TINIEST) for k in range(-3, 324, 9)
+    ]
     lams += [np.full(int(rng.integers(2, 9)), TINIEST)]
     lams += [10.0 ** rng.uniform(-323, 300, int(rng.integers(2, 9))) for _ in range(20)]
     for lam in lams:
         s_hat = rng.random((12, len(lam)))
         np.testing.assert_allclose(consensus(s_hat, lam), oracle_rows(s_hat, lam), rtol=0, atol=1e-13)
-        s_hat[rng.random(s_hat.shape) < 0.3] = NAN                                 # some rows below 2 answers
+        s_hat[rng.random(s_hat.shape) < 0.3] = NAN  # some rows below 2 answers
         np.testing.assert_allclose(consensus(s_hat, lam), oracle_rows(s_hat, lam), rtol=0, atol=1e-13)
 
 
@@ -163,6 +174,7 @@ def test_batched_over_leading_axes_and_one_judge_left():
 
 
 # ----------------------------------------------------------------------------- properties
+
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_rows_of_M_sum_to_one(seed):
@@ -243,10 +255,14 @@ def test_infinitely_stubborn_judges_keep_their_scores(seed):
 
 # ----------------------------------------------------------------------------- golden values
 
+
 def test_consensus_matrix_golden():
     # M = A⁻¹ diag(λ) with A = [[2.5, −.5, −.5], [−.5, 2, −.5], [−.5, −.5, 1.8]] (c = 1/2).
-    np.testing.assert_allclose(consensus_matrix(V.STUBBORNNESS), [
-        [0.7003, 0.1603, 0.1394], [0.2404, 0.5923, 0.1672], [0.2613, 0.2091, 0.5296]], atol=5e-5)
+    np.testing.assert_allclose(
+        consensus_matrix(V.STUBBORNNESS),
+        [[0.7003, 0.1603, 0.1394], [0.2404, 0.5923, 0.1672], [0.2613, 0.2091, 0.5296]],
+        atol=5e-5,
+    )
 
 
 def test_consensus_mean_is_a_fixed_weighted_mean():
@@ -276,26 +292,29 @@ def test_proposition_1_and_erratum_2():
 
 # ----------------------------------------------------------------------------- selection
 
+
 def test_rules_disagree_on_a_hand_made_case():
-    s_hat = np.array([
-        [0.95, 0.95, 0.05],   # 0: two judges love it, one vetoes: highest max, majority 2
-        [0.70, 0.62, 0.66],   # 1: calm and above τ: VERDICT accepts it
-        [0.90, 0.20, 0.90],   # 2: Proposition 1's conflict: highest raw mean and s̄*
-        [0.66, 0.64, 0.65],   # 3: calmest, highest minimum
-    ])
+    s_hat = np.array(
+        [
+            [0.95, 0.95, 0.05],  # 0: two judges love it, one vetoes: highest max, majority 2
+            [0.70, 0.62, 0.66],  # 1: calm and above τ: VERDICT accepts it
+            [0.90, 0.20, 0.90],  # 2: Proposition 1's conflict: highest raw mean and s̄*
+            [0.66, 0.64, 0.65],  # 3: calmest, highest minimum
+        ]
+    )
     # raw means: .65, .66, .6667, .65;  raw Δ: .4, .0267, .3111, .0067;  mins: .05, .62, .2, .64
     # s̄*: .6991, .6632, .6756, .6508;  Δ*: .1505, .0123, .1268, .0031
     # Note s̄*[0] = .6991 > s̄*[2]: the weighted mean favours the visual judge's 0.95.
     want = {
-        "verdict": 1,    # accepted: 1 and 3 (s̄* > .6, Δ* < .1); higher s̄* is 1
-        "mean": 2,       # highest raw mean .6667
-        "min": 3,        # highest minimum .64
-        "max": 0,        # highest maximum .95 (ties with nothing)
-        "majority": 1,   # judges above τ: 2, 3, 2, 3 -> tie 1 vs 3 broken by raw mean .66 > .65
-        "variance": 1,   # std < ε: 1 (std .0327) and 3 (std .0082); higher raw mean is 1
-        "raw-dual": 1,   # raw mean > .6 and raw Δ < .1: 1 and 3; higher raw mean is 1
+        "verdict": 1,  # accepted: 1 and 3 (s̄* > .6, Δ* < .1); higher s̄* is 1
+        "mean": 2,  # highest raw mean .6667
+        "min": 3,  # highest minimum .64
+        "max": 0,  # highest maximum .95 (ties with nothing)
+        "majority": 1,  # judges above τ: 2, 3, 2, 3 -> tie 1 vs 3 broken by raw mean .66 > .65
+        "variance": 1,  # std < ε: 1 (std .0327) and 3 (std .0082); higher raw mean is 1
+        "raw-dual": 1,  # raw mean > .6 and raw Δ < .1: 1 and 3; higher raw mean is 1
         "no-filter": 0,  # highest s̄* overall
-        "no-rank": 1,    # first accepted in sampling order
+        "no-rank": 1,  # first accepted in sampling order
     }
     for rule, index in want.items():
         sel = select(s_hat, rule=rule)
@@ -304,9 +323,11 @@ def test_rules_disagree_on_a_hand_made_case():
 
 
 def test_fallback_ranks_by_mean_minus_dispersion():
-    s_hat = [[0.9, 0.2, 0.9],     # s̄* − Δ* = 0.6756 − 0.1268 = 0.5488
-             [0.55, 0.5, 0.55],   # s̄* = 0.5340 < τ: rejected; s̄* − Δ* = 0.5340 − 0.0091 = 0.5249
-             [0.95, 0.1, 0.3]]    # s̄* − Δ* is lower still
+    s_hat = [
+        [0.9, 0.2, 0.9],  # s̄* − Δ* = 0.6756 − 0.1268 = 0.5488
+        [0.55, 0.5, 0.55],  # s̄* = 0.5340 < τ: rejected; s̄* − Δ* = 0.5340 − 0.0091 = 0.5249
+        [0.95, 0.1, 0.3],
+    ]  # s̄* − Δ* is lower still
     sel = select(s_hat)
     assert sel.fallback and not sel.accepted.any() and sel.verified
     assert sel.index == 0
@@ -336,7 +357,11 @@ def test_select_all_defaults_are_the_papers():
     s_hat = [[0.95, 0.95, 0.05], [0.70, 0.62, 0.66], [0.90, 0.20, 0.90], [0.66, 0.64, 0.65]]
     for rule, sel in V.select_all(s_hat).items():
         one = select(s_hat, V.STUBBORNNESS, 0.6, 0.1, rule)
-        assert (sel.index, sel.fallback, sel.accepted.tolist()) == (one.index, one.fallback, one.accepted.tolist())
+        assert (sel.index, sel.fallback, sel.accepted.tolist()) == (
+            one.index,
+            one.fallback,
+            one.accepted.tolist(),
+        )
     assert V.select_all(s_hat)["verdict"].accepted.tolist() == [False, True, False, True]
 
 
@@ -369,10 +394,10 @@ def test_thresholds_are_strict():
     one = [[0.9, 0.6]]
     accepted = lambda rule, tau, eps: bool(select(one, (1.0, 1.0), tau, eps, rule).accepted[0])
     for rule in ("verdict", "no-rank"):
-        assert not accepted(rule, 0.75, 0.5) and accepted(rule, 0.7499, 0.5), rule      # s̄* > τ
-        assert not accepted(rule, 0.5, 0.05) and accepted(rule, 0.5, 0.0501), rule      # Δ* < ε
-    assert not accepted("raw-dual", 0.75, 0.5) and accepted("raw-dual", 0.7499, 0.5)    # mean > τ
-    assert not accepted("raw-dual", 0.5, 0.15) and accepted("raw-dual", 0.5, 0.1501)    # Δ̂ < ε
+        assert not accepted(rule, 0.75, 0.5) and accepted(rule, 0.7499, 0.5), rule  # s̄* > τ
+        assert not accepted(rule, 0.5, 0.05) and accepted(rule, 0.5, 0.0501), rule  # Δ* < ε
+    assert not accepted("raw-dual", 0.75, 0.5) and accepted("raw-dual", 0.7499, 0.5)  # mean > τ
+    assert not accepted("raw-dual", 0.5, 0.15) and accepted("raw-dual", 0.5, 0.1501)  # Δ̂ < ε
     # variance: std of (0.5, 0.7) is exactly 0.1 = ε, so it is not below ε (0.1² = 0.010000000000000002
     # in floating point, which let a variance of 0.01 pass).
     assert not select([[0.5, 0.7]], (1.0, 1.0), 0.6, 0.1, "variance").accepted[0]
@@ -398,13 +423,13 @@ def test_min_and_max_take_the_extreme_raw_score():
 
 
 def test_best_is_lexicographic_with_nan_last_and_ties_to_the_lowest_index():
-    assert V._best([0, 1, 1], [5, 1, 2]) == 2                 # the first key decides; the second among ties
+    assert V._best([0, 1, 1], [5, 1, 2]) == 2  # the first key decides; the second among ties
     assert V._best([1, 1, 0], [0.2, 0.5, 9], [9, 0, 9]) == 1  # a later key never overrides an earlier one
-    assert V._best([1, 0, 0], [NAN, 5, 5], [0, 0, 1]) == 0    # a decided first key is final, NaN or not
+    assert V._best([1, 0, 0], [NAN, 5, 5], [0, 0, 1]) == 0  # a decided first key is final, NaN or not
     assert V._best([NAN, 0.0]) == 1 and V._best([NAN, -5.0]) == 1  # NaN counts as −∞
     assert V._best([NAN, NAN]) == 0 and V._best([0.4, 0.4, 0.4]) == 0
-    assert V._best([0.3, 0.1 + 0.2]) == 0                     # 0.30000000000000004 rounds to a tie with 0.3
-    assert V._best([0.3, 0.3 + 1e-11]) == 1                   # a difference at 11 decimals still counts
+    assert V._best([0.3, 0.1 + 0.2]) == 0  # 0.30000000000000004 rounds to a tie with 0.3
+    assert V._best([0.3, 0.3 + 1e-11]) == 1  # a difference at 11 decimals still counts
     np.testing.assert_array_equal(V._best(np.array([[0, 1], [1, 0], [2, 2]])), [1, 0, 0])  # batched: per row
 
 
@@ -418,27 +443,42 @@ def test_fully_answered_rows_do_not_depend_on_the_rest_of_the_batch():
 def test_batched_select_equals_select_step_by_step(seed):
     rng = np.random.default_rng(seed)
     n, m = int(rng.integers(1, 6)), int(rng.integers(2, 5))
-    s_hat = rng.integers(0, 11, size=(400, n, m)) / 10                # a grid: ties and exact τ are common
-    s_hat[rng.random(s_hat.shape) < 0.2] = NAN                        # abstentions, some below 2 answers
+    s_hat = rng.integers(0, 11, size=(400, n, m)) / 10  # a grid: ties and exact τ are common
+    s_hat[rng.random(s_hat.shape) < 0.2] = NAN  # abstentions, some below 2 answers
     lam = rng.uniform(0.2, 3.0, m)
     for rule in V.RULES:
         batch = select(s_hat, lam, 0.6, 0.1, rule)
         for t in range(len(s_hat)):
             one = select(s_hat[t], lam, 0.6, 0.1, rule)
-            assert (batch.index[t], batch.fallback[t], batch.verified[t]) == (one.index, one.fallback, one.verified)
+            assert (batch.index[t], batch.fallback[t], batch.verified[t]) == (
+                one.index,
+                one.fallback,
+                one.verified,
+            )
             assert np.array_equal(batch.accepted[t], one.accepted), (rule, t)
 
 
 def reference_candidate(row, lam, tau):
     """One candidate's statistics, in plain Python over the judges who answered; s* by the oracle."""
     raw = [float(x) for x in row if not math.isnan(x)]
-    star = list(solve_system(raw, [l for x, l in zip(row, lam) if not math.isnan(x)])) if len(raw) >= 2 else raw
+    star = (
+        list(solve_system(raw, [lam_i for x, lam_i in zip(row, lam) if not math.isnan(x)]))
+        if len(raw) >= 2
+        else raw
+    )
     mean = lambda v: sum(v) / len(v) if v else NAN
     mad = lambda v: mean([abs(x - mean(v)) for x in v])
-    return {"verified": len(raw) >= 2, "s_bar_star": mean(star), "delta_star": mad(star), "s_bar": mean(raw),
-            "delta": mad(raw), "std": math.sqrt(mean([(x - mean(raw)) ** 2 for x in raw])) if raw else NAN,
-            "min": min(raw, default=NAN), "max": max(raw, default=NAN),
-            "above": sum(round(x, 12) > tau for x in raw)}
+    return {
+        "verified": len(raw) >= 2,
+        "s_bar_star": mean(star),
+        "delta_star": mad(star),
+        "s_bar": mean(raw),
+        "delta": mad(raw),
+        "std": math.sqrt(mean([(x - mean(raw)) ** 2 for x in raw])) if raw else NAN,
+        "min": min(raw, default=NAN),
+        "max": max(raw, default=NAN),
+        "above": sum(round(x, 12) > tau for x in raw),
+    }
 
 
 def reference_rule(rule, c, tau, eps):
@@ -454,8 +494,13 @@ def reference_rule(rule, c, tau, eps):
         return raw_dual, (c["s_bar"],), (c["s_bar"] - c["delta"],)
     if rule == "variance":
         return c["verified"] and round(c["std"], 12) < eps, (c["s_bar"],), (c["s_bar"],)
-    key = {"mean": (c["s_bar"],), "min": (c["min"],), "max": (c["max"],), "majority": (c["above"], c["s_bar"]),
-           "no-filter": (c["s_bar_star"],)}[rule]
+    key = {
+        "mean": (c["s_bar"],),
+        "min": (c["min"],),
+        "max": (c["max"],),
+        "majority": (c["above"], c["s_bar"]),
+        "no-filter": (c["s_bar_star"],),
+    }[rule]
     return c["verified"], key, key
 
 
@@ -465,9 +510,14 @@ def reference_select(cands, rule, tau, eps):
     none, the best of all. NaN keys rank last, ties go to the lowest index."""
     judged = [reference_rule(rule, c, tau, eps) for c in cands]
     accepted = [ok for ok, _, _ in judged]
-    pool = ([i for i, ok in enumerate(accepted) if ok] or [i for i, c in enumerate(cands) if c["verified"]]
-            or list(range(len(cands))))
-    rank = lambda i: tuple(-math.inf if math.isnan(k) else round(k, 12) for k in judged[i][1 if any(accepted) else 2])
+    pool = (
+        [i for i, ok in enumerate(accepted) if ok]
+        or [i for i, c in enumerate(cands) if c["verified"]]
+        or list(range(len(cands)))
+    )
+    rank = lambda i: tuple(
+        -math.inf if math.isnan(k) else round(k, 12) for k in judged[i][1 if any(accepted) else 2]
+    )
     index = pool[0]
     for i in pool[1:]:
         if rank(i) > rank(index):
@@ -497,7 +547,9 @@ def test_every_rule_matches_an_independent_reference(seed):
         r = lambda x: round(x, 12)
         assert any(r(c["s_bar"]) == tau for cs in cands for c in cs)
         assert any(r(c["delta"]) == eps or r(c["std"]) == eps for cs in cands for c in cs)
-        assert any(len({r(c["s_bar"]) for c in cs if c["verified"]}) < sum(c["verified"] for c in cs) for cs in cands)
+        assert any(
+            len({r(c["s_bar"]) for c in cs if c["verified"]}) < sum(c["verified"] for c in cs) for cs in cands
+        )
 
 
 def test_abstentions():
@@ -518,9 +570,9 @@ def test_abstentions():
 
 def test_paper_rule_on_proposition_1_and_a_fallback():
     assert V.paper_rule([[0.9, 0.2, 0.9], [0.7, 0.6, 0.7]]) == (1, False)  # Δ* .1268 no, .0181 yes
-    assert V.paper_rule([[0.9, 0.2, 0.9], [0.58] * 3]) == (1, True)        # s̄* − Δ*: .5488 < .58
-    assert V.paper_rule([[0.6, 0.6, 0.6], [0.6, 0.6, 0.6]]) == (0, True)   # s̄* = τ is not > τ; tie: first
-    assert V.paper_rule([[NAN, NAN, 0.9], [0.2, 0.3, 0.2]]) == (1, True)   # one answer ranks after two
+    assert V.paper_rule([[0.9, 0.2, 0.9], [0.58] * 3]) == (1, True)  # s̄* − Δ*: .5488 < .58
+    assert V.paper_rule([[0.6, 0.6, 0.6], [0.6, 0.6, 0.6]]) == (0, True)  # s̄* = τ is not > τ; tie: first
+    assert V.paper_rule([[NAN, NAN, 0.9], [0.2, 0.3, 0.2]]) == (1, True)  # one answer ranks after two
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -540,14 +592,26 @@ def test_paper_rule_is_the_batched_verdict_rule(seed):
         assert V.paper_rule(s_hat, lam, tau, eps) == (sel.index, sel.fallback), (s_hat, lam, tau, eps)
 
 
-@pytest.mark.parametrize("kw, message", [
-    ({"tau": 5}, "tau must be in [0, 1)"), ({"tau": 1}, "tau=1"), ({"tau": 2.0}, "tau=2.0"),
-    ({"tau": -0.5}, "tau=-0.5"), ({"tau": NAN}, "tau=nan"), ({"tau": "0.6"}, "tau='0.6'"),
-    ({"eps": -1}, "eps must be in (0, 1]"), ({"eps": 0}, "eps=0"), ({"eps": 1.5}, "eps=1.5"),
-    ({"eps": math.inf}, "eps=inf"), ({"n": True}, "n must be an integer >= 1, got n=True"),
-    ({"n": 2.0}, "n=2.0"), ({"max_steps": -1}, "max_steps=-1"), ({"lam": (1.0, NAN, 1.0)}, "finite and > 0"),
-    ({"lam": (1.0,)}, "m=2"),
-])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"tau": 5}, "tau must be in [0, 1)"),
+        ({"tau": 1}, "tau=1"),
+        ({"tau": 2.0}, "tau=2.0"),
+        ({"tau": -0.5}, "tau=-0.5"),
+        ({"tau": NAN}, "tau=nan"),
+        ({"tau": "0.6"}, "tau='0.6'"),
+        ({"eps": -1}, "eps must be in (0, 1]"),
+        ({"eps": 0}, "eps=0"),
+        ({"eps": 1.5}, "eps=1.5"),
+        ({"eps": math.inf}, "eps=inf"),
+        ({"n": True}, "n must be an integer >= 1, got n=True"),
+        ({"n": 2.0}, "n=2.0"),
+        ({"max_steps": -1}, "max_steps=-1"),
+        ({"lam": (1.0, NAN, 1.0)}, "finite and > 0"),
+        ({"lam": (1.0,)}, "m=2"),
+    ],
+)
 def test_config_refuses_a_setting_out_of_range(kw, message):
     with pytest.raises(ValueError) as info:
         Config(**kw)
@@ -567,15 +631,21 @@ def test_config_ranges_are_exactly_where_the_rule_can_accept():
 # ----------------------------------------------------------------------------- the loop
 
 SCRIPT = {  # step -> candidate -> (ŝ_V, ŝ_L, ŝ_C)
-    0: {"The red cube is left of the ball.": (0.7, 0.6, 0.7),          # accepted (Δ* .0181)
-        "The cube is red and large.": (0.9, 0.2, 0.9),                 # conflict: rejected (Δ* .1268)
-        "Cubes are usually left.": (0.3, 0.4, 0.2)},
-    1: {"So the ball is on the right.": (0.5, 0.55, 0.5),              # s̄* .5134 - Δ* .0098 = .5036
-        "So the ball is far away.": (0.9, 0.1, 0.2),                   # s̄* .4879 - Δ* .1791 = .3088
-        "Hmm.": (NAN, NAN, 0.9)},                                      # one judge only: ranks last
-    2: {"Final answer: B": (0.8, 0.8, 0.75),
+    0: {
+        "The red cube is left of the ball.": (0.7, 0.6, 0.7),  # accepted (Δ* .0181)
+        "The cube is red and large.": (0.9, 0.2, 0.9),  # conflict: rejected (Δ* .1268)
+        "Cubes are usually left.": (0.3, 0.4, 0.2),
+    },
+    1: {
+        "So the ball is on the right.": (0.5, 0.55, 0.5),  # s̄* .5134 - Δ* .0098 = .5036
+        "So the ball is far away.": (0.9, 0.1, 0.2),  # s̄* .4879 - Δ* .1791 = .3088
+        "Hmm.": (NAN, NAN, 0.9),
+    },  # one judge only: ranks last
+    2: {
+        "Final answer: B": (0.8, 0.8, 0.75),
         "Final answer: A": (0.2, 0.3, 0.4),
-        "Final answer: C": (0.1, 0.1, 0.1)},
+        "Final answer: C": (0.1, 0.1, 0.1),
+    },
 }
 
 
@@ -586,6 +656,7 @@ def scripted(step_calls):
 
     def judge(i):
         return lambda state, step: SCRIPT[len(state.steps)][step][i]
+
     return propose, [judge(0), judge(1), judge(2)]
 
 
@@ -594,14 +665,25 @@ def test_loop_follows_a_hand_derived_chain():
     propose, judges = scripted(calls)
     trace = run("Is the ball left or right of the cube? A. left B. right", propose, judges, image="scene.png")
     assert calls == [(0, 3), (1, 3), (2, 3)]
-    assert trace.chain == ["The red cube is left of the ball.", "So the ball is on the right.", "Final answer: B"]
+    assert trace.chain == [
+        "The red cube is left of the ball.",
+        "So the ball is on the right.",
+        "Final answer: B",
+    ]
     assert [r.selection.fallback for r in trace.steps] == [False, True, False]
     assert trace.steps[0].selection.accepted.tolist() == [True, False, False]
     assert trace.stopped == "final" and trace.answer == "B"
     d = trace.to_dict()
     assert d["format"] == "verdict-trace/4"
-    assert d["totals"] == {"steps": 3, "fallbacks": 1, "fallback_rate": 1 / 3, "abstentions": 2, "judge_calls": 27,
-                           "revisions": 0, "revised": 0}
+    assert d["totals"] == {
+        "steps": 3,
+        "fallbacks": 1,
+        "fallback_rate": 1 / 3,
+        "abstentions": 2,
+        "judge_calls": 27,
+        "revisions": 0,
+        "revised": 0,
+    }
     assert d["steps"][1]["s_hat"][2] == [None, None, 0.9]
     assert json.loads(json.dumps(d, allow_nan=False)) == d
 
@@ -622,6 +704,7 @@ def test_loop_uses_map_fn_for_all_judge_calls_in_order():
         items = list(items)
         seen.append(len(items))
         return [f(x) for x in reversed(items)][::-1]  # evaluates out of order, returns in order
+
     calls = []
     propose, judges = scripted(calls)
     plain = run("q", propose, judges)
@@ -651,8 +734,15 @@ def test_no_judges_is_the_base_reasoner_alone():
     assert rec.selection.s_star.shape == (2, 0) and rec.selection.accepted.dtype == bool
     assert rec.selection.s_bar_star.dtype == float and np.isnan(rec.selection.delta_star).all()
     d = trace.to_dict()
-    assert d["totals"] == {"steps": 2, "fallbacks": 0, "fallback_rate": 0.0, "abstentions": 0, "judge_calls": 0,
-                           "revisions": 0, "revised": 0}
+    assert d["totals"] == {
+        "steps": 2,
+        "fallbacks": 0,
+        "fallback_rate": 0.0,
+        "abstentions": 0,
+        "judge_calls": 0,
+        "revisions": 0,
+        "revised": 0,
+    }
     assert d["steps"][0]["s_bar_star"] == [None, None] and json.loads(json.dumps(d, allow_nan=False)) == d
 
 
@@ -666,14 +756,22 @@ def test_stop_ends_the_chain_and_keeps_the_completed_steps():
         if len(seen) == 5:
             raise V.Stop("budget")
         return judges[0](state, step)
+
     trace = run("q", propose, [budgeted, judges[1], judges[2]])
     assert trace.stopped == "budget" and len(trace.steps) == 1 and trace.answer is None
     assert trace.chain == ["The red cube is left of the ball."]
     assert trace.question == "q" and trace.config == Config()
     stopped_in_proposal = run("q", lambda s, n: (_ for _ in ()).throw(V.Stop("no more calls")), judges)
     assert stopped_in_proposal.stopped == "no more calls" and stopped_in_proposal.steps == ()
-    assert stopped_in_proposal.totals() == {"steps": 0, "fallbacks": 0, "fallback_rate": 0.0, "abstentions": 0,
-                                            "judge_calls": 0, "revisions": 0, "revised": 0}
+    assert stopped_in_proposal.totals() == {
+        "steps": 0,
+        "fallbacks": 0,
+        "fallback_rate": 0.0,
+        "abstentions": 0,
+        "judge_calls": 0,
+        "revisions": 0,
+        "revised": 0,
+    }
 
 
 def test_the_loop_passes_the_question_images_and_chosen_steps():
@@ -682,9 +780,12 @@ def test_the_loop_passes_the_question_images_and_chosen_steps():
     def propose(state, n):
         seen.append(state)
         return [f"step {len(state.steps)}", "Final answer: A" if state.steps else "other"]
+
     judge = lambda state, step: 0.9 if step.startswith("step") else 0.1
     trace = run("Which?", propose, [judge] * 3, Config(max_steps=3), image=["a.png", "b.png"])
-    assert [s.question for s in seen] == ["Which?"] * 3 and [s.images for s in seen] == [("a.png", "b.png")] * 3
+    assert [s.question for s in seen] == ["Which?"] * 3 and [s.images for s in seen] == [
+        ("a.png", "b.png")
+    ] * 3
     assert [s.steps for s in seen] == [(), ("step 0",), ("step 0", "step 1")]
     assert trace.question == "Which?" and trace.stopped == "max_steps" and trace.config == Config(max_steps=3)
     assert V.as_images(None) == () and V.as_images("a.png") == ("a.png",) and V.as_images(b"x") == (b"x",)
@@ -714,11 +815,18 @@ def test_a_meter_records_what_each_step_cost_and_the_totals_sum_it():
             if len(calls) == 3:
                 counters["late"] = counters.get("late", 0.0) + 0.25  # once step 3's proposal is made
             return f(*args)
+
         return call
+
     trace = run("q", spend(propose, 10), [spend(j, 1) for j in judges], meter=lambda: dict(counters))
-    assert [r.usage for r in trace.steps] == [{"tokens": 19, "calls": 10}] * 2 + [{"tokens": 19, "calls": 10, "late": 2.25}]
+    assert [r.usage for r in trace.steps] == [{"tokens": 19, "calls": 10}] * 2 + [
+        {"tokens": 19, "calls": 10, "late": 2.25}
+    ]
     d = trace.to_dict()
-    assert d["totals"]["usage"] == {"tokens": 57, "calls": 30, "late": 2.25} and "late" not in d["steps"][1]["usage"]
+    assert (
+        d["totals"]["usage"] == {"tokens": 57, "calls": 30, "late": 2.25}
+        and "late" not in d["steps"][1]["usage"]
+    )
     assert list(d["steps"][0])[-1] == "usage" and json.loads(json.dumps(d, allow_nan=False)) == d
     # the same step and loop without a meter keep no usage at all
     assert "usage" not in run("q", *scripted([])).to_dict()["totals"]
@@ -727,8 +835,9 @@ def test_a_meter_records_what_each_step_cost_and_the_totals_sum_it():
     assert V.step(V.State("q"), propose, judges, meter=lambda: {"tokens": 7}).usage == {"tokens": 0}
 
 
-@pytest.mark.parametrize("reading", [[1], {"tokens": "3"}, {"tokens": True}, {"tokens": NAN}, {"tokens": math.inf},
-                                     {1: 2}, None])
+@pytest.mark.parametrize(
+    "reading", [[1], {"tokens": "3"}, {"tokens": True}, {"tokens": NAN}, {"tokens": math.inf}, {1: 2}, None]
+)
 def test_a_meter_returns_a_dict_of_finite_counts(reading):
     with pytest.raises(ValueError, match="meter must return a dict of counter names to finite numbers"):
         V.step(V.State("q"), lambda s, n: ["a"], (), meter=lambda: reading)
@@ -738,14 +847,45 @@ def test_trace_dict_golden():
     calls = []
     propose, judges = scripted(calls)
     d = run("q", propose, judges).to_dict()
-    assert list(d) == ["format", "question", "config", "steps", "chain", "answer", "stopped", "totals", "meta"]
+    assert list(d) == [
+        "format",
+        "question",
+        "config",
+        "steps",
+        "chain",
+        "answer",
+        "stopped",
+        "totals",
+        "meta",
+    ]
     assert d["question"] == "q" and d["answer"] == "B" and d["stopped"] == "final" and d["meta"] == {}
-    assert d["config"] == {"lam": [1.5, 1.0, 0.8], "n": 3, "tau": 0.6, "eps": 0.1, "rule": "verdict",
-                           "max_steps": 8, "final": V.FINAL_ANSWER}
-    assert d["chain"] == ["The red cube is left of the ball.", "So the ball is on the right.", "Final answer: B"]
+    assert d["config"] == {
+        "lam": [1.5, 1.0, 0.8],
+        "n": 3,
+        "tau": 0.6,
+        "eps": 0.1,
+        "rule": "verdict",
+        "max_steps": 8,
+        "final": V.FINAL_ANSWER,
+    }
+    assert d["chain"] == [
+        "The red cube is left of the ball.",
+        "So the ball is on the right.",
+        "Final answer: B",
+    ]
     s0 = d["steps"][0]  # Proposition 1's two vectors: the calm one accepted, the conflict rejected
-    assert list(s0) == ["candidates", "s_hat", "s_star", "s_bar_star", "delta_star", "accepted", "index",
-                        "fallback", "verified", "abstentions"]
+    assert list(s0) == [
+        "candidates",
+        "s_hat",
+        "s_star",
+        "s_bar_star",
+        "delta_star",
+        "accepted",
+        "index",
+        "fallback",
+        "verified",
+        "abstentions",
+    ]
     assert s0["candidates"] == list(SCRIPT[0]) and s0["s_hat"][1] == [0.9, 0.2, 0.9]
     np.testing.assert_allclose(s0["s_star"][1], [0.787805, 0.485366, 0.753659], atol=1e-6)
     np.testing.assert_allclose(s0["s_bar_star"][:2], [0.66794, 0.67561], atol=1e-5)
@@ -771,12 +911,29 @@ def test_inputs_are_read_as_floats():
 
 # ----------------------------------------------------------------------------- judges' return values
 
+
 def logical_judge(state, step):
     return 0.5
 
 
-BAD = [None, "0.9", True, False, np.True_, [0.5], np.array([0.5]), Decimal("0.5"), complex(0.5, 0),
-       1.5, -0.1, math.inf, -math.inf, 2, 10 ** 400, np.float64(1.5)]
+BAD = [
+    None,
+    "0.9",
+    True,
+    False,
+    np.True_,
+    [0.5],
+    np.array([0.5]),
+    Decimal("0.5"),
+    complex(0.5, 0),
+    1.5,
+    -0.1,
+    math.inf,
+    -math.inf,
+    2,
+    10**400,
+    np.float64(1.5),
+]
 
 
 @pytest.mark.parametrize("value", BAD, ids=[type(v).__name__ + str(i) for i, v in enumerate(BAD)])
@@ -788,8 +945,10 @@ def test_a_judge_returns_a_real_number_or_nan(value):
         run("q", lambda s, n: ["a"], judges)
     assert f"judge 1 ({judges[1]!r}) returned {value!r}" in str(info.value)
     with pytest.raises(ValueError, match=r"^judge 2 \(<function .*contextual at "):
+
         def contextual(state, step):
             return value
+
         run("q", lambda s, n: ["a", "b"], [logical_judge, logical_judge, contextual])
 
 
@@ -800,12 +959,25 @@ def test_a_named_judge_is_named():
 
         def __call__(self, state, step):
             return None
-    with pytest.raises(ValueError, match=r"^judge 0 \(Judge\('visual'\)\) returned None; a judge returns a real number"):
+
+    with pytest.raises(
+        ValueError, match=r"^judge 0 \(Judge\('visual'\)\) returned None; a judge returns a real number"
+    ):
         run("q", lambda s, n: ["a", "b"], [Judge(), logical_judge, logical_judge])
 
 
 def test_judges_may_return_any_real_number_or_nan():
-    values = [0, 1, 0.25, np.float32(0.5), np.float64(0.75), np.int64(1), Fraction(1, 4), NAN, np.float32("nan")]
+    values = [
+        0,
+        1,
+        0.25,
+        np.float32(0.5),
+        np.float64(0.75),
+        np.int64(1),
+        Fraction(1, 4),
+        NAN,
+        np.float32("nan"),
+    ]
     judges = [lambda s, c, v=v: v for v in values]
     rec = V.step(V.State("q"), lambda s, n: ["a"], judges, Config(lam=(1.0,) * len(values)))
     assert rec.s_hat.dtype == float and rec.abstentions == 2
@@ -814,9 +986,11 @@ def test_judges_may_return_any_real_number_or_nan():
 
 # ----------------------------------------------------------------------------- each judge call's record
 
+
 class Recording:
     """A judge with a judgement method: its k-th call scores scores[k] (or table[step]) and records
     {"call": k, "step": step}."""
+
     def __init__(self, scores=None, table=None):
         self.scores, self.table, self.k = scores, table, 0
 
@@ -860,9 +1034,12 @@ def test_a_judgement_method_returns_a_judgement_of_a_score_and_a_dict():
     class Bad(Recording):
         def __repr__(self):
             return "Bad()"
-    for answer, message in [(0.5, r"^judge 0 \(Bad\(\)\): judgement returned 0.5, not a verdict.Judgement$"),
-                            (V.Judgement(1.5, {}), r"^judge 0 \(Bad\(\)\) returned 1.5; a judge returns"),
-                            (V.Judgement(0.5, "why"), r"^judge 0 \(Bad\(\)\) returned the record 'why'; a")]:
+
+    for answer, message in [
+        (0.5, r"^judge 0 \(Bad\(\)\): judgement returned 0.5, not a verdict.Judgement$"),
+        (V.Judgement(1.5, {}), r"^judge 0 \(Bad\(\)\) returned 1.5; a judge returns"),
+        (V.Judgement(0.5, "why"), r"^judge 0 \(Bad\(\)\) returned the record 'why'; a"),
+    ]:
         bad = Bad()
         bad.judgement = lambda state, step, answer=answer: answer
         with pytest.raises(ValueError, match=message):
@@ -877,36 +1054,43 @@ def test_a_judgement_method_returns_a_judgement_of_a_score_and_a_dict():
 
 # ----------------------------------------------------------------------------- bad input
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: consensus([0.5]), "m=2"),
-    (lambda: consensus([0.5, 0.5], [1.0]), "one stubbornness per judge"),
-    (lambda: consensus([0.5, 0.5, 0.5], [1.0, 0.0, 1.0]), "finite and > 0"),
-    (lambda: consensus([0.5, 0.5, 0.5], [1.0, -2.0, 1.0]), "finite and > 0"),
-    (lambda: consensus([0.5, 0.5, 0.5], [1.0, math.inf, 1.0]), "finite and > 0"),
-    (lambda: consensus([0.5, 1.2, 0.5]), "1.2"),
-    (lambda: consensus([0.5, -0.1, 0.5]), "-0.1"),
-    (lambda: consensus([0.5, math.inf, NAN]), "inf"),
-    (lambda: consensus(0.5), "shape"),
-    (lambda: select([0.5, 0.5, 0.5]), "shape"),
-    (lambda: select(np.zeros((0, 3))), "select needs at least one candidate, got n=0"),
-    (lambda: select([[0.5, 0.5, 0.5]], tau=NAN), "tau"),
-    (lambda: select([[0.5, 0.5, 0.5]], eps=math.inf), "eps"),
-    (lambda: select([[0.5, 0.5, 0.5]], rule="median"), "unknown rule 'median'; expected one of verdict, mean, min"),
-    (lambda: select([[0.5, 0.5]]), "one stubbornness per judge"),
-    (lambda: V.paper_rule(np.full((2, 2, 3), 0.5)), "shape [n, m]"),
-    (lambda: V.paper_rule(np.zeros((0, 3))), "at least one candidate"),
-    (lambda: V.paper_rule([[0.5, 0.5, 0.5]], eps=NAN), "eps"),
-    (lambda: consensus_matrix([2.0]), "m=2"),
-    (lambda: Config(rule="best"), "unknown rule 'best'; expected one of verdict, mean, min"),
-    (lambda: Config(n=0), "n=0"),
-    (lambda: Config(max_steps=0), "max_steps"),
-    (lambda: Config(tau=NAN), "tau"),
-    (lambda: Config(final="("), "final"),
-    (lambda: Config(lam=(1.0, 0.0, 1.0)), "finite and > 0"),
-    (lambda: run("q", lambda s, n: ["a"], [lambda s, c: 0.5] * 2), "2 judges but 3"),
-    (lambda: run("q", lambda s, n: [], [lambda s, c: 0.5] * 3), "non-empty"),
-    (lambda: run("q", lambda s, n: ["a"], [lambda s, c: 1.5] * 3), "1.5"),
-])
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: consensus([0.5]), "m=2"),
+        (lambda: consensus([0.5, 0.5], [1.0]), "one stubbornness per judge"),
+        (lambda: consensus([0.5, 0.5, 0.5], [1.0, 0.0, 1.0]), "finite and > 0"),
+        (lambda: consensus([0.5, 0.5, 0.5], [1.0, -2.0, 1.0]), "finite and > 0"),
+        (lambda: consensus([0.5, 0.5, 0.5], [1.0, math.inf, 1.0]), "finite and > 0"),
+        (lambda: consensus([0.5, 1.2, 0.5]), "1.2"),
+        (lambda: consensus([0.5, -0.1, 0.5]), "-0.1"),
+        (lambda: consensus([0.5, math.inf, NAN]), "inf"),
+        (lambda: consensus(0.5), "shape"),
+        (lambda: select([0.5, 0.5, 0.5]), "shape"),
+        (lambda: select(np.zeros((0, 3))), "select needs at least one candidate, got n=0"),
+        (lambda: select([[0.5, 0.5, 0.5]], tau=NAN), "tau"),
+        (lambda: select([[0.5, 0.5, 0.5]], eps=math.inf), "eps"),
+        (
+            lambda: select([[0.5, 0.5, 0.5]], rule="median"),
+            "unknown rule 'median'; expected one of verdict, mean, min",
+        ),
+        (lambda: select([[0.5, 0.5]]), "one stubbornness per judge"),
+        (lambda: V.paper_rule(np.full((2, 2, 3), 0.5)), "shape [n, m]"),
+        (lambda: V.paper_rule(np.zeros((0, 3))), "at least one candidate"),
+        (lambda: V.paper_rule([[0.5, 0.5, 0.5]], eps=NAN), "eps"),
+        (lambda: consensus_matrix([2.0]), "m=2"),
+        (lambda: Config(rule="best"), "unknown rule 'best'; expected one of verdict, mean, min"),
+        (lambda: Config(n=0), "n=0"),
+        (lambda: Config(max_steps=0), "max_steps"),
+        (lambda: Config(tau=NAN), "tau"),
+        (lambda: Config(final="("), "final"),
+        (lambda: Config(lam=(1.0, 0.0, 1.0)), "finite and > 0"),
+        (lambda: run("q", lambda s, n: ["a"], [lambda s, c: 0.5] * 2), "2 judges but 3"),
+        (lambda: run("q", lambda s, n: [], [lambda s, c: 0.5] * 3), "non-empty"),
+        (lambda: run("q", lambda s, n: ["a"], [lambda s, c: 1.5] * 3), "1.5"),
+    ],
+)
 def test_bad_input_names_the_problem(call, message):
     with pytest.raises(ValueError) as info:
         call()
@@ -924,9 +1108,14 @@ def test_some_messages_in_full():
 # ----------------------------------------------------------------------------- revise on reject
 
 CONFLICT, AGREE = (0.9, 0.2, 0.9), (0.7, 0.6, 0.7)  # Proposition 1: Δ* = 0.1268, rejected; s̄* = 0.6679 and
-                                                    # Δ* = 0.0181, accepted
-REJECTED = {"a": CONFLICT, "b": (0.5, 0.5, 0.5), "Final answer: R": AGREE, "Final answer: W": CONFLICT,
-            "Final answer: S": (0.9, 0.6, 0.9)}  # raw Δ = 0.1333 > ε, but Δ* < ε: VERDICT takes it, raw-dual does not
+# Δ* = 0.0181, accepted
+REJECTED = {
+    "a": CONFLICT,
+    "b": (0.5, 0.5, 0.5),
+    "Final answer: R": AGREE,
+    "Final answer: W": CONFLICT,
+    "Final answer: S": (0.9, 0.6, 0.9),
+}  # raw Δ = 0.1333 > ε, but Δ* < ε: VERDICT takes it, raw-dual does not
 
 
 def revise_agents(revised: str | None, counters: dict | None = None):
@@ -939,7 +1128,9 @@ def revise_agents(revised: str | None, counters: dict | None = None):
         def call(*args):
             counters["calls"] += 1
             return f(*args)
+
         return call
+
     judges = [count(lambda s, c, i=i: REJECTED[c][i] if s.question == "q" else NAN) for i in range(3)]
     revise = count(lambda state, record: seen.append((state, record)) or revised)
     return count(lambda s, n: ["a", "b"]), judges, revise, seen
@@ -953,15 +1144,24 @@ def test_a_revision_that_passes_the_dual_test_is_chosen_instead_of_the_fallback(
     assert rec.candidates == ("a", "b") and rec.selection.fallback and rec.selection.index == 0
     ((state, given),) = seen
     assert state == V.State("q") and given.revision is None and given.candidates == ("a", "b")
-    assert given.selection.fallback and given.chosen == "a"  # the best rejected candidate, as the fallback ranks it
+    assert (
+        given.selection.fallback and given.chosen == "a"
+    )  # the best rejected candidate, as the fallback ranks it
     v = rec.revision
     np.testing.assert_array_equal(v.s_hat, AGREE)  # judged in the step's state (other states get NaN)
-    assert v.selection.s_bar_star[0] == pytest.approx(0.6679, abs=5e-5) and v.selection.delta_star[0] == pytest.approx(0.0181, abs=5e-5)
+    assert v.selection.s_bar_star[0] == pytest.approx(0.6679, abs=5e-5) and v.selection.delta_star[
+        0
+    ] == pytest.approx(0.0181, abs=5e-5)
     assert v.taken and rec.revised and not rec.fallback and rec.chosen == "Final answer: R"
     # Costs: the proposal 1 + 2×3 judgements, then the revision 1 + its 3 judgements.
     assert v.usage == {"calls": 4} and rec.usage == {"calls": 11}
     d = rec.to_dict()
-    assert d["fallback"] and d["index"] == 0 and d["revision"]["taken"] and d["revision"]["usage"] == {"calls": 4}
+    assert (
+        d["fallback"]
+        and d["index"] == 0
+        and d["revision"]["taken"]
+        and d["revision"]["usage"] == {"calls": 4}
+    )
     assert d["revision"]["candidate"] == "Final answer: R" and d["revision"]["s_hat"] == list(AGREE)
     assert d["revision"]["s_star"] == pytest.approx(V.consensus(AGREE).tolist())
     assert d["revision"]["delta_star"] == pytest.approx(0.0181, abs=5e-5)
@@ -1017,7 +1217,13 @@ def test_a_revision_that_ends_the_chain_ends_it():
     trace = run("q", propose, judges, revise=revise)
     assert trace.stopped == "final" and trace.answer == "R" and trace.chain == ["Final answer: R"]
     t = trace.totals()
-    assert (t["fallbacks"], t["fallback_rate"], t["revisions"], t["revised"], t["judge_calls"]) == (0, 0.0, 1, 1, 9)
+    assert (t["fallbacks"], t["fallback_rate"], t["revisions"], t["revised"], t["judge_calls"]) == (
+        0,
+        0.0,
+        1,
+        1,
+        9,
+    )
 
 
 def test_revise_is_asked_only_when_no_candidate_passes():

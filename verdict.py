@@ -22,6 +22,7 @@ pin both): the consensus does NOT preserve the plain mean unless all λ are equa
 Σ λ_i s_i), and Proposition 1's second example has Δ* = 0.0181, not ≈ 0.04 (0.0444 is the raw
 dispersion).
 """
+
 from __future__ import annotations
 
 import math
@@ -41,6 +42,7 @@ TRACE_FORMAT = "verdict-trace/4"  # /4 adds each judge call's record ("calls") t
 
 
 # ----------------------------------------------------------------------------- guards
+
 
 def _check_lam(lam, m: int) -> np.ndarray:
     """λ as a float vector of length m, every entry finite and > 0.
@@ -92,6 +94,7 @@ def _nanmean(x: np.ndarray) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- consensus
 
+
 def consensus_matrix(lam=STUBBORNNESS) -> np.ndarray:
     """The matrix M with s* = M ŝ, for m = len(lam) judges who all answered.  -> [m, m]
 
@@ -125,11 +128,11 @@ def consensus(s_hat, lam=STUBBORNNESS) -> np.ndarray:
     """
     s_hat = _check_scores(s_hat)
     lam = _check_lam(lam, s_hat.shape[-1])
-    answered = ~np.isnan(s_hat)                            # [..., m]
-    s_star = _closed_form(s_hat, lam)                      # [..., m] right where every judge answered
-    few = answered.sum(-1) < 2                             # [...] m' ≤ 1: no game, ŝ stands (NaN if none)
+    answered = ~np.isnan(s_hat)  # [..., m]
+    s_star = _closed_form(s_hat, lam)  # [..., m] right where every judge answered
+    few = answered.sum(-1) < 2  # [...] m' ≤ 1: no game, ŝ stands (NaN if none)
     s_star[few] = s_hat[few]
-    some = ~answered.all(-1) & ~few                        # [...] 2 ≤ m' < m: the game of those who answered
+    some = ~answered.all(-1) & ~few  # [...] 2 ≤ m' < m: the game of those who answered
     s_star[some] = _closed_form(s_hat[some], np.where(answered[some], lam, 0.0))  # [r, m]
     return s_star
 
@@ -140,13 +143,13 @@ def _closed_form(s_hat: np.ndarray, lam: np.ndarray) -> np.ndarray:
     λ_i = 0 marks a judge who did not answer (ŝ_i = NaN): its weight w_i is 0, so it takes no part
     in S, m' counts the λ_i > 0, and its s_i = (0·NaN + c S)/a_i is NaN. Every row needs m' ≥ 2.
     """
-    k = (lam > 0).sum(-1, keepdims=True)                   # [1] or [r, 1]: m', the judges in the game
+    k = (lam > 0).sum(-1, keepdims=True)  # [1] or [r, 1]: m', the judges in the game
     c = 1.0 / (k - 1)
-    a = 1.0 + lam + c                                      # [m] or [r, m]
-    w = lam / lam.max(-1, keepdims=True) / a               # λ_i/a_i up to a common factor
-    w = w / w.sum(-1, keepdims=True)                       # normalised: S = m' Σ_i w_i ŝ_i
+    a = 1.0 + lam + c  # [m] or [r, m]
+    w = lam / lam.max(-1, keepdims=True) / a  # λ_i/a_i up to a common factor
+    w = w / w.sum(-1, keepdims=True)  # normalised: S = m' Σ_i w_i ŝ_i
     S = k * np.einsum("...i,...i->...", np.nan_to_num(s_hat), w)[..., None]  # [..., m] -> [..., 1]
-    return (lam * s_hat + c * S) / a                       # [..., m]
+    return (lam * s_hat + c * S) / a  # [..., m]
 
 
 def dispersion(s) -> np.ndarray:
@@ -158,6 +161,7 @@ def dispersion(s) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- selection
 
+
 @dataclass(frozen=True)
 class Selection:
     """One step's decision over n candidates scored by m judges.
@@ -167,11 +171,12 @@ class Selection:
     its own statistics, which are not stored. `accepted` is the rule's own filter.
     For batched input [..., n, m], `index`, `fallback` and `verified` are arrays of shape [...].
     """
-    index: int              # the chosen candidate
-    fallback: bool          # True when no candidate passed the rule's filter
-    verified: bool          # False when no candidate had 2 or more answering judges
-    accepted: np.ndarray    # [n] bool
-    s_star: np.ndarray      # [n, m] consensus scores s*, NaN where the judge abstained
+
+    index: int  # the chosen candidate
+    fallback: bool  # True when no candidate passed the rule's filter
+    verified: bool  # False when no candidate had 2 or more answering judges
+    accepted: np.ndarray  # [n] bool
+    s_star: np.ndarray  # [n, m] consensus scores s*, NaN where the judge abstained
     s_bar_star: np.ndarray  # [n] consensus mean s̄*
     delta_star: np.ndarray  # [n] consensus dispersion Δ*
 
@@ -207,13 +212,13 @@ def paper_rule(s_hat, lam=STUBBORNNESS, tau: float = TAU, eps: float = EPS) -> t
     is never accepted and ranks after every candidate with m' ≥ 2. select's rule "verdict" is this, batched.
     """
     s_hat, lam = _check_step(s_hat, lam, tau, eps, batched=False)
-    s_star = consensus(s_hat, lam)                                      # [n, m]
-    s_bar, delta = _nanmean(s_star), dispersion(s_star)                  # [n] each, NaN where m' = 0
-    judged = [int((~np.isnan(row)).sum()) >= 2 for row in s_hat]         # [n] m' ≥ 2
+    s_star = consensus(s_hat, lam)  # [n, m]
+    s_bar, delta = _nanmean(s_star), dispersion(s_star)  # [n] each, NaN where m' = 0
+    judged = [int((~np.isnan(row)).sum()) >= 2 for row in s_hat]  # [n] m' ≥ 2
     accepted = [k for k in range(len(s_hat)) if judged[k] and _q(s_bar[k]) > tau and _q(delta[k]) < eps]
     if accepted:
         return max(accepted, key=lambda k: (_q(s_bar[k]), -k)), False
-    margin = np.nan_to_num(_q(s_bar - delta), nan=-np.inf)               # [n] s̄* − Δ*, NaN as −∞
+    margin = np.nan_to_num(_q(s_bar - delta), nan=-np.inf)  # [n] s̄* − Δ*, NaN as −∞
     return max(range(len(s_hat)), key=lambda k: (judged[k], margin[k], -k)), True
 
 
@@ -239,12 +244,13 @@ def select(s_hat, lam=STUBBORNNESS, tau: float = TAU, eps: float = EPS, rule: st
 @dataclass(frozen=True)
 class _Stats:
     """Everything the rules rank by, for one batch of steps.  Each field is [..., n] unless noted."""
-    s_hat: np.ndarray       # [..., n, m] raw scores
-    verified: np.ndarray    # 2 or more judges answered
+
+    s_hat: np.ndarray  # [..., n, m] raw scores
+    verified: np.ndarray  # 2 or more judges answered
     s_bar_star: np.ndarray
     delta_star: np.ndarray
-    s_bar: np.ndarray       # raw mean ŝ̄
-    delta: np.ndarray       # raw dispersion Δ̂
+    s_bar: np.ndarray  # raw mean ŝ̄
+    delta: np.ndarray  # raw dispersion Δ̂
     tau: float
     eps: float
 
@@ -266,9 +272,9 @@ def _rule(rule: str, st: _Stats) -> tuple:
         return st.verified & (_q(std) < st.eps), (st.s_bar,)
     keys = {  # rules with no filter: every verified candidate is eligible
         "mean": (st.s_bar,),
-        "min": (np.fmin.reduce(st.s_hat, axis=-1),),                    # fmin/fmax skip NaN
+        "min": (np.fmin.reduce(st.s_hat, axis=-1),),  # fmin/fmax skip NaN
         "max": (np.fmax.reduce(st.s_hat, axis=-1),),
-        "majority": ((_q(st.s_hat) > st.tau).sum(-1), st.s_bar),       # NaN > τ is False
+        "majority": ((_q(st.s_hat) > st.tau).sum(-1), st.s_bar),  # NaN > τ is False
         "no-filter": (st.s_bar_star,),
     }[rule]
     return st.verified, keys
@@ -280,22 +286,41 @@ def select_all(s_hat, lam=STUBBORNNESS, tau: float = TAU, eps: float = EPS, rule
     for rule in rules:
         if rule not in RULES:
             raise ValueError(f"unknown rule {rule!r}; expected one of {', '.join(RULES)}")
-    s_star = consensus(s_hat, lam)                                               # [..., n, m]
-    st = _Stats(s_hat=s_hat, verified=(~np.isnan(s_hat)).sum(-1) >= 2,
-                s_bar_star=_nanmean(s_star), delta_star=dispersion(s_star),      # [..., n] each
-                s_bar=_nanmean(s_hat), delta=dispersion(s_hat), tau=tau, eps=eps)
+    s_star = consensus(s_hat, lam)  # [..., n, m]
+    st = _Stats(
+        s_hat=s_hat,
+        verified=(~np.isnan(s_hat)).sum(-1) >= 2,
+        s_bar_star=_nanmean(s_star),
+        delta_star=dispersion(s_star),  # [..., n] each
+        s_bar=_nanmean(s_hat),
+        delta=dispersion(s_hat),
+        tau=tau,
+        eps=eps,
+    )
     out = {}
     for rule in rules:
         accepted, keys = _rule(rule, st)
-        index, fallback, verified = _best(st.verified, accepted, *keys), ~accepted.any(-1), st.verified.any(-1)
+        index, fallback, verified = (
+            _best(st.verified, accepted, *keys),
+            ~accepted.any(-1),
+            st.verified.any(-1),
+        )
         if s_hat.ndim == 2:
             index, fallback, verified = int(index), bool(fallback), bool(verified)
-        out[rule] = Selection(index=index, fallback=fallback, verified=verified, accepted=accepted,
-                              s_star=s_star, s_bar_star=st.s_bar_star, delta_star=st.delta_star)
+        out[rule] = Selection(
+            index=index,
+            fallback=fallback,
+            verified=verified,
+            accepted=accepted,
+            s_star=s_star,
+            s_bar_star=st.s_bar_star,
+            delta_star=st.delta_star,
+        )
     return out
 
 
 # ----------------------------------------------------------------------------- the loop
+
 
 @dataclass(frozen=True)
 class Config:
@@ -307,6 +332,7 @@ class Config:
     The default matches "Final answer:" in any case. The reasoner's sampling (T = 0.8, top-p = 0.6)
     belongs to whoever proposes the candidates, not to the loop.
     """
+
     lam: tuple = STUBBORNNESS
     n: int = 3
     tau: float = TAU
@@ -318,10 +344,11 @@ class Config:
     def __post_init__(self):
         object.__setattr__(self, "lam", tuple(float(x) for x in _check_lam(self.lam, len(self.lam))))
         for name, kind, ok, what in (
-                ("n", int, lambda x: x >= 1, "an integer >= 1"),
-                ("max_steps", int, lambda x: x >= 1, "an integer >= 1"),
-                ("tau", float, lambda x: 0 <= x < 1, "in [0, 1) (s̄* <= 1: tau >= 1 accepts nothing)"),
-                ("eps", float, lambda x: 0 < x <= 1, "in (0, 1] (Δ* >= 0: eps <= 0 accepts nothing)")):
+            ("n", int, lambda x: x >= 1, "an integer >= 1"),
+            ("max_steps", int, lambda x: x >= 1, "an integer >= 1"),
+            ("tau", float, lambda x: 0 <= x < 1, "in [0, 1) (s̄* <= 1: tau >= 1 accepts nothing)"),
+            ("eps", float, lambda x: 0 < x <= 1, "in (0, 1] (Δ* >= 0: eps <= 0 accepts nothing)"),
+        ):
             v, abstract = getattr(self, name), numbers.Integral if kind is int else numbers.Real
             if not (isinstance(v, abstract) and not isinstance(v, bool) and ok(v)):  # NaN fails too
                 raise ValueError(f"{name} must be {what}, got {name}={v!r}")
@@ -343,6 +370,7 @@ def as_images(image) -> tuple:
 class State:
     """What every proposer and judge sees: the question, its images (whatever the caller passed: paths,
     bytes, PIL images; this module never opens them), the steps chosen so far."""
+
     question: str
     images: tuple = ()
     steps: tuple = ()
@@ -357,7 +385,8 @@ class Judgement:
     (judges.Judge has) is called through it, so what came with each score (a reason, the reply format, ...)
     reaches the StepRecord beside that score, in the order of the calls (StepRecord.calls). Any other judge
     is a plain callable, judge(state, step) -> ŝ, and its calls' records are None."""
-    score: float                # ŝ: a real number in [0, 1], or NaN to abstain
+
+    score: float  # ŝ: a real number in [0, 1], or NaN to abstain
     record: dict | None = None  # what the trace keeps about this call, JSON-ready; None: nothing
 
 
@@ -366,11 +395,12 @@ class Revision:
     """The revised step of a step whose candidates all failed the rule's filter (see step): its text, its raw
     scores ŝ [m] from the same judges, and `selection`, the rule applied to it alone ([1, m]): its consensus
     statistics, and accepted[0], whether it passes the filter (for VERDICT, the dual test s̄* > τ, Δ* < ε)."""
+
     candidate: str
-    s_hat: np.ndarray       # [m], NaN = abstained
-    selection: Selection    # over the one revision: accepted [1], s_star [1, m], s_bar_star [1], delta_star [1]
+    s_hat: np.ndarray  # [m], NaN = abstained
+    selection: Selection  # over the one revision: accepted [1], s_star [1, m], s_bar_star [1], delta_star [1]
     usage: dict = field(default_factory=dict)  # what writing and judging it cost (the step's meter), or {}
-    calls: tuple = ()       # [m] each judge call's record (Judgement.record; None from a plain callable)
+    calls: tuple = ()  # [m] each judge call's record (Judgement.record; None from a plain callable)
 
     @property
     def taken(self) -> bool:
@@ -378,10 +408,16 @@ class Revision:
 
     def to_dict(self) -> dict:
         sel = self.selection
-        return {"candidate": self.candidate, "s_hat": _jsonable(self.s_hat), "s_star": _jsonable(sel.s_star[0]),
-                "s_bar_star": _jsonable(sel.s_bar_star)[0], "delta_star": _jsonable(sel.delta_star)[0],
-                "taken": self.taken, **({"usage": dict(self.usage)} if self.usage else {}),
-                **({"calls": list(self.calls)} if any(c is not None for c in self.calls) else {})}
+        return {
+            "candidate": self.candidate,
+            "s_hat": _jsonable(self.s_hat),
+            "s_star": _jsonable(sel.s_star[0]),
+            "s_bar_star": _jsonable(sel.s_bar_star)[0],
+            "delta_star": _jsonable(sel.delta_star)[0],
+            "taken": self.taken,
+            **({"usage": dict(self.usage)} if self.usage else {}),
+            **({"calls": list(self.calls)} if any(c is not None for c in self.calls) else {}),
+        }
 
 
 @dataclass(frozen=True)
@@ -392,12 +428,13 @@ class StepRecord:
     is the revised step, chosen instead of the fallback when it passed the filter. `calls` holds each judge
     call's record (Judgement.record), laid out like s_hat, which is the order of the calls (candidate-major):
     calls[i][k] came with judge k's score of candidate i, however many candidates share its text."""
-    candidates: tuple       # [n] str
-    s_hat: np.ndarray       # [n, m], NaN = abstained
+
+    candidates: tuple  # [n] str
+    s_hat: np.ndarray  # [n, m], NaN = abstained
     selection: Selection
     usage: dict = field(default_factory=dict)  # counter -> its change over this step (step's meter), or {}
     revision: Revision | None = None
-    calls: tuple = ()       # [n][m] dict or None (a plain callable's); () with no judges
+    calls: tuple = ()  # [n][m] dict or None (a plain callable's); () with no judges
 
     @property
     def revised(self) -> bool:
@@ -415,7 +452,9 @@ class StepRecord:
 
     @property
     def abstentions(self) -> int:
-        return int(np.isnan(self.s_hat).sum()) + (int(np.isnan(self.revision.s_hat).sum()) if self.revision else 0)
+        return int(np.isnan(self.s_hat).sum()) + (
+            int(np.isnan(self.revision.s_hat).sum()) if self.revision else 0
+        )
 
     def to_dict(self) -> dict:
         sel = self.selection
@@ -432,8 +471,11 @@ class StepRecord:
             "abstentions": self.abstentions,
             **({"usage": dict(self.usage)} if self.usage else {}),
             **({"revision": self.revision.to_dict()} if self.revision else {}),
-            **({"calls": [list(r) for r in self.calls]} if any(c is not None for r in self.calls for c in r)
-               else {}),
+            **(
+                {"calls": [list(r) for r in self.calls]}
+                if any(c is not None for r in self.calls for c in r)
+                else {}
+            ),
         }
 
 
@@ -446,8 +488,9 @@ class Stop(Exception):
 class Trace:
     """A whole chain. `stopped` is "final" (a final answer was chosen), "max_steps", or the message
     of the Stop that a proposer or judge raised. `meta` carries what the caller adds (model names, ...)."""
+
     question: str
-    steps: tuple            # [T] StepRecord
+    steps: tuple  # [T] StepRecord
     config: Config
     stopped: str
     meta: dict = field(default_factory=dict)
@@ -462,7 +505,7 @@ class Trace:
         if self.stopped != "final":
             return None
         last = self.steps[-1].chosen
-        return last[re.search(self.config.final, last).end():].strip()
+        return last[re.search(self.config.final, last).end() :].strip()
 
     def totals(self) -> dict:
         """Counts over the steps, and "usage": each counter of the steps' usage summed (with a meter). A step
@@ -503,8 +546,15 @@ def _jsonable(x: np.ndarray) -> list:
 
 def _unjudged(n: int) -> Selection:
     """The base reasoner's 'decision' over n candidates and no judge: candidate 0, unverified."""
-    return Selection(index=0, fallback=False, verified=False, accepted=np.ones(n, bool),
-                     s_star=np.empty((n, 0)), s_bar_star=np.full(n, np.nan), delta_star=np.full(n, np.nan))
+    return Selection(
+        index=0,
+        fallback=False,
+        verified=False,
+        accepted=np.ones(n, bool),
+        s_star=np.empty((n, 0)),
+        s_bar_star=np.full(n, np.nan),
+        delta_star=np.full(n, np.nan),
+    )
 
 
 def _judgement(judge: Callable, state: State, step: str) -> Any:
@@ -522,9 +572,11 @@ def _judged(answer: Any, i: int, judge: Callable) -> Judgement:
         raise ValueError(f"judge {i} ({judge!r}): judgement returned {answer!r}, not a verdict.Judgement")
     s, record = answer.score, answer.record
     real = isinstance(s, numbers.Real) and not isinstance(s, bool)  # np.bool_ is no numbers.Real
-    if not (real and (0 <= s <= 1 or s != s)):                     # s != s: NaN (no float() of a huge int)
-        raise ValueError(f"judge {i} ({judge!r}) returned {s!r}; a judge returns a real number in [0, 1], "
-                         f"or NaN to abstain")
+    if not (real and (0 <= s <= 1 or s != s)):  # s != s: NaN (no float() of a huge int)
+        raise ValueError(
+            f"judge {i} ({judge!r}) returned {s!r}; a judge returns a real number in [0, 1], "
+            f"or NaN to abstain"
+        )
     if not (record is None or isinstance(record, dict)):
         raise ValueError(f"judge {i} ({judge!r}) returned the record {record!r}; a record is a dict or None")
     return Judgement(float(s), record)
@@ -533,7 +585,9 @@ def _judged(answer: Any, i: int, judge: Callable) -> Judgement:
 def _reading(meter: Callable[[], dict]) -> dict:
     """meter(), checked: a dict of counter name -> finite real number (a bool is no count)."""
     counters = meter()
-    ok = lambda k, v: isinstance(k, str) and isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+    ok = lambda k, v: (
+        isinstance(k, str) and isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+    )
     if not (isinstance(counters, dict) and all(ok(k, v) for k, v in counters.items())):
         raise ValueError(f"meter must return a dict of counter names to finite numbers, got {counters!r}")
     return counters
@@ -542,11 +596,11 @@ def _reading(meter: Callable[[], dict]) -> dict:
 def _scored(state: State, candidates: Sequence[str], judges: Sequence[Callable], map_fn: Callable) -> tuple:
     """ŝ of every candidate by every judge, and each call's record: k×m calls through map_fn, candidate-major.
     -> (ŝ [k, m], records [k][m])"""
-    calls = [(c, j) for c in candidates for j in judges]                     # candidate-major: [k·m]
+    calls = [(c, j) for c in candidates for j in judges]  # candidate-major: [k·m]
     m, answers = len(judges), list(map_fn(lambda cj: _judgement(cj[1], state, cj[0]), calls))
-    answers = [_judged(a, i % m, judges[i % m]) for i, a in enumerate(answers)]          # [k·m] Judgement
-    records = tuple(tuple(a.record for a in answers[i:i + m]) for i in range(0, len(answers), m))  # [k][m]
-    return np.array([a.score for a in answers]).reshape(len(candidates), m), records    # [k·m] -> [k, m]
+    answers = [_judged(a, i % m, judges[i % m]) for i, a in enumerate(answers)]  # [k·m] Judgement
+    records = tuple(tuple(a.record for a in answers[i : i + m]) for i in range(0, len(answers), m))  # [k][m]
+    return np.array([a.score for a in answers]).reshape(len(candidates), m), records  # [k·m] -> [k, m]
 
 
 def _now(meter: Callable[[], dict] | None) -> dict:
@@ -559,10 +613,15 @@ def _usage(meter: Callable[[], dict] | None, before: dict) -> dict:
     return {k: v - before.get(k, 0) for k, v in _now(meter).items()}
 
 
-def step(state: State, propose: Callable[[State, int], Sequence[str]], judges: Sequence[Callable[[State, str], float]],
-         config: Config = Config(), map_fn: Callable[..., Iterable] = map,
-         meter: Callable[[], dict] | None = None,
-         revise: Callable[[State, StepRecord], str | None] | None = None) -> StepRecord:
+def step(
+    state: State,
+    propose: Callable[[State, int], Sequence[str]],
+    judges: Sequence[Callable[[State, str], float]],
+    config: Config = Config(),
+    map_fn: Callable[..., Iterable] = map,
+    meter: Callable[[], dict] | None = None,
+    revise: Callable[[State, StepRecord], str | None] | None = None,
+) -> StepRecord:
     """One VERDICT step: propose config.n candidates, score each with every judge (n×m calls, through
     map_fn, candidate-major), select with config.rule. With no judges, candidate 0 is taken unverified.
     With a meter (a callable returning {counter: number}, e.g. a client's usage), the record's usage is
@@ -590,7 +649,7 @@ def step(state: State, propose: Callable[[State, int], Sequence[str]], judges: S
     if not judges:
         s_hat, calls, selection = np.empty((len(candidates), 0)), (), _unjudged(len(candidates))
     else:
-        s_hat, calls = _scored(state, candidates, judges, map_fn)            # [n, m], [n][m]
+        s_hat, calls = _scored(state, candidates, judges, map_fn)  # [n, m], [n][m]
         selection = select(s_hat, config.lam, config.tau, config.eps, config.rule)
     record = StepRecord(candidates, s_hat, selection, _usage(meter, before), calls=calls)
     if revise is None or not selection.fallback:  # (with no judges there is no fallback)
@@ -601,16 +660,22 @@ def step(state: State, propose: Callable[[State, int], Sequence[str]], judges: S
         return replace(record, usage=_usage(meter, before))
     if not isinstance(text, str):
         raise ValueError(f"revise must return a string or None, got {text!r}")
-    r_hat, r_calls = _scored(state, [text], judges, map_fn)                  # [1, m], [1][m]
+    r_hat, r_calls = _scored(state, [text], judges, map_fn)  # [1, m], [1][m]
     checked = select(r_hat, config.lam, config.tau, config.eps, config.rule)
     revision = Revision(text, r_hat[0], checked, _usage(meter, at), r_calls[0])
     return replace(record, usage=_usage(meter, before), revision=revision)
 
 
-def run(question: str, propose: Callable[[State, int], Sequence[str]], judges: Sequence[Callable[[State, str], float]],
-        config: Config = Config(), image: Any = None, map_fn: Callable[..., Iterable] = map,
-        meter: Callable[[], dict] | None = None,
-        revise: Callable[[State, StepRecord], str | None] | None = None) -> Trace:
+def run(
+    question: str,
+    propose: Callable[[State, int], Sequence[str]],
+    judges: Sequence[Callable[[State, str], float]],
+    config: Config = Config(),
+    image: Any = None,
+    map_fn: Callable[..., Iterable] = map,
+    meter: Callable[[], dict] | None = None,
+    revise: Callable[[State, StepRecord], str | None] | None = None,
+) -> Trace:
     """The step-wise loop: `step` until the chosen step matches `config.final` or after
     `config.max_steps` steps, extending the chain with each chosen step.
 

@@ -9,6 +9,7 @@ A mutant is named by its function and its mutated code (comments and runs of spa
 not change when mutmut renumbers its mutants. Exit status 1 when a survivor is not listed, a listed
 mutant of a function that was mutated no longer survives, or fewer than MIN_KILLED percent are killed.
 """
+
 import fnmatch
 import io
 import json
@@ -47,9 +48,11 @@ def function_of(mutant: str) -> str:
 def code_of(diff: str) -> str:
     """The added lines of a unified diff, without comments, spaces collapsed, joined by ' ⏎ '."""
     out = []
-    for line in (l[1:].strip() for l in diff.splitlines() if l.startswith("+") and not l.startswith("+++")):
+    for line in (d[1:].strip() for d in diff.splitlines() if d.startswith("+") and not d.startswith("+++")):
         try:
-            comments = [t for t in tokenize.generate_tokens(io.StringIO(line).readline) if t.type == tokenize.COMMENT]
+            comments = [
+                t for t in tokenize.generate_tokens(io.StringIO(line).readline) if t.type == tokenize.COMMENT
+            ]
         except (tokenize.TokenError, SyntaxError):  # a line of a longer statement: keep it whole
             comments = []
         out.append(" ".join(line[: comments[0].start[1] if comments else None].split()))
@@ -59,47 +62,73 @@ def code_of(diff: str) -> str:
 def scratch_copy(which: str) -> tuple:
     """(a scratch copy of the checkout configured for `which`, the mutant-name globs to run)."""
     work = Path(tempfile.mkdtemp(prefix=f"mutmut-{which}-"))
-    shutil.copytree(ROOT, work, dirs_exist_ok=True, ignore=shutil.ignore_patterns(
-        ".git", "mutants", "__pycache__", ".pytest_cache", "runs", ".cache", "*.sqlite"))
+    shutil.copytree(
+        ROOT,
+        work,
+        dirs_exist_ok=True,
+        ignore=shutil.ignore_patterns(
+            ".git", "mutants", "__pycache__", ".pytest_cache", "runs", ".cache", "*.sqlite"
+        ),
+    )
     if which == "verdict":
         return work, []
-    extra = tomllib.loads((ROOT / ".ci" / f"mutmut-{which}.toml").read_text())  # FileNotFoundError: no such config
-    table = "[tool.mutmut]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in extra["tool"]["mutmut"].items())
+    extra = tomllib.loads(
+        (ROOT / ".ci" / f"mutmut-{which}.toml").read_text()
+    )  # FileNotFoundError: no such config
+    table = "[tool.mutmut]\n" + "".join(
+        f"{k} = {json.dumps(v)}\n" for k, v in extra["tool"]["mutmut"].items()
+    )
     pyproject = work / "pyproject.toml"
-    pyproject.write_text(re.sub(r"(?ms)^\[tool\.mutmut\]$.*?(?=^\[|\Z)", lambda _: table + "\n", pyproject.read_text()))
+    pyproject.write_text(
+        re.sub(r"(?ms)^\[tool\.mutmut\]$.*?(?=^\[|\Z)", lambda _: table + "\n", pyproject.read_text())
+    )
     return work, extra["run"]["mutants"]
 
 
 def main(argv: list) -> int:
     if argv[:1] == ["--requirement"]:  # --requirement NAME: NAME's pinned line in the test extras
-        tests = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
+        tests = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"][
+            "test"
+        ]
         print(next(r for r in tests if r.startswith(argv[1] if len(argv) > 1 else "mutmut")))
         return 0
     which = argv[0] if argv else "verdict"
     work, globs = scratch_copy(which)
     run = mutmut(work, "run", *globs)
     (work / "mutmut-run.log").write_text(run.stdout + run.stderr)
-    print(run.stdout.replace("\r", "\n").strip().splitlines()[-1] if run.stdout.strip() else "(mutmut printed nothing)")
+    print(
+        run.stdout.replace("\r", "\n").strip().splitlines()[-1]
+        if run.stdout.strip()
+        else "(mutmut printed nothing)"
+    )
     if run.returncode:
         print(run.stderr[-3000:], f"\nmutation: mutmut run failed (exit {run.returncode}); log in {work}")
         return 1
     status = dict(re.findall(r"^\s+(\S+): (.+)$", mutmut(work, "results", "--all", "true").stdout, re.M))
     status = {k: v for k, v in status.items() if not globs or any(fnmatch.fnmatch(k, g) for g in globs)}
-    survivors = {k: (function_of(k), code_of(mutmut(work, "show", k).stdout)) for k, v in status.items() if v not in KILLED}
+    survivors = {
+        k: (function_of(k), code_of(mutmut(work, "show", k).stdout))
+        for k, v in status.items()
+        if v not in KILLED
+    }
     listed = {m.groups() for m in map(ENTRY.match, LISTED.read_text().splitlines()) if m}
     mutated = {function_of(k) for k in status}
     unlisted = [k for k, key in survivors.items() if key not in listed]
     stale = sorted(key for key in listed if key[0] in mutated and key not in survivors.values())
     for k in unlisted:
-        print(f"NOT LISTED ({status[k]}): {k}\n{mutmut(work, 'show', k).stdout}"
-              f"  kill it, or if it is equivalent add to {LISTED.relative_to(ROOT)}:\n"
-              f"- `{survivors[k][0]}`: ``{survivors[k][1]}`` — <why it changes no behaviour>\n")
+        print(
+            f"NOT LISTED ({status[k]}): {k}\n{mutmut(work, 'show', k).stdout}"
+            f"  kill it, or if it is equivalent add to {LISTED.relative_to(ROOT)}:\n"
+            f"- `{survivors[k][0]}`: ``{survivors[k][1]}`` — <why it changes no behaviour>\n"
+        )
     for f, code in stale:
         print(f"LISTED BUT KILLED OR GONE: `{f}`: ``{code}`` (remove it from {LISTED.relative_to(ROOT)})")
     killed = 100.0 * (len(status) - len(survivors)) / max(len(status), 1)
     counts = ", ".join(f"{n} {s}" for s, n in sorted(Counter(status.values()).items()))
-    print(f"mutation ({which}): {len(status)} mutants ({counts}): {len(status) - len(survivors)} killed ({killed:.1f}%), "
-          f"{len(survivors) - len(unlisted)} listed as equivalent, {len(unlisted)} not listed, {len(stale)} stale")
+    print(
+        f"mutation ({which}): {len(status)} mutants ({counts}): {len(status) - len(survivors)} killed ({killed:.1f}%), "
+        f"{len(survivors) - len(unlisted)} listed as equivalent, {len(unlisted)} not listed, {len(stale)} stale"
+    )
     ok = status and not unlisted and not stale and killed >= MIN_KILLED
     if ok:
         shutil.rmtree(work)

@@ -19,6 +19,7 @@ extract the value and then compares. The differences:
   counts every text and list answer wrong (its comparison reads the string 'None');
 - the row's `unit` is removed from the value; VLMEvalKit does not read `unit` (its judge drops units).
 """
+
 from __future__ import annotations
 
 import ast
@@ -30,8 +31,12 @@ from images import messages
 from prompting import load_prompt
 from replies import text_of
 
-REFUSALS = ("Sorry, I can't help with images of people yet.", "I can't process this file.",
-            "I'm sorry, but without the image provided", "Cannot determine the answer")
+REFUSALS = (
+    "Sorry, I can't help with images of people yet.",
+    "I can't process this file.",
+    "I'm sorry, but without the image provided",
+    "Cannot determine the answer",
+)
 API_FAILURE = "Failed to obtain answer via API"
 _SEPARATORS = re.compile(r"[.()\[\],:;!*#{}]")
 _ANSWER_IS = re.compile(r"answer\s+is\s+\**([ABCD])", re.I)
@@ -42,12 +47,14 @@ _NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 class Value:
     """How a free-form answer is compared: answer_type "integer", "float", "text" or "list"; the number of
     decimals a float is rounded to (None: the answer's own); the unit a reply may append."""
+
     answer_type: str = "text"
     precision: int | None = None
     unit: str = ""
 
 
 # ----------------------------------------------------------------------------- options (can_infer)
+
 
 def can_infer_option(answer: str, choices: dict):
     """A letter, "Z" (the model declined) or False. The reply is cut into tokens at whitespace and
@@ -99,6 +106,7 @@ def extract(text, options) -> tuple:
 
 
 # ----------------------------------------------------------------------------- free-form values
+
 
 def _normal_text(s: str) -> str:
     return " ".join(str(s).lower().split()).strip(" .,;:!?'\"`*$")
@@ -170,8 +178,9 @@ def ask_model(chat, item, text: str) -> tuple:
     item stays unanswered (VLMEvalKit then picks a random letter)."""
     if item.value is None:
         prompt = load_prompt("extract_choice")
-        user = prompt.render(question=item.question, prediction=text,
-                             options="\n".join(f"{k}. {v}" for k, v in item.options))
+        user = prompt.render(
+            question=item.question, prediction=text, options="\n".join(f"{k}. {v}" for k, v in item.options)
+        )
     else:
         prompt = load_prompt("extract_value")
         user = prompt.render(question=item.question, prediction=text)
@@ -180,7 +189,9 @@ def ask_model(chat, item, text: str) -> tuple:
         if item.value is None:
             letter = can_infer(reply, dict(item.options))
             if letter:
-                return (None, "declined", False) if letter == "Z" else (letter, "judge", letter == item.answer)
+                return (
+                    (None, "declined", False) if letter == "Z" else (letter, "judge", letter == item.answer)
+                )
         elif (pred := read_value(reply, item.value)) is not None and _normal_text(reply) != "none":
             return pred, "judge", value_matches(pred, item.answer, item.value)
     return None, "unanswered", False

@@ -27,6 +27,7 @@ unless allow_any_path. Files are streamed: with a limit, reading stops at the li
 or does not decode, bytes that are not UTF-8, a repeated id) is reported with its line, skipped and
 counted: it is never run and never scored.
 """
+
 from __future__ import annotations
 
 import ast
@@ -50,20 +51,22 @@ _BAD_BYTE = re.compile("[\udc80-\udcff]")  # what surrogateescape makes of a byt
 @dataclass(frozen=True)
 class Item:
     """One question, ready to run."""
-    data: str             # the benchmark: its file name without the extension
+
+    data: str  # the benchmark: its file name without the extension
     id: str
-    row: int              # line number in the file (TSV: where the record ends; the header is line 1)
-    question: str         # the whole text the reasoner sees, options included
-    options: tuple        # (("A", text), ...) the answer is read against; () for a free-form value
-    answer: str           # the correct letter, or the value
-    images: tuple = ()    # image bytes or file paths
-    fields: tuple = ()    # ((column, cell), ...): every input column but the image
+    row: int  # line number in the file (TSV: where the record ends; the header is line 1)
+    question: str  # the whole text the reasoner sees, options included
+    options: tuple  # (("A", text), ...) the answer is read against; () for a free-form value
+    answer: str  # the correct letter, or the value
+    images: tuple = ()  # image bytes or file paths
+    fields: tuple = ()  # ((column, cell), ...): every input column but the image
     value: Value | None = None  # how a free-form answer is compared (MathVista); None: multiple choice
 
 
 @dataclass(frozen=True)
 class Skipped:
     """A malformed row: never run, never scored, counted in the summary."""
+
     file: str
     row: int
     reason: str
@@ -72,22 +75,31 @@ class Skipped:
 @dataclass(frozen=True)
 class Loaded:
     """One benchmark file, read: its items (this shard's) and what reading it found."""
+
     name: str
     file: str
     items: list
-    total: int        # valid items read (all shards')
-    read: int         # rows read
-    skipped: list     # [Skipped]
-    dropped: int      # rows without an image, dropped as VLMEvalKit drops them
-    warnings: list    # [str]
-    scoring: dict     # {"setting": "vanilla" | "circular" | "3dsr", "macro": a column to average over, or None}
-    limited: bool     # reading stopped at the limit
+    total: int  # valid items read (all shards')
+    read: int  # rows read
+    skipped: list  # [Skipped]
+    dropped: int  # rows without an image, dropped as VLMEvalKit drops them
+    warnings: list  # [str]
+    scoring: dict  # {"setting": "vanilla" | "circular" | "3dsr", "macro": a column to average over, or None}
+    limited: bool  # reading stopped at the limit
 
     def reading(self) -> dict:
         """What the summary says about reading this file (JSON)."""
-        return {"file": self.file, "read": self.read, "total": self.total, "items": len(self.items),
-                "skipped": [vars(s) for s in self.skipped], "dropped": self.dropped, "warnings": self.warnings,
-                "scoring": self.scoring, "limited": self.limited}
+        return {
+            "file": self.file,
+            "read": self.read,
+            "total": self.total,
+            "items": len(self.items),
+            "skipped": [vars(s) for s in self.skipped],
+            "dropped": self.dropped,
+            "warnings": self.warnings,
+            "scoring": self.scoring,
+            "limited": self.limited,
+        }
 
 
 def build_question(question: str, options, hint: str = "") -> str:
@@ -95,7 +107,11 @@ def build_question(question: str, options, hint: str = "") -> str:
     request to choose; with no options (an MMMU open question), Hint: and Question: alone."""
     lines = ([f"Hint: {hint}"] if hint else []) + [f"Question: {question}"]
     if options:
-        lines += ["Options:"] + [f"{k}. {v}" for k, v in options] + ["Please select the correct answer from the options above."]
+        lines += (
+            ["Options:"]
+            + [f"{k}. {v}" for k, v in options]
+            + ["Please select the correct answer from the options above."]
+        )
     return "\n".join(lines)
 
 
@@ -103,11 +119,16 @@ def decode_image(s) -> bytes:
     """Bytes, base64 or a base64 data URL -> the bytes of an image that decodes; ValueError otherwise.
     The image is decoded now (images.load), so a truncated one fails here, not in the middle of a run."""
     try:
-        data = s if isinstance(s, bytes) else base64.b64decode(s.split(",", 1)[-1] if s.startswith("data:") else s,
-                                                               validate=True)
+        data = (
+            s
+            if isinstance(s, bytes)
+            else base64.b64decode(s.split(",", 1)[-1] if s.startswith("data:") else s, validate=True)
+        )
         load_image(data)
     except (binascii.Error, ValueError) as e:
-        raise ValueError(f"undecodable image ({len(s)} {'bytes' if isinstance(s, bytes) else 'chars'}: {e})") from None
+        raise ValueError(
+            f"undecodable image ({len(s)} {'bytes' if isinstance(s, bytes) else 'chars'}: {e})"
+        ) from None
     return data
 
 
@@ -126,8 +147,9 @@ def image_file(base: str, name: str, allow_any_path: bool = False, also: str = "
     return full
 
 
-def make_item(data, id, row, question="", options=(), answer="", images=(), hint="", prompt="", value=None,
-              **extra) -> Item:
+def make_item(
+    data, id, row, question="", options=(), answer="", images=(), hint="", prompt="", value=None, **extra
+) -> Item:
     """Validate one row's fields (ValueError names what is wrong) and build its Item."""
     answer = str(answer).strip() if answer is not None else ""
     if not (prompt or (isinstance(question, str) and question.strip())):
@@ -147,9 +169,17 @@ def scoring(name: str, columns) -> dict:
     from qid, circular groups (every rotation right) from g_index, or one row one question; CV-Bench-2D's
     Overall is the unweighted mean over its `source` values."""
     low = name.lower()
-    setting = ("3dsr" if "3dsrbench" in low and "qid" in columns else
-               "circular" if "g_index" in columns or any(c in low for c in CIRCULAR_NAMES) else "vanilla")
-    return {"setting": setting, "macro": "source" if name.startswith("CV-Bench-2D") and "source" in columns else None}
+    setting = (
+        "3dsr"
+        if "3dsrbench" in low and "qid" in columns
+        else "circular"
+        if "g_index" in columns or any(c in low for c in CIRCULAR_NAMES)
+        else "vanilla"
+    )
+    return {
+        "setting": setting,
+        "macro": "source" if name.startswith("CV-Bench-2D") and "source" in columns else None,
+    }
 
 
 def _check_utf8(text: str, where: str = "") -> None:
@@ -161,6 +191,7 @@ def _check_utf8(text: str, where: str = "") -> None:
 
 # ----------------------------------------------------------------------------- VLMEvalKit TSV
 
+
 def _records(fh):
     """(line where the record ends, its start offset, its end offset, cells) of each TSV record from a binary
     file at its position, read one line at a time; bytes that are not UTF-8 become lone surrogates."""
@@ -171,6 +202,7 @@ def _records(fh):
         for raw in iter(fh.readline, b""):
             pos[0] += len(raw)
             yield raw.decode("utf-8", "surrogateescape")
+
     reader = csv.reader(lines(), delimiter="\t")
     for cells in reader:
         if cells:  # a blank line is no record
@@ -189,10 +221,14 @@ class _TsvImages:
     row scans ahead for it. Decoded images of rows that are kept are held once for the rows reusing them."""
 
     def __init__(self, path: str, fields: list, name: str, allow_any_path: bool):
-        self.fh, self.base, self.allow = open(path, "rb"), os.path.dirname(os.path.abspath(path)), allow_any_path
+        self.fh, self.base, self.allow = (
+            open(path, "rb"),
+            os.path.dirname(os.path.abspath(path)),
+            allow_any_path,
+        )
         self.index = fields.index("index") if "index" in fields else None
         self.image = fields.index("image") if "image" in fields else None
-        self.also = os.path.join("images", name[:-len("_local")] if name.endswith("_local") else name)
+        self.also = os.path.join("images", name[: -len("_local")] if name.endswith("_local") else name)
         self.at, self.scanned, self.held = {}, 0, {}
 
     def note(self, index: str, start: int, end: int) -> None:
@@ -254,8 +290,12 @@ def _mathvista(r: dict) -> dict:
             precision = int(float(r["precision"])) if r["precision"] else None
         except ValueError:
             raise ValueError(f"precision {r['precision']!r} is not a number") from None
-        return dict(prompt=r["question"], options=(), answer=r["answer"],
-                    value=Value(r["answer_type"] or "text", precision, r["unit"]))
+        return dict(
+            prompt=r["question"],
+            options=(),
+            answer=r["answer"],
+            value=Value(r["answer_type"] or "text", precision, r["unit"]),
+        )
     try:
         choices = ast.literal_eval(r["choices"])
     except (ValueError, SyntaxError):
@@ -273,9 +313,14 @@ def _question(r: dict, letters: list, mmmu: bool, mathvista: bool) -> dict:
         return _mathvista(r)
     options = [(k, r[k]) for k in letters if r[k]]
     if mmmu and not options and r["answer"]:  # an open question: A is its answer text, B "Other Answers"
-        return dict(prompt=build_question(r["question"], (), r["hint"]), answer="A",
-                    options=[("A", r["answer"]), ("B", "Other Answers")])
-    return dict(question=r["question"], options=options, answer=r["answer"], hint=r["hint"], prompt=r["prompt"])
+        return dict(
+            prompt=build_question(r["question"], (), r["hint"]),
+            answer="A",
+            options=[("A", r["answer"]), ("B", "Other Answers")],
+        )
+    return dict(
+        question=r["question"], options=options, answer=r["answer"], hint=r["hint"], prompt=r["prompt"]
+    )
 
 
 def _check_placeholders(item: Item) -> Item:
@@ -293,8 +338,10 @@ def _header(fields: list, path: str, warnings: list) -> list:
     if "question" not in fields and "prompt" not in fields:
         raise ValueError(f"{path}: no question or prompt column (columns: {', '.join(fields) or 'none'})")
     if "image" not in fields and "image_path" not in fields:
-        warnings.append(f"{os.path.basename(path)} has neither an image nor an image_path column: "
-                        "its questions run without images")
+        warnings.append(
+            f"{os.path.basename(path)} has neither an image nor an image_path column: "
+            "its questions run without images"
+        )
     return fields
 
 
@@ -308,25 +355,38 @@ def _tsv_item(name: str, line: int, cells: list, fields: list, images: _TsvImage
     if "image" in fields and not r["image"]:  # VLMEvalKit drops a row without an image
         return None
     id = r["index"] or str(line)
-    ims = (images.of_cell(r["image"], keep(id)) if "image" in fields else
-           images.of_paths(r["image_path"]) if "image_path" in fields else ())
+    ims = (
+        images.of_cell(r["image"], keep(id))
+        if "image" in fields
+        else images.of_paths(r["image_path"])
+        if "image_path" in fields
+        else ()
+    )
     mmmu = "MMMU" in name.upper()
-    item = make_item(name, id, line, images=ims,
-                     fields=tuple((k, cells[i] if i < len(cells) else "") for i, k in enumerate(fields) if k != "image"),
-                     **_question(r, [c for c in fields if LETTER.fullmatch(c)], mmmu, "question_type" in fields))
+    item = make_item(
+        name,
+        id,
+        line,
+        images=ims,
+        fields=tuple((k, cells[i] if i < len(cells) else "") for i, k in enumerate(fields) if k != "image"),
+        **_question(r, [c for c in fields if LETTER.fullmatch(c)], mmmu, "question_type" in fields),
+    )
     return _check_placeholders(item) if mmmu else item
 
 
 def _tsv(path: str, name: str, keep, allow_any_path: bool, warnings: list):
     """(line, Item | Skipped | None for a row without an image) for each record of a VLMEvalKit TSV."""
-    csv.field_size_limit(2 ** 31 - 1)  # a base64 image is one huge field
+    csv.field_size_limit(2**31 - 1)  # a base64 image is one huge field
     with open(path, "rb") as fh:
         records = _records(fh)
         head = next(records, None)
         if head is None:
             raise ValueError(f"{path}: empty file (no header line)")
         fields = _header(head[3], path, warnings)
-        images, index = _TsvImages(path, fields, name, allow_any_path), fields.index("index") if "index" in fields else None
+        images, index = (
+            _TsvImages(path, fields, name, allow_any_path),
+            fields.index("index") if "index" in fields else None,
+        )
         try:
             for line, start, end, cells in records:
                 images.note(_cell(cells, index), start, end)
@@ -339,6 +399,7 @@ def _tsv(path: str, name: str, keep, allow_any_path: bool, warnings: list):
 
 
 # ----------------------------------------------------------------------------- JSONL
+
 
 def _jsonl_image(base: str, s, allow_any_path: bool):
     """A JSONL image: a file path (it has a "." or exists; base64 never holds a ".") or base64."""
@@ -361,11 +422,21 @@ def _jsonl_item(name: str, line: int, text: str, base: str, allow_any_path: bool
     options = sorted((k, str(v).strip()) for k, v in given.items() if v is not None and str(v).strip())
     ims = d.get("image")
     ims = [] if ims in (None, "", []) else ims if isinstance(ims, list) else [ims]
-    scalars = {k: v for k, v in d.items() if k not in ("image", "options") and not isinstance(v, (dict, list))}
+    scalars = {
+        k: v for k, v in d.items() if k not in ("image", "options") and not isinstance(v, (dict, list))
+    }
     fields = tuple((k, "" if v is None else str(v)) for k, v in {**scalars, **dict(options)}.items())
-    return make_item(name, d.get("id", line), line, d.get("question"), options, d.get("answer"),
-                     [_jsonl_image(base, s, allow_any_path) for s in ims], str(d.get("hint") or "").strip(),
-                     fields=fields)
+    return make_item(
+        name,
+        d.get("id", line),
+        line,
+        d.get("question"),
+        options,
+        d.get("answer"),
+        [_jsonl_image(base, s, allow_any_path) for s in ims],
+        str(d.get("hint") or "").strip(),
+        fields=fields,
+    )
 
 
 def _jsonl(path: str, name: str, keep, allow_any_path: bool, warnings: list):
@@ -383,6 +454,7 @@ def _jsonl(path: str, name: str, keep, allow_any_path: bool, warnings: list):
 
 
 # ----------------------------------------------------------------------------- any file
+
 
 def load(path: str, limit: int | None = None, keep=None, allow_any_path: bool = False) -> Loaded:
     """A .tsv or .jsonl file, streamed: the first `limit` valid items (all if None), of which those whose id
@@ -404,7 +476,11 @@ def load(path: str, limit: int | None = None, keep=None, allow_any_path: bool = 
             elif isinstance(got, Skipped):
                 skipped.append(got)
             elif got.id in first:
-                skipped.append(Skipped(os.path.basename(path), line, f"repeated id {got.id!r} (first at row {first[got.id]})"))
+                skipped.append(
+                    Skipped(
+                        os.path.basename(path), line, f"repeated id {got.id!r} (first at row {first[got.id]})"
+                    )
+                )
             else:
                 first[got.id], columns = line, columns or [k for k, _ in got.fields]
                 items += [got] if keep(got.id) else []
@@ -413,5 +489,15 @@ def load(path: str, limit: int | None = None, keep=None, allow_any_path: bool = 
                     break
     finally:
         rows.close()
-    return Loaded(name, os.path.basename(path), items, len(first), read, skipped, dropped, warnings,
-                  scoring(name, columns), limited)
+    return Loaded(
+        name,
+        os.path.basename(path),
+        items,
+        len(first),
+        read,
+        skipped,
+        dropped,
+        warnings,
+        scoring(name, columns),
+        limited,
+    )

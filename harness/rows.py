@@ -13,6 +13,7 @@ between evaluate.py, which writes a Row per chain, and tables.py and rundir.py, 
 Left out: the trace stays verdict.Trace.to_dict's dict (it has its own format), and the input columns
 stay the benchmark file's values.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,21 +32,25 @@ SHEET_STATUSES = ("ok", "retried", "degraded")
 class Method:
     """What ran a chain: "base" (the reasoner alone) or a judged rule. str(m) is its name in the table and
     in results.jsonl ("verdict", "mean+prior", "verdict+premises+gate+revise"); Method.parse(str(m)) == m."""
-    rule: str                                           # "base" or one of verdict.RULES
+
+    rule: str  # "base" or one of verdict.RULES
     mode: JudgeMode = field(default_factory=JudgeMode)  # the judges' mode; plain is left out of the name
-    revise: bool = False                                # revise on reject (judges.Reviser): "+revise", last
+    revise: bool = False  # revise on reject (judges.Reviser): "+revise", last
 
     def __post_init__(self):
         if self.rule != "base" and self.rule not in verdict.RULES:
-            raise ValueError(f"unknown rule {self.rule!r}; expected base or one of "
-                             f"{', '.join(verdict.RULES)}")
+            raise ValueError(
+                f"unknown rule {self.rule!r}; expected base or one of {', '.join(verdict.RULES)}"
+            )
         if not isinstance(self.mode, JudgeMode):
             raise ValueError(f"mode must be a JudgeMode, got {self.mode!r}")
         if not isinstance(self.revise, bool):
             raise ValueError(f"revise must be a bool, got {self.revise!r}")
         if self.rule == "base" and (self.mode.active or self.revise):  # base runs no judge to put in a mode
-            raise ValueError(f"base runs no judges: it takes no judge mode and no +revise, got mode "
-                             f"{self.mode.name!r}, revise={self.revise}")
+            raise ValueError(
+                f"base runs no judges: it takes no judge mode and no +revise, got mode "
+                f"{self.mode.name!r}, revise={self.revise}"
+            )
 
     def __str__(self) -> str:
         mode, revise = f"+{self.mode.name}" if self.mode.active else "", "+revise" if self.revise else ""
@@ -63,7 +68,7 @@ class Method:
 
     @classmethod
     def parse(cls, text: str) -> Method:
-        """"verdict+zoom+revise" -> Method("verdict", JudgeMode(zoom=True), True). ValueError for an unknown
+        """ "verdict+zoom+revise" -> Method("verdict", JudgeMode(zoom=True), True). ValueError for an unknown
         rule or mode word, a base with a mode, and a name spelled otherwise than str() spells it
         ("verdict+plain", "verdict+zoom+prior"): one method, one name, one row key."""
         if not isinstance(text, str):
@@ -83,38 +88,39 @@ class Row:
     """One row of results.jsonl: one chain (item, seed, method), its answer, its cost and its trace. The
     fields' order is the keys' order in the file. The fields with a default came after the format did:
     a row written before them reads as 0 (None for the fact sheet)."""
-    data: str                                # the benchmark file's name (benchmarks.Item.data)
-    id: str                                  # the item's id in that file
-    row: int                                 # the item's line in that file (the tables' order)
-    seed: int                                # the reasoner's seed
-    method: Method                           # what ran the chain
-    answer: str                              # the right answer: a letter or a value
-    pred: str | None                         # the answer read from the chain; None when none was
-    extracted: str                           # how it was read: one of EXTRACTED
-    correct: bool                            # pred is right (an error row counts wrong)
-    prediction: str | None                   # the text it was read from (VLMEvalKit's prediction column)
-    stopped: str | None                      # how it ended: "final", "max_steps", "budget"; None: no trace
-    error: str | None                        # "EndpointError: ..." when the chain ended in an error
-    calls: int                               # model calls of the reasoner and judges, cached replies counted
-    sent: int                                # HTTP requests this run made for them
-    cached: int                              # calls the response cache answered
-    replies: int                             # replies received from the endpoint
-    tokens: int                              # tokens of those calls
-    seconds: float                           # wall time of the chain
-    extra_calls: int = 0                     # the judge mode's own calls (prior, fact sheet, checks, regions)
-    extra_tokens: int = 0                    # and their tokens
-    fact_sheet_status: str | None = None     # one of SHEET_STATUSES; None without a fact sheet
-    gate_checks: int = 0                     # premise checks made (the premises mode)
-    zoom_requests: int = 0                   # region requests made (the zoom mode)
-    revisions: int = 0                       # revisions written (revise on reject)
-    revised: int = 0                         # revisions taken
-    revise_calls: int = 0                    # the revisions' calls: the reviser's and their judgements
-    revise_tokens: int = 0                   # and their tokens
-    zoomed: int = 0                          # region requests that sent close-ups
-    extract_calls: int = 0                   # calls of the extraction model (--extract-model)
-    extract_tokens: int = 0                  # and their tokens
+
+    data: str  # the benchmark file's name (benchmarks.Item.data)
+    id: str  # the item's id in that file
+    row: int  # the item's line in that file (the tables' order)
+    seed: int  # the reasoner's seed
+    method: Method  # what ran the chain
+    answer: str  # the right answer: a letter or a value
+    pred: str | None  # the answer read from the chain; None when none was
+    extracted: str  # how it was read: one of EXTRACTED
+    correct: bool  # pred is right (an error row counts wrong)
+    prediction: str | None  # the text it was read from (VLMEvalKit's prediction column)
+    stopped: str | None  # how it ended: "final", "max_steps", "budget"; None: no trace
+    error: str | None  # "EndpointError: ..." when the chain ended in an error
+    calls: int  # model calls of the reasoner and judges, cached replies counted
+    sent: int  # HTTP requests this run made for them
+    cached: int  # calls the response cache answered
+    replies: int  # replies received from the endpoint
+    tokens: int  # tokens of those calls
+    seconds: float  # wall time of the chain
+    extra_calls: int = 0  # the judge mode's own calls (prior, fact sheet, checks, regions)
+    extra_tokens: int = 0  # and their tokens
+    fact_sheet_status: str | None = None  # one of SHEET_STATUSES; None without a fact sheet
+    gate_checks: int = 0  # premise checks made (the premises mode)
+    zoom_requests: int = 0  # region requests made (the zoom mode)
+    revisions: int = 0  # revisions written (revise on reject)
+    revised: int = 0  # revisions taken
+    revise_calls: int = 0  # the revisions' calls: the reviser's and their judgements
+    revise_tokens: int = 0  # and their tokens
+    zoomed: int = 0  # region requests that sent close-ups
+    extract_calls: int = 0  # calls of the extraction model (--extract-model)
+    extract_tokens: int = 0  # and their tokens
     input: dict = field(default_factory=dict)  # the item's input columns, never the image
-    trace: dict | None = None                # verdict.Trace.to_dict() with its meta; None when it failed
+    trace: dict | None = None  # verdict.Trace.to_dict() with its meta; None when it failed
 
     def __post_init__(self):
         for f in fields(self):
@@ -126,11 +132,14 @@ class Row:
         if not (math.isfinite(self.seconds) and self.seconds >= 0):  # JSON's NaN and Infinity read as floats
             raise ValueError(f"row field 'seconds' must be a finite number >= 0, got {self.seconds!r}")
         if self.extracted not in EXTRACTED:
-            raise ValueError(f"row field 'extracted' must be one of {', '.join(EXTRACTED)}, "
-                             f"got {self.extracted!r}")
+            raise ValueError(
+                f"row field 'extracted' must be one of {', '.join(EXTRACTED)}, got {self.extracted!r}"
+            )
         if self.fact_sheet_status not in (None,) + SHEET_STATUSES:
-            raise ValueError(f"row field 'fact_sheet_status' must be one of {', '.join(SHEET_STATUSES)} "
-                             f"or null, got {self.fact_sheet_status!r}")
+            raise ValueError(
+                f"row field 'fact_sheet_status' must be one of {', '.join(SHEET_STATUSES)} "
+                f"or null, got {self.fact_sheet_status!r}"
+            )
 
     @property
     def key(self) -> tuple:
@@ -139,8 +148,11 @@ class Row:
 
     def to_json(self) -> dict:
         """The object results.jsonl holds: "format" first, then every field, the method as its name."""
-        return {"format": ROW_FORMAT, **{f.name: getattr(self, f.name) for f in fields(self)},
-                "method": str(self.method)}
+        return {
+            "format": ROW_FORMAT,
+            **{f.name: getattr(self, f.name) for f in fields(self)},
+            "method": str(self.method),
+        }
 
     @classmethod
     def from_json(cls, d) -> Row:

@@ -15,6 +15,7 @@ benchmarks, a long run that is resumed after a kill and split over machines. A r
 merge: shard directories of one run (same settings, shards 1/k..k/k, each finished) become one directory
 whose tables equal those of the same run unsharded. Shards may differ in their endpoints only.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,7 +48,9 @@ def lock(out: str):
         fh.seek(0)
         holder = fh.read().strip()
         fh.close()
-        raise ValueError(f"another run is using {out} (process {holder or 'unknown'}); wait for it or use another --out") from None
+        raise ValueError(
+            f"another run is using {out} (process {holder or 'unknown'}); wait for it or use another --out"
+        ) from None
     fh.seek(0)
     fh.truncate()
     fh.write(str(os.getpid()))
@@ -73,8 +76,12 @@ def claim(out: str, settings: dict) -> None:
     old = read_run(out)
     diff = [k for k in settings if old is not None and old["settings"].get(k) != settings[k]]
     if diff:
-        shown = ", ".join(f"{k}: {old['settings'].get(k)!r} there, {settings[k]!r} now" if k in ENDPOINTS + ("shard",)
-                          else k for k in diff)
+        shown = ", ".join(
+            f"{k}: {old['settings'].get(k)!r} there, {settings[k]!r} now"
+            if k in ENDPOINTS + ("shard",)
+            else k
+            for k in diff
+        )
         raise ValueError(f"{out} holds a run with other settings ({shown}); use another --out")
     with open(os.path.join(out, "run.json"), "w", encoding="utf-8") as fh:
         json.dump({"format": RUN_FORMAT, "settings": settings}, fh, indent=1)
@@ -115,6 +122,7 @@ def load_rows(path: str) -> tuple:
 
 # ----------------------------------------------------------------------------- merging shards
 
+
 def _shard(d: str) -> tuple:
     """(settings, summary, rows) of a finished shard directory; ValueError says why it is not one."""
     run = read_run(d)
@@ -133,8 +141,10 @@ def _shard(d: str) -> tuple:
     for f in summary["files"]:
         n = len({r.id for r in rows if r.data == f})
         if n != summary["reading"][f]["items"]:
-            raise ValueError(f"{d}/results.jsonl holds finished rows of {n} items of {f}, its summary ran "
-                             f"{summary['reading'][f]['items']}; run that shard again to finish it")
+            raise ValueError(
+                f"{d}/results.jsonl holds finished rows of {n} items of {f}, its summary ran "
+                f"{summary['reading'][f]['items']}; run that shard again to finish it"
+            )
     return run["settings"], summary, rows
 
 
@@ -146,29 +156,49 @@ def merge(dirs: list, out: str, max_error_rate: float) -> tuple:
     same = lambda s: {k: v for k, v in s.items() if k not in ENDPOINTS + ("shard",)}
     k = ref["shard"].split("/")[1]
     for d, (settings, summary, _) in zip(dirs, shards):
-        diff = sorted(key for key in same(ref).keys() | same(settings).keys() if same(ref).get(key) != same(settings).get(key))
+        diff = sorted(
+            key
+            for key in same(ref).keys() | same(settings).keys()
+            if same(ref).get(key) != same(settings).get(key)
+        )
         if diff or settings["shard"].split("/")[1] != k:
-            raise ValueError(f"{d} was run with other settings than {dirs[0]} ({', '.join(diff) or 'shard count'}); "
-                             "only shards of one run merge")
+            raise ValueError(
+                f"{d} was run with other settings than {dirs[0]} ({', '.join(diff) or 'shard count'}); "
+                "only shards of one run merge"
+            )
         for key in ("files", "methods", "seeds"):
             if summary[key] != ref_summary[key]:
-                raise ValueError(f"{d} ran other {key} than {dirs[0]}: {summary[key]} against {ref_summary[key]}")
+                raise ValueError(
+                    f"{d} ran other {key} than {dirs[0]}: {summary[key]} against {ref_summary[key]}"
+                )
         for f in summary["files"]:
-            a, b = ({x: v for x, v in r["reading"][f].items() if x != "items"} for r in (summary, ref_summary))
+            a, b = (
+                {x: v for x, v in r["reading"][f].items() if x != "items"} for r in (summary, ref_summary)
+            )
             if a != b:
-                raise ValueError(f"{d} read {f} otherwise than {dirs[0]} (rows read, items, skipped); "
-                                 "were the shards given the same file and --limit?")
+                raise ValueError(
+                    f"{d} read {f} otherwise than {dirs[0]} (rows read, items, skipped); "
+                    "were the shards given the same file and --limit?"
+                )
     have = sorted(int(s["shard"].split("/")[0]) for s, _, _ in shards)
     if have != list(range(1, int(k) + 1)):
-        raise ValueError(f"the shards given are {', '.join(f'{i}/{k}' for i in have)}; "
-                         f"merge needs each of 1/{k} to {k}/{k} once")
+        raise ValueError(
+            f"the shards given are {', '.join(f'{i}/{k}' for i in have)}; "
+            f"merge needs each of 1/{k} to {k}/{k} once"
+        )
     rows = [r for _, _, rs in shards for r in rs]
-    reading = {f: {**ref_summary["reading"][f], "items": sum(s["reading"][f]["items"] for _, s, _ in shards)}
-               for f in ref_summary["files"]}
+    reading = {
+        f: {**ref_summary["reading"][f], "items": sum(s["reading"][f]["items"] for _, s, _ in shards)}
+        for f in ref_summary["files"]
+    }
     urls = {key: sorted({s.get(key) for s, _, _ in shards if s.get(key)}) for key in ENDPOINTS}
     settings = {**ref, **{key: v[0] if len(v) == 1 else v for key, v in urls.items() if v}, "shard": None}
-    ctx = {**{key: ref_summary[key] for key in tables.CONTEXT}, "settings": settings, "reading": reading,
-           "max_error_rate": max_error_rate}
+    ctx = {
+        **{key: ref_summary[key] for key in tables.CONTEXT},
+        "settings": settings,
+        "reading": reading,
+        "max_error_rate": max_error_rate,
+    }
     claim(out, settings)
     with open(os.path.join(out, "results.jsonl"), "w", encoding="utf-8") as fh:
         fh.writelines(json.dumps(r.to_json(), allow_nan=False) + "\n" for r in rows)

@@ -20,6 +20,7 @@ flip_eval, a question with its -flip twin; circ_eval, with its rotations -1, -2,
 of them), of which the table shows vanilla; CV-Bench-2D, whose Overall is the unweighted mean over its
 `source` values. A file whose rows hold two or more `split` values gets one column per split.
 """
+
 from __future__ import annotations
 
 import csv
@@ -32,12 +33,23 @@ from harness.rows import EXTRACTED, SHEET_STATUSES, Method, Row
 from images import font
 
 SUMMARY_FORMAT = "verdict-eval/2"
-SETTINGS = {"vanilla": ("vanilla",), "circular": ("circular",),
-            "3dsr": ("vanilla", "flip_eval", "circ_eval", "flip_circ_eval")}
-CONTEXT = ("files", "methods", "seeds", "settings", "reading", "max_error_rate")  # what a summary is made from
+SETTINGS = {
+    "vanilla": ("vanilla",),
+    "circular": ("circular",),
+    "3dsr": ("vanilla", "flip_eval", "circ_eval", "flip_circ_eval"),
+}
+CONTEXT = (
+    "files",
+    "methods",
+    "seeds",
+    "settings",
+    "reading",
+    "max_error_rate",
+)  # what a summary is made from
 
 
 # ----------------------------------------------------------------------------- questions and accuracy
+
 
 def _group(r: Row, setting: str) -> tuple:
     """(the key of r's question under `setting`, r's own key): a question is kept at the row whose own key
@@ -49,7 +61,9 @@ def _group(r: Row, setting: str) -> tuple:
         return str(g), own
     qid = inp.get("qid", "")
     base, flip = qid.split("-")[0], "-flip" in qid
-    key = {"flip_eval": qid.replace("-flip", ""), "circ_eval": base + "-flip" * flip, "flip_circ_eval": base}[setting]
+    key = {"flip_eval": qid.replace("-flip", ""), "circ_eval": base + "-flip" * flip, "flip_circ_eval": base}[
+        setting
+    ]
     return key, qid
 
 
@@ -82,7 +96,11 @@ def _mean_std(xs: list) -> dict:
     """mean ± sample std (n − 1) over seeds; std is None for one seed, everything None for none."""
     if not xs or any(x is None for x in xs):
         return {"mean": None, "std": None, "per_seed": xs}
-    return {"mean": statistics.fmean(xs), "std": statistics.stdev(xs) if len(xs) > 1 else None, "per_seed": xs}
+    return {
+        "mean": statistics.fmean(xs),
+        "std": statistics.stdev(xs) if len(xs) > 1 else None,
+        "per_seed": xs,
+    }
 
 
 def _split(r: Row) -> str:
@@ -115,6 +133,7 @@ def breakdown(rows: list, setting: str, macro: str | None) -> list:
 
 # ----------------------------------------------------------------------------- the summary
 
+
 def _stats(rs: list, method: str) -> dict:
     tot = [r.trace["totals"] for r in rs if r.trace]
     steps, jcalls = sum(t["steps"] for t in tot), sum(t["judge_calls"] for t in tot)
@@ -122,15 +141,18 @@ def _stats(rs: list, method: str) -> dict:
     rate = lambda num, den: num / den if den else None
     judged = Method.parse(method).judged  # base has no fallback
     return {
-        "chains": len(rs), "steps": steps,
+        "chains": len(rs),
+        "steps": steps,
         "fallback_rate": rate(sum(t["fallbacks"] for t in tot), steps) if judged else None,
         "abstention_rate": rate(sum(t["abstentions"] for t in tot), jcalls),
         "unanswered_rate": rate(sum(r.extracted == "unanswered" and not r.error for r in rs), len(rs)),
         "error_rate": rate(sum(bool(r.error) for r in rs), len(rs)),
         "extracted": {k: sum(r.extracted == k for r in rs) for k in EXTRACTED},
         "stopped": {k: sum(r.stopped == k for r in rs) for k in ("final", "max_steps", "budget")},
-        "calls_per_item": per([r.calls for r in rs]), "tokens_per_item": per([r.tokens for r in rs]),
-        "sent_per_item": per([r.sent for r in rs]), "seconds_per_item": per([r.seconds for r in rs]),
+        "calls_per_item": per([r.calls for r in rs]),
+        "tokens_per_item": per([r.tokens for r in rs]),
+        "sent_per_item": per([r.sent for r in rs]),
+        "seconds_per_item": per([r.seconds for r in rs]),
         "extra_calls_per_item": per([r.extra_calls for r in rs]),
         "extra_tokens_per_item": per([r.extra_tokens for r in rs]),
         "extract_calls_per_item": per([r.extract_calls for r in rs]),
@@ -139,8 +161,10 @@ def _stats(rs: list, method: str) -> dict:
         "revise_calls_per_item": per([r.revise_calls for r in rs]),
         "revise_tokens_per_item": per([r.revise_tokens for r in rs]),
         "revised_rate": rate(sum(r.revised for r in rs), sum(r.revisions for r in rs)),
-        "degraded_rate": rate(sum(r.fact_sheet_status == "degraded" for r in rs),
-                              sum(bool(r.fact_sheet_status) for r in rs))}
+        "degraded_rate": rate(
+            sum(r.fact_sheet_status == "degraded" for r in rs), sum(bool(r.fact_sheet_status) for r in rs)
+        ),
+    }
 
 
 def summarize(rows: list, ctx: dict) -> dict:
@@ -157,53 +181,92 @@ def summarize(rows: list, ctx: dict) -> dict:
 
     def acc(m, f, split, s, setting=None):
         pairs = questions(by.get((f, m, s), []), setting or primary(f))
-        a = accuracy([(r, h) for r, h in pairs if split is None or _split(r) == split], reading[f]["scoring"]["macro"])
+        a = accuracy(
+            [(r, h) for r, h in pairs if split is None or _split(r) == split], reading[f]["scoring"]["macro"]
+        )
         return None if a is None else 100 * a
+
     table, gain, variants = {}, {}, {}
     for m in methods:
         per = {c: [acc(m, f, split, s) for s in seeds] for c, (f, split) in cols.items()}
-        avg = [None if any(v[i] is None for v in per.values()) else statistics.fmean(v[i] for v in per.values())
-               for i in range(len(seeds))]
+        avg = [
+            None if any(v[i] is None for v in per.values()) else statistics.fmean(v[i] for v in per.values())
+            for i in range(len(seeds))
+        ]
         table[m] = {**{c: _mean_std(v) for c, v in per.items()}, "Avg": _mean_std(avg)}
     for m in methods:
         if m != "base" and "base" in table:
-            gain[m] = {c: None if None in (v["mean"], table["base"][c]["mean"]) else v["mean"] - table["base"][c]["mean"]
-                       for c, v in table[m].items()}
+            gain[m] = {
+                c: None
+                if None in (v["mean"], table["base"][c]["mean"])
+                else v["mean"] - table["base"][c]["mean"]
+                for c, v in table[m].items()
+            }
     for f in files:
         sets = SETTINGS[reading[f]["scoring"]["setting"]]
         if len(sets) > 1:
-            variants[f] = {m: {st: _mean_std([acc(m, f, None, s, st) for s in seeds]) for st in sets} for m in methods}
-    detail = {f: [{"method": m, "setting": st, **rec} for m in methods for st in SETTINGS[reading[f]["scoring"]["setting"]]
-                  for rec in breakdown([r for s in seeds for r in by.get((f, m, s), [])], st, reading[f]["scoring"]["macro"])]
-              for f in files}
+            variants[f] = {
+                m: {st: _mean_std([acc(m, f, None, s, st) for s in seeds]) for st in sets} for m in methods
+            }
+    detail = {
+        f: [
+            {"method": m, "setting": st, **rec}
+            for m in methods
+            for st in SETTINGS[reading[f]["scoring"]["setting"]]
+            for rec in breakdown(
+                [r for s in seeds for r in by.get((f, m, s), [])], st, reading[f]["scoring"]["macro"]
+            )
+        ]
+        for f in files
+    }
     kept = [r for rs in by.values() for r in rs]
     errors = sum(bool(r.error) for r in kept)
-    return {"format": SUMMARY_FORMAT, **{k: ctx[k] for k in CONTEXT}, "columns": list(cols),
-            "accuracy": table, "gain_over_base": gain, "variants": variants, "breakdown": detail,
-            "stats": {m: _stats([r for r in kept if str(r.method) == m], m) for m in methods},
-            "rows": len(kept),
-            "errors": {"rows": errors, "rate": errors / len(kept) if kept else 0.0,
-                       "over": bool(kept) and errors / len(kept) > ctx["max_error_rate"]}}
+    return {
+        "format": SUMMARY_FORMAT,
+        **{k: ctx[k] for k in CONTEXT},
+        "columns": list(cols),
+        "accuracy": table,
+        "gain_over_base": gain,
+        "variants": variants,
+        "breakdown": detail,
+        "stats": {m: _stats([r for r in kept if str(r.method) == m], m) for m in methods},
+        "rows": len(kept),
+        "errors": {
+            "rows": errors,
+            "rate": errors / len(kept) if kept else 0.0,
+            "over": bool(kept) and errors / len(kept) > ctx["max_error_rate"],
+        },
+    }
 
 
 # ----------------------------------------------------------------------------- summary.md
 
-STAT_COLUMNS = (("fallback", "fallback_rate", ".1%"), ("abstention", "abstention_rate", ".1%"),
-                ("unanswered", "unanswered_rate", ".1%"), ("errors", "error_rate", ".1%"),
-                ("calls/item", "calls_per_item", ".1f"), ("tokens/item", "tokens_per_item", ".0f"),
-                ("sent/item", "sent_per_item", ".1f"), ("s/item", "seconds_per_item", ".2f"))
-MODE_COLUMNS = (("extra calls/item", "extra_calls_per_item", ".1f"),
-                ("extra tokens/item", "extra_tokens_per_item", ".0f"),
-                ("gate checks/item", "gate_checks_per_item", ".1f"),
-                ("sheet degraded", "degraded_rate", ".1%"),  # shown when a mode ran, with "sheet ok/retried/degraded"
-                ("revise calls/item", "revise_calls_per_item", ".1f"),
-                ("revise tokens/item", "revise_tokens_per_item", ".0f"),
-                ("revisions taken", "revised_rate", ".1%"))
-MODE_NOTE = (" Extra calls and tokens are a judge mode's own (prior, fact sheet, premise checks), within calls and "
-             "tokens; gate checks are the premise checks; sheet ok/retried/degraded counts a mode's chains whose fact "
-             "sheet was valid at once, valid when asked once more, or malformed twice (degraded, also as a share). "
-             "Revise calls and tokens are the revisions' (the reviser's call and the revision's judgements), within "
-             "calls and tokens; revisions taken is the share of the revisions written that passed.")
+STAT_COLUMNS = (
+    ("fallback", "fallback_rate", ".1%"),
+    ("abstention", "abstention_rate", ".1%"),
+    ("unanswered", "unanswered_rate", ".1%"),
+    ("errors", "error_rate", ".1%"),
+    ("calls/item", "calls_per_item", ".1f"),
+    ("tokens/item", "tokens_per_item", ".0f"),
+    ("sent/item", "sent_per_item", ".1f"),
+    ("s/item", "seconds_per_item", ".2f"),
+)
+MODE_COLUMNS = (
+    ("extra calls/item", "extra_calls_per_item", ".1f"),
+    ("extra tokens/item", "extra_tokens_per_item", ".0f"),
+    ("gate checks/item", "gate_checks_per_item", ".1f"),
+    ("sheet degraded", "degraded_rate", ".1%"),  # shown when a mode ran, with "sheet ok/retried/degraded"
+    ("revise calls/item", "revise_calls_per_item", ".1f"),
+    ("revise tokens/item", "revise_tokens_per_item", ".0f"),
+    ("revisions taken", "revised_rate", ".1%"),
+)
+MODE_NOTE = (
+    " Extra calls and tokens are a judge mode's own (prior, fact sheet, premise checks), within calls and "
+    "tokens; gate checks are the premise checks; sheet ok/retried/degraded counts a mode's chains whose fact "
+    "sheet was valid at once, valid when asked once more, or malformed twice (degraded, also as a share). "
+    "Revise calls and tokens are the revisions' (the reviser's call and the revision's judgements), within "
+    "calls and tokens; revisions taken is the share of the revisions written that passed."
+)
 SHOWN_SKIPS = 20  # skipped rows listed per file; the rest are counted
 
 
@@ -221,20 +284,27 @@ def _warnings(s: dict) -> list:
     """The lines above everything else: too many errors, files read without images."""
     e, out = s["errors"], []
     if e["over"]:
-        out.append(f"**{e['rows']} of {s['rows']} chains ({e['rate']:.1%}) ended in an error, above --max-error-rate "
-                   f"{s['max_error_rate']:.1%}: the table counts them as wrong. Run the same command again to retry them.**")
+        out.append(
+            f"**{e['rows']} of {s['rows']} chains ({e['rate']:.1%}) ended in an error, above --max-error-rate "
+            f"{s['max_error_rate']:.1%}: the table counts them as wrong. Run the same command again to retry them.**"
+        )
     out += [f"**Warning: {w}.**" for f in s["files"] for w in s["reading"][f]["warnings"]]
     return out + [""] if out else []
 
 
 def _reading(s: dict) -> list:
-    out = ["Reading: rows read, items (valid rows), rows skipped as malformed, rows dropped for having no image "
-           "(as VLMEvalKit drops them), items in this run.", ""]
+    out = [
+        "Reading: rows read, items (valid rows), rows skipped as malformed, rows dropped for having no image "
+        "(as VLMEvalKit drops them), items in this run.",
+        "",
+    ]
     out += _head("File", ["rows read", "items", "skipped", "no image", "run"])
     for f in s["files"]:
         x = s["reading"][f]
         note = " (read up to --limit)" if x["limited"] else ""
-        out.append(f"| {x['file']}{note} | {x['read']} | {x['total']} | {len(x['skipped'])} | {x['dropped']} | {x['items']} |")
+        out.append(
+            f"| {x['file']}{note} | {x['read']} | {x['total']} | {len(x['skipped'])} | {x['dropped']} | {x['items']} |"
+        )
     return out
 
 
@@ -242,20 +312,31 @@ def _details(s: dict, f: str) -> list:
     """One file's 3DSRBench variants and its accuracy per split, l2-category and category (% over all seeds)."""
     out, methods = [], s["methods"]
     if f in s["variants"]:
-        out += ["", f"{f}: VLMEvalKit's four settings (%, mean ± std over seeds); the table shows vanilla.", ""]
+        out += [
+            "",
+            f"{f}: VLMEvalKit's four settings (%, mean ± std over seeds); the table shows vanilla.",
+            "",
+        ]
         out += _head("Setting", methods)
         for st in SETTINGS["3dsr"]:
             out.append(f"| {st} | " + " | ".join(_pct(s["variants"][f][m][st]) for m in methods) + " |")
     scoring = s["reading"][f]["scoring"]
-    recs = [r for r in s["breakdown"][f] if r["setting"] == SETTINGS[scoring["setting"]][0]]  # the CSV has them all
+    recs = [
+        r for r in s["breakdown"][f] if r["setting"] == SETTINGS[scoring["setting"]][0]
+    ]  # the CSV has them all
     for st, split in dict.fromkeys((r["setting"], r["split"]) for r in recs):
         here = {r["method"]: r for r in recs if (r["setting"], r["split"]) == (st, split)}
         keys = [k for k in next(iter(here.values())) if k not in ("method", "setting", "split")]
         macro = f"; Overall is the unweighted mean over {scoring['macro']}" if scoring["macro"] else ""
         out += ["", f"{f}, setting {st}, split {split} (%, all seeds{macro}):", ""] + _head("Column", methods)
         for k in keys:
-            out.append(f"| {k} | " + " | ".join("—" if here.get(m, {}).get(k) is None else f"{100 * here[m][k]:.2f}"
-                                                 for m in methods) + " |")
+            out.append(
+                f"| {k} | "
+                + " | ".join(
+                    "—" if here.get(m, {}).get(k) is None else f"{100 * here[m][k]:.2f}" for m in methods
+                )
+                + " |"
+            )
     return out
 
 
@@ -265,33 +346,58 @@ def render(s: dict) -> str:
     cols, fmt = s["columns"] + ["Avg"], lambda x, f: "—" if x is None else format(x, f)
     st, cfg = s["settings"], s["settings"]["config"]
     out = [f"# VERDICT evaluation ({SUMMARY_FORMAT})", ""] + _warnings(s)
-    out += [f"Reasoner `{st['model']}`, judges `{st['judge_model']}`; {len(s['seeds'])} seed(s); n = {cfg['n']}, "
-            f"τ = {cfg['tau']}, ε = {cfg['eps']}, λ = {tuple(cfg['lam'])}, max steps {cfg['max_steps']}, "
-            f"max calls per chain {st['max_calls'] or 'unlimited'}" + (f", shard {st['shard']}" if st.get("shard") else "")
-            + (f", answers the rules cannot read go to `{st['extract_model']}`" if st.get("extract_model") else "") + ".", ""]
-    out += _reading(s) + ["", "Accuracy (%), mean ± sample std over seeds. Avg: per seed, the unweighted mean over "
-                          "the columns. An error, an unanswered or a declined item counts as wrong.", ""]
+    out += [
+        f"Reasoner `{st['model']}`, judges `{st['judge_model']}`; {len(s['seeds'])} seed(s); n = {cfg['n']}, "
+        f"τ = {cfg['tau']}, ε = {cfg['eps']}, λ = {tuple(cfg['lam'])}, max steps {cfg['max_steps']}, "
+        f"max calls per chain {st['max_calls'] or 'unlimited'}"
+        + (f", shard {st['shard']}" if st.get("shard") else "")
+        + (
+            f", answers the rules cannot read go to `{st['extract_model']}`"
+            if st.get("extract_model")
+            else ""
+        )
+        + ".",
+        "",
+    ]
+    out += _reading(s) + [
+        "",
+        "Accuracy (%), mean ± sample std over seeds. Avg: per seed, the unweighted mean over "
+        "the columns. An error, an unanswered or a declined item counts as wrong.",
+        "",
+    ]
     out += _head("Method", cols)
     out += [f"| {m} | " + " | ".join(_pct(s["accuracy"][m][c]) for c in cols) + " |" for m in s["methods"]]
     if s["gain_over_base"]:
         out += ["", "Gain over base (points)", ""] + _head("Method", cols)
-        out += [f"| {m} | " + " | ".join(fmt(g[c], "+.2f") for c in cols) + " |" for m, g in s["gain_over_base"].items()]
+        out += [
+            f"| {m} | " + " | ".join(fmt(g[c], "+.2f") for c in cols) + " |"
+            for m, g in s["gain_over_base"].items()
+        ]
     modes_ran = not all(Method.parse(m).plain for m in s["methods"])  # a judge mode or revise on reject
     stat_cols = STAT_COLUMNS + (MODE_COLUMNS if modes_ran else ())
-    out += ["", "Per method; an item is one chain (one item, one seed). Rates: fallback per step, abstention per "
-            "judge call, unanswered and errors per item. Calls and tokens count cached replies too (the cost of the "
-            "method alone); sent counts the HTTP requests this run made, and s the wall time, both of which the "
-            "first method of an item pays for the methods after it. Answers: read as a letter, an option's text, a "
-            "value, by the extraction model, declined (Z), unanswered." + (MODE_NOTE if modes_ran else ""), ""]
+    out += [
+        "",
+        "Per method; an item is one chain (one item, one seed). Rates: fallback per step, abstention per "
+        "judge call, unanswered and errors per item. Calls and tokens count cached replies too (the cost of the "
+        "method alone); sent counts the HTTP requests this run made, and s the wall time, both of which the "
+        "first method of an item pays for the methods after it. Answers: read as a letter, an option's text, a "
+        "value, by the extraction model, declined (Z), unanswered." + (MODE_NOTE if modes_ran else ""),
+        "",
+    ]
     sheets = ["sheet ok/retried/degraded"] if modes_ran else []
-    out += _head("Method", [name for name, _, _ in stat_cols] + sheets + ["answers", "extract calls/item",
-                                                                          "final/max/budget"])
+    out += _head(
+        "Method",
+        [name for name, _, _ in stat_cols] + sheets + ["answers", "extract calls/item", "final/max/budget"],
+    )
     for m in s["methods"]:
         x = s["stats"][m]
         cells = [fmt(x[key], f) for _, key, f in stat_cols]
         cells += ["/".join(str(x["fact_sheet"][k]) for k in SHEET_STATUSES)] if modes_ran else []
-        cells += ["/".join(map(str, x["extracted"].values())), fmt(x["extract_calls_per_item"], ".2f"),
-                  "/".join(map(str, x["stopped"].values()))]
+        cells += [
+            "/".join(map(str, x["extracted"].values())),
+            fmt(x["extract_calls_per_item"], ".2f"),
+            "/".join(map(str, x["stopped"].values())),
+        ]
         out.append(f"| {m} | " + " | ".join(cells) + " |")
     for f in s["files"]:
         out += _details(s, f)
@@ -299,11 +405,16 @@ def render(s: dict) -> str:
         sk = s["reading"][f]["skipped"]
         out += ["", f"{s['reading'][f]['file']}: {len(sk) or 'no'} malformed row(s) skipped"]
         out += [f"- line {k['row']}: {k['reason']}" for k in sk[:SHOWN_SKIPS]]
-        out += [f"- ... and {len(sk) - SHOWN_SKIPS} more (summary.json lists them all)"] if len(sk) > SHOWN_SKIPS else []
+        out += (
+            [f"- ... and {len(sk) - SHOWN_SKIPS} more (summary.json lists them all)"]
+            if len(sk) > SHOWN_SKIPS
+            else []
+        )
     return "\n".join(out) + "\n"
 
 
 # ----------------------------------------------------------------------------- files
+
 
 def write_acc_csv(path: str, records: list) -> None:
     """A per-category table as VLMEvalKit's _acc.csv: every field quoted, fractions, empty for none."""
@@ -328,8 +439,9 @@ def write_predictions(folder: str, rows: list) -> list:
         with open(paths[-1], "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh, delimiter="\t", lineterminator="\n")
             w.writerow(keys + ["prediction", "hit"])
-            w.writerows([[r.input.get(k, "") for k in keys] + [r.prediction or "", int(r.correct)]
-                         for r in rs])
+            w.writerows(
+                [[r.input.get(k, "") for k in keys] + [r.prediction or "", int(r.correct)] for r in rs]
+            )
     return paths
 
 
@@ -343,8 +455,13 @@ def picture(s: dict, path: str) -> list:
     width = int(left + sum(spans)) + 190
     c = charts.Canvas((width, 380))
     y = lambda pct: bottom - (bottom - top) * pct / 100
-    c.text((left, 4), "Accuracy (%) per method and benchmark, ± sample std over seeds", 13,
-           width=width - left - 8, lines=2)
+    c.text(
+        (left, 4),
+        "Accuracy (%) per method and benchmark, ± sample std over seeds",
+        13,
+        width=width - left - 8,
+        lines=2,
+    )
     items = [(m, charts.PALETTE[i % 10]) for i, m in enumerate(methods)]
     charts.legend(c, (width - 180, top), items, width=172)
     for pct in range(0, 101, 20):

@@ -5,6 +5,7 @@ sheet ("premises") and reliability gate ("gate", "gate-visual"), ReVISE's look a
 names a combination; modes/calls.py makes its calls, modes/evpv.py and modes/zoom.py hold its pure parts,
 modes/rewards.py ReVISE's training rewards. Nothing here makes a request.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,6 +23,7 @@ MODE_MAX_TOKENS = 512  # tokens per prior, fact-sheet, premise-check and region-
 class JudgeMode:
     """Which modes are on. JudgeMode() is plain VERDICT. `name` is "plain", "prior", "premises+gate", ...;
     the gate's word is "gate" for the default target (GATE_TARGET), else "gate-<target>"."""
+
     prior: bool = False
     premises: bool = False
     gate: bool = False
@@ -30,9 +32,13 @@ class JudgeMode:
 
     def __post_init__(self):
         if self.gate and not self.premises:  # the gate checks steps against the fact sheet
-            raise ValueError("the gate needs the premises mode (its fact sheet), got gate=True, premises=False")
+            raise ValueError(
+                "the gate needs the premises mode (its fact sheet), got gate=True, premises=False"
+            )
         if self.gate_target not in GATE_TARGETS:
-            raise ValueError(f"gate_target must be one of {', '.join(GATE_TARGETS)}, got gate_target={self.gate_target!r}")
+            raise ValueError(
+                f"gate_target must be one of {', '.join(GATE_TARGETS)}, got gate_target={self.gate_target!r}"
+            )
         if self.gate_target != GATE_TARGET and not self.gate:  # a target without its gate: a name that lies
             raise ValueError(f"gate_target={self.gate_target!r} needs the gate, got gate=False")
 
@@ -51,14 +57,16 @@ class JudgeMode:
 
     @classmethod
     def parse(cls, text: str) -> "JudgeMode":
-        """"prior,premises,gate", "premises+gate-visual" (any order); "" or "plain" is plain VERDICT.
+        """ "prior,premises,gate", "premises+gate-visual" (any order); "" or "plain" is plain VERDICT.
         parse(mode.name) == mode for every mode."""
         vocabulary = MODES + tuple(f"gate-{t}" for t in GATE_TARGETS)
         words = [w.strip() for w in re.split(r"[,+]", text or "") if w.strip() not in ("", "plain")]
         gates = [w for w in words if w.startswith("gate")]
         if any(w not in vocabulary for w in words) or len(set(words)) != len(words) or len(gates) > 1:
-            raise ValueError(f"judge mode {text!r}: expected distinct words from {', '.join(vocabulary)}, "
-                             "one gate word at most")
+            raise ValueError(
+                f"judge mode {text!r}: expected distinct words from {', '.join(vocabulary)}, "
+                "one gate word at most"
+            )
         kw = {w: True for w in words if w not in gates}
         if gates:
             kw.update(gate=True, gate_target=gates[0].partition("-")[2] or GATE_TARGET)
@@ -67,6 +75,7 @@ class JudgeMode:
 
 # ----------------------------------------------------------------------------- the flags of the commands
 
+
 def add_verifier_args(parser) -> None:
     """The verifier's flags, defined once for demo.py and evaluate.py: verdict.Config's numbers, with Config's
     defaults and ranges (config_of checks them), the judge mode (modes_of) and revise on reject."""
@@ -74,23 +83,42 @@ def add_verifier_args(parser) -> None:
     other = "; ".join(f"gate-{t}: on {on[t]}" for t in GATE_TARGETS if t != GATE_TARGET)
     g = parser.add_argument_group("verifier")
     g.add_argument("--n", type=int, default=d.n, help=f"candidates per step ({d.n})")
-    g.add_argument("--tau", type=float, default=d.tau,
-                   help=f"confidence threshold τ in [0, 1): a candidate passes only if s̄* > τ ({d.tau})")
-    g.add_argument("--eps", type=float, default=d.eps,
-                   help=f"dispersion tolerance ε in (0, 1]: a candidate passes only if Δ* < ε ({d.eps})")
+    g.add_argument(
+        "--tau",
+        type=float,
+        default=d.tau,
+        help=f"confidence threshold τ in [0, 1): a candidate passes only if s̄* > τ ({d.tau})",
+    )
+    g.add_argument(
+        "--eps",
+        type=float,
+        default=d.eps,
+        help=f"dispersion tolerance ε in (0, 1]: a candidate passes only if Δ* < ε ({d.eps})",
+    )
     g.add_argument("--max-steps", type=int, default=d.max_steps, help=f"longest chain ({d.max_steps})")
-    g.add_argument("--judge-mode", default="plain", help=(
-        "what the judges see, as words joined by +: prior (SGV's prior, +1 call per question), premises "
-        "(EVPV's fact sheet, +1 call per question), gate (with premises: EVPV's reliability gate, +1 call "
-        f"per candidate, on {on[GATE_TARGET]}; {other}), zoom (ReVISE's look again: the visual judge names "
-        "regions and scores with their close-ups, +1 call per candidate). demo.py runs one mode; evaluate.py "
-        "runs each of a comma-separated list, as rows named rule+mode (plain)"))
-    g.add_argument("--judge-modes", dest="judge_mode", default=argparse.SUPPRESS,
-                   help=argparse.SUPPRESS)  # evaluate.py's name until the flags were shared
-    g.add_argument("--revise", action="store_true", help=(
-        "revise on reject: when no candidate passes, the reasoner's model revises the best one from the "
-        "judges' reasons, and the same judges score the revision (+1 call, +m judge calls); evaluate.py adds "
-        "it as rows named row+revise"))
+    g.add_argument(
+        "--judge-mode",
+        default="plain",
+        help=(
+            "what the judges see, as words joined by +: prior (SGV's prior, +1 call per question), premises "
+            "(EVPV's fact sheet, +1 call per question), gate (with premises: EVPV's reliability gate, +1 call "
+            f"per candidate, on {on[GATE_TARGET]}; {other}), zoom (ReVISE's look again: the visual judge names "
+            "regions and scores with their close-ups, +1 call per candidate). demo.py runs one mode; evaluate.py "
+            "runs each of a comma-separated list, as rows named rule+mode (plain)"
+        ),
+    )
+    g.add_argument(
+        "--judge-modes", dest="judge_mode", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+    )  # evaluate.py's name until the flags were shared
+    g.add_argument(
+        "--revise",
+        action="store_true",
+        help=(
+            "revise on reject: when no candidate passes, the reasoner's model revises the best one from the "
+            "judges' reasons, and the same judges score the revision (+1 call, +m judge calls); evaluate.py adds "
+            "it as rows named row+revise"
+        ),
+    )
     g.add_argument("--mode-max-tokens", type=int, help=f"tokens per judge-mode reply ({MODE_MAX_TOKENS})")
 
 

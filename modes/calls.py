@@ -49,6 +49,7 @@ All are at temperature 0 with a fixed seed, so the on-disk Cache serves them aga
 
 add_verifier_args defines, once for demo.py and evaluate.py, the flags of verdict.Config and the judge mode.
 """
+
 from __future__ import annotations
 
 import copy
@@ -64,24 +65,40 @@ from modes import MODE_MAX_TOKENS, JudgeMode, evpv, zoom
 from prompting import check_layout, role_messages
 from replies import JSON_FOLLOW_UP as OBJECT_FOLLOW_UP, JudgeFormat, fence, response_format, text_of
 
-REFERENCE = ("Reference expectations, written from the question and the image alone before any step was seen "
-             "(what a correct solution must establish; a guide, not proof):\n{prior}\n\n")
-FACT_SHEET = ("Fact sheet, extracted from the image before any step was seen (independent evidence; "
-              "facts marked uncertain may be wrong):\n{facts}\n\n")
+REFERENCE = (
+    "Reference expectations, written from the question and the image alone before any step was seen "
+    "(what a correct solution must establish; a guide, not proof):\n{prior}\n\n"
+)
+FACT_SHEET = (
+    "Fact sheet, extracted from the image before any step was seen (independent evidence; "
+    "facts marked uncertain may be wrong):\n{facts}\n\n"
+)
 CHECKED_SHEET = "Fact sheet:\n{facts}\n\n"  # what the premise check reads the step against
 JSON_FOLLOW_UP = "Your reply was not a valid fact sheet ({}). Reply with the JSON object only."
-FACTS_PER_KIND, CLAIMS_PER_STEP = 3, 6  # the schemas' list bounds (EVPV's sheets hold 3 to 8 key facts in all)
+FACTS_PER_KIND, CLAIMS_PER_STEP = (
+    3,
+    6,
+)  # the schemas' list bounds (EVPV's sheets hold 3 to 8 key facts in all)
 
 
-def ask_json(chat: Callable[..., dict], fmt: JudgeFormat, schema: tuple, msgs: list, read: Callable[[dict], Any],
-             follow_up: Callable[[str], str], params: dict) -> tuple:
+def ask_json(
+    chat: Callable[..., dict],
+    fmt: JudgeFormat,
+    schema: tuple,
+    msgs: list,
+    read: Callable[[dict], Any],
+    follow_up: Callable[[str], str],
+    params: dict,
+) -> tuple:
     """judges.ask for a JSON reply: (value or None, responses, errors). schema = (name, JSON schema), sent in
     response_format while fmt is json; with text or digit, or once the server has refused response_format
     (fmt's fallback, said once for the run, then this request again without it), the prompt alone asks for
     the JSON. `read` validates every reply either way, and an unreadable one is asked for once more."""
+
     def attempt(used: str) -> tuple:
         sent = {**params, "response_format": response_format(*schema)} if used == "json" else params
         return ask(chat, msgs, read, follow_up, sent)
+
     return fmt.run(attempt)
 
 
@@ -95,15 +112,28 @@ class ModeCalls:
     as prompting.role_messages does: "shared" (the default) shares the prefix of the step's other requests.
     """
 
-    def __init__(self, client: Client, mode: JudgeMode = JudgeMode(), max_tokens: int = MODE_MAX_TOKENS,
-                 seed: int = 0, fmt: str | JudgeFormat = "json", layout: str = "shared"):
+    def __init__(
+        self,
+        client: Client,
+        mode: JudgeMode = JudgeMode(),
+        max_tokens: int = MODE_MAX_TOKENS,
+        seed: int = 0,
+        fmt: str | JudgeFormat = "json",
+        layout: str = "shared",
+    ):
         if not (isinstance(max_tokens, int) and max_tokens >= 1):
             raise ValueError(f"max_tokens must be an integer >= 1, got max_tokens={max_tokens!r}")
-        self.client, self.mode, self.params = client, mode, dict(temperature=0.0, seed=seed, max_tokens=max_tokens)
-        self.format = fmt if isinstance(fmt, JudgeFormat) else JudgeFormat(fmt)  # the run's, shared with its judges
+        self.client, self.mode, self.params = (
+            client,
+            mode,
+            dict(temperature=0.0, seed=seed, max_tokens=max_tokens),
+        )
+        self.format = (
+            fmt if isinstance(fmt, JudgeFormat) else JudgeFormat(fmt)
+        )  # the run's, shared with its judges
         self.layout = check_layout(layout)
         self._lock = threading.Lock()
-        self._records: dict = {}    # question key -> its record (see record)
+        self._records: dict = {}  # question key -> its record (see record)
         self._artefacts: dict = {}  # (kind, question key, ...) -> {"lock": Lock, "value": the artefact once made}
 
     def __repr__(self) -> str:
@@ -121,16 +151,33 @@ class ModeCalls:
         """One extra call for this question, counted with its tokens (a cached reply's too)."""
         r = self.client.chat(msgs, **params)
         tokens = sum(reported_usage(r).values())
-        self._update(state, lambda rec: rec.update(extra_calls=rec["extra_calls"] + 1,
-                                                   extra_tokens=rec["extra_tokens"] + tokens))
+        self._update(
+            state,
+            lambda rec: rec.update(
+                extra_calls=rec["extra_calls"] + 1, extra_tokens=rec["extra_tokens"] + tokens
+            ),
+        )
         return r
 
-    def _ask_json(self, state: verdict.State, schema: tuple, msgs: list, parse: Callable[[str], Any],
-                  follow_up: Callable[[str], str]) -> tuple:
+    def _ask_json(
+        self,
+        state: verdict.State,
+        schema: tuple,
+        msgs: list,
+        parse: Callable[[str], Any],
+        follow_up: Callable[[str], str],
+    ) -> tuple:
         """(parse(reply) or None when unreadable twice, the reasons replies failed): one JSON request of this
         question (ask_json under the run's format), each call counted."""
-        value, _, errors = ask_json(lambda m, **params: self._chat(state, m, **params), self.format, schema, msgs,
-                                    lambda r: parse(text_of(r)), follow_up, self.params)
+        value, _, errors = ask_json(
+            lambda m, **params: self._chat(state, m, **params),
+            self.format,
+            schema,
+            msgs,
+            lambda r: parse(text_of(r)),
+            follow_up,
+            self.params,
+        )
         return value, errors
 
     def _once(self, key: tuple, make: Callable[[], Any]) -> Any:
@@ -153,23 +200,34 @@ class ModeCalls:
 
     def prior(self, state: verdict.State) -> str:
         """SGV's prior k̂_q: the question and images only, no step shown (prompts/prior.txt)."""
+
         def make(state):
             msgs = self._messages("prior", verdict.State(state.question, state.images))  # before any step
             text = text_of(self._chat(state, msgs, **self.params)).strip()
             self._update(state, lambda rec: rec.update(prior=text))
             return text
+
         return self._per_question("prior", state, make)
 
     def fact_sheet(self, state: verdict.State) -> dict | None:
         """EVPV's fact sheet (prompts/premises.txt), or None when it degraded: malformed twice."""
+
         def make(state):
             msgs = self._messages("premises", verdict.State(state.question, state.images))
-            sheet, errors = self._ask_json(state, ("fact_sheet", evpv.fact_sheet_schema()), msgs, evpv.parse_fact_sheet,
-                                           JSON_FOLLOW_UP.format)
+            sheet, errors = self._ask_json(
+                state,
+                ("fact_sheet", evpv.fact_sheet_schema()),
+                msgs,
+                evpv.parse_fact_sheet,
+                JSON_FOLLOW_UP.format,
+            )
             status = "degraded" if sheet is None else "retried" if errors else "ok"
-            self._update(state, lambda rec: rec.update(fact_sheet=sheet, fact_sheet_status=status,
-                                                       fact_sheet_errors=errors))
+            self._update(
+                state,
+                lambda rec: rec.update(fact_sheet=sheet, fact_sheet_status=status, fact_sheet_errors=errors),
+            )
             return sheet
+
         return self._per_question("premises", state, make)
 
     def evidence(self, judge: str, state: verdict.State) -> str:
@@ -203,15 +261,24 @@ class ModeCalls:
         """One premise check (prompts/premise_check.txt), text only: the step's visual claims against C.
         Its record entry: claims, ν_t (nu), r and α(r) (alpha, None when ν_t = 0), or, when both replies were
         unreadable (a malformed one is asked for once more), the last one's error."""
-        msgs = self._messages("premise_check", state, CHECKED_SHEET.format(facts=evpv.fact_lines(sheet)), (),
-                              step=fence(step))  # text only: the step is checked against the sheet alone
-        claims, errors = self._ask_json(state, ("premise_check", evpv.claims_schema()), msgs, evpv.parse_claims,
-                                        lambda e: OBJECT_FOLLOW_UP.format(reason=e))
+        msgs = self._messages(
+            "premise_check", state, CHECKED_SHEET.format(facts=evpv.fact_lines(sheet)), (), step=fence(step)
+        )  # text only: the step is checked against the sheet alone
+        claims, errors = self._ask_json(
+            state,
+            ("premise_check", evpv.claims_schema()),
+            msgs,
+            evpv.parse_claims,
+            lambda e: OBJECT_FOLLOW_UP.format(reason=e),
+        )
         entry = {"step": len(state.steps), "candidate": step}
         if claims is None:  # unreadable twice: the step is not gated
             entry.update(nu=None, r=None, alpha=None, error=errors[-1])
         else:
-            nu, r = int(bool(claims)), evpv.reliability([evpv.AGREEMENT[c["label"]] for c in claims])  # ν_t: a visual claim
+            nu, r = (
+                int(bool(claims)),
+                evpv.reliability([evpv.AGREEMENT[c["label"]] for c in claims]),
+            )  # ν_t: a visual claim
             entry.update(claims=claims, nu=nu, r=r, alpha=evpv.alpha(r) if nu else None)
         self._update(state, lambda rec: rec.setdefault("gate", []).append(entry))
         return entry
@@ -231,12 +298,25 @@ class ModeCalls:
         boxes, errors = None, []
         if state.images:
             msgs = self._messages("zoom", state, step=fence(step), k=str(zoom.K))
-            boxes, errors = self._ask_json(state, ("regions", zoom.regions_schema()), msgs, zoom.parse_regions,
-                                           lambda e: OBJECT_FOLLOW_UP.format(reason=e))
+            boxes, errors = self._ask_json(
+                state,
+                ("regions", zoom.regions_schema()),
+                msgs,
+                zoom.parse_regions,
+                lambda e: OBJECT_FOLLOW_UP.format(reason=e),
+            )
         path, why, box_errors = zoom.decide(boxes, bool(state.images))
         images, crops = zoom.looks(state.images[0], boxes) if path == "zoom" else ([], [])
-        entry = {"step": len(state.steps), "candidate": step, "boxes": boxes, "box_errors": box_errors,
-                 "path": path, "why": why, "crops": crops, "errors": errors}
+        entry = {
+            "step": len(state.steps),
+            "candidate": step,
+            "boxes": boxes,
+            "box_errors": box_errors,
+            "path": path,
+            "why": why,
+            "crops": crops,
+            "errors": errors,
+        }
         self._update(state, lambda rec: rec.setdefault("zoom", []).append(entry))
         seen = {"path": path, "why": why, "boxes": boxes}
         return (zoom.looks_note(boxes), tuple(images), seen) if path == "zoom" else ("", (), seen)

@@ -10,6 +10,7 @@ so one contradicted premise gives r = 0; a step with no claim keeps its scores. 
 shrinks a signed reward toward its neutral 0; on a judge's [0, 1] scale, whose neutral is 0.5
 (R = 2ŝ − 1), it reads ŝ ← 0.5 + α(r)·(ŝ − 0.5).
 """
+
 from __future__ import annotations
 
 import json
@@ -20,23 +21,25 @@ import numpy as np
 from replies import json_object, one_line
 
 GATE_TARGETS = ("step", "visual")  # whose scores the gate pulls toward neutral: every judge's, or ŝ_V only
-GATE_TARGET = "step"               # the default: EVPV gates the step's reward R_t, not one judge's view of it
+GATE_TARGET = "step"  # the default: EVPV gates the step's reward R_t, not one judge's view of it
 FACT_KINDS = ("objects", "numbers", "relations", "structure")
 AGREEMENT = {"supported": 1.0, "uncertain": 0.5, "contradicted": 0.0}  # p_j of a claim's label; a claim the
-                                                                        # sheet lacks or doubts is a coin flip
+# sheet lacks or doubts is a coin flip
 GATE_K, GATE_R0 = 10.0, 0.5  # α's steepness and midpoint: α(0) = 0, α(0.5) = 0.5, α(0.8) = 0.959, α(1) = 1
-FACTS_PER_KIND, CLAIMS_PER_STEP = 3, 6  # the schemas' list bounds (EVPV's sheets hold 3 to 8 key facts in all)
-TEXT_CHARS = 80                         # the longest fact or claim the schemas allow
-
+FACTS_PER_KIND, CLAIMS_PER_STEP = (
+    3,
+    6,
+)  # the schemas' list bounds (EVPV's sheets hold 3 to 8 key facts in all)
+TEXT_CHARS = 80  # the longest fact or claim the schemas allow
 
 
 def reliability(p) -> float:
     """r = (Π_j p_j)^(1/J), the geometric mean of the per-claim agreement p_j in [0, 1] (EVPV,
     methodology 3): one contradicted claim (p_j = 0) gives r = 0. No claim (no visual premise): r = 1."""
-    p = np.asarray(p, dtype=float)                              # [J]
+    p = np.asarray(p, dtype=float)  # [J]
     if p.ndim != 1 or not np.all((p >= 0) & (p <= 1)):  # NaN or out of range: a bug in the caller
         raise ValueError(f"agreements must be a list of numbers in [0, 1], got {p.tolist()}")
-    with np.errstate(divide="ignore"):                          # log 0 = −inf, and exp(−inf) = 0
+    with np.errstate(divide="ignore"):  # log 0 = −inf, and exp(−inf) = 0
         return float(np.exp(np.log(p).mean())) if p.size else 1.0  # [J] -> scalar
 
 
@@ -71,22 +74,42 @@ def fact_sheet_schema() -> dict:
     {"fact": 1..TEXT_CHARS characters, "uncertain": true or false}, every key required. The bounds end a reply
     however a model loops (a tiny one fills every list to the brim): 12 entries, indented, of 80 characters
     each, are about 500 tokens, within the default max_tokens (512)."""
-    entry = {"type": "object", "properties": {"fact": {"type": "string", "minLength": 1, "maxLength": TEXT_CHARS},
-                                              "uncertain": {"type": "boolean"}},
-             "required": ["fact", "uncertain"], "additionalProperties": False}
+    entry = {
+        "type": "object",
+        "properties": {
+            "fact": {"type": "string", "minLength": 1, "maxLength": TEXT_CHARS},
+            "uncertain": {"type": "boolean"},
+        },
+        "required": ["fact", "uncertain"],
+        "additionalProperties": False,
+    }
     kind = {"type": "array", "items": entry, "maxItems": FACTS_PER_KIND}
-    return {"type": "object", "properties": {k: kind for k in FACT_KINDS}, "required": list(FACT_KINDS),
-            "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": {k: kind for k in FACT_KINDS},
+        "required": list(FACT_KINDS),
+        "additionalProperties": False,
+    }
 
 
 def claims_schema() -> dict:
     """The premise check's JSON schema: {"claims": at most CLAIMS_PER_STEP entries {"claim": 1..TEXT_CHARS
     characters, "label": a key of AGREEMENT}}, every key required."""
-    claim = {"type": "object", "properties": {"claim": {"type": "string", "minLength": 1, "maxLength": TEXT_CHARS},
-                                              "label": {"type": "string", "enum": list(AGREEMENT)}},
-             "required": ["claim", "label"], "additionalProperties": False}
-    return {"type": "object", "properties": {"claims": {"type": "array", "items": claim, "maxItems": CLAIMS_PER_STEP}},
-            "required": ["claims"], "additionalProperties": False}
+    claim = {
+        "type": "object",
+        "properties": {
+            "claim": {"type": "string", "minLength": 1, "maxLength": TEXT_CHARS},
+            "label": {"type": "string", "enum": list(AGREEMENT)},
+        },
+        "required": ["claim", "label"],
+        "additionalProperties": False,
+    }
+    return {
+        "type": "object",
+        "properties": {"claims": {"type": "array", "items": claim, "maxItems": CLAIMS_PER_STEP}},
+        "required": ["claims"],
+        "additionalProperties": False,
+    }
 
 
 def parse_fact_sheet(text: str) -> dict:
@@ -102,10 +125,16 @@ def parse_fact_sheet(text: str) -> dict:
         if not isinstance(entries, list):
             raise ValueError(f"{kind!r} must be a list, got {one_line(json.dumps(entries), 60)}")
         for e in entries:
-            if not (isinstance(e, dict) and isinstance(e.get("fact"), str) and e["fact"].strip()
-                    and isinstance(e.get("uncertain", False), bool)):
-                raise ValueError(f"a {kind} entry needs a non-empty \"fact\" and a true/false \"uncertain\", "
-                                 f"got {one_line(json.dumps(e), 80)}")
+            if not (
+                isinstance(e, dict)
+                and isinstance(e.get("fact"), str)
+                and e["fact"].strip()
+                and isinstance(e.get("uncertain", False), bool)
+            ):
+                raise ValueError(
+                    f'a {kind} entry needs a non-empty "fact" and a true/false "uncertain", '
+                    f"got {one_line(json.dumps(e), 80)}"
+                )
         sheet[kind] = [{"fact": e["fact"].strip(), "uncertain": e.get("uncertain", False)} for e in entries]
     if not any(sheet.values()):  # valid, but no evidence at all
         raise ValueError("the fact sheet holds no fact")
@@ -114,8 +143,11 @@ def parse_fact_sheet(text: str) -> dict:
 
 def fact_lines(sheet: dict) -> str:
     """The fact sheet as the judges read it: one "- kind: fact" line each, "(uncertain)" marked."""
-    return "\n".join(f"- {kind}: {e['fact']}" + (" (uncertain)" if e["uncertain"] else "")
-                     for kind in FACT_KINDS for e in sheet[kind])
+    return "\n".join(
+        f"- {kind}: {e['fact']}" + (" (uncertain)" if e["uncertain"] else "")
+        for kind in FACT_KINDS
+        for e in sheet[kind]
+    )
 
 
 def parse_claims(text: str) -> list:
@@ -123,10 +155,12 @@ def parse_claims(text: str) -> list:
     {"claims": [...]}; [] when the step makes no visual claim. ValueError names what is malformed."""
     claims = json_object(text).get("claims")
     if not isinstance(claims, list):
-        raise ValueError(f"\"claims\" must be a list, got {one_line(json.dumps(claims), 60)}")
+        raise ValueError(f'"claims" must be a list, got {one_line(json.dumps(claims), 60)}')
     label = lambda c: c.get("label").strip().lower() if isinstance(c.get("label"), str) else None
     for c in claims:
         if not (isinstance(c, dict) and isinstance(c.get("claim"), str) and label(c) in AGREEMENT):
-            raise ValueError(f"a claim needs a \"claim\" string and a \"label\" in {', '.join(AGREEMENT)}, "
-                             f"got {one_line(json.dumps(c), 80)}")
+            raise ValueError(
+                f'a claim needs a "claim" string and a "label" in {", ".join(AGREEMENT)}, '
+                f"got {one_line(json.dumps(c), 80)}"
+            )
     return [{"claim": c["claim"].strip(), "label": label(c)} for c in claims]

@@ -12,6 +12,7 @@ patterns are bound by factories (make_accuracy_reward, make_format_reward, make_
 never taken from a column; accuracy_reward, format_reward and self_correction_reward are their defaults.
 docs/rewards.md shows them as a GRPOTrainer's reward_funcs. Left out: the training itself.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,7 @@ import numpy as np
 from modes.zoom import check_box, iou
 
 FORMAT = re.compile(r"\s*<think>.*?</think>\s*(?:<tool_call>.*?</tool_call>|<answer>.*?</answer>)\s*", re.S)
-REEXAMINE = re.compile(r"(?i)\bre-?examin")   # "re-examine", "Re-examining", "reexamined", ...
+REEXAMINE = re.compile(r"(?i)\bre-?examin")  # "re-examine", "Re-examining", "reexamined", ...
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
 _BOXED = re.compile(r"\\boxed\{((?:[^{}]|\{[^{}]*\})*)\}")
 _NUM = r"\s*(-?\d+(?:\.\d+)?)\s*"
@@ -43,7 +44,9 @@ def turns(completion) -> list:
     if isinstance(completion, str):
         return [completion]
     if not isinstance(completion, (list, tuple)):
-        raise ValueError(f"a completion must be a string or a list of messages, got {type(completion).__name__}")
+        raise ValueError(
+            f"a completion must be a string or a list of messages, got {type(completion).__name__}"
+        )
     out = []
     for m in completion:
         if not isinstance(m, dict):
@@ -124,8 +127,11 @@ def make_accuracy_reward(answer_pattern=ANSWER) -> Callable:
 
     def accuracy_reward(completions, solution=None, **kwargs) -> list:
         sol = _column(solution, len(completions), "solution")
-        return [None if s is None else float(is_correct(final_answer(turns(c), answer), s))
-                for c, s in zip(completions, sol)]
+        return [
+            None if s is None else float(is_correct(final_answer(turns(c), answer), s))
+            for c, s in zip(completions, sol)
+        ]
+
     return accuracy_reward
 
 
@@ -144,7 +150,9 @@ def make_format_reward(format_pattern=FORMAT) -> Callable:
         def ok(c) -> bool:
             t = turns(c)
             return bool(t) and all(tags.fullmatch(x) for x in t)
+
         return [1.0 if ok(c) else -1.0 for c in completions]
+
     return format_reward
 
 
@@ -166,7 +174,9 @@ def make_self_correction_reward(reexamine_pattern=REEXAMINE, answer_pattern=ANSW
             t = turns(c)
             wrong = not is_correct(final_answer(t, answer), s)
             return -1.0 if wrong and any(reexamine.search(x) for x in t) else 0.0
+
         return [reward(c, s) for c, s in zip(completions, _column(solution, len(completions), "solution"))]
+
     return self_correction_reward
 
 
@@ -179,7 +189,7 @@ def matched_iou(pred, ref) -> float:
     """Mean IoU of predicted boxes against reference boxes, matched one to one: repeatedly take the pair
     with the highest IoU (lowest indices on ties) and remove both. m = Σ matched IoU / max(|pred|, |ref|),
     so a missed reference and a spare prediction each count as 0, and spraying boxes does not pay."""
-    m = iou(pred, ref)                        # [p, r]
+    m = iou(pred, ref)  # [p, r]
     total, k = 0.0, min(m.shape)
     for _ in range(k):
         i, j = np.unravel_index(np.argmax(m), m.shape)

@@ -28,6 +28,7 @@ regions of the first.
 
 Nothing here makes a request: this module is geometry and pillow.
 """
+
 from __future__ import annotations
 
 import base64
@@ -44,13 +45,14 @@ from images import MAX_PIXELS, encode_image, load, to_rgb
 from replies import json_object, one_line
 
 COORDS = ("source", "sent", "norm1000")
-MAX_ZOOM = 4.0   # App. B: "zoom is capped at 4.0"
-MAX_RATIO = 4    # App. B: "aspect ratio within 4:1"
-EPS = 1e-6       # pixels: a coordinate this close to a whole pixel is that pixel (x·W/1000 is rarely exact)
-MIN_SIDE = 28    # the optional minimum resolution: one Qwen2.5-VL patch is 28×28 pixels
+MAX_ZOOM = 4.0  # App. B: "zoom is capped at 4.0"
+MAX_RATIO = 4  # App. B: "aspect ratio within 4:1"
+EPS = 1e-6  # pixels: a coordinate this close to a whole pixel is that pixel (x·W/1000 is rarely exact)
+MIN_SIDE = 28  # the optional minimum resolution: one Qwen2.5-VL patch is 28×28 pixels
 
 
 # ----------------------------------------------------------------------------- boxes
+
 
 def check_box(box, name: str = "box") -> tuple:
     """(x1, y1, x2, y2) as floats; ValueError naming the box if it is not 4 finite numbers with x2 > x1
@@ -139,21 +141,23 @@ def _fit_wide(c: tuple, size: tuple) -> tuple:
     w = x2 - x1
     if w <= MAX_RATIO * (y2 - y1):
         return c
-    n = min(math.ceil(w / MAX_RATIO), H)            # widen the short side ...
+    n = min(math.ceil(w / MAX_RATIO), H)  # widen the short side ...
     y1, y2 = _span((y1 + y2) / 2, n, H)
-    if w > MAX_RATIO * n:                           # ... or, on a too-thin image, narrow the long side
+    if w > MAX_RATIO * n:  # ... or, on a too-thin image, narrow the long side
         x1, x2 = _span((x1 + x2) / 2, MAX_RATIO * n, W)
     return x1, y1, x2, y2
 
 
 # ----------------------------------------------------------------------------- ZoomIn
 
+
 @dataclass(frozen=True)
 class Crop:
     """What zoom_in returns: the upsampled crop, the crop box in source pixels, and the scale applied."""
+
     image: Image.Image
-    box: tuple    # (x1, y1, x2, y2), integers, source pixels (after EXIF orientation)
-    zoom: float   # output pixels per source pixel, before rounding to whole pixels
+    box: tuple  # (x1, y1, x2, y2), integers, source pixels (after EXIF orientation)
+    zoom: float  # output pixels per source pixel, before rounding to whole pixels
 
 
 def out_size(w: int, h: int, zoom: float, min_side: int = MIN_SIDE, max_pixels: int = MAX_PIXELS) -> tuple:
@@ -167,7 +171,9 @@ def out_size(w: int, h: int, zoom: float, min_side: int = MIN_SIDE, max_pixels: 
     output's ratio stays ≤ 4 after rounding. The budget wins over min_side when they conflict.
     """
     if not (isinstance(zoom, numbers.Real) and math.isfinite(zoom) and zoom >= 1.0):
-        raise ValueError(f"ZoomIn upsamples: zoom must be a number >= 1 (capped at {MAX_ZOOM}), got zoom={zoom!r}")
+        raise ValueError(
+            f"ZoomIn upsamples: zoom must be a number >= 1 (capped at {MAX_ZOOM}), got zoom={zoom!r}"
+        )
     s = min(float(zoom), MAX_ZOOM)
     if min_side:
         s = max(s, min_side / min(w, h))
@@ -177,8 +183,9 @@ def out_size(w: int, h: int, zoom: float, min_side: int = MIN_SIDE, max_pixels: 
     return ((long_, short) if w >= h else (short, long_)), s
 
 
-def zoom_in(image, box, zoom: float = 1.0, *, coords: str, min_side: int = MIN_SIDE,
-            max_pixels: int = MAX_PIXELS) -> Crop:
+def zoom_in(
+    image, box, zoom: float = 1.0, *, coords: str, min_side: int = MIN_SIDE, max_pixels: int = MAX_PIXELS
+) -> Crop:
     """ReVISE's ZoomIn (App. B): a high-resolution crop of `image` centred on `box`.
 
     image: a path, bytes or PIL image; it is oriented by its EXIF tag and converted to RGB first, as
@@ -202,31 +209,37 @@ def zoom_in(image, box, zoom: float = 1.0, *, coords: str, min_side: int = MIN_S
 def iou(a, b) -> np.ndarray:
     """IoU = |a ∩ b| / |a ∪ b| of every box in a [p, 4] against every box in b [r, 4] -> [p, r]. A box with
     x2 ≤ x1 or y2 ≤ y1 has no area, so its IoU is 0; so is that of two such boxes (empty union)."""
-    a = np.asarray(a, dtype=np.float64)[:, None, :]   # [p, 4] -> [p, 1, 4]
-    b = np.asarray(b, dtype=np.float64)[None, :, :]   # [r, 4] -> [1, r, 4]
-    iw = np.clip(np.minimum(a[..., 2], b[..., 2]) - np.maximum(a[..., 0], b[..., 0]), 0, None)      # [p, r]
-    ih = np.clip(np.minimum(a[..., 3], b[..., 3]) - np.maximum(a[..., 1], b[..., 1]), 0, None)      # [p, r]
+    a = np.asarray(a, dtype=np.float64)[:, None, :]  # [p, 4] -> [p, 1, 4]
+    b = np.asarray(b, dtype=np.float64)[None, :, :]  # [r, 4] -> [1, r, 4]
+    iw = np.clip(np.minimum(a[..., 2], b[..., 2]) - np.maximum(a[..., 0], b[..., 0]), 0, None)  # [p, r]
+    ih = np.clip(np.minimum(a[..., 3], b[..., 3]) - np.maximum(a[..., 1], b[..., 1]), 0, None)  # [p, r]
     area = lambda z: np.clip(z[..., 2] - z[..., 0], 0, None) * np.clip(z[..., 3] - z[..., 1], 0, None)
-    inter, union = iw * ih, area(a) + area(b) - iw * ih                                            # [p, r]
-    return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)                      # [p, r]
+    inter, union = iw * ih, area(a) + area(b) - iw * ih  # [p, r]
+    return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)  # [p, r]
 
 
 # ----------------------------------------------------------------------------- the zoom mode
 
-K = 3             # the most regions the judge may name per candidate
-ZOOM = 2.0        # the crops' upsampling (zoom_in caps it at 4.0)
-COPY_IOU = 0.9    # a box whose IoU with the whole image exceeds this is a copy of the image, not a region
-SCALE = 1000      # the boxes' coordinates: 0..SCALE across the width and the height
-LOOKS = ("Close-ups of the regions named for this step follow, in this order (boxes in 0-1000 coordinates "
-         "across the image's width and height): {boxes}. Check the step against them and the image.\n\n")
+K = 3  # the most regions the judge may name per candidate
+ZOOM = 2.0  # the crops' upsampling (zoom_in caps it at 4.0)
+COPY_IOU = 0.9  # a box whose IoU with the whole image exceeds this is a copy of the image, not a region
+SCALE = 1000  # the boxes' coordinates: 0..SCALE across the width and the height
+LOOKS = (
+    "Close-ups of the regions named for this step follow, in this order (boxes in 0-1000 coordinates "
+    "across the image's width and height): {boxes}. Check the step against them and the image.\n\n"
+)
 
 
 def regions_schema(k: int = K) -> dict:
     """The region request's JSON schema: {"boxes": at most k lists of 4 integers in 0..SCALE}."""
     coord = {"type": "integer", "minimum": 0, "maximum": SCALE}
     box = {"type": "array", "items": coord, "minItems": 4, "maxItems": 4}
-    return {"type": "object", "properties": {"boxes": {"type": "array", "items": box, "maxItems": k}},
-            "required": ["boxes"], "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": {"boxes": {"type": "array", "items": box, "maxItems": k}},
+        "required": ["boxes"],
+        "additionalProperties": False,
+    }
 
 
 def parse_regions(text: str, k: int = K) -> list:
@@ -238,13 +251,17 @@ def parse_regions(text: str, k: int = K) -> list:
     except (ValueError, AttributeError):
         boxes = None
     if not isinstance(boxes, list):
-        raise ValueError(f"no JSON object with a \"boxes\" list in {one_line(text, 60)!r}")
+        raise ValueError(f'no JSON object with a "boxes" list in {one_line(text, 60)!r}')
     if len(boxes) > k:
         raise ValueError(f"at most {k} boxes, got {len(boxes)}")
-    real = lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)  # 1e309 is inf
+    real = lambda v: (
+        isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+    )  # 1e309 is inf
     for b in boxes:
         if not (isinstance(b, list) and len(b) == 4 and all(real(v) for v in b)):
-            raise ValueError(f"a box must be 4 finite numbers [x1, y1, x2, y2], got {one_line(json.dumps(b), 60)}")
+            raise ValueError(
+                f"a box must be 4 finite numbers [x1, y1, x2, y2], got {one_line(json.dumps(b), 60)}"
+            )
     return [[float(v) for v in b] for b in boxes]
 
 
@@ -272,8 +289,11 @@ def looks(image, boxes: list, zoom: float = ZOOM) -> tuple:
 
 def looks_note(boxes: list) -> str:
     """What the judge reads before the close-ups: the boxes, in order."""
-    return LOOKS.format(boxes=", ".join(f"{i} {[int(v) if float(v).is_integer() else v for v in b]}"
-                                         for i, b in enumerate(boxes, 1)))
+    return LOOKS.format(
+        boxes=", ".join(
+            f"{i} {[int(v) if float(v).is_integer() else v for v in b]}" for i, b in enumerate(boxes, 1)
+        )
+    )
 
 
 def decide(boxes: list | None, has_image: bool) -> tuple:
@@ -287,4 +307,3 @@ def decide(boxes: list | None, has_image: bool) -> tuple:
     if not boxes:
         return "full", "none named", errors
     return ("full", "invalid", errors) if any(errors) else ("zoom", None, errors)
-

@@ -21,6 +21,7 @@ sent it.
 Requests are served on threads, concurrently, like vLLM or llama-server with several slots;
 `max_concurrent=1` serialises them, like llama-cpp-python's server.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,15 +36,22 @@ from prompting import ROLES, load_prompt
 
 class Request(NamedTuple):
     """One request as the server saw it. Indexable: r[0] is the path, r[1] the body, r[2] the headers."""
+
     path: str
-    body: Any          # parsed JSON, or None
+    body: Any  # parsed JSON, or None
     headers: dict
     method: str
-    raw: bytes         # the body's exact bytes
+    raw: bytes  # the body's exact bytes
 
 
-def chat_response(texts, prompt_tokens: int = 10, completion_tokens: int | None = None, logprobs=None,
-                  model: str = "loopback", finish_reason: str = "stop") -> dict:
+def chat_response(
+    texts,
+    prompt_tokens: int = 10,
+    completion_tokens: int | None = None,
+    logprobs=None,
+    model: str = "loopback",
+    finish_reason: str = "stop",
+) -> dict:
     """An OpenAI-shaped chat completion with one choice per text.
 
     logprobs: None, or one logprobs object per choice (see token_logprobs). completion_tokens
@@ -52,15 +60,28 @@ def chat_response(texts, prompt_tokens: int = 10, completion_tokens: int | None 
     texts = [texts] if isinstance(texts, str) else list(texts)
     choices = []
     for i, text in enumerate(texts):
-        choice = {"index": i, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason}
+        choice = {
+            "index": i,
+            "message": {"role": "assistant", "content": text},
+            "finish_reason": finish_reason,
+        }
         if logprobs is not None:
             choice["logprobs"] = logprobs[i]
         choices.append(choice)
     if completion_tokens is None:
         completion_tokens = sum(len(t.split()) for t in texts)
-    return {"id": "chatcmpl-loopback", "object": "chat.completion", "created": 0, "model": model, "choices": choices,
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens}}
+    return {
+        "id": "chatcmpl-loopback",
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": choices,
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
 
 
 def token_logprobs(tokens) -> dict:
@@ -69,15 +90,24 @@ def token_logprobs(tokens) -> dict:
     The token's own logprob is its probability among the alternatives (1.0 if absent).
     """
     log = lambda p: math.log(p) if p > 0 else -1e9
-    return {"content": [{"token": tok, "logprob": log(alts.get(tok, 1.0)),
-                         "top_logprobs": [{"token": a, "logprob": log(p)} for a, p in alts.items()]}
-                        for tok, alts in tokens]}
+    return {
+        "content": [
+            {
+                "token": tok,
+                "logprob": log(alts.get(tok, 1.0)),
+                "top_logprobs": [{"token": a, "logprob": log(p)} for a, p in alts.items()],
+            }
+            for tok, alts in tokens
+        ]
+    }
 
 
 def user_text(body) -> str:
     """The text of a chat request's user message (the second message), with or without images."""
     content = body["messages"][1]["content"]
-    return content if isinstance(content, str) else next(p["text"] for p in content if p.get("type") == "text")
+    return (
+        content if isinstance(content, str) else next(p["text"] for p in content if p.get("type") == "text")
+    )
 
 
 def role_of(msgs: Sequence[dict]) -> str | None:
@@ -111,12 +141,13 @@ def scripted(*replies, then=None) -> Callable:
         if reply is None:
             return 500, {"error": {"message": "loopback script exhausted", "type": "server_error"}}, {}
         return _as_reply(reply, body, path)
+
     return handler
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
-    block_on_close = False   # a handler still blocked in a test must not hang shutdown
+    block_on_close = False  # a handler still blocked in a test must not hang shutdown
     request_queue_size = 64  # the listen backlog: the default 5 stalls many concurrent clients for about 1 s
 
 
@@ -146,10 +177,20 @@ class _Handler(BaseHTTPRequestHandler):
             try:
                 with owner._slots:
                     result = owner.handler(body, self.path)
-                status, payload, headers = (result + ({},))[:3] if isinstance(result, tuple) else (200, result, {})
+                status, payload, headers = (
+                    (result + ({},))[:3] if isinstance(result, tuple) else (200, result, {})
+                )
             except Exception as e:  # a broken handler shows up as a server error, with its reason
-                status, payload, headers = 500, {"error": {"message": f"loopback handler failed: {type(e).__name__}: {e}",
-                                                           "type": "server_error"}}, {}
+                status, payload, headers = (
+                    500,
+                    {
+                        "error": {
+                            "message": f"loopback handler failed: {type(e).__name__}: {e}",
+                            "type": "server_error",
+                        }
+                    },
+                    {},
+                )
         if isinstance(payload, (dict, list)):
             data, ctype = json.dumps(payload).encode(), "application/json"
         elif isinstance(payload, str):
@@ -175,13 +216,17 @@ class LoopbackServer:
         self.handler, self.model = handler, model
         self.requests: list = []  # every Request, in arrival order
         self._lock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(max_concurrent) if max_concurrent else contextlib.nullcontext()
+        self._slots = (
+            threading.BoundedSemaphore(max_concurrent) if max_concurrent else contextlib.nullcontext()
+        )
         self._httpd: _Server | None = None
 
     def __enter__(self) -> "LoopbackServer":
         self._httpd = _Server(("127.0.0.1", 0), _Handler)
         self._httpd.owner = self
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self._thread.start()
         return self
 
@@ -207,7 +252,9 @@ class LoopbackServer:
     def chats(self) -> list:
         """The JSON bodies of the POSTs to /v1/chat/completions, in arrival order."""
         with self._lock:
-            return [r.body for r in self.requests if r.method == "POST" and r.path.endswith("/chat/completions")]
+            return [
+                r.body for r in self.requests if r.method == "POST" and r.path.endswith("/chat/completions")
+            ]
 
     def _record(self, request: Request) -> None:
         with self._lock:
@@ -215,8 +262,11 @@ class LoopbackServer:
 
     def _get(self, path: str) -> tuple:
         if path.rstrip("/").endswith("/models"):
-            return 200, {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "loopback"}]}, {}
+            return (
+                200,
+                {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "loopback"}]},
+                {},
+            )
         if path.rstrip("/") == "/health":
             return 200, {"status": "ok"}, {}
         return 404, {"error": {"message": f"no route for GET {path}", "type": "not_found"}}, {}
-

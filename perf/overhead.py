@@ -24,6 +24,7 @@ accepted or a fallback (Trace.totals' fallbacks and judge_calls). On a server wh
 what else it serves (a batching server's arithmetic), the candidates of both runs may differ; `agreement`
 measures how often the chains then still agree, beside the same figure for one mode repeated.
 """
+
 from __future__ import annotations
 
 import math
@@ -43,12 +44,13 @@ PAPER_OVERHEAD = 3.80  # the paper's sequential wall-clock overhead
 @dataclass(frozen=True)
 class Mode:
     """One way to run a VERDICT step (n candidates, m = 3 judges); n = 1 is the base model alone."""
+
     name: str
     n: int = 3
     concurrent: bool = False  # n in one request, and the n·m judge calls overlapped (judges.thread_map)
     score_only: bool = False  # short judges: Judge(score_only=True), the score alone
-    adaptive: bool = False    # no judging when the n candidates are the same string
-    layout: str = "shared"    # the prompt layout of every request (prompting.LAYOUTS)
+    adaptive: bool = False  # no judging when the n candidates are the same string
+    layout: str = "shared"  # the prompt layout of every request (prompting.LAYOUTS)
 
 
 BASE = Mode("base (reasoner alone, n = 1)", n=1, layout="per-role")  # the denominator of every ratio
@@ -57,7 +59,13 @@ SEQ, SEQ_SCORE, CONC, CONC_SCORE, ADAPTIVE = MODES = (
     Mode("sequential, short judges", score_only=True),
     Mode("concurrent", concurrent=True),
     Mode("concurrent, short judges", concurrent=True, score_only=True),
-    Mode("adaptive (concurrent, short judges, skip agreeing steps)", concurrent=True, score_only=True, adaptive=True))
+    Mode(
+        "adaptive (concurrent, short judges, skip agreeing steps)",
+        concurrent=True,
+        score_only=True,
+        adaptive=True,
+    ),
+)
 
 
 ORDER = ("per-role", "shared", "role-first")  # the layouts, as tables and pictures show them
@@ -73,19 +81,29 @@ def in_layouts(modes, layouts=ORDER) -> tuple:
 @dataclass
 class Chains:
     """What run_chains saw, step by step, question-major."""
-    seconds: list   # [Q·S] wall seconds of each step
-    usage: list     # [Q·S] each step's change of client.usage
-    chains: list    # [Q] each question's chain of chosen steps
-    replies: int    # judge replies
-    skipped: int    # judge calls skipped (adaptive)
+
+    seconds: list  # [Q·S] wall seconds of each step
+    usage: list  # [Q·S] each step's change of client.usage
+    chains: list  # [Q] each question's chain of chosen steps
+    replies: int  # judge replies
+    skipped: int  # judge calls skipped (adaptive)
 
 
-def run_chains(client, mode: Mode, questions, steps: int, limits: tuple, image=None, fmt: str = "json") -> Chains:
+def run_chains(
+    client, mode: Mode, questions, steps: int, limits: tuple, image=None, fmt: str = "json"
+) -> Chains:
     """Run `steps` steps of verdict.step on each question in `mode`, with judges replying in format `fmt`.
     limits = max_tokens of (a step, a judge that explains, a short judge); None: the judge's own default."""
-    js = judges.make_judges(client, max_tokens=limits[2] if mode.score_only else limits[1], score_only=mode.score_only,
-                            fmt=fmt, layout=mode.layout)
-    reasoners = [judges.Reasoner(client, max_tokens=limits[0], seed=i, layout=mode.layout) for i in range(mode.n)]
+    js = judges.make_judges(
+        client,
+        max_tokens=limits[2] if mode.score_only else limits[1],
+        score_only=mode.score_only,
+        fmt=fmt,
+        layout=mode.layout,
+    )
+    reasoners = [
+        judges.Reasoner(client, max_tokens=limits[0], seed=i, layout=mode.layout) for i in range(mode.n)
+    ]
     pool, config = judges.thread_map(mode.n * len(js) if mode.concurrent else 1), verdict.Config(n=mode.n)
     out = Chains([], [], [], 0, 0)
     for q in questions:
@@ -98,8 +116,11 @@ def run_chains(client, mode: Mode, questions, steps: int, limits: tuple, image=N
                 cands = [r(state, 1)[0] for r in reasoners]
             agree = mode.adaptive and len(set(cands)) == 1  # the same string: every choice is that string
             out.skipped += len(cands) * len(js) if agree else 0
-            state = state.extend(verdict.step(state, lambda s, n: cands, () if mode.n == 1 or agree else js, config,
-                                              pool).chosen)
+            state = state.extend(
+                verdict.step(
+                    state, lambda s, n: cands, () if mode.n == 1 or agree else js, config, pool
+                ).chosen
+            )
             out.seconds.append(time.perf_counter() - t0)
             out.usage.append({k: v - before[k] for k, v in client.usage.items()})
         out.chains.append(list(state.steps))
@@ -110,18 +131,23 @@ def run_chains(client, mode: Mode, questions, steps: int, limits: tuple, image=N
 @dataclass(frozen=True)
 class Result:
     """One mode's figures over the repetitions of `overhead`."""
-    seconds: float          # median over repetitions of the mean seconds per step
-    ratio: float            # median over repetitions of its mean step time / BASE's, on whole chains
-    warm: float | None      # the same on warm full-length steps (not a chain's first or last; None if steps < 3)
-    judge_requests: float   # judge replies per step
-    skipped: float          # judge calls skipped per step
-    prompt: float           # prompt tokens per step, after each chain's first step
-    computed: float | None  # prompt tokens the server computed per step after the first (None: it reported none)
-    completion: float       # completion tokens per step after the first (every choice's, as the server counts)
-    reported: float         # the share of replies that reported their cached prompt tokens
-    server_ms: tuple | None  # (computing prompts, generating) milliseconds per step, all steps, as llama-server's
-                            # timings report them (a request's own; parallel requests overlap); None without timings
-    chains: list            # [reps][Q] every repetition's chains
+
+    seconds: float  # median over repetitions of the mean seconds per step
+    ratio: float  # median over repetitions of its mean step time / BASE's, on whole chains
+    warm: float | None  # the same on warm full-length steps (not a chain's first or last; None if steps < 3)
+    judge_requests: float  # judge replies per step
+    skipped: float  # judge calls skipped per step
+    prompt: float  # prompt tokens per step, after each chain's first step
+    computed: (
+        float | None
+    )  # prompt tokens the server computed per step after the first (None: it reported none)
+    completion: float  # completion tokens per step after the first (every choice's, as the server counts)
+    reported: float  # the share of replies that reported their cached prompt tokens
+    server_ms: (
+        tuple | None
+    )  # (computing prompts, generating) milliseconds per step, all steps, as llama-server's
+    # timings report them (a request's own; parallel requests overlap); None without timings
+    chains: list  # [reps][Q] every repetition's chains
 
 
 def token_figures(runs: list, steps: int) -> tuple:
@@ -131,9 +157,17 @@ def token_figures(runs: list, steps: int) -> tuple:
     later = [u for usage in runs for i, u in enumerate(usage) if i % steps > 0] or [{}]
     total = lambda k: sum(u.get(k, 0) for u in later)
     replies = total("replies")
-    computed = total("computed_prompt_tokens") / len(later) if replies and total("cache_reports") == replies else None
-    return (total("prompt_tokens") / len(later), computed, total("completion_tokens") / len(later),
-            total("cache_reports") / replies if replies else math.nan)
+    computed = (
+        total("computed_prompt_tokens") / len(later)
+        if replies and total("cache_reports") == replies
+        else None
+    )
+    return (
+        total("prompt_tokens") / len(later),
+        computed,
+        total("completion_tokens") / len(later),
+        total("cache_reports") / replies if replies else math.nan,
+    )
 
 
 def server_ms(runs: list) -> tuple | None:
@@ -158,20 +192,41 @@ def adaptive_lines(result: dict) -> list:
     """Markdown: what adaptive judging changed in `result`, per layout: how often its chains are those of judging
     everything with the same judges (CONC_SCORE, same repetition), beside how often CONC_SCORE repeats itself."""
     said = lambda k_n: f"{k_n[0]} of {k_n[1]}" if k_n[1] else "—"
-    rows = [f"| {lay} | {said(agreement(result, replace(ADAPTIVE, layout=lay), replace(CONC_SCORE, layout=lay)))} | "
-            f"{said(agreement(result, replace(CONC_SCORE, layout=lay), replace(CONC_SCORE, layout=lay), 1))} |"
-            for lay in ORDER if replace(ADAPTIVE, layout=lay) in result and replace(CONC_SCORE, layout=lay) in result]
-    return [] if not rows else ["Adaptive judging and the decisions: a step's decision is the string it extends the chain by; the chain "
+    rows = [
+        f"| {lay} | {said(agreement(result, replace(ADAPTIVE, layout=lay), replace(CONC_SCORE, layout=lay)))} | "
+        f"{said(agreement(result, replace(CONC_SCORE, layout=lay), replace(CONC_SCORE, layout=lay), 1))} |"
+        for lay in ORDER
+        if replace(ADAPTIVE, layout=lay) in result and replace(CONC_SCORE, layout=lay) in result
+    ]
+    return (
+        []
+        if not rows
+        else [
+            "Adaptive judging and the decisions: a step's decision is the string it extends the chain by; the chain "
             "and its final answer follow from the decisions. Adaptive judging never changes a decision when the "
             "server's replies depend on the request alone (the n candidates are one string, so every rule chooses "
             "it); it does change the record of a skipped step (no scores; unverified rather than accepted or a "
             "fallback). Measured, the (repetition, question) pairs whose whole chain is the same:",
-            "", "| layout | adaptive vs concurrent, short judges (same repetition) | concurrent, short judges vs "
-            "itself in the next repetition |", "|---|---:|---:|"] + rows
+            "",
+            "| layout | adaptive vs concurrent, short judges (same repetition) | concurrent, short judges vs "
+            "itself in the next repetition |",
+            "|---|---:|---:|",
+        ]
+        + rows
+    )
 
 
-def overhead(client, modes, questions, steps: int, reps: int, limits: tuple, image=None, reset=lambda: None,
-             fmt: str = "json") -> dict:
+def overhead(
+    client,
+    modes,
+    questions,
+    steps: int,
+    reps: int,
+    limits: tuple,
+    image=None,
+    reset=lambda: None,
+    fmt: str = "json",
+) -> dict:
     """{mode: Result} for BASE and `modes`. Each repetition runs every mode, in alternating order; `reset` runs
     before each (the simulator forgets its cache). Ratios are to BASE (the per-role layout) of the same repetition."""
     modes = (BASE,) + tuple(m for m in modes if m != BASE)
@@ -180,41 +235,64 @@ def overhead(client, modes, questions, steps: int, reps: int, limits: tuple, ima
         for mode in modes if r % 2 == 0 else modes[::-1]:
             reset()
             runs[mode].append(run_chains(client, mode, questions, steps, limits, image, fmt))
-    times = {m: [np.array(c.seconds).reshape(len(questions), steps) for c in runs[m]] for m in modes}  # [Q, S] each
-    ratio = lambda m, cols: statistics.median(a[:, cols].mean() / b[:, cols].mean() for a, b in zip(times[m], times[BASE]))
+    times = {
+        m: [np.array(c.seconds).reshape(len(questions), steps) for c in runs[m]] for m in modes
+    }  # [Q, S] each
+    ratio = lambda m, cols: statistics.median(
+        a[:, cols].mean() / b[:, cols].mean() for a, b in zip(times[m], times[BASE])
+    )
     per = len(questions) * steps * reps
     out = {}
     for m in modes:
         prompt, computed, completion, reported = token_figures([c.usage for c in runs[m]], steps)
-        out[m] = Result(statistics.median(a.mean() for a in times[m]), ratio(m, slice(None)),
-                        ratio(m, slice(1, steps - 1)) if steps >= 3 else None, sum(c.replies for c in runs[m]) / per,
-                        sum(c.skipped for c in runs[m]) / per, prompt, computed, completion, reported,
-                        server_ms([c.usage for c in runs[m]]), [c.chains for c in runs[m]])
+        out[m] = Result(
+            statistics.median(a.mean() for a in times[m]),
+            ratio(m, slice(None)),
+            ratio(m, slice(1, steps - 1)) if steps >= 3 else None,
+            sum(c.replies for c in runs[m]) / per,
+            sum(c.skipped for c in runs[m]) / per,
+            prompt,
+            computed,
+            completion,
+            reported,
+            server_ms([c.usage for c in runs[m]]),
+            [c.chains for c in runs[m]],
+        )
     return out
 
 
 def time_table(result: dict, scale: float = 1.0) -> list:
     """Markdown rows: time per step and overhead of each mode (seconds divided by the clock scale)."""
-    rows = ["| mode | layout | seconds per step | overhead vs base | on warm full-length steps | judge requests per step "
-            "| judge calls skipped per step |", "|---|---|---:|---:|---:|---:|---:|"]
-    return rows + [f"| {m.name} | {m.layout} | {r.seconds / scale:.3f} | {r.ratio:.2f}× | "
-                   f"{'—' if r.warm is None else f'{r.warm:.2f}×'} | {r.judge_requests:.2f} | {r.skipped:.2f} |"
-                   for m, r in result.items()]
+    rows = [
+        "| mode | layout | seconds per step | overhead vs base | on warm full-length steps | judge requests per step "
+        "| judge calls skipped per step |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    return rows + [
+        f"| {m.name} | {m.layout} | {r.seconds / scale:.3f} | {r.ratio:.2f}× | "
+        f"{'—' if r.warm is None else f'{r.warm:.2f}×'} | {r.judge_requests:.2f} | {r.skipped:.2f} |"
+        for m, r in result.items()
+    ]
 
 
 def token_table(result: dict) -> list:
     """Markdown rows: prompt tokens per step after each chain's first step, and those the server computed; the
     server's own time per step computing prompts and generating (all steps; when it reports timings)."""
     base = result[BASE].computed
-    rows = ["| mode | layout | prompt tokens per step | computed by the server | reused from its cache | "
-            "computed vs base | completion tokens per step | server ms per step: prompts + generating (prompts' "
-            "share) |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    rows = [
+        "| mode | layout | prompt tokens per step | computed by the server | reused from its cache | "
+        "computed vs base | completion tokens per step | server ms per step: prompts + generating (prompts' "
+        "share) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for m, r in result.items():
         c, ms = r.computed, r.server_ms
-        rows.append(f"| {m.name} | {m.layout} | {r.prompt:,.0f} | {'—' if c is None else f'{c:,.0f}'} | "
-                    f"{'—' if c is None or not r.prompt else f'{1 - c / r.prompt:.0%}'} | "
-                    f"{'—' if c is None or not base else f'{c / base:.2f}×'} | {r.completion:,.0f} | "
-                    f"{'—' if not ms or not sum(ms) else f'{ms[0]:,.0f} + {ms[1]:,.0f} ({ms[0] / sum(ms):.0%})'} |")
+        rows.append(
+            f"| {m.name} | {m.layout} | {r.prompt:,.0f} | {'—' if c is None else f'{c:,.0f}'} | "
+            f"{'—' if c is None or not r.prompt else f'{1 - c / r.prompt:.0%}'} | "
+            f"{'—' if c is None or not base else f'{c / base:.2f}×'} | {r.completion:,.0f} | "
+            f"{'—' if not ms or not sum(ms) else f'{ms[0]:,.0f} + {ms[1]:,.0f} ({ms[0] / sum(ms):.0%})'} |"
+        )
     return rows
 
 
@@ -224,7 +302,9 @@ def picture(panels: list, path: str) -> None:
     c = charts.Canvas((w * len(panels), h + 60))
     for k, (title, result) in enumerate(panels):
         x0, modes = k * w + left, list(dict.fromkeys(replace(m, layout="shared") for m in result))
-        lo = 2.0 ** math.floor(math.log2(min(1.0, *(r.ratio for r in result.values()))))  # a power of 2 up to 1×
+        lo = 2.0 ** math.floor(
+            math.log2(min(1.0, *(r.ratio for r in result.values())))
+        )  # a power of 2 up to 1×
         hi = max(4.0, *(r.ratio for r in result.values()))
         y = lambda v: top + (base - top) * math.log2(hi / v) / math.log2(hi / lo)  # log scale: lo at the axis
         c.text((k * w + 16, 8), title, 13, width=w - 24, lines=2)
@@ -242,8 +322,13 @@ def picture(panels: list, path: str) -> None:
                 if r is not None:
                     bx = x0 + i * span + 6 + j * bar
                     c.draw.rectangle((bx, y(r.ratio), bx + bar - 2, base), fill=COLOURS[lay])
-                    c.text((bx + bar / 2 - 1, y(r.ratio) - 2), f"{r.ratio:.1f}", 10, anchor="mb",
-                           moves=((0, 0), (0, -12), (0, -24)))
+                    c.text(
+                        (bx + bar / 2 - 1, y(r.ratio) - 2),
+                        f"{r.ratio:.1f}",
+                        10,
+                        anchor="mb",
+                        moves=((0, 0), (0, -12), (0, -24)),
+                    )
     paper = lambda d, b: d.line((b[0], b[1] + 5, b[2] + 2, b[1] + 5), fill=charts.RED, width=2)  # its swatch
     items = [("layout:", None)] + [(lay, COLOURS[lay]) for lay in ORDER]
     items += [(f"paper: {PAPER_OVERHEAD:.2f}x", paper)]

@@ -13,6 +13,7 @@ measurement of a GPU:
 - SimulatedServer: a loopback.LoopbackServer handler that queues, prefills what its prefix cache lacks,
   decodes, and reports the cached prompt tokens (usage.prompt_tokens_details.cached_tokens) as servers do.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 import replies
 from perf.loopback import chat_response
 
-BLOCK = 16             # prefix-cache block size in tokens (vLLM's default block size)
+BLOCK = 16  # prefix-cache block size in tokens (vLLM's default block size)
 TOKEN = re.compile(r"\w+|[^\w\s]")  # one pseudo-token: a word or a punctuation mark
 
 
@@ -39,20 +40,23 @@ class LatencyModel:
     prefix_cache, prompt blocks prefilled before are free (vLLM's automatic prefix caching).
     Sources of the defaults: SOURCES. Sleeps are model seconds × time_scale (0: no sleeping).
     """
+
     prefill_tps: float = 5700.0  # prompt tokens/s (a lower bound)
-    decode_tps: float = 84.28    # generated tokens/s of one sequence
-    capacity: int = 12           # sequences decoded at once at full speed
-    image_tokens: int = 1280     # tokens per image, at Qwen2.5-VL's 1280·28·28-pixel budget
-    step_tokens: int = 48        # one reasoner step (its prompt asks for one or two sentences)
-    rationale_tokens: int = 80   # a judge's reply: at most three sentences, then "Score: 0.8"
-    score_tokens: int = 6        # a score-only reply, "Score: 0.8" (Qwen tokenizes digits one by one)
-    final_tokens: int = 4        # "Final answer: B"
+    decode_tps: float = 84.28  # generated tokens/s of one sequence
+    capacity: int = 12  # sequences decoded at once at full speed
+    image_tokens: int = 1280  # tokens per image, at Qwen2.5-VL's 1280·28·28-pixel budget
+    step_tokens: int = 48  # one reasoner step (its prompt asks for one or two sentences)
+    rationale_tokens: int = 80  # a judge's reply: at most three sentences, then "Score: 0.8"
+    score_tokens: int = 6  # a score-only reply, "Score: 0.8" (Qwen tokenizes digits one by one)
+    final_tokens: int = 4  # "Final answer: B"
     prefix_cache: bool = True
     time_scale: float = 1.0
 
     def __post_init__(self):
         if not (self.prefill_tps > 0 and self.decode_tps > 0):  # a rate of 0 would sleep forever
-            raise ValueError(f"rates must be > 0, got prefill_tps={self.prefill_tps!r}, decode_tps={self.decode_tps!r}")
+            raise ValueError(
+                f"rates must be > 0, got prefill_tps={self.prefill_tps!r}, decode_tps={self.decode_tps!r}"
+            )
         if not (isinstance(self.capacity, int) and self.capacity >= 1):
             raise ValueError(f"capacity must be an integer >= 1, got {self.capacity!r}")
         if self.time_scale < 0:
@@ -99,7 +103,7 @@ def block_hashes(units) -> list:
     """One chained hash per full BLOCK of units, as vLLM names prefix-cache blocks.  [T] -> [T // BLOCK]"""
     out, h = [], ""
     for i in range(0, len(units) - len(units) % BLOCK, BLOCK):
-        h = hashlib.sha256((h + "\x1f".join(units[i:i + BLOCK])).encode()).hexdigest()
+        h = hashlib.sha256((h + "\x1f".join(units[i : i + BLOCK])).encode()).hexdigest()
         out.append(h)
     return out
 
@@ -110,21 +114,29 @@ def sim_reply(body: dict, lm: LatencyModel, final_at: int) -> tuple:
     writes its score in the format it asks for: a JSON object under response_format (with a reason, or the
     score alone), else a rationale and a score line, or the score line alone (replies.SCORE_ONLY)."""
     user = body["messages"][-1]["content"]
-    user = user if isinstance(user, str) else " ".join(p.get("text", "") for p in user if p.get("type") == "text")
+    user = (
+        user
+        if isinstance(user, str)
+        else " ".join(p.get("text", "") for p in user if p.get("type") == "text")
+    )
     n = int(body.get("n") or 1)
     if "stop" in body:
         t = len(re.findall(r"(?m)^Step \d+:", user))
         if t >= final_at:
             return ["Final answer: B"] * n, lm.final_tokens
         seed = body.get("seed", 0)  # the sequential mode asks for its n candidates with n seeds
-        return [f"Observation {t}.{seed}.{i}: " + " ".join(["detail"] * (lm.step_tokens - 4)) for i in range(n)], lm.step_tokens
+        return [
+            f"Observation {t}.{seed}.{i}: " + " ".join(["detail"] * (lm.step_tokens - 4)) for i in range(n)
+        ], lm.step_tokens
     digit = 5 + int(hashlib.sha256(user.encode()).hexdigest(), 16) % 5
     reason = " ".join(["because"] * (lm.rationale_tokens - 10))
     if "response_format" in body:
         short = "reason" not in json.dumps(body["response_format"])
         reply = {"score": digit} if short else {"reason": reason, "score": digit}
         return [json.dumps(reply)], lm.score_tokens if short else lm.rationale_tokens
-    line = f"Score: {digit}" if replies.SCALE["digit"] in user else f"Score: 0.{digit}"  # the digit or the text format
+    line = (
+        f"Score: {digit}" if replies.SCALE["digit"] in user else f"Score: 0.{digit}"
+    )  # the digit or the text format
     if replies.SCORE_ONLY.splitlines()[0] in user:
         return [line], lm.score_tokens
     return [f"{reason}\n{line}"], lm.rationale_tokens

@@ -5,6 +5,7 @@ skipped when it is unset. They are written for the server serve_tiny.sh starts (
 llama.cpp's llama-server): they expect json judges to score at least 95% of their calls there, and check
 only structure and counts for the text format, whose replies such a small model rarely gets right.
 """
+
 import os
 
 import pytest
@@ -43,6 +44,7 @@ def loopback():
         srv = LoopbackServer(handler, **kwargs).__enter__()
         servers.append(srv)
         return srv
+
     yield start
     for srv in servers:
         srv.close()

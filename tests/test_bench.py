@@ -1,5 +1,6 @@
 """Tests for bench.py: the sequential formula, the report's sections and targets (a --quick run), the
 memory and cache sections, and starting and stopping servers. No timing is asserted."""
+
 import os
 import re
 import subprocess
@@ -19,25 +20,49 @@ def test_sequential_explanation_formula():
     # n + n·m·L_judge / L_step with L_step = 48: 3 + 9·80/48 = 18.0 and 3 + 9·6/48 = 4.125.
     text = bench.sequential_explanation(LatencyModel())[0]
     assert "18.0×" in text and "4.1×" in text
+
+
 def test_quick_report_has_every_section(tmp_path, monkeypatch):
     monkeypatch.delenv("VERDICT_LIVE_URL", raising=False)
     out = tmp_path / "report.md"
     assert bench.main(["--quick", "--out", str(out)]) == 0
     text = out.read_text()
-    for heading in ("## 1. Consensus throughput", "### 2a. Simulated", "**This is a simulation**", "### 2b. Real",
-                    "skipped: no live server", "### 2c. llama-server's flags", "skipped: pass --serve", "## 3. Memory",
-                    "## 4. The response cache", "## Targets", "| sequential", "| computed by the server |",
-                    "![overhead per mode and prompt layout](bench_overhead.png)"):
+    for heading in (
+        "## 1. Consensus throughput",
+        "### 2a. Simulated",
+        "**This is a simulation**",
+        "### 2b. Real",
+        "skipped: no live server",
+        "### 2c. llama-server's flags",
+        "skipped: pass --serve",
+        "## 3. Memory",
+        "## 4. The response cache",
+        "## Targets",
+        "| sequential",
+        "| computed by the server |",
+        "![overhead per mode and prompt layout](bench_overhead.png)",
+    ):
         assert heading in text
     assert Image.open(tmp_path / "bench_overhead.png").size == (440, 360)  # one panel: the simulation
     targets = [line for line in text.splitlines() if line.startswith("| simulated server: concurrent")]
-    assert len(targets) == 2 + 2 and all(re.search(r"(\| [\d.]+× ){3}\| (met|missed) \|$", t) for t in targets)
-    assert text.count("| real llama-server:") == 6 and text.count("| — | — | — | not measured |") >= 6  # no live server
+    assert len(targets) == 2 + 2 and all(
+        re.search(r"(\| [\d.]+× ){3}\| (met|missed) \|$", t) for t in targets
+    )
+    assert (
+        text.count("| real llama-server:") == 6 and text.count("| — | — | — | not measured |") >= 6
+    )  # no live server
     # every evaluate.py run succeeded: the memory section's figure, both cache runs, and no failure anywhere
-    assert "failed" not in text and re.search(r"every method, .*: exit code 0, [\d,]+ requests, \d+ s\.\n\n"
-                                              r"\*\*Peak RSS of the evaluate\.py process: \d+ MiB\*\*", text)
-    assert re.search(r"^- cache in a file: .*exit code 0", text, re.M) and re.search(r"^- cache in memory: .*--cache "
-                                                                                      r":memory:.*exit code 0", text, re.M)
+    assert "failed" not in text and re.search(
+        r"every method, .*: exit code 0, [\d,]+ requests, \d+ s\.\n\n"
+        r"\*\*Peak RSS of the evaluate\.py process: \d+ MiB\*\*",
+        text,
+    )
+    assert re.search(r"^- cache in a file: .*exit code 0", text, re.M) and re.search(
+        r"^- cache in memory: .*--cache "
+        r":memory:.*exit code 0",
+        text,
+        re.M,
+    )
     assert re.search(r"^\| file \| [\d,]+ µs per put \| [\d,]+ µs per put \|$", text, re.M)
     assert "not measured" in text  # --quick does not reach N = 10⁵ and 10⁶
     assert np.all([line.count("|") >= 4 for line in text.splitlines() if line.startswith("| closed form")])
@@ -48,36 +73,63 @@ def test_a_failed_evaluate_run_reports_the_failure_and_no_peak_rss(monkeypatch):
     monkeypatch.setattr(bench, "write_items", lambda folder, k: os.path.join(folder, "missing.jsonl"))
     lines = bench.memory_section(1)
     text = "\n".join(lines)
-    assert "**the run failed** (exit code 2" in text and "missing.jsonl: no such file" in text and "Peak RSS" not in text
+    assert (
+        "**the run failed** (exit code 2" in text
+        and "missing.jsonl: no such file" in text
+        and "Peak RSS" not in text
+    )
     assert lines[-1] == "No peak RSS is reported for a failed run."
     cache = "\n".join(bench.cache_section(1, 10))
     assert cache.count("**the run failed**") == 2 and "takes" not in cache
 
 
 def result(ratio: float, computed: float | None = None) -> Result:
-    return Result(seconds=1.0, ratio=ratio, warm=None, judge_requests=9.0, skipped=0.0, prompt=1000.0,
-                  computed=computed, completion=50.0, reported=1.0, server_ms=None, chains=[])
+    return Result(
+        seconds=1.0,
+        ratio=ratio,
+        warm=None,
+        judge_requests=9.0,
+        skipped=0.0,
+        prompt=1000.0,
+        computed=computed,
+        completion=50.0,
+        reported=1.0,
+        server_ms=None,
+        chains=[],
+    )
 
 
 def test_targets_judge_the_shared_layout_and_show_the_others():
-    per_role = lambda m: replace(m, layout="per-role")  # the modes are in the shared layout unless told otherwise
-    sim = {BASE: result(1.0, 100.0), CONC: result(1.25, 150.0), per_role(CONC): result(1.6, 300.0),
-           CONC_SCORE: result(1.4, 250.0), per_role(CONC_SCORE): result(1.2)}
+    per_role = lambda m: replace(
+        m, layout="per-role"
+    )  # the modes are in the shared layout unless told otherwise
+    sim = {
+        BASE: result(1.0, 100.0),
+        CONC: result(1.25, 150.0),
+        per_role(CONC): result(1.6, 300.0),
+        CONC_SCORE: result(1.4, 250.0),
+        per_role(CONC_SCORE): result(1.2),
+    }
     live = {BASE: result(1.0, 50.0), CONC: result(3.9, 100.0), ADAPTIVE: result(3.1, 99.0)}
     rows = bench.targets({10**5: {"loop": 80.0}}, sim, live)
     find = lambda start: next(r for r in rows if r.startswith(start))
     # columns: per-role, shared, role-first; met or missed on the shared layout
-    assert find("| closed form ≥ 50×") == ("| closed form ≥ 50× faster than a loop of np.linalg.solve at N = 10⁵ | "
-                                           "80.00× | — | — | met |")
+    assert find("| closed form ≥ 50×") == (
+        "| closed form ≥ 50× faster than a loop of np.linalg.solve at N = 10⁵ | 80.00× | — | — | met |"
+    )
     assert find("| closed form ≤ 10×").endswith("| — | — | — | not measured |")
     assert find("| simulated server: concurrent ≤ 1.3×").endswith("| 1.60× | 1.25× | — | met |")
-    assert find("| simulated server: concurrent, short judges ≤ 1.3×").endswith("| 1.20× | 1.40× | — | missed |")
+    assert find("| simulated server: concurrent, short judges ≤ 1.3×").endswith(
+        "| 1.20× | 1.40× | — | missed |"
+    )
     assert find("| real llama-server: concurrent ≤ 3.8×").endswith("| — | 3.90× | — | missed |")
     assert find("| real llama-server: adaptive").endswith("| — | 3.10× | — | met |")
     # computed prompt tokens after the first step, to the base's: 100 / 50 = 2.00 (met), 99 / 50 = 1.98
     assert find("| real llama-server: concurrent, prompt tokens").endswith("| — | 2.00× | — | met |")
     assert find("| simulated server: concurrent, prompt tokens").endswith("| 3.00× | 1.50× | — | met |")
-    assert find("| simulated server: concurrent, short judges, prompt tokens").endswith("| — | 2.50× | — | missed |")
+    assert find("| simulated server: concurrent, short judges, prompt tokens").endswith(
+        "| — | 2.50× | — | missed |"
+    )
     real = [r for r in bench.targets({}, sim, None) if r.startswith("| real llama-server")]  # no live server
     assert len(real) == 6 and all(r.endswith("| — | — | — | not measured |") for r in real)
 
@@ -92,13 +144,19 @@ def test_live_section_against_a_simulated_server():
 
 
 def test_start_server_reads_the_url_and_pid_and_stop_server_stops_it(monkeypatch):
-    said = subprocess.CompletedProcess([], 0, "building...\nVERDICT_LIVE_URL=http://127.0.0.1:5/v1\nVERDICT_SERVER_PID=77\n", "")
+    said = subprocess.CompletedProcess(
+        [], 0, "building...\nVERDICT_LIVE_URL=http://127.0.0.1:5/v1\nVERDICT_SERVER_PID=77\n", ""
+    )
     seen = {}
     monkeypatch.setattr(bench.subprocess, "run", lambda cmd, env, **kw: seen.update(env=env) or said)
     assert bench.start_server("-kvu") == ("http://127.0.0.1:5/v1", 77)
     assert seen["env"]["VERDICT_TINY_FLAGS"] == "-kvu" and seen["env"]["VERDICT_TINY_MODEL"] == "smollm2"
-    monkeypatch.setattr(bench.subprocess, "run", lambda cmd, env, **kw: subprocess.CompletedProcess([], 1, "", "no model"))
-    with np.testing.assert_raises_regex(RuntimeError, "serve_tiny.sh with '-np 2' failed \\(exit code 1\\): no model"):
+    monkeypatch.setattr(
+        bench.subprocess, "run", lambda cmd, env, **kw: subprocess.CompletedProcess([], 1, "", "no model")
+    )
+    with np.testing.assert_raises_regex(
+        RuntimeError, "serve_tiny.sh with '-np 2' failed \\(exit code 1\\): no model"
+    ):
         bench.start_server("-np 2")
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     bench.stop_server(child.pid)
@@ -112,27 +170,51 @@ def test_causes_say_the_simulated_floor_and_the_real_servers_time():
     live = {BASE: per(1.0, 30.0, (40.0, 160.0)), shared(CONC_SCORE): per(9.0, 600.0, (900.0, 2100.0))}
     floor, time_ = bench.causes(sim, live)
     # 950 / 100 = 9.5×, 900 / 100 = 9.0×; 160 / (40 + 160) = 80% generating, 2,100 / 3,000 = 70%
-    assert "concurrent judging computes 9.5× the base step's tokens there in the shared layout (short judges 9.0×), " \
-           "— in the role-first layout" in floor
-    assert "base (reasoner alone, n = 1) (per-role) 40 ms computing prompts and 160 ms generating (80% generating)" in time_
-    assert "concurrent, short judges (shared) 900 ms computing prompts and 2,100 ms generating (70% generating)" in time_
-    assert len(bench.causes(sim, None)) == 1 and "(short judges —)" in bench.causes({BASE: result(1.0, 0.0)}, None)[0]
+    assert (
+        "concurrent judging computes 9.5× the base step's tokens there in the shared layout (short judges 9.0×), "
+        "— in the role-first layout" in floor
+    )
+    assert (
+        "base (reasoner alone, n = 1) (per-role) 40 ms computing prompts and 160 ms generating (80% generating)"
+        in time_
+    )
+    assert (
+        "concurrent, short judges (shared) 900 ms computing prompts and 2,100 ms generating (70% generating)"
+        in time_
+    )
+    assert (
+        len(bench.causes(sim, None)) == 1
+        and "(short judges —)" in bench.causes({BASE: result(1.0, 0.0)}, None)[0]
+    )
 
 
 def test_a_flag_set_the_workload_cannot_run_on_is_reported_and_the_others_run(monkeypatch):
     # llama-server with -np 2 refuses n = 3 (HTTP 400): that flag set's row says so, and the run goes on.
     from client import EndpointError
+
     started, stopped = [], []
-    monkeypatch.setattr(bench, "start_server", lambda flags: started.append(flags) or (f"http://x/{len(started)}", len(started)))
+    monkeypatch.setattr(
+        bench,
+        "start_server",
+        lambda flags: started.append(flags) or (f"http://x/{len(started)}", len(started)),
+    )
     monkeypatch.setattr(bench, "stop_server", stopped.append)
+
     def live(url, model, reps, steps, modes, questions):
         if url.endswith("/2"):
             raise EndpointError(url, 400, "Field 'n': Value must be between 1 <= value <= 2, but got 3")
         return [f"section at {url}"], {m: result(1.0, 10.0) for m in modes}
+
     monkeypatch.setattr(bench, "live_section", live)
     lines, rows, first = bench.flags_section(2, 2, "m", 1, 1)
     assert started == [f for f, _ in bench.SERVER_FLAGS] and stopped == list(range(1, len(started) + 1))
     assert lines == ["section at http://x/1"] and set(first) == set(bench.LIVE_MODES)
     failed = [r for r in rows if "the run failed" in r]
-    assert len(failed) == 1 and failed[0].startswith(f"| `{bench.SERVER_FLAGS[1][0]}` |") and "got 3" in failed[0]
-    assert len(rows) == 4 + 1 + len(bench.FLAG_MODES) * (len(bench.SERVER_FLAGS) - 1)  # intro, header, failure, rest
+    assert (
+        len(failed) == 1
+        and failed[0].startswith(f"| `{bench.SERVER_FLAGS[1][0]}` |")
+        and "got 3" in failed[0]
+    )
+    assert len(rows) == 4 + 1 + len(bench.FLAG_MODES) * (
+        len(bench.SERVER_FLAGS) - 1
+    )  # intro, header, failure, rest

@@ -1,6 +1,7 @@
 """Tests for harness/benchmarks.py: loading VLMEvalKit TSVs and JSONL files (malformed rows, reused and multi-image
 rows, rows without an image, image files, the prompt column), each dataset's conventions (MMMU, MathVista,
 scoring), MMMU's image placement, paths kept inside the data directory, and streaming."""
+
 import base64
 import csv
 import io
@@ -22,7 +23,6 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-
 def tiny_tsv(tmp_path) -> tuple:
     """A VLMEvalKit-style TSV: a reused image, a multi-image row, two malformed rows, a row without an image.
     Returns (path, the image bytes red, blue, green)."""
@@ -30,11 +30,31 @@ def tiny_tsv(tmp_path) -> tuple:
     header = ["index", "image", "question", "hint", "A", "B", "C", "answer", "category"]
     rows = [
         ["10", b64(red), "What colour is the square?", "A plain square.", "red", "blue", "", "A", "colour"],
-        ["11", "10", "Is it the same square?", "", "yes", "no", "", "A", "reuse"],          # reuses row 10's image
-        ["12", repr([b64(blue), b64(green)]), "Which image is blue?", "", "first", "second", "", "A", "multi"],
-        ["13", b64(red), "Missing its answer", "", "x", "y", "", "", "bad"],                 # malformed: no answer
+        ["11", "10", "Is it the same square?", "", "yes", "no", "", "A", "reuse"],  # reuses row 10's image
+        [
+            "12",
+            repr([b64(blue), b64(green)]),
+            "Which image is blue?",
+            "",
+            "first",
+            "second",
+            "",
+            "A",
+            "multi",
+        ],
+        ["13", b64(red), "Missing its answer", "", "x", "y", "", "", "bad"],  # malformed: no answer
         ["14", "bm90IGFuIGltYWdl" * 6, "Undecodable image", "", "x", "y", "", "B", "bad"],  # base64 of text
-        ["15", "", "A row without an image", "nan", "one", "two", "three", "C", "text"],  # dropped, as VLMEvalKit does
+        [
+            "15",
+            "",
+            "A row without an image",
+            "nan",
+            "one",
+            "two",
+            "three",
+            "C",
+            "text",
+        ],  # dropped, as VLMEvalKit does
     ]
     path = tmp_path / "Tiny.tsv"
     path.write_text("\n".join("\t".join(r) for r in [header] + rows) + "\n")
@@ -42,6 +62,7 @@ def tiny_tsv(tmp_path) -> tuple:
 
 
 # ----------------------------------------------------------------------------- loading
+
 
 def test_tsv_reference_multi_image_and_malformed_rows(tmp_path):
     path, (red, blue, green) = tiny_tsv(tmp_path)
@@ -51,17 +72,36 @@ def test_tsv_reference_multi_image_and_malformed_rows(tmp_path):
     assert (f.read, f.total, f.dropped, f.warnings, f.limited) == (6, 3, 1, [], False)
     assert items[0].images == (red,) and items[1].images == (red,) and items[2].images == (blue, green)
     assert items[1].images[0] is items[0].images[0] or items[1].images == (red,)
-    assert dict(items[0].fields) == {"index": "10", "question": "What colour is the square?", "hint": "A plain square.",
-                                     "A": "red", "B": "blue", "C": "", "answer": "A", "category": "colour"}
-    assert items[0].question.splitlines() == ["Hint: A plain square.", "Question: What colour is the square?", "Options:",
-                                              "A. red", "B. blue", "Please select the correct answer from the options above."]
-    assert [(s.row, s.reason.split(" (")[0]) for s in skipped] == [(5, "missing answer"), (6, "undecodable image")]
+    assert dict(items[0].fields) == {
+        "index": "10",
+        "question": "What colour is the square?",
+        "hint": "A plain square.",
+        "A": "red",
+        "B": "blue",
+        "C": "",
+        "answer": "A",
+        "category": "colour",
+    }
+    assert items[0].question.splitlines() == [
+        "Hint: A plain square.",
+        "Question: What colour is the square?",
+        "Options:",
+        "A. red",
+        "B. blue",
+        "Please select the correct answer from the options above.",
+    ]
+    assert [(s.row, s.reason.split(" (")[0]) for s in skipped] == [
+        (5, "missing answer"),
+        (6, "undecodable image"),
+    ]
 
 
 def test_tsv_prompt_column_is_used_as_is(tmp_path):
     path = tmp_path / "P.tsv"
-    path.write_text("index\tquestion\tA\tB\tanswer\tprompt\n1\tq?\tx\ty\tB\tThe whole text, as the dataset wants it.\n"
-                    "2\tq?\tx\ty\tA\t\n3\tq?\tx\ty\tA\t\textra cell\n")
+    path.write_text(
+        "index\tquestion\tA\tB\tanswer\tprompt\n1\tq?\tx\ty\tB\tThe whole text, as the dataset wants it.\n"
+        "2\tq?\tx\ty\tA\t\n3\tq?\tx\ty\tA\t\textra cell\n"
+    )
     f = benchmarks.load(str(path))
     items, skipped = f.items, f.skipped
     assert items[0].question == "The whole text, as the dataset wants it." and items[0].answer == "B"
@@ -74,7 +114,13 @@ def test_jsonl_images_and_malformed_rows(tmp_path):
     (tmp_path / "pics" / "a.png").write_bytes(png("red"))
     lines = [
         {"id": 1, "question": "q", "options": {"A": "x", "B": "y"}, "answer": "A", "image": "pics/a.png"},
-        {"id": 2, "question": "q", "options": {"B": "y", "A": "x"}, "answer": "B", "image": [b64(png("blue")), "pics/a.png"]},
+        {
+            "id": 2,
+            "question": "q",
+            "options": {"B": "y", "A": "x"},
+            "answer": "B",
+            "image": [b64(png("blue")), "pics/a.png"],
+        },
         {"id": 3, "question": "q", "options": {"A": "x", "B": "y"}, "answer": "C"},
         {"id": 4, "question": "q", "options": ["x", "y"], "answer": "A"},
         {"id": 5, "question": "", "options": {"A": "x", "B": "y"}, "answer": "A"},
@@ -82,25 +128,48 @@ def test_jsonl_images_and_malformed_rows(tmp_path):
         {"id": 7, "question": "q", "options": {"A": "x", "B": "y"}, "answer": "A", "image": "missing.png"},
         {"id": 8, "question": "q", "options": {"A": "x", "B": "y"}, "answer": "A", "hint": "think"},
     ]
-    text = "\n".join(json.dumps(d) for d in lines[:3]) + "\n{not json\n\n" + "\n".join(json.dumps(d) for d in lines[3:]) + "\n"
+    text = (
+        "\n".join(json.dumps(d) for d in lines[:3])
+        + "\n{not json\n\n"
+        + "\n".join(json.dumps(d) for d in lines[3:])
+        + "\n"
+    )
     (tmp_path / "set.jsonl").write_text(text)
     f = benchmarks.load(str(tmp_path / "set.jsonl"))
     items, skipped, a_png = f.items, f.skipped, str(tmp_path / "pics" / "a.png")
     assert f.name == "set" and [it.id for it in items] == ["1", "2", "8"]
-    assert items[0].images == (a_png,) and items[1].images == (png("blue"), a_png)  # files are sent from their path
-    assert items[1].options == (("A", "x"), ("B", "y")) and items[2].question.startswith("Hint: think\nQuestion: q")
+    assert items[0].images == (a_png,) and items[1].images == (
+        png("blue"),
+        a_png,
+    )  # files are sent from their path
+    assert items[1].options == (("A", "x"), ("B", "y")) and items[2].question.startswith(
+        "Hint: think\nQuestion: q"
+    )
     reasons = {s.row: s.reason for s in skipped}
     assert sorted(reasons) == [3, 4, 6, 7, 8, 9]  # line 5 is blank
     assert reasons[3] == "answer 'C' is not one of the options A, B" and reasons[4] == "not valid JSON"
     assert reasons[6].startswith('"options" must be an object') and reasons[7] == "missing question"
-    assert reasons[8] == "repeated id '1' (first at row 1)" and reasons[9] == "image file not found: missing.png"
+    assert (
+        reasons[8] == "repeated id '1' (first at row 1)" and reasons[9] == "image file not found: missing.png"
+    )
 
 
 # ----------------------------------------------------------------------------- paths and streaming
 
+
 def test_missing_image_file_is_reported_as_missing(tmp_path):
-    (tmp_path / "set.jsonl").write_text(json.dumps({"id": 1, "question": "q", "options": {"A": "x", "B": "y"},
-                                                    "answer": "A", "image": "pics/missing.png"}) + "\n")
+    (tmp_path / "set.jsonl").write_text(
+        json.dumps(
+            {
+                "id": 1,
+                "question": "q",
+                "options": {"A": "x", "B": "y"},
+                "answer": "A",
+                "image": "pics/missing.png",
+            }
+        )
+        + "\n"
+    )
     f = benchmarks.load(str(tmp_path / "set.jsonl"))
     assert f.items == [] and f.skipped[0].reason == "image file not found: pics/missing.png"
 
@@ -109,13 +178,17 @@ def test_paths_outside_the_data_directory_are_refused_unless_allowed(tmp_path):
     (tmp_path / "data").mkdir()
     outside = tmp_path / "secret.png"
     outside.write_bytes(png("red"))
-    lines = [{"id": 1, "question": "q", "options": {"A": "x", "B": "y"}, "answer": "A", "image": str(outside)},
-             {"id": 2, "question": "q", "options": {"A": "x", "B": "y"}, "answer": "A", "image": "../secret.png"}]
+    lines = [
+        {"id": 1, "question": "q", "options": {"A": "x", "B": "y"}, "answer": "A", "image": str(outside)},
+        {"id": 2, "question": "q", "options": {"A": "x", "B": "y"}, "answer": "A", "image": "../secret.png"},
+    ]
     path = tmp_path / "data" / "set.jsonl"
     path.write_text("".join(json.dumps(d) + "\n" for d in lines))
     f = benchmarks.load(str(path))
     assert f.items == [] and [s.reason.split(";")[0] for s in f.skipped] == [
-        f"image path {outside} is outside {tmp_path / 'data'}", "image path ../secret.png is outside " + str(tmp_path / "data")]
+        f"image path {outside} is outside {tmp_path / 'data'}",
+        "image path ../secret.png is outside " + str(tmp_path / "data"),
+    ]
     assert "--allow-any-path" in f.skipped[0].reason
     f = benchmarks.load(str(path), allow_any_path=True)
     assert [it.images for it in f.items] == [(str(outside),), (str(outside),)] and f.skipped == []
@@ -131,18 +204,29 @@ def tsv(path, header, rows) -> str:
 def test_limit_keep_and_references_in_either_direction(tmp_path):
     """--limit counts valid items; keep (a shard) picks among them; an image reference may point to a later row."""
     red, blue = b64(png("red")), b64(png("blue"))
-    path = tsv(tmp_path / "Refs.tsv", ["index", "image", "question", "A", "B", "answer"], [
-        ["1", "3", "Uses row 3's image, further down", "x", "y", "A"],
-        ["2", "1", "Refers to row 1, which holds only a reference", "x", "y", "A"],
-        ["3", red, "Red", "x", "y", "B"],
-        ["4", "99", "Refers to no row", "x", "y", "A"],
-        ["5", blue, "Blue", "x", "y", "A"],
-        ["6", "5", "Uses row 5's image", "x", "y", "A"]])
+    path = tsv(
+        tmp_path / "Refs.tsv",
+        ["index", "image", "question", "A", "B", "answer"],
+        [
+            ["1", "3", "Uses row 3's image, further down", "x", "y", "A"],
+            ["2", "1", "Refers to row 1, which holds only a reference", "x", "y", "A"],
+            ["3", red, "Red", "x", "y", "B"],
+            ["4", "99", "Refers to no row", "x", "y", "A"],
+            ["5", blue, "Blue", "x", "y", "A"],
+            ["6", "5", "Uses row 5's image", "x", "y", "A"],
+        ],
+    )
     f = benchmarks.load(path)
-    assert [(it.id, it.images) for it in f.items] == [("1", (png("red"),)), ("3", (png("red"),)), ("5", (png("blue"),)),
-                                                      ("6", (png("blue"),))]
-    assert [(s.row, s.reason) for s in f.skipped] == [(3, "image refers to index '1', which holds no image"),
-                                                      (5, "image refers to index '99', which no row has")]
+    assert [(it.id, it.images) for it in f.items] == [
+        ("1", (png("red"),)),
+        ("3", (png("red"),)),
+        ("5", (png("blue"),)),
+        ("6", (png("blue"),)),
+    ]
+    assert [(s.row, s.reason) for s in f.skipped] == [
+        (3, "image refers to index '1', which holds no image"),
+        (5, "image refers to index '99', which no row has"),
+    ]
     f = benchmarks.load(path, limit=2)
     assert [it.id for it in f.items] == ["1", "3"] and (f.read, f.total, f.limited) == (3, 2, True)
     f = benchmarks.load(path, keep=lambda id: id in ("3", "6"))
@@ -151,7 +235,7 @@ def test_limit_keep_and_references_in_either_direction(tmp_path):
 
 def test_bom_crlf_and_quoted_cells(tmp_path):
     path = tmp_path / "Win.tsv"
-    path.write_bytes("\ufeffindex\tquestion\tA\tB\tanswer\r\n1\t\"Two\nlines\"\tx\ty\tB\r\n".encode())
+    path.write_bytes('\ufeffindex\tquestion\tA\tB\tanswer\r\n1\t"Two\nlines"\tx\ty\tB\r\n'.encode())
     f = benchmarks.load(str(path))
     assert [(it.id, it.row, it.answer) for it in f.items] == [("1", 3, "B")]
     assert "Question: Two\nlines" in f.items[0].question
@@ -164,24 +248,37 @@ def test_image_path_files_are_resolved_against_the_tsv(tmp_path):
     (tmp_path / "pics" / "a.png").write_bytes(png("red"))
     (tmp_path / "images" / "MMStar" / "b.png").write_bytes(png("blue"))
     (tmp_path / "pics" / "broken.png").write_bytes(png("red")[:40])
-    path = tsv(tmp_path / "MMStar_local.tsv", ["index", "image_path", "question", "A", "B", "answer"], [
-        ["1", "pics/a.png", "q1", "x", "y", "A"],
-        ["2", "b.png", "q2", "x", "y", "A"],
-        ["3", repr(["pics/a.png", "b.png"]), "q3", "x", "y", "A"],
-        ["4", "pics/missing.png", "q4", "x", "y", "A"],
-        ["5", "pics/broken.png", "q5", "x", "y", "A"],
-        ["6", "", "q6", "x", "y", "A"]])
+    path = tsv(
+        tmp_path / "MMStar_local.tsv",
+        ["index", "image_path", "question", "A", "B", "answer"],
+        [
+            ["1", "pics/a.png", "q1", "x", "y", "A"],
+            ["2", "b.png", "q2", "x", "y", "A"],
+            ["3", repr(["pics/a.png", "b.png"]), "q3", "x", "y", "A"],
+            ["4", "pics/missing.png", "q4", "x", "y", "A"],
+            ["5", "pics/broken.png", "q5", "x", "y", "A"],
+            ["6", "", "q6", "x", "y", "A"],
+        ],
+    )
     f = benchmarks.load(path)
     a, b = str(tmp_path / "pics" / "a.png"), str(tmp_path / "images" / "MMStar" / "b.png")
     assert [(it.id, it.images) for it in f.items] == [("1", (a,)), ("2", (b,)), ("3", (a, b))]
-    assert [s.reason.split(":")[0] for s in f.skipped] == ["image file not found", "cannot decode image " + str(tmp_path / "pics" / "broken.png"), "empty image_path"]
+    assert [s.reason.split(":")[0] for s in f.skipped] == [
+        "image file not found",
+        "cannot decode image " + str(tmp_path / "pics" / "broken.png"),
+        "empty image_path",
+    ]
     assert f.warnings == [] and dict(f.items[0].fields)["image_path"] == "pics/a.png"
 
 
 def test_a_file_with_neither_image_column_runs_as_text_with_a_warning(tmp_path):
-    f = benchmarks.load(tsv(tmp_path / "Text.tsv", ["index", "question", "A", "B", "answer"], [["1", "q", "x", "y", "A"]]))
+    f = benchmarks.load(
+        tsv(tmp_path / "Text.tsv", ["index", "question", "A", "B", "answer"], [["1", "q", "x", "y", "A"]])
+    )
     assert [it.images for it in f.items] == [()]
-    assert f.warnings == ["Text.tsv has neither an image nor an image_path column: its questions run without images"]
+    assert f.warnings == [
+        "Text.tsv has neither an image nor an image_path column: its questions run without images"
+    ]
 
 
 def test_empty_and_headerless_files(tmp_path):
@@ -200,31 +297,66 @@ def test_mmmu_open_questions_and_placeholders(tmp_path):
     """An open question (no options) is kept as VLMEvalKit scores it: A = the answer text, B = "Other Answers",
     answer A, and the prompt has no Options block. A text naming <image 3> of a row with two images is skipped."""
     two = repr([b64(png("red")), b64(png("blue"))])
-    path = tsv(tmp_path / "MMMU_DEV_VAL.tsv", ["index", "image", "question", "A", "B", "answer", "split"], [
-        ["1", two, "Compare <image 2> with <image 1>.", "same", "different", "B", "dev"],
-        ["2", two, "What is the area of <image 1>?", "", "", "42", "validation"],
-        ["3", two, "Look at <image 3>.", "x", "y", "A", "dev"]])
+    path = tsv(
+        tmp_path / "MMMU_DEV_VAL.tsv",
+        ["index", "image", "question", "A", "B", "answer", "split"],
+        [
+            ["1", two, "Compare <image 2> with <image 1>.", "same", "different", "B", "dev"],
+            ["2", two, "What is the area of <image 1>?", "", "", "42", "validation"],
+            ["3", two, "Look at <image 3>.", "x", "y", "A", "dev"],
+        ],
+    )
     f = benchmarks.load(path)
     mc, open_ = f.items
     assert mc.options == (("A", "same"), ("B", "different")) and mc.answer == "B"
-    assert mc.question.startswith("Question: Compare <image 2> with <image 1>.")  # images.messages places them
+    assert mc.question.startswith(
+        "Question: Compare <image 2> with <image 1>."
+    )  # images.messages places them
     assert open_.options == (("A", "42"), ("B", "Other Answers")) and open_.answer == "A"
     assert open_.question == "Question: What is the area of <image 1>?"
     assert f.skipped[0].reason == "the text names <image 3> but the row has 2 image(s)"
-    plain = benchmarks.load(tsv(tmp_path / "Other.tsv", ["index", "question", "A", "B", "answer"], [["1", "q", "", "", "42"]]))
+    plain = benchmarks.load(
+        tsv(tmp_path / "Other.tsv", ["index", "question", "A", "B", "answer"], [["1", "q", "", "", "42"]])
+    )
     assert plain.skipped[0].reason == "needs at least two options, got 0"  # only MMMU keeps open questions
 
 
 def test_mathvista_rows(tmp_path):
-    header = ["index", "image", "question", "answer", "question_type", "answer_type", "choices", "answer_option",
-              "precision", "unit"]
+    header = [
+        "index",
+        "image",
+        "question",
+        "answer",
+        "question_type",
+        "answer_type",
+        "choices",
+        "answer_option",
+        "precision",
+        "unit",
+    ]
     red = b64(png("red"))
-    path = tsv(tmp_path / "MathVista_MINI.tsv", header, [
-        ["1", red, "Hint: ...\nQuestion: Which?\nChoices:\n(A) 3\n(B) 4", "4", "multi_choice", "text", "['3', '4']", "B", "", ""],
-        ["2", red, "How long is AB?", "7.1", "free_form", "float", "", "", "1.0", "cm"],
-        ["3", red, "How many?", "14", "free_form", "integer", "", "", "", ""],
-        ["4", red, "Which?", "5", "multi_choice", "text", "['3', '5']", "", "", ""],
-        ["5", red, "Which?", "5", "multi_choice", "text", "not a list", "", "", ""]])
+    path = tsv(
+        tmp_path / "MathVista_MINI.tsv",
+        header,
+        [
+            [
+                "1",
+                red,
+                "Hint: ...\nQuestion: Which?\nChoices:\n(A) 3\n(B) 4",
+                "4",
+                "multi_choice",
+                "text",
+                "['3', '4']",
+                "B",
+                "",
+                "",
+            ],
+            ["2", red, "How long is AB?", "7.1", "free_form", "float", "", "", "1.0", "cm"],
+            ["3", red, "How many?", "14", "free_form", "integer", "", "", "", ""],
+            ["4", red, "Which?", "5", "multi_choice", "text", "['3', '5']", "", "", ""],
+            ["5", red, "Which?", "5", "multi_choice", "text", "not a list", "", "", ""],
+        ],
+    )
     f = benchmarks.load(path)
     mc, fl, integer, by_text = f.items
     assert mc.options == (("A", "3"), ("B", "4")) and mc.answer == "B" and mc.value is None
@@ -235,15 +367,18 @@ def test_mathvista_rows(tmp_path):
     assert f.skipped[0].reason.startswith("choices must be a list literal")
 
 
-@pytest.mark.parametrize("name, columns, expected", [
-    ("3DSRBench", ["index", "qid"], {"setting": "3dsr", "macro": None}),
-    ("3DSRBench", ["index"], {"setting": "vanilla", "macro": None}),
-    ("MMBench_DEV_EN", ["index"], {"setting": "circular", "macro": None}),
-    ("BLINK_circular", ["index"], {"setting": "circular", "macro": None}),
-    ("mine", ["index", "g_index"], {"setting": "circular", "macro": None}),
-    ("BLINK", ["index", "category"], {"setting": "vanilla", "macro": None}),
-    ("CV-Bench-2D", ["index", "source"], {"setting": "vanilla", "macro": "source"}),
-    ("CV-Bench-3D", ["index", "source"], {"setting": "vanilla", "macro": None}),
-])
+@pytest.mark.parametrize(
+    "name, columns, expected",
+    [
+        ("3DSRBench", ["index", "qid"], {"setting": "3dsr", "macro": None}),
+        ("3DSRBench", ["index"], {"setting": "vanilla", "macro": None}),
+        ("MMBench_DEV_EN", ["index"], {"setting": "circular", "macro": None}),
+        ("BLINK_circular", ["index"], {"setting": "circular", "macro": None}),
+        ("mine", ["index", "g_index"], {"setting": "circular", "macro": None}),
+        ("BLINK", ["index", "category"], {"setting": "vanilla", "macro": None}),
+        ("CV-Bench-2D", ["index", "source"], {"setting": "vanilla", "macro": "source"}),
+        ("CV-Bench-3D", ["index", "source"], {"setting": "vanilla", "macro": None}),
+    ],
+)
 def test_scoring_by_dataset(name, columns, expected):
     assert benchmarks.scoring(name, columns) == expected

@@ -1,5 +1,6 @@
 """Tests for cache.py, the on-disk response cache: keys, integrity and format checks on opening, a file
 locked by another process, every failure a CacheError, and committed replies surviving SIGKILL."""
+
 import os
 import signal
 import sqlite3
@@ -18,7 +19,9 @@ from perf.loopback import chat_response
 def test_cache_key_hashes_images_and_covers_every_parameter_and_the_endpoint(png, tmp_path):
     msgs, url = messages("s", [png], "t"), "http://127.0.0.1:8000/v1"
     key = cache_key({"model": "m", "messages": msgs, "seed": 0}, url)
-    assert key == cache_key({"seed": 0, "messages": messages("s", [png.read_bytes()], "t"), "model": "m"}, url)
+    assert key == cache_key(
+        {"seed": 0, "messages": messages("s", [png.read_bytes()], "t"), "model": "m"}, url
+    )
     other = tmp_path / "other.png"
     Image.new("RGB", (64, 48), "blue").save(other)
     assert key != cache_key({"model": "m", "messages": messages("s", [other], "t"), "seed": 0}, url)
@@ -70,15 +73,17 @@ def test_cache_rejects_another_format_version_and_foreign_databases(tmp_path):
 def test_cache_rejects_garbage_in_the_middle_when_it_opens(tmp_path):
     path = tmp_path / "garbled.sqlite"
     data = filled(path, 200)
-    middle = len(data) // 2 // 4096 * 4096  # one whole page in the middle; the header and the schema are intact
-    data[middle:middle + 4096] = np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes()
+    middle = (
+        len(data) // 2 // 4096 * 4096
+    )  # one whole page in the middle; the header and the schema are intact
+    data[middle : middle + 4096] = np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes()
     path.write_bytes(bytes(data))
     with pytest.raises(CacheError, match=r"garbled\.sqlite is damaged"):
         Cache(path)  # at once, before any entry is read
 
 
 LOCKERS = {  # another process's hold on the file, and what it blocks
-    "writing": 'db.execute("BEGIN IMMEDIATE"); db.execute("INSERT INTO responses VALUES (\'b\', \'{}\')")',
+    "writing": "db.execute(\"BEGIN IMMEDIATE\"); db.execute(\"INSERT INTO responses VALUES ('b', '{}')\")",
     "exclusive": 'db.execute("PRAGMA locking_mode=EXCLUSIVE"); db.execute("BEGIN EXCLUSIVE")',
 }
 
@@ -87,9 +92,13 @@ LOCKERS = {  # another process's hold on the file, and what it blocks
 def test_a_cache_locked_by_another_process_is_reported_as_locked_not_corrupt(tmp_path, hold):
     path = tmp_path / "busy.sqlite"
     Cache(path).close()
-    code = f"import sqlite3, sys\ndb = sqlite3.connect({str(path)!r}, isolation_level=None)\n{LOCKERS[hold]}\n" \
-           "print('locked', flush=True)\nsys.stdin.read()\n"
-    other = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    code = (
+        f"import sqlite3, sys\ndb = sqlite3.connect({str(path)!r}, isolation_level=None)\n{LOCKERS[hold]}\n"
+        "print('locked', flush=True)\nsys.stdin.read()\n"
+    )
+    other = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert other.stdout.readline() == "locked\n"
         with pytest.raises(CacheError) as e:
@@ -98,7 +107,11 @@ def test_a_cache_locked_by_another_process_is_reported_as_locked_not_corrupt(tmp
     finally:
         other.communicate("")
     assert str(e.value).startswith(f"{path} is locked by another process (waited 0.2 s to ")
-    assert "damaged" not in str(e.value) and "not a readable" not in str(e.value) and "delete" not in str(e.value)
+    assert (
+        "damaged" not in str(e.value)
+        and "not a readable" not in str(e.value)
+        and "delete" not in str(e.value)
+    )
 
 
 def test_every_cache_failure_is_a_cache_error(tmp_path):
@@ -131,8 +144,12 @@ for t in range(4):
 
 def test_a_committed_reply_survives_sigkill_and_the_cache_uses_wal(tmp_path):
     path = tmp_path / "killed.sqlite"
-    writer = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(path)], stdout=subprocess.PIPE, text=True,
-                              cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    writer = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITER, str(path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
     committed = [writer.stdout.readline().strip() for _ in range(300)]  # 4 threads writing, killed mid-stream
     os.kill(writer.pid, signal.SIGKILL)
     writer.communicate()
@@ -141,4 +158,3 @@ def test_a_committed_reply_survives_sigkill_and_the_cache_uses_wal(tmp_path):
     assert all(cache.get(k) == chat_response(f"reply {k}") for k in committed)
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-

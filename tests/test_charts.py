@@ -1,6 +1,7 @@
 """charts.py, the one plotting helper: every text it draws lies inside the image and no two texts intersect,
 for long labels and titles too (checked on the boxes it reports, with no image analysis); and each of the
 four charts that use it writes a PNG whose texts keep that property."""
+
 import itertools
 from dataclasses import replace
 from types import SimpleNamespace
@@ -44,8 +45,14 @@ def test_long_labels_and_titles_stay_inside_and_apart(seed):
         anchor = rng.choice(list("lmr")) + rng.choice(list("tmb"))
         xy = tuple(rng.uniform(-50, max(W, H) + 50, size=2))  # some past the edges: moved inside
         width = None if rng.random() < 0.3 else float(rng.uniform(20, W))
-        c.text(xy, phrase(rng, int(rng.integers(1, 8))), int(rng.integers(8, 16)), anchor=anchor, width=width,
-               moves=((0, 0), (0, -14), (0, 14)))
+        c.text(
+            xy,
+            phrase(rng, int(rng.integers(1, 8))),
+            int(rng.integers(8, 16)),
+            anchor=anchor,
+            width=width,
+            moves=((0, 0), (0, -14), (0, 14)),
+        )
     assert len(c.texts) >= 2
     check(c)
 
@@ -92,6 +99,7 @@ def test_tint():
 
 # ----------------------------------------------------------------------------- the four charts
 
+
 @pytest.fixture
 def canvases(monkeypatch):
     """The canvases the charts save, each checked for the property as it is saved."""
@@ -101,6 +109,7 @@ def canvases(monkeypatch):
         check(c)
         saved.append(c)
         save(c, path)
+
     monkeypatch.setattr(charts.Canvas, "save", checked)
     return saved
 
@@ -144,11 +153,20 @@ def test_tables_picture_wraps_a_title_too_wide_for_a_narrow_picture(tmp_path, ca
 
 def test_overhead_picture_labels_every_mode_and_the_paper(tmp_path, canvases):
     # the numbers of docs/bench_overhead.png, where the x labels and "paper: 3.80x" overlapped
-    ratios = [(1.0, 1.0, 1.0), (20.6, 20.5, 20.4), (4.8, 4.8, 4.7), (3.5, 3.4, 3.3), (1.7, 1.7, 1.6),
-              (1.6, 1.6, 1.5)]
+    ratios = [
+        (1.0, 1.0, 1.0),
+        (20.6, 20.5, 20.4),
+        (4.8, 4.8, 4.7),
+        (3.5, 3.4, 3.3),
+        (1.7, 1.7, 1.6),
+        (1.6, 1.6, 1.5),
+    ]
     modes = (overhead.BASE,) + overhead.MODES
-    result = {replace(m, layout=lay): SimpleNamespace(ratio=v)
-              for m, vs in zip(modes, ratios) for lay, v in zip(overhead.ORDER, vs)}
+    result = {
+        replace(m, layout=lay): SimpleNamespace(ratio=v)
+        for m, vs in zip(modes, ratios)
+        for lay, v in zip(overhead.ORDER, vs)
+    }
     panels = [("simulated server (2a)", result), ("real llama-server (2b)", result)]
     overhead.picture(panels, str(tmp_path / "o.png"))
     assert png(tmp_path / "o.png") == (880, 360)

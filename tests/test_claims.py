@@ -10,6 +10,7 @@ deadline) when $CI is set, else "dev". To watch erratum 1 fall, shrunk:
 
     python -m pytest tests/test_claims.py --runxfail -k papers_claim
 """
+
 import math
 
 import numpy as np
@@ -64,6 +65,7 @@ def steps(draw, lam=LAM):
 
 # ----------------------------------------------------------------------------- the consensus
 
+
 @given(judged())
 def test_the_lambda_weighted_sum_is_invariant(case):
     """DESIGN §3, erratum 1: "The exact invariant is Σ λ_i s_i* = Σ λ_i ŝ_i" (over the judges who answered).
@@ -71,7 +73,7 @@ def test_the_lambda_weighted_sum_is_invariant(case):
     each s*_i is accurate to a few ULP, so the sums agree to a few ULP times Σ of the weights."""
     lam, s_hat = np.array(case[0]), np.array(case[1])
     who, s_star = ~np.isnan(s_hat), V.consensus(s_hat, lam)
-    w = lam[who] / lam.max()                                             # [m']
+    w = lam[who] / lam.max()  # [m']
     assert abs(w @ s_star[who] - w @ s_hat[who]) <= 8 * len(lam) * ULP * w.sum()
 
 
@@ -121,11 +123,11 @@ def test_the_consensus_is_a_fixed_point_of_every_best_response(case):
     s* = ŝ (consensus's docstring)."""
     lam, s_hat = np.array(case[0]), np.array(case[1])
     who = ~np.isnan(s_hat)
-    s_star, lam, s_hat, m = V.consensus(s_hat, lam)[who], lam[who], s_hat[who], who.sum()   # [m'] each
+    s_star, lam, s_hat, m = V.consensus(s_hat, lam)[who], lam[who], s_hat[who], who.sum()  # [m'] each
     if m < 2:
         assert np.array_equal(s_star, s_hat)
         return
-    others = (s_star.sum() - s_star) / (m - 1)                                              # s̄*_{−i}  [m']
+    others = (s_star.sum() - s_star) / (m - 1)  # s̄*_{−i}  [m']
     assert np.abs((others + lam * s_hat) / (1 + lam) - s_star).max() <= 8 * m * ULP
 
 
@@ -140,6 +142,7 @@ def test_lambda_outside_its_range_is_rejected(case, bad, data):
 
 
 # ----------------------------------------------------------------------------- Proposition 1
+
 
 def mixed_difference(f, m, i, j):
     """f(0) − f(e_i) − f(e_j) + f(e_i + e_j): 0 for every separable f(ŝ) = Σ_k f_k(ŝ_k)."""
@@ -158,13 +161,20 @@ def test_proposition_1_no_separable_measure_reproduces_the_dispersion(case):
     (a fixed weighted mean, erratum 1): its mixed difference is 0. Δ* is not, because of the |·| in it."""
     lam, k = case
     m, i = len(lam), int(np.argmax(lam))
-    j = (i + 1 + k) % m                                                     # any judge but i
+    j = (i + 1 + k) % m  # any judge but i
     assert mixed_difference(lambda s: V.dispersion(V.consensus(s, lam)), m, i, j) < -1e-9
     assert abs(mixed_difference(lambda s: V.consensus(s, lam).mean(), m, i, j)) <= 8 * m * ULP
 
 
-@given(st.integers(2, 6).flatmap(lambda m: st.tuples(
-    lams(m, MODERATE_LAM), st.lists(st.floats(0.0, 1.0), min_size=m, max_size=m), st.integers(0, m - 2))))
+@given(
+    st.integers(2, 6).flatmap(
+        lambda m: st.tuples(
+            lams(m, MODERATE_LAM),
+            st.lists(st.floats(0.0, 1.0), min_size=m, max_size=m),
+            st.integers(0, m - 2),
+        )
+    )
+)
 def test_proposition_1_weighted_averages_do_not_determine_the_dispersion(case):
     """Proposition 1: "For any fixed weight vector w there exist score vectors ŝ ≠ ŝ' with wᵀŝ = wᵀŝ' yet
     Δ*(ŝ) ≠ Δ*(ŝ')." Tested for every w ≥ 0, w ≠ 0 (scaled to max 1) and λ: ŝ = ½·1 has Δ* = 0, and
@@ -172,7 +182,7 @@ def test_proposition_1_weighted_averages_do_not_determine_the_dispersion(case):
     is s*' = M ŝ' (M is invertible and M 1 = 1)."""
     lam, w, j = case
     assume(max(w) > 0)
-    w = np.array(w) / max(w)                                                # [m], max 1
+    w = np.array(w) / max(w)  # [m], max 1
     m, k = len(w), int(np.argmax(w))
     j = (k + 1 + j) % m
     s, s2 = np.full(m, 0.5), np.full(m, 0.5)
@@ -183,6 +193,7 @@ def test_proposition_1_weighted_averages_do_not_determine_the_dispersion(case):
 
 # ----------------------------------------------------------------------------- selection
 
+
 def candidate(row, lam, tau):
     """One candidate's statistics in plain Python, over the judges who answered (DESIGN §4): s* is their own
     game, verdict.consensus on them alone (test_verdict.py checks the consensus against an oracle)."""
@@ -191,10 +202,17 @@ def candidate(row, lam, tau):
     star = [float(x) for x in V.consensus(raw, [lam[k] for k in who])] if len(raw) >= 2 else raw
     mean = lambda v: sum(v) / len(v) if v else NAN
     mad = lambda v: mean([abs(x - mean(v)) for x in v])
-    return {"verified": len(raw) >= 2, "s_bar_star": mean(star), "delta_star": mad(star), "s_bar": mean(raw),
-            "delta": mad(raw), "std": math.sqrt(mean([(x - mean(raw)) ** 2 for x in raw])) if raw else NAN,
-            "min": min(raw, default=NAN), "max": max(raw, default=NAN),
-            "above": sum(round(x, 12) > tau for x in raw)}
+    return {
+        "verified": len(raw) >= 2,
+        "s_bar_star": mean(star),
+        "delta_star": mad(star),
+        "s_bar": mean(raw),
+        "delta": mad(raw),
+        "std": math.sqrt(mean([(x - mean(raw)) ** 2 for x in raw])) if raw else NAN,
+        "min": min(raw, default=NAN),
+        "max": max(raw, default=NAN),
+        "above": sum(round(x, 12) > tau for x in raw),
+    }
 
 
 def rule_of(rule, c, tau, eps):
@@ -210,8 +228,13 @@ def rule_of(rule, c, tau, eps):
         return dual(c["s_bar_star"], c["delta_star"]), (), ()
     if rule == "variance":
         return c["verified"] and round(c["std"], 12) < eps, (c["s_bar"],), (c["s_bar"],)
-    keys = {"mean": (c["s_bar"],), "min": (c["min"],), "max": (c["max"],),
-            "majority": (c["above"], c["s_bar"]), "no-filter": (c["s_bar_star"],)}[rule]
+    keys = {
+        "mean": (c["s_bar"],),
+        "min": (c["min"],),
+        "max": (c["max"],),
+        "majority": (c["above"], c["s_bar"]),
+        "no-filter": (c["s_bar_star"],),
+    }[rule]
     return c["verified"], keys, keys
 
 
@@ -250,11 +273,11 @@ def test_every_rule_is_invariant_to_the_candidates_order_up_to_its_tie_break(rul
     index". So reordering the candidates can change the choice only within the tied best, to the one of them
     that comes first (no-rank: "the first accepted candidate in sampling order": all accepted ones tie)."""
     s_hat, lam, tau, eps = step
-    p = np.array(data.draw(st.permutations(range(len(s_hat))), label="order"))      # [n]
+    p = np.array(data.draw(st.permutations(range(len(s_hat))), label="order"))  # [n]
     sel, moved = V.select(s_hat, lam, tau, eps, rule), V.select(s_hat[p], lam, tau, eps, rule)
     rank = reference_select(s_hat, lam, tau, eps, rule)[3]
-    tied = [k for k in range(len(s_hat)) if rank[k] == max(rank)]                 # the tied best, in order
+    tied = [k for k in range(len(s_hat)) if rank[k] == max(rank)]  # the tied best, in order
     assert sel.index == tied[0]
-    assert p[moved.index] == min(tied, key=p.tolist().index)                # the first of them in order p
+    assert p[moved.index] == min(tied, key=p.tolist().index)  # the first of them in order p
     assert (moved.fallback, moved.verified) == (sel.fallback, sel.verified)
     assert moved.accepted.tolist() == sel.accepted[p].tolist()

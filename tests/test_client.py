@@ -1,5 +1,6 @@
 """Tests for client.py against a scripted loopback server (perf/loopback.py): retries, errors, usage counts,
 the API key, the response cache, forks and the command-line flags. No other network."""
+
 import argparse
 import json
 import socket
@@ -11,8 +12,17 @@ import pytest
 
 import client as client_module
 import verdict
-from client import (Cache, Client, EndpointError, InFlight, Parser, add_endpoint_args, clients_from_args,
-                    key_warning, reported_cache)
+from client import (
+    Cache,
+    Client,
+    EndpointError,
+    InFlight,
+    Parser,
+    add_endpoint_args,
+    clients_from_args,
+    key_warning,
+    reported_cache,
+)
 from images import messages
 from judges import Reasoner, make_judges, thread_map
 from perf.loopback import chat_response, scripted, user_text
@@ -21,6 +31,7 @@ SECRET = "sk-test-VERY-SECRET-0123456789"
 
 
 # ----------------------------------------------------------------------------- HTTP errors and retries
+
 
 def test_429_then_success_honours_retry_after(loopback):
     srv = loopback(scripted((429, {"error": {"message": "slow down"}}, {"Retry-After": "7"}), "ok"))
@@ -39,14 +50,20 @@ def test_500_is_retried_with_growing_backoff_then_raises(loopback):
     assert e.value.status == 500 and e.value.message == "image input is not supported"
     assert srv.url in str(e.value) and "HTTP 500" in str(e.value) and "\n" not in str(e.value)
     assert len(srv.chats) == 4 and len(waits) == 3
-    assert all(0.5 * 2 ** a <= w <= 2 ** a for a, w in enumerate(waits))  # exponential, with jitter
+    assert all(0.5 * 2**a <= w <= 2**a for a, w in enumerate(waits))  # exponential, with jitter
 
 
-@pytest.mark.parametrize("payload, message", [
-    ({"error": {"message": "max_tokens is too large", "type": "invalid_request_error"}}, "max_tokens is too large"),
-    ({"object": "error", "message": "bad top_k", "code": 400}, "bad top_k"),
-    ("plain text\nreason", "plain text reason"),
-])
+@pytest.mark.parametrize(
+    "payload, message",
+    [
+        (
+            {"error": {"message": "max_tokens is too large", "type": "invalid_request_error"}},
+            "max_tokens is too large",
+        ),
+        ({"object": "error", "message": "bad top_k", "code": 400}, "bad top_k"),
+        ("plain text\nreason", "plain text reason"),
+    ],
+)
 def test_4xx_fails_at_once_with_the_server_message(loopback, payload, message):
     srv = loopback(scripted(then=(400, payload)))
     with pytest.raises(EndpointError) as e:
@@ -79,21 +96,28 @@ def test_connection_refused_is_retried_then_raises():
     assert e.value.status is None and f"127.0.0.1:{port}" in str(e.value) and len(waits) == 2
 
 
-@pytest.mark.parametrize("payload, needle", [
-    (b"<html>Bad Gateway</html>", "not JSON"),
-    ({"id": "x", "object": "chat.completion"}, "no choices"),
-    ({"choices": []}, "no choices"),
-    ({"error": {"message": "context length exceeded"}}, "context length exceeded"),
-    ({"choices": [{"index": 0}]}, "no message"),
-    ({"choices": [{"message": {"role": "assistant", "content": None}}]}, "no message"),
-])
+@pytest.mark.parametrize(
+    "payload, needle",
+    [
+        (b"<html>Bad Gateway</html>", "not JSON"),
+        ({"id": "x", "object": "chat.completion"}, "no choices"),
+        ({"choices": []}, "no choices"),
+        ({"error": {"message": "context length exceeded"}}, "context length exceeded"),
+        ({"choices": [{"index": 0}]}, "no message"),
+        ({"choices": [{"message": {"role": "assistant", "content": None}}]}, "no message"),
+    ],
+)
 def test_malformed_200_is_retried_like_a_5xx_then_raises(loopback, payload, needle):
     srv = loopback(scripted(then=(200, payload)))
     waits = []
     with pytest.raises(EndpointError) as e:
-        Client(srv.url, "m", retries=2, backoff=1.0, sleep=waits.append).chat([{"role": "user", "content": "hi"}])
+        Client(srv.url, "m", retries=2, backoff=1.0, sleep=waits.append).chat(
+            [{"role": "user", "content": "hi"}]
+        )
     assert e.value.status is None and needle in str(e.value) and "\n" not in str(e.value)
-    assert len(srv.chats) == 3 and len(waits) == 2 and all(0.5 * 2 ** a <= w <= 2 ** a for a, w in enumerate(waits))
+    assert (
+        len(srv.chats) == 3 and len(waits) == 2 and all(0.5 * 2**a <= w <= 2**a for a, w in enumerate(waits))
+    )
 
 
 def test_one_malformed_reply_then_a_good_one_succeeds(loopback):
@@ -103,8 +127,21 @@ def test_one_malformed_reply_then_a_good_one_succeeds(loopback):
     assert client.usage["requests"] == 3 and client.usage["replies"] == 1 and client.usage["calls"] == 1
 
 
-@pytest.mark.parametrize("url", ["ftp://127.0.0.1:9/v1", "127.0.0.1:9/v1", "localhost:8000/v1", "", "http://",
-                                 "https:///v1", "http://127.0.0.1:99999/v1", "http://[::1/v1", "http://a b/v1", None])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ftp://127.0.0.1:9/v1",
+        "127.0.0.1:9/v1",
+        "localhost:8000/v1",
+        "",
+        "http://",
+        "https:///v1",
+        "http://127.0.0.1:99999/v1",
+        "http://[::1/v1",
+        "http://a b/v1",
+        None,
+    ],
+)
 def test_an_unusable_url_fails_at_once_with_a_clear_error(url):
     with pytest.raises(ValueError, match=r"endpoint URL must be http:// or https:// with a host.*got"):
         Client(url, "m", sleep=pytest.fail)
@@ -112,25 +149,52 @@ def test_an_unusable_url_fails_at_once_with_a_clear_error(url):
 
 def test_a_url_error_from_requests_is_not_retried(loopback, monkeypatch):
     import requests
+
     client = Client("http://127.0.0.1:9/v1", "m", retries=3, sleep=pytest.fail)
-    monkeypatch.setattr(client.session, "post", lambda *a, **k: (_ for _ in ()).throw(
-        requests.exceptions.InvalidURL("Failed to parse: http://127.0.0.1:9/v1")))
+    monkeypatch.setattr(
+        client.session,
+        "post",
+        lambda *a, **k: (_ for _ in ()).throw(
+            requests.exceptions.InvalidURL("Failed to parse: http://127.0.0.1:9/v1")
+        ),
+    )
     with pytest.raises(EndpointError, match="unusable URL: Failed to parse"):
         client.chat([{"role": "user", "content": "hi"}])
     assert client.usage["requests"] == 1
 
 
 def test_usage_counts_tokens_calls_and_requests(loopback):
-    srv = loopback(scripted((503, "busy"), then=lambda body, path: chat_response("x", prompt_tokens=11, completion_tokens=4)))
+    srv = loopback(
+        scripted(
+            (503, "busy"), then=lambda body, path: chat_response("x", prompt_tokens=11, completion_tokens=4)
+        )
+    )
     client = Client(srv.url, "m", backoff=0.0)
     for _ in range(2):
         client.chat([{"role": "user", "content": "hi"}])
-    assert client.usage == dict(requests=3, calls=2, cache_hits=0, merged=0, replies=2, prompt_tokens=22,
-                                completion_tokens=8, call_tokens=30, **NO_REUSE)
+    assert client.usage == dict(
+        requests=3,
+        calls=2,
+        cache_hits=0,
+        merged=0,
+        replies=2,
+        prompt_tokens=22,
+        completion_tokens=8,
+        call_tokens=30,
+        **NO_REUSE,
+    )
 
 
-NO_REUSE = dict(cache_reports=0, cached_tokens=0, computed_prompt_tokens=0, timings_reports=0, timings_cache_n=0,
-                timings_prompt_n=0, timings_prompt_ms=0.0, timings_predicted_ms=0.0)  # the usage counters of a server that reports no prefix-cache reuse
+NO_REUSE = dict(
+    cache_reports=0,
+    cached_tokens=0,
+    computed_prompt_tokens=0,
+    timings_reports=0,
+    timings_cache_n=0,
+    timings_prompt_n=0,
+    timings_prompt_ms=0.0,
+    timings_predicted_ms=0.0,
+)  # the usage counters of a server that reports no prefix-cache reuse
 
 
 def with_reuse(prompt_tokens: int, cached=None, timings=None) -> dict:
@@ -144,16 +208,30 @@ def with_reuse(prompt_tokens: int, cached=None, timings=None) -> dict:
 def test_total_usage_counts_each_client_once(loopback):
     srv = loopback(scripted(then=lambda body, path: chat_response("x", prompt_tokens=5, completion_tokens=1)))
     a, b = Client(srv.url, "m"), Client(srv.url, "m")
-    a.chat([{"role": "user", "content": "1"}]), b.chat([{"role": "user", "content": "2"}]), b.chat([{"role": "user", "content": "3"}])
-    assert client_module.total_usage((a, b))["prompt_tokens"] == 15 and client_module.total_usage((a, a))["calls"] == 1
+    (
+        a.chat([{"role": "user", "content": "1"}]),
+        b.chat([{"role": "user", "content": "2"}]),
+        b.chat([{"role": "user", "content": "3"}]),
+    )
+    assert (
+        client_module.total_usage((a, b))["prompt_tokens"] == 15
+        and client_module.total_usage((a, a))["calls"] == 1
+    )
     assert client_module.total_usage((b,)) == b.usage
 
 
 def test_reported_cache_reads_cached_tokens_and_timings_and_nothing_else():
-    assert reported_cache(with_reuse(11, 7, {"cache_n": 7, "prompt_n": 4, "prompt_ms": 1.5, "predicted_ms": 20})) == {
-        "cached_tokens": 7, "cache_n": 7, "prompt_n": 4, "prompt_ms": 1.5, "predicted_ms": 20.0}
+    assert reported_cache(
+        with_reuse(11, 7, {"cache_n": 7, "prompt_n": 4, "prompt_ms": 1.5, "predicted_ms": 20})
+    ) == {"cached_tokens": 7, "cache_n": 7, "prompt_n": 4, "prompt_ms": 1.5, "predicted_ms": 20.0}
     # vLLM leaves cached_tokens out when it is 0: unknown, never 0; so is anything that is not a count
-    nothing = {"cached_tokens": None, "cache_n": None, "prompt_n": None, "prompt_ms": None, "predicted_ms": None}
+    nothing = {
+        "cached_tokens": None,
+        "cache_n": None,
+        "prompt_n": None,
+        "prompt_ms": None,
+        "predicted_ms": None,
+    }
     assert reported_cache(with_reuse(11)) == nothing
     for bad in ("7", -1, True, 7.0, None):
         assert reported_cache(with_reuse(11, bad, {"cache_n": bad, "prompt_n": 4}))["cached_tokens"] is None
@@ -164,15 +242,19 @@ def test_reported_cache_reads_cached_tokens_and_timings_and_nothing_else():
 
 
 def test_usage_counts_the_prefix_cache_reuse_the_replies_report(loopback, tmp_path):
-    replies = [with_reuse(100, 0, {"cache_n": 0, "prompt_n": 100, "prompt_ms": 50.0, "predicted_ms": 200.5}),  # cold
-               with_reuse(120, 96, {"cache_n": 96, "prompt_n": 24, "prompt_ms": 12.0, "predicted_ms": 150}),  # warm
-               with_reuse(50),                                        # vLLM with nothing cached: not reported
-               with_reuse(80, 64)]                                    # vLLM, 4 blocks of 16 cached
+    replies = [
+        with_reuse(100, 0, {"cache_n": 0, "prompt_n": 100, "prompt_ms": 50.0, "predicted_ms": 200.5}),  # cold
+        with_reuse(120, 96, {"cache_n": 96, "prompt_n": 24, "prompt_ms": 12.0, "predicted_ms": 150}),  # warm
+        with_reuse(50),  # vLLM with nothing cached: not reported
+        with_reuse(80, 64),
+    ]  # vLLM, 4 blocks of 16 cached
     srv = loopback(scripted(*replies))
     client = Client(srv.url, "m", cache=Cache(str(tmp_path / "c.sqlite")))
     for i in range(4):
         client.chat([{"role": "user", "content": f"q{i}"}])
-    client.chat([{"role": "user", "content": "q1"}])  # a cache hit: the server computed nothing, and nothing is counted
+    client.chat(
+        [{"role": "user", "content": "q1"}]
+    )  # a cache hit: the server computed nothing, and nothing is counted
     u = client.usage
     assert (u["replies"], u["cache_hits"], u["prompt_tokens"]) == (4, 1, 350)
     # 3 replies reported cached_tokens: 0 + 96 + 64 = 160 reused; (100 − 0) + (120 − 96) + (80 − 64) = 140 computed
@@ -184,6 +266,7 @@ def test_usage_counts_the_prefix_cache_reuse_the_replies_report(loopback, tmp_pa
 
 # ----------------------------------------------------------------------------- secrets
 
+
 def test_api_key_is_sent_but_absent_from_traces_reprs_and_errors(loopback, monkeypatch, png):
     monkeypatch.setenv("VERDICT_TEST_KEY", SECRET)
     srv = loopback(lambda body, path: chat_response(["Fine.\nScore: 0.8"] * body.get("n", 1)))
@@ -191,13 +274,19 @@ def test_api_key_is_sent_but_absent_from_traces_reprs_and_errors(loopback, monke
     cfg = verdict.Config(n=2, max_steps=2)
     js = make_judges(client)
     trace = verdict.run("Is the cup left?", Reasoner(client), js, cfg, image=png, map_fn=thread_map(3))
-    trace = replace(trace, meta={"usage": client.usage, "client": repr(client), "judges": [repr(j) for j in js]})
+    trace = replace(
+        trace, meta={"usage": client.usage, "client": repr(client), "judges": [repr(j) for j in js]}
+    )
     assert SECRET not in json.dumps(trace.to_dict())
     assert all(r.headers["Authorization"] == f"Bearer {SECRET}" for r in srv.requests)
     assert SECRET not in repr(client) + str(vars(client)) + str(dict(client.session.headers))
 
-    echo = loopback(scripted((401, {"error": {"message": f"Incorrect API key provided: {SECRET}"}}),
-                             then=(500, f"upstream rejected key {SECRET}")))
+    echo = loopback(
+        scripted(
+            (401, {"error": {"message": f"Incorrect API key provided: {SECRET}"}}),
+            then=(500, f"upstream rejected key {SECRET}"),
+        )
+    )
     bad = Client(echo.url, "m", api_key_env="VERDICT_TEST_KEY", retries=1, backoff=0.0)
     for _ in range(2):  # a 401 at once, then 500s until the retries run out
         with pytest.raises(EndpointError) as e:
@@ -205,24 +294,31 @@ def test_api_key_is_sent_but_absent_from_traces_reprs_and_errors(loopback, monke
         assert SECRET not in str(e.value) + repr(e.value) + e.value.message and "***" in e.value.message
 
 
-@pytest.mark.parametrize("status, payload", [  # x * k puts the key across the 300-character cut of a message
-    (200, f"<html>{SECRET}</html>".encode()),                                               # 200, body not JSON
-    (200, f"<html>{'x' * 256} {SECRET}</html>".encode()),
-    (200, {"choices": [{"message": {"content": None}, "echo": SECRET}]}),                   # choice without content
-    (200, {"choices": [{"message": {"content": None}, "echo": "x" * 204 + SECRET}]}),
-    (200, {"error": {"message": f"bad key {SECRET}"}}),                                     # no choices, an error
-    (400, {"error": {"message": f"{'x' * 285} key {SECRET} refused"}}),
-    (500, f"upstream rejected key {SECRET}"),
-])
+@pytest.mark.parametrize(
+    "status, payload",
+    [  # x * k puts the key across the 300-character cut of a message
+        (200, f"<html>{SECRET}</html>".encode()),  # 200, body not JSON
+        (200, f"<html>{'x' * 256} {SECRET}</html>".encode()),
+        (200, {"choices": [{"message": {"content": None}, "echo": SECRET}]}),  # choice without content
+        (200, {"choices": [{"message": {"content": None}, "echo": "x" * 204 + SECRET}]}),
+        (200, {"error": {"message": f"bad key {SECRET}"}}),  # no choices, an error
+        (400, {"error": {"message": f"{'x' * 285} key {SECRET} refused"}}),
+        (500, f"upstream rejected key {SECRET}"),
+    ],
+)
 def test_the_key_is_redacted_on_every_error_path(loopback, monkeypatch, status, payload):
     monkeypatch.setenv("VERDICT_TEST_KEY", SECRET)
     srv = loopback(scripted(then=(status, payload)))
     with pytest.raises(EndpointError) as e:
         Client(srv.url, "m", api_key_env="VERDICT_TEST_KEY", retries=1, sleep=lambda s: None).chat(
-            [{"role": "user", "content": "hi"}])
+            [{"role": "user", "content": "hi"}]
+        )
     said = str(e.value) + repr(e.value) + e.value.message + e.value.url
-    assert "***" in said and all(SECRET[:k] not in said for k in (8, 12)) and srv.requests[0].headers[
-        "Authorization"] == f"Bearer {SECRET}"
+    assert (
+        "***" in said
+        and all(SECRET[:k] not in said for k in (8, 12))
+        and srv.requests[0].headers["Authorization"] == f"Bearer {SECRET}"
+    )
 
 
 def test_no_authorization_header_without_a_key(loopback, monkeypatch):
@@ -233,6 +329,7 @@ def test_no_authorization_header_without_a_key(loopback, monkeypatch):
 
 
 # ----------------------------------------------------------------------------- the client with a cache
+
 
 def test_cache_hits_and_survives_a_restart(loopback, tmp_path, png):
     srv = loopback(scripted(then=lambda body, path: chat_response(f"Score: 0.{body['seed']}")))
@@ -246,21 +343,34 @@ def test_cache_hits_and_survives_a_restart(loopback, tmp_path, png):
     first.cache.close()
     again = Client(srv.url, "m", cache=Cache(path))  # a new process, the same file
     assert again.chat(msgs, temperature=0.0, seed=1) == a and len(srv.chats) == 2
-    assert again.usage == dict(requests=0, calls=1, cache_hits=1, merged=0, replies=0, prompt_tokens=0,
-                               completion_tokens=0, call_tokens=12, **NO_REUSE)  # the cached reply's 10 + 2 tokens: what the call costs
+    assert again.usage == dict(
+        requests=0,
+        calls=1,
+        cache_hits=1,
+        merged=0,
+        replies=0,
+        prompt_tokens=0,
+        completion_tokens=0,
+        call_tokens=12,
+        **NO_REUSE,
+    )  # the cached reply's 10 + 2 tokens: what the call costs
     other = Client(srv.url, "another-model", cache=Cache(path))
     other.chat(msgs, temperature=0.0, seed=1)
     assert len(srv.chats) == 3
 
 
-
 def test_two_servers_with_the_same_model_name_never_share_cached_answers(loopback, tmp_path):
-    first, second = loopback(scripted(then="from the first server")), loopback(scripted(then="from the second server"))
+    first, second = (
+        loopback(scripted(then="from the first server")),
+        loopback(scripted(then="from the second server")),
+    )
     cache = Cache(tmp_path / "c.sqlite")
     ask = lambda srv: Client(srv.url, "default", cache=cache).chat([{"role": "user", "content": "hi"}])
     assert ask(first)["choices"][0]["message"]["content"] == "from the first server"
     assert ask(second)["choices"][0]["message"]["content"] == "from the second server"
-    assert ask(first)["choices"][0]["message"]["content"] == "from the first server"  # a hit, of its own server
+    assert (
+        ask(first)["choices"][0]["message"]["content"] == "from the first server"
+    )  # a hit, of its own server
     assert (len(first.chats), len(second.chats)) == (1, 1)
 
 
@@ -275,16 +385,8 @@ def test_cache_is_thread_safe_and_reruns_are_free(loopback, tmp_path):
     assert thread_map(8)(ask, range(40)) == [f"Q{i}" for i in range(40)] and len(srv.chats) == 40
 
 
-
-
-
-
-
-
-
-
-
 # ----------------------------------------------------------------------------- identical requests in flight
+
 
 class CountingInFlight(InFlight):
     """InFlight that counts the calls that have joined it: each has sent a request or waits for one."""
@@ -313,6 +415,7 @@ def gated(reply, calls: int) -> tuple:
                 opened.set()
             time.sleep(0.005)
         return reply(body)
+
     return handler, box
 
 
@@ -324,8 +427,17 @@ def test_identical_concurrent_calls_send_one_request(loopback):
     assert thread_map(9)(ask, range(9)) == [f"Q{i % 3}" for i in range(9)]
     assert len(srv.chats) == 3 and sorted(user_text(b) for b in srv.chats) == ["q0", "q1", "q2"]
     # 3 replies of 10 + 1 tokens paid for; 9 calls that would cost 9 · 11 tokens
-    assert client.usage == dict(requests=3, calls=9, cache_hits=0, merged=6, replies=3, prompt_tokens=30,
-                                completion_tokens=3, call_tokens=99, **NO_REUSE)
+    assert client.usage == dict(
+        requests=3,
+        calls=9,
+        cache_hits=0,
+        merged=6,
+        replies=3,
+        prompt_tokens=30,
+        completion_tokens=3,
+        call_tokens=99,
+        **NO_REUSE,
+    )
 
 
 def test_merged_calls_share_an_error_and_span_forks_and_budgets(loopback):
@@ -353,32 +465,45 @@ def test_a_rerun_from_the_cache_counts_every_call_as_a_hit(loopback, tmp_path):
 
 # ----------------------------------------------------------------------------- command-line flags
 
+
 def test_clients_from_args_share_or_split_the_client():
     p = argparse.ArgumentParser()
     add_endpoint_args(p)
-    reasoner, judge = clients_from_args(p.parse_args(["--base-url", "http://h/v1", "--model", "a", "--retries", "1"]))
+    reasoner, judge = clients_from_args(
+        p.parse_args(["--base-url", "http://h/v1", "--model", "a", "--retries", "1"])
+    )
     assert reasoner is judge and reasoner.retries == 1 and reasoner.cache is None
     assert reasoner.api_key_env == "OPENAI_API_KEY"
-    reasoner, judge = clients_from_args(p.parse_args(["--base-url", "http://h/v1", "--model", "a", "--judge-model", "b"]))
+    reasoner, judge = clients_from_args(
+        p.parse_args(["--base-url", "http://h/v1", "--model", "a", "--judge-model", "b"])
+    )
     assert (reasoner.model, judge.model, judge.base_url) == ("a", "b", "http://h/v1")
-
 
 
 LOCAL, REMOTE = "http://127.0.0.1:8000/v1", "https://api.example.com/v1"
 
 
-@pytest.mark.parametrize("flags, key_set, warned", [
-    (["--base-url", LOCAL], False, None),                                   # a local server needs no key
-    (["--base-url", "http://localhost:8000/v1"], False, None),
-    (["--base-url", "http://[::1]:8000/v1"], False, None),
-    (["--base-url", REMOTE], False, f"$OPENAI_API_KEY is not set, so no API key is sent to {REMOTE}"),
-    (["--base-url", LOCAL, "--judge-base-url", REMOTE], False,
-     f"$OPENAI_API_KEY is not set, so no API key is sent to {LOCAL} and {REMOTE}"),
-    (["--base-url", LOCAL, "--api-key-env", "VERDICT_KEY"], False,         # asked for a key by name
-     f"$VERDICT_KEY is not set, so no API key is sent to {LOCAL}"),
-    (["--base-url", REMOTE, "--api-key-env", "VERDICT_KEY"], True, None),
-    (["--base-url", REMOTE], True, None),
-])
+@pytest.mark.parametrize(
+    "flags, key_set, warned",
+    [
+        (["--base-url", LOCAL], False, None),  # a local server needs no key
+        (["--base-url", "http://localhost:8000/v1"], False, None),
+        (["--base-url", "http://[::1]:8000/v1"], False, None),
+        (["--base-url", REMOTE], False, f"$OPENAI_API_KEY is not set, so no API key is sent to {REMOTE}"),
+        (
+            ["--base-url", LOCAL, "--judge-base-url", REMOTE],
+            False,
+            f"$OPENAI_API_KEY is not set, so no API key is sent to {LOCAL} and {REMOTE}",
+        ),
+        (
+            ["--base-url", LOCAL, "--api-key-env", "VERDICT_KEY"],
+            False,  # asked for a key by name
+            f"$VERDICT_KEY is not set, so no API key is sent to {LOCAL}",
+        ),
+        (["--base-url", REMOTE, "--api-key-env", "VERDICT_KEY"], True, None),
+        (["--base-url", REMOTE], True, None),
+    ],
+)
 def test_key_warning_names_the_variable_only_when_a_key_is_expected(monkeypatch, flags, key_set, warned):
     p = argparse.ArgumentParser()
     add_endpoint_args(p)
@@ -400,6 +525,7 @@ def test_parser_errors_are_one_line_with_exit_2(capsys):
 
 # ----------------------------------------------------------------------------- forks
 
+
 def test_fork_shares_endpoint_and_cache_not_counters_and_on_chat_can_refuse(loopback, tmp_path):
     srv = loopback(scripted(then="ok"))
     parent = Client(srv.url, "m", retries=1, timeout=9.0, cache=Cache(tmp_path / "c.sqlite"))
@@ -411,12 +537,27 @@ def test_fork_shares_endpoint_and_cache_not_counters_and_on_chat_can_refuse(loop
         seen.append(1)
         if len(seen) > 2:
             raise RuntimeError("budget spent")
+
     child = parent.fork(on_chat=budget)
     assert (child.base_url, child.model, child.retries, child.timeout, child.cache) == (
-        parent.base_url, parent.model, 1, 9.0, parent.cache) and child.session is not parent.session
+        parent.base_url,
+        parent.model,
+        1,
+        9.0,
+        parent.cache,
+    ) and child.session is not parent.session
     ask(child, "first")  # the parent's reply, from the shared cache
-    assert child.usage == dict(requests=0, calls=1, cache_hits=1, merged=0, replies=0, prompt_tokens=0,
-                               completion_tokens=0, call_tokens=11, **NO_REUSE)  # "ok": 10 prompt tokens + 1 completion word
+    assert child.usage == dict(
+        requests=0,
+        calls=1,
+        cache_hits=1,
+        merged=0,
+        replies=0,
+        prompt_tokens=0,
+        completion_tokens=0,
+        call_tokens=11,
+        **NO_REUSE,
+    )  # "ok": 10 prompt tokens + 1 completion word
     ask(child, "second")
     with pytest.raises(RuntimeError, match="budget spent"):
         ask(child, "third")

@@ -1,5 +1,6 @@
 """Tests for demo.py: the offline run end to end, live mode against the loopback server, and
 every error case (one line on stderr, exit code 2, no traceback)."""
+
 import json
 import os
 import re
@@ -20,8 +21,14 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the root
 
 
 def run_demo(args, cwd, env=None, timeout=120):
-    return subprocess.run([sys.executable, os.path.join(HERE, "demo.py"), *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, os.path.join(HERE, "demo.py"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def check_trace(d):
@@ -61,7 +68,10 @@ def test_offline_run(tmp_path):
     with Image.open(tmp_path / "verdict_scene.png") as img:
         assert img.size == (320, 200)
     # The printed decisions are the trace's decisions.
-    printed = [(int(m[1]), m[2] is not None) for m in re.finditer(r"^step \d+ +\(chosen #(\d+), (fallback)?", out.stdout, re.M)]
+    printed = [
+        (int(m[1]), m[2] is not None)
+        for m in re.finditer(r"^step \d+ +\(chosen #(\d+), (fallback)?", out.stdout, re.M)
+    ]
     assert printed == [(s["index"], s["fallback"]) for s in d["steps"]]
     flags = [m[1] == "yes" for m in re.finditer(r"(yes|no)( ◀ chosen.*)?$", out.stdout, re.M)]
     assert flags == [a for s in d["steps"] for a in s["accepted"]]
@@ -71,7 +81,9 @@ def test_offline_run(tmp_path):
     assert d["steps"][0]["s_hat"][1] == [0.9, 0.2, 0.9] and d["steps"][0]["accepted"][:2] == [True, False]
     assert "the raw mean would have chosen #0 instead" in out.stdout
     assert d["answer"] == "B" and "final answer: B" in out.stdout
-    assert re.search(r"^totals: 3 steps, 1 fallback \(33%\), 0 abstentions, 27 judge calls$", out.stdout, re.M)
+    assert re.search(
+        r"^totals: 3 steps, 1 fallback \(33%\), 0 abstentions, 27 judge calls$", out.stdout, re.M
+    )
 
 
 def test_offline_run_is_deterministic(tmp_path):
@@ -90,17 +102,44 @@ def scripted_judge_server(body, path):
     if "Score:" in system or "Score:" in text:
         return 200, chat_response(["The step is supported.\nScore: 0.8"] * body.get("n", 1)), {}
     done = "Step 1" in text
-    return 200, chat_response([("Final answer: B" if done else f"Step {i + 1}: the ball is right.")
-                               for i in range(body.get("n", 1))]), {}
+    return (
+        200,
+        chat_response(
+            [
+                ("Final answer: B" if done else f"Step {i + 1}: the ball is right.")
+                for i in range(body.get("n", 1))
+            ]
+        ),
+        {},
+    )
 
 
 def test_live_mode_against_loopback(tmp_path):
     img = tmp_path / "scene.png"
     demo.draw_scene(str(img))
     with LoopbackServer(scripted_judge_server) as srv:
-        out = run_demo(["--base-url", srv.url, "--model", "scripted", "--image", str(img), "--question", "Left or right?",
-                        "--choices", "A. left|B. right", "--max-steps", "3", "--concurrency", "4", "--judge-format", "text"],
-                       cwd=tmp_path, env={"OPENAI_API_KEY": "sk-secret-demo"})
+        out = run_demo(
+            [
+                "--base-url",
+                srv.url,
+                "--model",
+                "scripted",
+                "--image",
+                str(img),
+                "--question",
+                "Left or right?",
+                "--choices",
+                "A. left|B. right",
+                "--max-steps",
+                "3",
+                "--concurrency",
+                "4",
+                "--judge-format",
+                "text",
+            ],
+            cwd=tmp_path,
+            env={"OPENAI_API_KEY": "sk-secret-demo"},
+        )
         assert out.returncode == 0, out.stderr
         requests = list(srv.requests)
     d = json.loads((tmp_path / "verdict_trace.json").read_text())
@@ -113,7 +152,9 @@ def test_live_mode_against_loopback(tmp_path):
     # 1 reasoner call and 3 judge calls per candidate; the 3 identical candidates "Final answer: B" make
     # identical judge calls, and those in flight at the same time share one request
     assert usage["calls"] == sum(1 + 3 * len(s["candidates"]) for s in d["steps"])
-    assert len({json.dumps(r[1], sort_keys=True) for r in chat}) <= len(chat) == usage["calls"] - usage["merged"]
+    assert (
+        len({json.dumps(r[1], sort_keys=True) for r in chat}) <= len(chat) == usage["calls"] - usage["merged"]
+    )
     # each step's share of that (verdict.run's meter), summed in the totals
     assert [s["usage"]["calls"] for s in d["steps"]] == [1 + 3 * len(s["candidates"]) for s in d["steps"]]
     assert d["totals"]["usage"] == {k: v for k, v in usage.items()}
@@ -121,9 +162,21 @@ def test_live_mode_against_loopback(tmp_path):
 
 def test_live_mode_text_only(tmp_path):
     with LoopbackServer(scripted_judge_server) as srv:
-        out = run_demo(["--base-url", srv.url, "--model", "scripted", "--question", "Is 3 > 2?", "--max-steps", "2",
-                        "--judge-format", "text"],
-                       cwd=tmp_path)
+        out = run_demo(
+            [
+                "--base-url",
+                srv.url,
+                "--model",
+                "scripted",
+                "--question",
+                "Is 3 > 2?",
+                "--max-steps",
+                "2",
+                "--judge-format",
+                "text",
+            ],
+            cwd=tmp_path,
+        )
         user = [r[1]["messages"][-1]["content"] for r in srv.requests if r[0].endswith("/chat/completions")]
     assert out.returncode == 0, out.stderr
     assert user and all(isinstance(u, str) for u in user)  # no image: plain string content
@@ -138,8 +191,10 @@ def json_judge_server(body, path):
 
 def test_live_mode_asks_for_json_by_default(tmp_path):
     with LoopbackServer(json_judge_server) as srv:
-        out = run_demo(["--base-url", srv.url, "--model", "scripted", "--question", "Left or right?", "--n", "2"],
-                       cwd=tmp_path)
+        out = run_demo(
+            ["--base-url", srv.url, "--model", "scripted", "--question", "Left or right?", "--n", "2"],
+            cwd=tmp_path,
+        )
         judged = [b for b in srv.chats if "response_format" in b]
     assert out.returncode == 0 and out.stderr == "", out.stderr
     d = json.loads((tmp_path / "verdict_trace.json").read_text())
@@ -150,7 +205,12 @@ def test_live_mode_asks_for_json_by_default(tmp_path):
     assert len({json.dumps(b, sort_keys=True) for b in judged}) == 3 * len(distinct)
     assert len(judged) <= d["totals"]["judge_calls"] == sum(3 * len(s["candidates"]) for s in d["steps"])
     meta = d["meta"]["judges"]
-    assert (meta["format"], meta["format_used"], meta["fallback"], meta["s_hat"]) == ("json", "json", None, "sampled")
+    assert (meta["format"], meta["format_used"], meta["fallback"], meta["s_hat"]) == (
+        "json",
+        "json",
+        None,
+        "sampled",
+    )
     calls = [[[c["sampled"] for c in row] for row in s["calls"]] for s in d["steps"]]
     assert calls == [s["s_hat"] for s in d["steps"]]
     records = [c for s in d["steps"] for row in s["calls"] for c in row]
@@ -161,16 +221,34 @@ def test_live_mode_asks_for_json_by_default(tmp_path):
 def refuse_json(body, path):
     """scripted_judge_server behind a server that cannot constrain its output: response_format gets a 400."""
     if "response_format" in body:
-        return 400, {"error": {"code": 400, "type": "invalid_request_error",
-                               "message": 'response_format type must be one of "text" or "json_object", '
-                                          'but got: json_schema'}}
+        return 400, {
+            "error": {
+                "code": 400,
+                "type": "invalid_request_error",
+                "message": 'response_format type must be one of "text" or "json_object", '
+                "but got: json_schema",
+            }
+        }
     return scripted_judge_server(body, path)
 
 
 def test_live_mode_falls_back_to_text_once_and_says_so(tmp_path):
     with LoopbackServer(refuse_json) as srv:
-        out = run_demo(["--base-url", srv.url, "--model", "scripted", "--question", "Left or right?", "--n", "2",
-                        "--concurrency", "4"], cwd=tmp_path)
+        out = run_demo(
+            [
+                "--base-url",
+                srv.url,
+                "--model",
+                "scripted",
+                "--question",
+                "Left or right?",
+                "--n",
+                "2",
+                "--concurrency",
+                "4",
+            ],
+            cwd=tmp_path,
+        )
         refused = sum("response_format" in b for b in srv.chats)
     assert out.returncode == 0, out.stderr
     assert len(out.stderr.splitlines()) == 1 and "refused response_format" in out.stderr
@@ -179,7 +257,9 @@ def test_live_mode_falls_back_to_text_once_and_says_so(tmp_path):
     check_trace(d)
     assert all(v == 0.8 for s in d["steps"] for r in s["s_hat"] for v in r) and 1 <= refused <= 4
     meta = d["meta"]["judges"]
-    assert (meta["format"], meta["format_used"]) == ("json", "text") and 1 <= meta["fallback"]["at_call"] <= refused
+    assert (meta["format"], meta["format_used"]) == ("json", "text") and 1 <= meta["fallback"][
+        "at_call"
+    ] <= refused
     assert "HTTP 400" in meta["fallback"]["error"]
 
 
@@ -189,8 +269,20 @@ def grounded_server(body, path):
     if role == "prior":
         return 200, chat_response("- The ball must be found right of the cube."), {}
     if role == "premises":
-        return 200, chat_response(json.dumps({"objects": [{"fact": "a blue ball"}], "numbers": [], "structure": [],
-                                              "relations": [{"fact": "the ball is right of the cube"}]})), {}
+        return (
+            200,
+            chat_response(
+                json.dumps(
+                    {
+                        "objects": [{"fact": "a blue ball"}],
+                        "numbers": [],
+                        "structure": [],
+                        "relations": [{"fact": "the ball is right of the cube"}],
+                    }
+                )
+            ),
+            {},
+        )
     if role == "premise_check":
         return 200, chat_response('{"claims": [{"claim": "the ball is right", "label": "supported"}]}'), {}
     return scripted_judge_server(body, path)
@@ -198,59 +290,121 @@ def grounded_server(body, path):
 
 def test_live_mode_with_judge_modes_records_them_in_the_trace(tmp_path):
     with LoopbackServer(grounded_server) as srv:
-        out = run_demo(["--base-url", srv.url, "--model", "scripted", "--question", "Left or right?", "--n", "2",
-                        "--max-steps", "1", "--judge-mode", "prior+premises+gate", "--judge-format", "text"],
-                       cwd=tmp_path)
+        out = run_demo(
+            [
+                "--base-url",
+                srv.url,
+                "--model",
+                "scripted",
+                "--question",
+                "Left or right?",
+                "--n",
+                "2",
+                "--max-steps",
+                "1",
+                "--judge-mode",
+                "prior+premises+gate",
+                "--judge-format",
+                "text",
+            ],
+            cwd=tmp_path,
+        )
         chats = [r[1] for r in srv.requests if r[0].endswith("/chat/completions")]
     assert out.returncode == 0, out.stderr
     d = json.loads((tmp_path / "verdict_trace.json").read_text())
     check_trace(d)
     g = d["meta"]["grounding"]
-    assert g["judge_mode"] == "prior+premises+gate" and g["prior"] == "- The ball must be found right of the cube."
+    assert (
+        g["judge_mode"] == "prior+premises+gate"
+        and g["prior"] == "- The ball must be found right of the cube."
+    )
     assert g["fact_sheet_status"] == "ok" and [e["r"] for e in g["gate"]] == [1.0]  # one check for one text
     judged = [c["messages"] for c in chats if "Score:" in c["messages"][-1]["content"]]
     assert g["extra_calls"] == 1 + 1 + 1 and all("Reference expectations" in m[-1]["content"] for m in judged)
-    assert len({json.dumps(m) for m in judged}) == 3 and d["totals"]["judge_calls"] == 2 * 3  # 2 identical candidates
+    assert (
+        len({json.dumps(m) for m in judged}) == 3 and d["totals"]["judge_calls"] == 2 * 3
+    )  # 2 identical candidates
     gates = [c["gate"] for row in d["steps"][0]["calls"] for c in row]  # every call's own gate record
     assert gates == [{"s_hat": 0.8, "gated": 0.8, "nu": 1, "r": 1.0, "alpha": 1.0}] * 6
-    assert ("judge mode prior+premises+gate; prior of 43 characters; fact sheet ok (2 facts); "
-            "1 premise checks (r = 1.00); 3 extra calls, ") in out.stdout
+    assert (
+        "judge mode prior+premises+gate; prior of 43 characters; fact sheet ok (2 facts); "
+        "1 premise checks (r = 1.00); 3 extra calls, "
+    ) in out.stdout
 
 
 def refuse_model(body, path):
     return 404, {"error": {"message": f"The model `{body['model']}` does not exist."}}, {}
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--tau", "nan"], "tau"),
-    (["--n", "0"], "n=0"),
-    (["--n", "three"], "--n"),
-    (["--rule", "median"], "median"),
-    (["--base-url", "http://127.0.0.1:9/v1", "--model", "x", "--question", "q", "--image", "/no/such.png"], "/no/such.png"),
-    (["--base-url", "http://127.0.0.1:9/v1", "--model", "x"], "--question"),
-    (["--judge-mode", "prior"], "needs a live model (--base-url)"),
-    (["--revise"], "--revise needs a live model (--base-url)"),
-    (["--base-url", "http://127.0.0.1:9/v1", "--question", "q", "--judge-mode", "sgv"], "judge mode 'sgv'"),
-    (["--base-url", "http://127.0.0.1:9/v1", "--question", "q", "--judge-mode", "gate"], "the gate needs"),
-    (["--base-url", "http://127.0.0.1:9/v1", "--question", "q", "--judge-mode", "prior,zoom"], "one mode"),
-    (["--max-steps", "0"], "--max-steps must be an integer >= 1, got max_steps=0"),
-    (["--mode-max-tokens", "0"], "--mode-max-tokens must be >= 1"),
-    (["--base-url", "http://127.0.0.1:9/v1", "--question", "   "], "--question is blank"),
-    (["--question", " \t "], "--question is blank"),
-    (["--choices", "garbage"], "--choices must be two or more options"),
-    (["--choices", "|||"], "got '|||'"),
-    (["--choices", "A. left"], "--choices must be two or more options"),
-    (["--choices", "A. left|a. right"], "distinct letters"),
-    (["--base-url", "ftp://127.0.0.1:9/v1", "--question", "q"], "endpoint URL must be http:// or https://"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--tau", "nan"], "tau"),
+        (["--n", "0"], "n=0"),
+        (["--n", "three"], "--n"),
+        (["--rule", "median"], "median"),
+        (
+            [
+                "--base-url",
+                "http://127.0.0.1:9/v1",
+                "--model",
+                "x",
+                "--question",
+                "q",
+                "--image",
+                "/no/such.png",
+            ],
+            "/no/such.png",
+        ),
+        (["--base-url", "http://127.0.0.1:9/v1", "--model", "x"], "--question"),
+        (["--judge-mode", "prior"], "needs a live model (--base-url)"),
+        (["--revise"], "--revise needs a live model (--base-url)"),
+        (
+            ["--base-url", "http://127.0.0.1:9/v1", "--question", "q", "--judge-mode", "sgv"],
+            "judge mode 'sgv'",
+        ),
+        (
+            ["--base-url", "http://127.0.0.1:9/v1", "--question", "q", "--judge-mode", "gate"],
+            "the gate needs",
+        ),
+        (
+            ["--base-url", "http://127.0.0.1:9/v1", "--question", "q", "--judge-mode", "prior,zoom"],
+            "one mode",
+        ),
+        (["--max-steps", "0"], "--max-steps must be an integer >= 1, got max_steps=0"),
+        (["--mode-max-tokens", "0"], "--mode-max-tokens must be >= 1"),
+        (["--base-url", "http://127.0.0.1:9/v1", "--question", "   "], "--question is blank"),
+        (["--question", " \t "], "--question is blank"),
+        (["--choices", "garbage"], "--choices must be two or more options"),
+        (["--choices", "|||"], "got '|||'"),
+        (["--choices", "A. left"], "--choices must be two or more options"),
+        (["--choices", "A. left|a. right"], "distinct letters"),
+        (
+            ["--base-url", "ftp://127.0.0.1:9/v1", "--question", "q"],
+            "endpoint URL must be http:// or https://",
+        ),
+    ],
+)
 def test_errors_are_one_line_with_exit_2(tmp_path, args, needle):
     out = run_demo(args, cwd=tmp_path)
     assert out.returncode == 2 and out.stdout == ""
-    assert len(out.stderr.strip().splitlines()) == 1 and needle in out.stderr and "Traceback" not in out.stderr
+    assert (
+        len(out.stderr.strip().splitlines()) == 1 and needle in out.stderr and "Traceback" not in out.stderr
+    )
 
 
-@pytest.mark.parametrize("flag, value", [("--tau", "2"), ("--tau", "-0.1"), ("--eps", "-1"), ("--eps", "0"),
-                                         ("--eps", "1.5"), ("--tau", "5"), ("--tau", "1")])
+@pytest.mark.parametrize(
+    "flag, value",
+    [
+        ("--tau", "2"),
+        ("--tau", "-0.1"),
+        ("--eps", "-1"),
+        ("--eps", "0"),
+        ("--eps", "1.5"),
+        ("--tau", "5"),
+        ("--tau", "1"),
+    ],
+)
 def test_tau_and_eps_out_of_range_are_refused_before_any_call(tmp_path, flag, value):
     with LoopbackServer(scripted_judge_server) as srv:
         out = run_demo(["--base-url", srv.url, "--question", "q", flag, value], cwd=tmp_path)
@@ -267,9 +421,15 @@ def test_tau_and_eps_at_the_ends_of_their_ranges_run_and_plot(tmp_path, tau, eps
         assert img.size == (640, 480)
 
 
-@pytest.mark.parametrize("rule, how", [("max", "no filter, highest maximum score"), ("mean", "no filter, highest raw mean"),
-                                       ("majority", "no filter, most judges above τ, then highest raw mean"),
-                                       ("no-filter", "no filter, highest s̄*")])
+@pytest.mark.parametrize(
+    "rule, how",
+    [
+        ("max", "no filter, highest maximum score"),
+        ("mean", "no filter, highest raw mean"),
+        ("majority", "no filter, most judges above τ, then highest raw mean"),
+        ("no-filter", "no filter, highest s̄*"),
+    ],
+)
 def test_a_rule_without_a_filter_says_what_it_did(tmp_path, rule, how):
     out = run_demo(["--rule", rule], cwd=tmp_path)
     assert out.returncode == 0, out.stderr
@@ -287,18 +447,34 @@ def test_a_rule_with_a_filter_marks_its_rows(tmp_path):
     d = json.loads((tmp_path / "verdict_trace.json").read_text())
     flags = [m[1] == "yes" for m in re.finditer(r"(yes| no)( ◀ chosen.*)?$", out.stdout, re.M)]
     assert flags == [a for s in d["steps"] for a in s["accepted"]] and not all(flags)
-    assert re.search(r"^step 1 +\(chosen #\d, (accepted on raw scores, highest raw mean|fallback: .*)\)$", out.stdout, re.M)
+    assert re.search(
+        r"^step 1 +\(chosen #\d, (accepted on raw scores, highest raw mean|fallback: .*)\)$", out.stdout, re.M
+    )
 
 
-@pytest.mark.parametrize("flags, env, warned", [
-    (["--api-key-env", "VERDICT_UNSET_KEY"], {}, "demo.py: warning: $VERDICT_UNSET_KEY is not set, so no API key is sent to "),
-    ([], {"OPENAI_API_KEY": ""}, None),   # the default variable, unset, on loopback: a local server needs no key
-    (["--api-key-env", "VERDICT_SET_KEY"], {"VERDICT_SET_KEY": "sk-demo-secret"}, None),
-])
+@pytest.mark.parametrize(
+    "flags, env, warned",
+    [
+        (
+            ["--api-key-env", "VERDICT_UNSET_KEY"],
+            {},
+            "demo.py: warning: $VERDICT_UNSET_KEY is not set, so no API key is sent to ",
+        ),
+        (
+            [],
+            {"OPENAI_API_KEY": ""},
+            None,
+        ),  # the default variable, unset, on loopback: a local server needs no key
+        (["--api-key-env", "VERDICT_SET_KEY"], {"VERDICT_SET_KEY": "sk-demo-secret"}, None),
+    ],
+)
 def test_an_unset_key_variable_is_warned_about_once(tmp_path, flags, env, warned):
     with LoopbackServer(scripted_judge_server) as srv:
-        out = run_demo(["--base-url", srv.url, "--question", "Is 3 > 2?", "--max-steps", "1", *flags], cwd=tmp_path,
-                       env={"VERDICT_UNSET_KEY": "", **env})
+        out = run_demo(
+            ["--base-url", srv.url, "--question", "Is 3 > 2?", "--max-steps", "1", *flags],
+            cwd=tmp_path,
+            env={"VERDICT_UNSET_KEY": "", **env},
+        )
         url = srv.url
     assert out.returncode == 0, out.stderr
     assert out.stderr == ("" if warned is None else f"{warned}{url}\n") and "sk-demo-secret" not in out.stderr
@@ -306,10 +482,14 @@ def test_an_unset_key_variable_is_warned_about_once(tmp_path, flags, env, warned
 
 def test_unreachable_server_and_wrong_model(tmp_path):
     import socket
+
     with socket.socket() as s:  # a port with nobody listening
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    out = run_demo(["--base-url", f"http://127.0.0.1:{port}/v1", "--model", "x", "--question", "q", "--retries", "0"], cwd=tmp_path)
+    out = run_demo(
+        ["--base-url", f"http://127.0.0.1:{port}/v1", "--model", "x", "--question", "q", "--retries", "0"],
+        cwd=tmp_path,
+    )
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
     assert f"127.0.0.1:{port}" in out.stderr
     with LoopbackServer(refuse_model) as srv:
@@ -323,9 +503,26 @@ def test_live_json_judges_score_and_decide_on_a_real_server(tmp_path, live_url):
     """A real server (serve_tiny.sh: SmolLM2-135M-Instruct on llama-server) with json judges, the default: nearly
     every judge call yields a score, and a step whose every candidate all three judges scored was decided as
     verdict.select decides on the recorded ŝ. The model's judgements mean nothing; the decisions are real."""
-    out = run_demo(["--base-url", live_url, "--model", "live", "--question", "Is 7 greater than 5?",
-                    "--choices", "A. yes|B. no", "--n", "3", "--max-steps", "1", "--concurrency", "4"],
-                   cwd=tmp_path, timeout=900)
+    out = run_demo(
+        [
+            "--base-url",
+            live_url,
+            "--model",
+            "live",
+            "--question",
+            "Is 7 greater than 5?",
+            "--choices",
+            "A. yes|B. no",
+            "--n",
+            "3",
+            "--max-steps",
+            "1",
+            "--concurrency",
+            "4",
+        ],
+        cwd=tmp_path,
+        timeout=900,
+    )
     assert out.returncode == 0, out.stderr
     d = json.loads((tmp_path / "verdict_trace.json").read_text())
     check_trace(d)
@@ -352,13 +549,34 @@ def test_live_json_judges_score_and_decide_on_a_real_server(tmp_path, live_url):
 def test_live_text_judges_against_a_real_server(tmp_path, live_url):
     """The text format on the same server: structure and honest counts, whether or not the model writes a
     score line (SmolLM2 rarely does, so this exercises real abstentions)."""
-    out = run_demo(["--base-url", live_url, "--model", "live", "--question", "Is 7 greater than 5?",
-                    "--choices", "A. yes|B. no", "--n", "2", "--max-steps", "1", "--concurrency", "4",
-                    "--judge-format", "text"], cwd=tmp_path, timeout=900)
+    out = run_demo(
+        [
+            "--base-url",
+            live_url,
+            "--model",
+            "live",
+            "--question",
+            "Is 7 greater than 5?",
+            "--choices",
+            "A. yes|B. no",
+            "--n",
+            "2",
+            "--max-steps",
+            "1",
+            "--concurrency",
+            "4",
+            "--judge-format",
+            "text",
+        ],
+        cwd=tmp_path,
+        timeout=900,
+    )
     assert out.returncode == 0, out.stderr
     d = json.loads((tmp_path / "verdict_trace.json").read_text())
     check_trace(d)
-    assert d["meta"]["mode"] == "live" and len(d["steps"]) == 1 and d["meta"]["judges"]["format_used"] == "text"
+    assert (
+        d["meta"]["mode"] == "live" and len(d["steps"]) == 1 and d["meta"]["judges"]["format_used"] == "text"
+    )
     assert all(c["weighted"] is None for row in d["steps"][0]["calls"] for c in row)  # text: none
     usage = d["meta"]["usage"]["reasoner"]
     # A real server answered every call: 1 reasoner call (n=2 in one request, plus top-ups if it
@@ -373,10 +591,27 @@ def test_live_zoom_mode_records_the_regions_and_prints_their_paths(tmp_path):
         if role_of(body["messages"]) == "zoom":
             return 200, chat_response(json.dumps({"boxes": [SQUARE]})), {}
         return scripted_judge_server(body, path)
+
     with LoopbackServer(server) as srv:
-        out = run_demo(["--base-url", srv.url, "--model", "scripted", "--question", "Left or right?", "--n", "2",
-                        "--max-steps", "1", "--judge-mode", "zoom", "--image", str(scene(tmp_path / "s.png"))],
-                       cwd=tmp_path)
+        out = run_demo(
+            [
+                "--base-url",
+                srv.url,
+                "--model",
+                "scripted",
+                "--question",
+                "Left or right?",
+                "--n",
+                "2",
+                "--max-steps",
+                "1",
+                "--judge-mode",
+                "zoom",
+                "--image",
+                str(scene(tmp_path / "s.png")),
+            ],
+            cwd=tmp_path,
+        )
     assert out.returncode == 0, out.stderr
     g = json.loads((tmp_path / "verdict_trace.json").read_text())["meta"]["grounding"]
     assert g["judge_mode"] == "zoom" and [e["path"] for e in g["zoom"]] == ["zoom"] and g["extra_calls"] == 1
@@ -385,8 +620,22 @@ def test_live_zoom_mode_records_the_regions_and_prints_their_paths(tmp_path):
 
 def test_live_revise_judges_the_revision_and_prints_it(tmp_path):
     with LoopbackServer(revise_server) as srv:
-        out = run_demo(["--base-url", srv.url, "--model", "scripted", "--question", "Where is the cube?", "--n", "2",
-                        "--choices", "A. left|B. right", "--revise"], cwd=tmp_path)
+        out = run_demo(
+            [
+                "--base-url",
+                srv.url,
+                "--model",
+                "scripted",
+                "--question",
+                "Where is the cube?",
+                "--n",
+                "2",
+                "--choices",
+                "A. left|B. right",
+                "--revise",
+            ],
+            cwd=tmp_path,
+        )
     assert out.returncode == 0, out.stderr
     d = json.loads((tmp_path / "verdict_trace.json").read_text())
     check_trace(d)

@@ -1,5 +1,6 @@
 """Tests for evaluate.py: a TSV run with every image sent, the summary arithmetic by hand, resume after a
 kill, shared calls between rules, budgets, errors and flags. Every model is the loopback scripted server; one `live` test talks to VERDICT_LIVE_URL."""
+
 import json
 import os
 import re
@@ -31,24 +32,42 @@ def script(body, path):
     if role == "reasoner":
         n, seed = body.get("n", 1), body["seed"]
         if re.search(r"(?m)^Step 1:", text):
-            return 200, chat_response([f"Final answer: {'AB'[(j + seed) % 2]}" for j in range(n)], prompt_tokens=20)
+            return 200, chat_response(
+                [f"Final answer: {'AB'[(j + seed) % 2]}" for j in range(n)], prompt_tokens=20
+            )
         return 200, chat_response([f"Idea {j} for seed {seed}." for j in range(n)], prompt_tokens=20)
     judge = verdict.JUDGES.index(role)
     step = re.search(r"<step>\n(.*?)\n</step>", text, re.S).group(1)
-    return 200, chat_response([f"Checked.\nScore: {SCORES.get(step, (0.7, 0.7, 0.7))[judge]}"], prompt_tokens=20)
+    return 200, chat_response(
+        [f"Checked.\nScore: {SCORES.get(step, (0.7, 0.7, 0.7))[judge]}"], prompt_tokens=20
+    )
 
 
 def write_jsonl(path, n=4, answers="BBAB"):
     with open(path, "w") as fh:
         for i in range(n):
-            fh.write(json.dumps({"id": f"q{i}", "question": f"Which is larger, {i} or {i + 1}?",
-                                 "options": {"A": str(i), "B": str(i + 1)}, "answer": answers[i % len(answers)]}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "id": f"q{i}",
+                        "question": f"Which is larger, {i} or {i + 1}?",
+                        "options": {"A": str(i), "B": str(i + 1)},
+                        "answer": answers[i % len(answers)],
+                    }
+                )
+                + "\n"
+            )
     return str(path)
 
 
 def run(args, cwd=None, timeout=300):
-    return subprocess.run([sys.executable, os.path.join(HERE, "evaluate.py"), *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, os.path.join(HERE, "evaluate.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+    )
 
 
 def rows_of(out) -> list:
@@ -58,32 +77,65 @@ def rows_of(out) -> list:
 
 def comparable(summary: dict) -> dict:
     """The summary without what depends on timing or on which requests the cache already held."""
-    stats = {m: {k: v for k, v in s.items() if k not in ("sent_per_item", "seconds_per_item")}
-             for m, s in summary["stats"].items()}
-    return {"accuracy": summary["accuracy"], "gain": summary["gain_over_base"], "stats": stats, "rows": summary["rows"]}
+    stats = {
+        m: {k: v for k, v in s.items() if k not in ("sent_per_item", "seconds_per_item")}
+        for m, s in summary["stats"].items()
+    }
+    return {
+        "accuracy": summary["accuracy"],
+        "gain": summary["gain_over_base"],
+        "stats": stats,
+        "rows": summary["rows"],
+    }
 
 
 # ----------------------------------------------------------------------------- a TSV run
+
 
 def test_tsv_run_sends_every_image_and_reports_skipped_rows(tmp_path, loopback):
     path, _ = tiny_tsv(tmp_path)
     srv = loopback(script)
     out = tmp_path / "out"
-    assert evaluate.main(["--data", str(path), "--base-url", srv.url, "--out", str(out), "--seeds", "1",
-                          "--rules", "base,verdict", "--judge-format", "text"]) == 0
+    assert (
+        evaluate.main(
+            [
+                "--data",
+                str(path),
+                "--base-url",
+                srv.url,
+                "--out",
+                str(out),
+                "--seeds",
+                "1",
+                "--rules",
+                "base,verdict",
+                "--judge-format",
+                "text",
+            ]
+        )
+        == 0
+    )
     got = rows_of(out)
     assert len(got) == 3 * 2 and {r["id"] for r in got} == {"10", "11", "12"}  # row 15 has no image: dropped
-    parts = [[p for p in c["messages"][1]["content"] if p["type"] == "image_url"] if isinstance(c["messages"][1]["content"], list)
-             else [] for c in srv.chats if "Which image is blue" in user_text(c)]
+    parts = [
+        [p for p in c["messages"][1]["content"] if p["type"] == "image_url"]
+        if isinstance(c["messages"][1]["content"], list)
+        else []
+        for c in srv.chats
+        if "Which image is blue" in user_text(c)
+    ]
     assert parts and all(len(p) == 2 for p in parts)  # both images of the multi-image row, every call
     summary = json.loads((out / "summary.json").read_text())
     reading = summary["reading"]["Tiny"]
     assert (reading["read"], reading["total"], reading["dropped"]) == (6, 3, 1)
     assert [s["row"] for s in reading["skipped"]] == [5, 6]
-    assert "Tiny.tsv: 2 malformed row(s) skipped\n- line 5: missing answer" in (out / "summary.md").read_text()
+    assert (
+        "Tiny.tsv: 2 malformed row(s) skipped\n- line 5: missing answer" in (out / "summary.md").read_text()
+    )
 
 
 # ----------------------------------------------------------------------------- runs
+
 
 def test_jsonl_run_rows_traces_and_sharing(tmp_path, loopback):
     """One row per (item, seed, method) with its trace; within an (item, seed) every rule's first step
@@ -91,21 +143,49 @@ def test_jsonl_run_rows_traces_and_sharing(tmp_path, loopback):
     fewer requests than the methods would need alone."""
     srv = loopback(script)
     data, out = write_jsonl(tmp_path / "q.jsonl"), tmp_path / "out"
-    assert evaluate.main(["--data", data, "--base-url", srv.url, "--out", str(out), "--seeds", "2",
-                          "--max-steps", "3", "--concurrency", "3", "--judge-format", "text"]) == 0
+    assert (
+        evaluate.main(
+            [
+                "--data",
+                data,
+                "--base-url",
+                srv.url,
+                "--out",
+                str(out),
+                "--seeds",
+                "2",
+                "--max-steps",
+                "3",
+                "--concurrency",
+                "3",
+                "--judge-format",
+                "text",
+            ]
+        )
+        == 0
+    )
     rows = rows_of(out)
     assert len(rows) == 4 * 2 * len(evaluate.METHODS)
     assert len({Row.from_json(r).key for r in rows}) == len(rows)
     for r in rows:
-        assert r["format"] == "verdict-eval-row/2" and r["error"] is None and r["trace"]["format"] == verdict.TRACE_FORMAT
+        assert (
+            r["format"] == "verdict-eval-row/2"
+            and r["error"] is None
+            and r["trace"]["format"] == verdict.TRACE_FORMAT
+        )
         assert r["stopped"] == r["trace"]["stopped"] == "final" and len(r["trace"]["steps"]) == 2
         assert r["pred"] == r["trace"]["answer"][-1] and r["correct"] == (r["pred"] == r["answer"])
         n = 1 if r["method"] == "base" else 3
         assert all(len(st["candidates"]) == n for st in r["trace"]["steps"])
         # each step records what it cost (verdict.run's meter: the chain's clients' usage), and the trace sums it
         usage = r["trace"]["totals"]["usage"]
-        assert usage["calls"] == r["calls"] and usage["replies"] + usage["cache_hits"] + usage["merged"] == r["calls"]
-        assert sum(st["usage"]["calls"] for st in r["trace"]["steps"]) == r["calls"] == (1 if n == 1 else 10) * 2
+        assert (
+            usage["calls"] == r["calls"]
+            and usage["replies"] + usage["cache_hits"] + usage["merged"] == r["calls"]
+        )
+        assert (
+            sum(st["usage"]["calls"] for st in r["trace"]["steps"]) == r["calls"] == (1 if n == 1 else 10) * 2
+        )
     first = {}  # what was decided, apart from what it cost (a rule that came later found its calls cached)
     for r in rows:
         if r["method"] != "base":
@@ -114,7 +194,9 @@ def test_jsonl_run_rows_traces_and_sharing(tmp_path, loopback):
     assert all(len(set(v)) == 1 for v in first.values())
     verdict_picks = {r["pred"] for r in rows if r["method"] == "verdict"}
     max_picks = {r["pred"] for r in rows if r["method"] == "max"}
-    assert verdict_picks == {"B"} and max_picks == {"A"}  # Proposition 1's vectors, through the whole pipeline
+    assert verdict_picks == {"B"} and max_picks == {
+        "A"
+    }  # Proposition 1's vectors, through the whole pipeline
     bodies = [json.dumps(c, sort_keys=True) for c in srv.chats]
     assert len(bodies) == len(set(bodies))  # the cache served every repeated request
     alone = sum(r["calls"] for r in rows)
@@ -122,42 +204,106 @@ def test_jsonl_run_rows_traces_and_sharing(tmp_path, loopback):
     summary = json.loads((out / "summary.json").read_text())
     # Answers are B, B, A, B: VERDICT always says B -> 75% on both seeds; max always says A -> 25%.
     assert summary["accuracy"]["verdict"]["q"] == {"mean": 75.0, "std": 0.0, "per_seed": [75.0, 75.0]}
-    assert summary["accuracy"]["max"]["q"]["mean"] == 25.0 and summary["gain_over_base"]["verdict"]["Avg"] is not None
-    assert summary["stats"]["verdict"]["fallback_rate"] == 0 and summary["stats"]["verdict"]["calls_per_item"] == 20
+    assert (
+        summary["accuracy"]["max"]["q"]["mean"] == 25.0
+        and summary["gain_over_base"]["verdict"]["Avg"] is not None
+    )
+    assert (
+        summary["stats"]["verdict"]["fallback_rate"] == 0
+        and summary["stats"]["verdict"]["calls_per_item"] == 20
+    )
 
 
 def test_rules_share_calls_when_chains_coincide(tmp_path, loopback):
     """All judges agree everywhere, so all nine rules build the same chain: together they cost exactly
     the requests of VERDICT alone."""
+
     def agreeing(body, path):
         if role_of(body["messages"]) == "reasoner":
             return script(body, path)
         return 200, chat_response(["Score: 0.8"])
+
     alone_srv, all_srv = loopback(agreeing), loopback(agreeing)
     data = write_jsonl(tmp_path / "q.jsonl", n=2)
-    assert evaluate.main(["--data", data, "--base-url", alone_srv.url, "--out", str(tmp_path / "a"), "--seeds", "2",
-                          "--rules", "verdict", "--judge-format", "text"]) == 0
-    assert evaluate.main(["--data", data, "--base-url", all_srv.url, "--out", str(tmp_path / "b"), "--seeds", "2",
-                          "--rules", ",".join(verdict.RULES), "--judge-format", "text"]) == 0
-    assert len(all_srv.chats) == len(alone_srv.chats) == 2 * 2 * (1 + 3 * 3 + 1 + 2 * 3)  # 2 items, 2 seeds, 2 steps
+    assert (
+        evaluate.main(
+            [
+                "--data",
+                data,
+                "--base-url",
+                alone_srv.url,
+                "--out",
+                str(tmp_path / "a"),
+                "--seeds",
+                "2",
+                "--rules",
+                "verdict",
+                "--judge-format",
+                "text",
+            ]
+        )
+        == 0
+    )
+    assert (
+        evaluate.main(
+            [
+                "--data",
+                data,
+                "--base-url",
+                all_srv.url,
+                "--out",
+                str(tmp_path / "b"),
+                "--seeds",
+                "2",
+                "--rules",
+                ",".join(verdict.RULES),
+                "--judge-format",
+                "text",
+            ]
+        )
+        == 0
+    )
+    assert (
+        len(all_srv.chats) == len(alone_srv.chats) == 2 * 2 * (1 + 3 * 3 + 1 + 2 * 3)
+    )  # 2 items, 2 seeds, 2 steps
     rows = rows_of(tmp_path / "b")
-    assert sum(r["calls"] for r in rows) == 9 * sum(r["calls"] for r in rows_of(tmp_path / "a"))  # what nine unshared runs need
+    assert sum(r["calls"] for r in rows) == 9 * sum(
+        r["calls"] for r in rows_of(tmp_path / "a")
+    )  # what nine unshared runs need
 
 
 def test_resume_after_kill_matches_uninterrupted_run(tmp_path, loopback):
     gate, reached = threading.Event(), threading.Event()
 
     def blocking(body, path):
-        if "2 or 3" in user_text(body) and not gate.is_set():  # the third item: hold it until the test has killed the run
+        if (
+            "2 or 3" in user_text(body) and not gate.is_set()
+        ):  # the third item: hold it until the test has killed the run
             reached.set()
             gate.wait(120)
         return script(body, path)
+
     srv = loopback(blocking)
     data, out, ref = write_jsonl(tmp_path / "q.jsonl", n=5), tmp_path / "out", tmp_path / "ref"
-    args = ["--data", data, "--base-url", srv.url, "--seeds", "2", "--max-steps", "3", "--retries", "0",
-            "--judge-format", "text"]
-    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "evaluate.py"), *args, "--out", str(out), "--concurrency", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    args = [
+        "--data",
+        data,
+        "--base-url",
+        srv.url,
+        "--seeds",
+        "2",
+        "--max-steps",
+        "3",
+        "--retries",
+        "0",
+        "--judge-format",
+        "text",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "evaluate.py"), *args, "--out", str(out), "--concurrency", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         assert reached.wait(120), "the run never reached the third item"
     finally:
@@ -173,32 +319,67 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path, loopback):
     after = rows_of(out)
     keys = [Row.from_json(r).key for r in after]
     assert len(keys) == len(set(keys)) == 5 * 2 * len(evaluate.METHODS)
-    assert after[:len(before)] == before  # nothing finished was run again
+    assert after[: len(before)] == before  # nothing finished was run again
     assert set(keys) == {Row.from_json(r).key for r in rows_of(ref)}
     got, want = (json.loads((d / "summary.json").read_text()) for d in (out, ref))
     assert comparable(got) == comparable(want)
     n = len(srv.chats)
-    assert evaluate.main([*args, "--out", str(out)]) == 0 and len(srv.chats) == n  # all done: no request at all
+    assert (
+        evaluate.main([*args, "--out", str(out)]) == 0 and len(srv.chats) == n
+    )  # all done: no request at all
 
 
-@pytest.mark.parametrize("judge_model", [[], ["--judge-model", "another"]])  # one client, or two sharing the budget
+@pytest.mark.parametrize(
+    "judge_model", [[], ["--judge-model", "another"]]
+)  # one client, or two sharing the budget
 def test_budget_stops_chains(tmp_path, loopback, judge_model):
     def endless(body, path):  # the reasoner never writes "Final answer:"
         if role_of(body["messages"]) == "reasoner":
-            return 200, chat_response([f"Take {'xyz'[j]} more steps, perhaps B." for j in range(body.get("n", 1))])
+            return 200, chat_response(
+                [f"Take {'xyz'[j]} more steps, perhaps B." for j in range(body.get("n", 1))]
+            )
         return script(body, path)
+
     srv = loopback(endless)
     out = tmp_path / "out"
-    assert evaluate.main(["--data", write_jsonl(tmp_path / "q.jsonl", n=1), "--base-url", srv.url, "--out", str(out),
-                          "--seeds", "1", "--rules", "base,verdict", "--max-steps", "5", "--max-calls", "12", *judge_model,
-                          "--judge-format", "text"]) == 0
+    assert (
+        evaluate.main(
+            [
+                "--data",
+                write_jsonl(tmp_path / "q.jsonl", n=1),
+                "--base-url",
+                srv.url,
+                "--out",
+                str(out),
+                "--seeds",
+                "1",
+                "--rules",
+                "base,verdict",
+                "--max-steps",
+                "5",
+                "--max-calls",
+                "12",
+                *judge_model,
+                "--judge-format",
+                "text",
+            ]
+        )
+        == 0
+    )
     base, rule = rows_of(out)
     assert base["stopped"] == "max_steps" and base["calls"] == 5 and len(base["trace"]["steps"]) == 5
     # Step 1 costs 1 + 9 calls; step 2's proposal and two judge calls reach 12, the 13th stops the chain.
     assert rule["stopped"] == rule["trace"]["stopped"] == "budget" and rule["calls"] == 12
-    assert len(rule["trace"]["steps"]) == 1 and rule["trace"]["steps"][0]["candidates"][0] == "Take x more steps, perhaps B."
+    assert (
+        len(rule["trace"]["steps"]) == 1
+        and rule["trace"]["steps"][0]["candidates"][0] == "Take x more steps, perhaps B."
+    )
     # A stopped chain is read from its last chosen step, as VLMEvalKit reads a truncated response.
-    assert rule["trace"]["answer"] is None and (rule["pred"], rule["extracted"], rule["correct"]) == ("B", "letter", True)
+    assert rule["trace"]["answer"] is None and (rule["pred"], rule["extracted"], rule["correct"]) == (
+        "B",
+        "letter",
+        True,
+    )
     assert (base["pred"], base["extracted"]) == ("B", "letter")
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stats"]["verdict"]["stopped"] == {"final": 0, "max_steps": 0, "budget": 1}
@@ -207,15 +388,36 @@ def test_budget_stops_chains(tmp_path, loopback, judge_model):
 def test_json_refused_falls_back_to_text_once_for_the_whole_run(tmp_path, loopback):
     def refuse_json(body, path):  # a server that cannot constrain its output
         if "response_format" in body:
-            return 400, {"error": {"message": 'response_format type must be one of "text" or "json_object", '
-                                              'but got: json_schema'}}
+            return 400, {
+                "error": {
+                    "message": 'response_format type must be one of "text" or "json_object", '
+                    "but got: json_schema"
+                }
+            }
         return script(body, path)
+
     srv = loopback(refuse_json)
     out = tmp_path / "out"
-    proc = run(["--data", write_jsonl(tmp_path / "q.jsonl", n=3), "--base-url", srv.url, "--out", str(out),
-                "--seeds", "1", "--rules", "verdict", "--concurrency", "3"])  # json, the default
+    proc = run(
+        [
+            "--data",
+            write_jsonl(tmp_path / "q.jsonl", n=3),
+            "--base-url",
+            srv.url,
+            "--out",
+            str(out),
+            "--seeds",
+            "1",
+            "--rules",
+            "verdict",
+            "--concurrency",
+            "3",
+        ]
+    )  # json, the default
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.count("refused response_format") == 1  # once for the run, though its 3 items run at once
+    assert (
+        proc.stderr.count("refused response_format") == 1
+    )  # once for the run, though its 3 items run at once
     metas = [r["trace"]["meta"]["judges"] for r in rows_of(out)]
     assert len(metas) == 3 and all((m["format"], m["format_used"]) == ("json", "text") for m in metas)
     assert metas[0]["fallback"]["at_call"] >= 1 and all(m["fallback"] == metas[0]["fallback"] for m in metas)
@@ -228,8 +430,11 @@ SHEET = json.dumps({"objects": [{"fact": "two numbers"}], "numbers": [], "relati
 
 def grounded(body, path):
     """script, plus the judge modes' calls: a prior, a fact sheet, premise checks that support every claim."""
-    for name, reply in (("prior", "- Compare the two numbers."), ("premises", SHEET),
-                        ("premise_check", '{"claims": [{"claim": "a number", "label": "supported"}]}')):
+    for name, reply in (
+        ("prior", "- Compare the two numbers."),
+        ("premises", SHEET),
+        ("premise_check", '{"claims": [{"claim": "a number", "label": "supported"}]}'),
+    ):
         if role_of(body["messages"]) == name:
             return 200, chat_response([reply], prompt_tokens=20)
     return script(body, path)
@@ -238,12 +443,36 @@ def grounded(body, path):
 def test_judge_modes_are_rows_that_share_the_reasoners_candidates(tmp_path, loopback):
     srv = loopback(grounded)
     data, out = write_jsonl(tmp_path / "q.jsonl", n=2), tmp_path / "out"
-    assert evaluate.main(["--data", data, "--base-url", srv.url, "--out", str(out), "--seeds", "1", "--rules", "base,verdict",
-                          "--judge-modes", "plain,prior,premises,prior+premises,premises+gate",
-                          "--judge-format", "text"]) == 0
+    assert (
+        evaluate.main(
+            [
+                "--data",
+                data,
+                "--base-url",
+                srv.url,
+                "--out",
+                str(out),
+                "--seeds",
+                "1",
+                "--rules",
+                "base,verdict",
+                "--judge-modes",
+                "plain,prior,premises,prior+premises,premises+gate",
+                "--judge-format",
+                "text",
+            ]
+        )
+        == 0
+    )
     rows = {r["method"]: r for r in rows_of(out) if r["id"] == "q0"}
-    assert list(rows) == ["base", "verdict", "verdict+prior", "verdict+premises", "verdict+prior+premises",
-                          "verdict+premises+gate"]
+    assert list(rows) == [
+        "base",
+        "verdict",
+        "verdict+prior",
+        "verdict+premises",
+        "verdict+prior+premises",
+        "verdict+premises+gate",
+    ]
     # The scripted scores ignore the evidence (and the gate finds every premise supported, r = 1), so
     # every row builds VERDICT's chain, from the same candidates, which the reasoner was asked for once.
     chains = [[s["candidates"] for s in r["trace"]["steps"]] for m, r in rows.items() if m != "base"]
@@ -255,27 +484,48 @@ def test_judge_modes_are_rows_that_share_the_reasoners_candidates(tmp_path, loop
     assert (roles.count("prior"), roles.count("premises"), roles.count("premise_check")) == (2, 2, 2 * 5)
     # Extra calls per chain: the prior 1, the fact sheet 1, a premise check per distinct candidate (3 + 2).
     assert {m: r["extra_calls"] for m, r in rows.items()} == {
-        "base": 0, "verdict": 0, "verdict+prior": 1, "verdict+premises": 1, "verdict+prior+premises": 2,
-        "verdict+premises+gate": 1 + 5}
+        "base": 0,
+        "verdict": 0,
+        "verdict+prior": 1,
+        "verdict+premises": 1,
+        "verdict+prior+premises": 2,
+        "verdict+premises+gate": 1 + 5,
+    }
     assert rows["verdict+prior"]["extra_tokens"] == 20 + 5  # prompt 20, completion: 5 words
     g = rows["verdict+prior+premises"]["trace"]["meta"]["grounding"]
     assert g["prior"] == "- Compare the two numbers." and g["fact_sheet_status"] == "ok"
-    assert "grounding" not in rows["verdict"]["trace"]["meta"] and rows["verdict"]["fact_sheet_status"] is None
+    assert (
+        "grounding" not in rows["verdict"]["trace"]["meta"] and rows["verdict"]["fact_sheet_status"] is None
+    )
     summary = json.loads((out / "summary.json").read_text())
     stats = summary["stats"]
-    assert stats["verdict+premises+gate"]["extra_calls_per_item"] == 6 and stats["verdict+premises"]["degraded_rate"] == 0
+    assert (
+        stats["verdict+premises+gate"]["extra_calls_per_item"] == 6
+        and stats["verdict+premises"]["degraded_rate"] == 0
+    )
     assert stats["verdict"]["extra_calls_per_item"] == 0 and stats["verdict"]["degraded_rate"] is None
     # Per item: the 5 premise checks of the gate row (its distinct candidates); every mode's sheet ok on both items.
-    assert {m: r["gate_checks"] for m, r in rows.items()} == {m: 5 if m == "verdict+premises+gate" else 0 for m in rows}
-    assert stats["verdict+premises+gate"]["gate_checks_per_item"] == 5 and stats["verdict+prior"]["gate_checks_per_item"] == 0
+    assert {m: r["gate_checks"] for m, r in rows.items()} == {
+        m: 5 if m == "verdict+premises+gate" else 0 for m in rows
+    }
+    assert (
+        stats["verdict+premises+gate"]["gate_checks_per_item"] == 5
+        and stats["verdict+prior"]["gate_checks_per_item"] == 0
+    )
     assert stats["verdict+premises"]["fact_sheet"] == {"ok": 2, "retried": 0, "degraded": 0}
     assert stats["verdict+prior"]["fact_sheet"] == {"ok": 0, "retried": 0, "degraded": 0}
     assert summary["accuracy"]["verdict+prior"] == summary["accuracy"]["verdict"]
     md = (out / "summary.md").read_text()
-    assert ("| extra calls/item | extra tokens/item | gate checks/item | sheet degraded | revise calls/item | "
-            "revise tokens/item | revisions taken | sheet ok/retried/degraded |") in md
-    gated = [line for line in md.splitlines() if line.startswith("| verdict+premises+gate |")][-1]  # the statistics'
-    assert re.search(r" \| 6\.0 \| \d+ \| 5\.0 \| 0\.0% \| 0\.0 \| 0 \| — \| 2/0/0 \| ", gated)  # extra calls, tokens,
+    assert (
+        "| extra calls/item | extra tokens/item | gate checks/item | sheet degraded | revise calls/item | "
+        "revise tokens/item | revisions taken | sheet ok/retried/degraded |"
+    ) in md
+    gated = [line for line in md.splitlines() if line.startswith("| verdict+premises+gate |")][
+        -1
+    ]  # the statistics'
+    assert re.search(
+        r" \| 6\.0 \| \d+ \| 5\.0 \| 0\.0% \| 0\.0 \| 0 \| — \| 2/0/0 \| ", gated
+    )  # extra calls, tokens,
     # checks, sheets degraded; no revision (so no share of them taken); sheets ok/retried/degraded
 
 
@@ -286,10 +536,23 @@ def test_endpoint_error_is_a_row_and_is_retried(tmp_path, loopback):
         if broken["on"] and "1 or 2" in user_text(body):
             return 400, {"error": {"message": "context length exceeded"}}
         return script(body, path)
+
     srv = loopback(flaky)
     data, out = write_jsonl(tmp_path / "q.jsonl", n=3), tmp_path / "out"
-    args = ["--data", data, "--base-url", srv.url, "--out", str(out), "--seeds", "1", "--rules", "base,verdict",
-            "--judge-format", "text"]
+    args = [
+        "--data",
+        data,
+        "--base-url",
+        srv.url,
+        "--out",
+        str(out),
+        "--seeds",
+        "1",
+        "--rules",
+        "base,verdict",
+        "--judge-format",
+        "text",
+    ]
     assert evaluate.main(args) == 3  # 2 of 6 chains failed: more than --max-error-rate 0.05
     assert evaluate.main(args + ["--max-error-rate", "0.5"]) == 0  # the same table, under a laxer threshold
     rows = {r["id"]: r for r in rows_of(out) if r["method"] == "verdict"}
@@ -303,41 +566,70 @@ def test_endpoint_error_is_a_row_and_is_retried(tmp_path, loopback):
 
 
 def test_unreachable_endpoint_fails_fast(tmp_path):
-    out = run(["--data", write_jsonl(tmp_path / "q.jsonl"), "--base-url", "http://127.0.0.1:9/v1", "--retries", "0",
-               "--out", str(tmp_path / "out")])
+    out = run(
+        [
+            "--data",
+            write_jsonl(tmp_path / "q.jsonl"),
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--retries",
+            "0",
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
     assert out.returncode == 2 and out.stderr.count("\n") == 1
     assert out.stderr.startswith("evaluate.py: error: the endpoint cannot be used:")
     assert not (tmp_path / "out" / "summary.json").exists()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--seeds", "0"], "--seeds must be >= 1, got 0"),
-    (["--rules", "base,median"], "--rules must list distinct methods"),
-    (["--concurrency", "0"], "--concurrency must be >= 1"),
-    (["--max-calls", "0"], "--max-calls must be >= 1"),
-    (["--tau", "nan"], "--tau must be in [0, 1)"),
-    (["--tau", "5"], "--tau must be in [0, 1) (s̄* <= 1: tau >= 1 accepts nothing), got tau=5.0"),
-    (["--eps", "-1"], "--eps must be in (0, 1]"),
-    (["--n", "0"], "--n must be an integer >= 1, got n=0"),
-    (["--max-steps", "0"], "--max-steps must be an integer >= 1, got max_steps=0"),
-    (["--mode-max-tokens", "0"], "--mode-max-tokens must be >= 1"),
-    (["--data", "x.csv"], "unknown format '.csv'"),
-    (["--data", "nowhere.jsonl"], "nowhere.jsonl: no such file"),
-    (["--base-url", ""], "--base-url is required"),
-    (["--judge-modes", "plain,sgv"], "judge mode 'sgv'"),
-    (["--judge-modes", "prior,prior"], "--judge-mode lists a mode twice"),  # the old name still works
-    (["--judge-mode", "prior,premises,prior"], "--judge-mode lists a mode twice"),
-    (["--judge-mode", "premises,gate"], "the gate needs the premises mode"),
-    (["--judge-modes", "gate"], "the gate needs the premises mode"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--seeds", "0"], "--seeds must be >= 1, got 0"),
+        (["--rules", "base,median"], "--rules must list distinct methods"),
+        (["--concurrency", "0"], "--concurrency must be >= 1"),
+        (["--max-calls", "0"], "--max-calls must be >= 1"),
+        (["--tau", "nan"], "--tau must be in [0, 1)"),
+        (["--tau", "5"], "--tau must be in [0, 1) (s̄* <= 1: tau >= 1 accepts nothing), got tau=5.0"),
+        (["--eps", "-1"], "--eps must be in (0, 1]"),
+        (["--n", "0"], "--n must be an integer >= 1, got n=0"),
+        (["--max-steps", "0"], "--max-steps must be an integer >= 1, got max_steps=0"),
+        (["--mode-max-tokens", "0"], "--mode-max-tokens must be >= 1"),
+        (["--data", "x.csv"], "unknown format '.csv'"),
+        (["--data", "nowhere.jsonl"], "nowhere.jsonl: no such file"),
+        (["--base-url", ""], "--base-url is required"),
+        (["--judge-modes", "plain,sgv"], "judge mode 'sgv'"),
+        (["--judge-modes", "prior,prior"], "--judge-mode lists a mode twice"),  # the old name still works
+        (["--judge-mode", "prior,premises,prior"], "--judge-mode lists a mode twice"),
+        (["--judge-mode", "premises,gate"], "the gate needs the premises mode"),
+        (["--judge-modes", "gate"], "the gate needs the premises mode"),
+    ],
+)
 def test_bad_flags_one_line_exit_2(tmp_path, args, message):
-    base = ["--data", write_jsonl(tmp_path / "q.jsonl"), "--base-url", "http://127.0.0.1:9/v1", "--out", str(tmp_path / "o")]
+    base = [
+        "--data",
+        write_jsonl(tmp_path / "q.jsonl"),
+        "--base-url",
+        "http://127.0.0.1:9/v1",
+        "--out",
+        str(tmp_path / "o"),
+    ]
     out = run(base + args, cwd=tmp_path)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and message in out.stderr, out.stderr
 
 
-@pytest.mark.parametrize("bad", [["--tau", "5", "--eps", "-1"], ["--tau", "2"], ["--eps", "0"],
-                                 ["--tau", "-0.5"], ["--max-steps", "0"], ["--judge-mode", "plain,sgv"]])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ["--tau", "5", "--eps", "-1"],
+        ["--tau", "2"],
+        ["--eps", "0"],
+        ["--tau", "-0.5"],
+        ["--max-steps", "0"],
+        ["--judge-mode", "plain,sgv"],
+    ],
+)
 def test_a_bad_setting_exits_2_before_any_request(tmp_path, loopback, bad):
     srv = loopback(script)
     data = write_jsonl(tmp_path / "q.jsonl")
@@ -358,16 +650,28 @@ def test_demo_and_evaluate_share_the_verifier_flags(capsys):
         with pytest.raises(SystemExit):
             parse(["-h"])
         text = capsys.readouterr().out
-        helps.append(text[text.index("verifier:"):].split("\n\n")[0])
+        helps.append(text[text.index("verifier:") :].split("\n\n")[0])
     assert helps[0] == helps[1] and "--judge-modes" not in helps[0]  # the old name works, unlisted
-    assert all(f in helps[0] for f in ("--n", "--tau", "--eps", "--max-steps", "--judge-mode", "--revise",
-                                       "--mode-max-tokens"))
+    assert all(
+        f in helps[0]
+        for f in ("--n", "--tau", "--eps", "--max-steps", "--judge-mode", "--revise", "--mode-max-tokens")
+    )
 
 
 def test_other_settings_in_out_dir_refused(tmp_path, loopback):
     srv = loopback(script)
-    args = ["--data", write_jsonl(tmp_path / "q.jsonl", n=1), "--base-url", srv.url, "--out", str(tmp_path / "o"),
-            "--seeds", "1", "--rules", "base"]
+    args = [
+        "--data",
+        write_jsonl(tmp_path / "q.jsonl", n=1),
+        "--base-url",
+        srv.url,
+        "--out",
+        str(tmp_path / "o"),
+        "--seeds",
+        "1",
+        "--rules",
+        "base",
+    ]
     assert evaluate.main(args) == 0
     out = run(args + ["--max-steps", "2"])
     assert out.returncode == 2 and "holds a run with other settings (config); use another --out" in out.stderr
@@ -381,17 +685,49 @@ def test_live_structure(tmp_path, live_url):
     with open(path, "w") as fh:
         for i in range(5):
             a, b = i + 2, 2 * i + 1
-            fh.write(json.dumps({"id": i, "question": f"What is {a} + {b}?", "answer": "AB"[i % 2],
-                                 "options": {"A": str(a + b) if i % 2 == 0 else str(a + b + 1),
-                                             "B": str(a + b + 2) if i % 2 == 0 else str(a + b)}}) + "\n")
-    out = run(["--data", str(path), "--base-url", live_url, "--out", str(tmp_path / "o"), "--seeds", "1",
-               "--rules", "base,verdict", "--n", "2", "--max-steps", "1", "--max-tokens", "24", "--score-only"],
-              timeout=900)
+            fh.write(
+                json.dumps(
+                    {
+                        "id": i,
+                        "question": f"What is {a} + {b}?",
+                        "answer": "AB"[i % 2],
+                        "options": {
+                            "A": str(a + b) if i % 2 == 0 else str(a + b + 1),
+                            "B": str(a + b + 2) if i % 2 == 0 else str(a + b),
+                        },
+                    }
+                )
+                + "\n"
+            )
+    out = run(
+        [
+            "--data",
+            str(path),
+            "--base-url",
+            live_url,
+            "--out",
+            str(tmp_path / "o"),
+            "--seeds",
+            "1",
+            "--rules",
+            "base,verdict",
+            "--n",
+            "2",
+            "--max-steps",
+            "1",
+            "--max-tokens",
+            "24",
+            "--score-only",
+        ],
+        timeout=900,
+    )
     assert out.returncode == 0, out.stderr
     rows = rows_of(tmp_path / "o")
     assert len(rows) == 5 * 2 and {r["method"] for r in rows} == {"base", "verdict"}
     for r in rows:
-        assert r["extracted"] in ("letter", "text", "declined", "unanswered") and (r["trace"] is None) == (r["error"] is not None)
+        assert r["extracted"] in ("letter", "text", "declined", "unanswered") and (r["trace"] is None) == (
+            r["error"] is not None
+        )
         if r["trace"]:
             assert r["trace"]["format"] == verdict.TRACE_FORMAT and r["stopped"] in ("final", "max_steps")
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
@@ -403,6 +739,7 @@ def test_live_structure(tmp_path, live_url):
 
 # ----------------------------------------------------------------------------- run directory, cache, exit status
 
+
 def test_out_dir_made_against_another_endpoint_is_refused(tmp_path, loopback):
     first, second = loopback(script), loopback(script)
     data = write_jsonl(tmp_path / "q.jsonl", n=1)
@@ -412,7 +749,9 @@ def test_out_dir_made_against_another_endpoint_is_refused(tmp_path, loopback):
     assert out.returncode == 2 and "base_url" in out.stderr and "use another --out" in out.stderr, out.stderr
     out = run(args + ["--base-url", first.url, "--judge-base-url", second.url])
     assert out.returncode == 2 and "judge_base_url" in out.stderr, out.stderr
-    assert second.chats == []  # the second server was never asked; its answers were never replaced by the first's
+    assert (
+        second.chats == []
+    )  # the second server was never asked; its answers were never replaced by the first's
 
 
 def test_cache_error_stops_the_run_and_keeps_finished_rows(tmp_path, loopback, monkeypatch, capsys):
@@ -423,14 +762,35 @@ def test_cache_error_stops_the_run_and_keeps_finished_rows(tmp_path, loopback, m
     def failing_get(self, key):  # the cache breaks in the middle of the run (a damaged or locked file)
         gets["n"] += 1
         if gets["n"] > 25:
-            raise evaluate.client.CacheError(f"{self.path} is not a readable verdict cache (database disk image is malformed)")
+            raise evaluate.client.CacheError(
+                f"{self.path} is not a readable verdict cache (database disk image is malformed)"
+            )
         return real_get(self, key)
+
     monkeypatch.setattr(evaluate.client.Cache, "get", failing_get)
     out = tmp_path / "out"
-    code = evaluate.main(["--data", write_jsonl(tmp_path / "q.jsonl", n=4), "--base-url", srv.url, "--out", str(out),
-                          "--seeds", "1", "--rules", "base,verdict", "--concurrency", "1", "--judge-format", "text"])
+    code = evaluate.main(
+        [
+            "--data",
+            write_jsonl(tmp_path / "q.jsonl", n=4),
+            "--base-url",
+            srv.url,
+            "--out",
+            str(out),
+            "--seeds",
+            "1",
+            "--rules",
+            "base,verdict",
+            "--concurrency",
+            "1",
+            "--judge-format",
+            "text",
+        ]
+    )
     err = capsys.readouterr().err
-    assert code == 2 and "evaluate.py: error: the response cache cannot be used:" in err and "malformed" in err
+    assert (
+        code == 2 and "evaluate.py: error: the response cache cannot be used:" in err and "malformed" in err
+    )
     rows = rows_of(out)
     assert rows and all(r["error"] is None for r in rows)  # the chain that met the broken cache left no row
     assert {(r["id"], r["method"]) for r in rows} == {("q0", "base"), ("q0", "verdict"), ("q1", "base")}
@@ -445,11 +805,26 @@ def test_second_run_on_the_same_out_dir_is_refused_at_once(tmp_path, loopback):
             reached.set()
             gate.wait(120)
         return script(body, path)
+
     srv = loopback(holding)
-    args = ["--data", write_jsonl(tmp_path / "q.jsonl", n=2), "--base-url", srv.url, "--out", str(tmp_path / "o"),
-            "--seeds", "1", "--rules", "base"]
-    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "evaluate.py"), *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    args = [
+        "--data",
+        write_jsonl(tmp_path / "q.jsonl", n=2),
+        "--base-url",
+        srv.url,
+        "--out",
+        str(tmp_path / "o"),
+        "--seeds",
+        "1",
+        "--rules",
+        "base",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "evaluate.py"), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert reached.wait(120), "the first run never sent a request"
         second = run(args)
@@ -463,8 +838,22 @@ def test_second_run_on_the_same_out_dir_is_refused_at_once(tmp_path, loopback):
 
 def test_every_row_failing_exits_non_zero_and_says_so_at_the_top(tmp_path, loopback):
     srv = loopback(lambda body, path: (500, {"error": {"message": "the model crashed"}}))
-    out = run(["--data", write_jsonl(tmp_path / "q.jsonl", n=2), "--base-url", srv.url, "--out", str(tmp_path / "o"),
-               "--seeds", "1", "--rules", "base", "--retries", "0"])
+    out = run(
+        [
+            "--data",
+            write_jsonl(tmp_path / "q.jsonl", n=2),
+            "--base-url",
+            srv.url,
+            "--out",
+            str(tmp_path / "o"),
+            "--seeds",
+            "1",
+            "--rules",
+            "base",
+            "--retries",
+            "0",
+        ]
+    )
     assert out.returncode == 3, out.stderr
     md = (tmp_path / "o" / "summary.md").read_text()
     assert "2 of 2 chains (100.0%) ended in an error" in md.split("Accuracy")[0]  # above the table
@@ -473,18 +862,45 @@ def test_every_row_failing_exits_non_zero_and_says_so_at_the_top(tmp_path, loopb
 
 # ----------------------------------------------------------------------------- bad input files
 
+
 def test_empty_tsv_is_one_clear_error(tmp_path):
     (tmp_path / "Empty.tsv").write_text("")
-    out = run(["--data", str(tmp_path / "Empty.tsv"), "--base-url", "http://127.0.0.1:9/v1", "--out", str(tmp_path / "o")])
-    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Empty.tsv: empty file" in out.stderr, out.stderr
+    out = run(
+        [
+            "--data",
+            str(tmp_path / "Empty.tsv"),
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--out",
+            str(tmp_path / "o"),
+        ]
+    )
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Empty.tsv: empty file" in out.stderr, (
+        out.stderr
+    )
 
 
 def test_non_utf8_byte_skips_its_row_and_names_file_and_line(tmp_path, loopback):
     path = tmp_path / "Bad.tsv"
-    path.write_bytes(b"index\tquestion\tA\tB\tanswer\n1\tWhich is larger, 1 or 2?\t1\t2\tB\n"
-                     b"2\tWhich is caf\xe9?\tx\ty\tA\n3\tWhich is larger, 3 or 4?\t3\t4\tB\n")
+    path.write_bytes(
+        b"index\tquestion\tA\tB\tanswer\n1\tWhich is larger, 1 or 2?\t1\t2\tB\n"
+        b"2\tWhich is caf\xe9?\tx\ty\tA\n3\tWhich is larger, 3 or 4?\t3\t4\tB\n"
+    )
     srv = loopback(script)
-    out = run(["--data", str(path), "--base-url", srv.url, "--out", str(tmp_path / "o"), "--seeds", "1", "--rules", "base"])
+    out = run(
+        [
+            "--data",
+            str(path),
+            "--base-url",
+            srv.url,
+            "--out",
+            str(tmp_path / "o"),
+            "--seeds",
+            "1",
+            "--rules",
+            "base",
+        ]
+    )
     assert out.returncode == 0, out.stderr
     assert "Bad.tsv line 3: not valid UTF-8 (byte 0xe9" in out.stderr
     assert {r["id"] for r in rows_of(tmp_path / "o")} == {"1", "3"}
@@ -495,8 +911,10 @@ def test_every_row_skipped_or_no_item_exits_non_zero(tmp_path):
     bad.write_text("index\tquestion\tA\tB\tanswer\n1\tq?\tx\ty\t\n2\tq?\tx\t\tA\n")
     header_only = tmp_path / "Header.tsv"
     header_only.write_text("index\tquestion\tA\tB\tanswer\n")
-    for path, message in ((bad, "AllBad.tsv: no item to run: 2 rows read, 2 skipped"),
-                          (header_only, "Header.tsv: no item to run: 0 rows read")):
+    for path, message in (
+        (bad, "AllBad.tsv: no item to run: 2 rows read, 2 skipped"),
+        (header_only, "Header.tsv: no item to run: 0 rows read"),
+    ):
         out = run(["--data", str(path), "--base-url", "http://127.0.0.1:9/v1", "--out", str(tmp_path / "o")])
         assert out.returncode == 2 and message in out.stderr, out.stderr
 
@@ -505,16 +923,33 @@ def test_limit_does_not_read_the_whole_file(tmp_path, loopback):
     """--limit 2 on a file whose third row is a 40 MB cell: the run never holds that cell in memory."""
     import tracemalloc
     from test_benchmarks import b64, png
+
     path = tmp_path / "Big.tsv"
     with open(path, "w") as fh:
         fh.write("index\timage\tquestion\tA\tB\tanswer\n")
-        fh.writelines(f"{i}\t{b64(png('red'))}\tWhich is larger, {i} or {i + 1}?\t{i}\t{i + 1}\tB\n" for i in range(2))
+        fh.writelines(
+            f"{i}\t{b64(png('red'))}\tWhich is larger, {i} or {i + 1}?\t{i}\t{i + 1}\tB\n" for i in range(2)
+        )
         fh.write("9\t" + "QUFB" * 10_000_000 + "\tq?\tx\ty\tA\n")
     srv = loopback(script)
     tracemalloc.start()
     try:
-        code = evaluate.main(["--data", str(path), "--limit", "2", "--base-url", srv.url, "--out", str(tmp_path / "o"),
-                              "--seeds", "1", "--rules", "base"])
+        code = evaluate.main(
+            [
+                "--data",
+                str(path),
+                "--limit",
+                "2",
+                "--base-url",
+                srv.url,
+                "--out",
+                str(tmp_path / "o"),
+                "--seeds",
+                "1",
+                "--rules",
+                "base",
+            ]
+        )
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -525,25 +960,50 @@ def test_limit_does_not_read_the_whole_file(tmp_path, loopback):
 def test_extract_model_reads_what_the_rules_cannot_and_is_counted_apart(tmp_path, loopback):
     """The reasoner answers "the larger number" (no letter, no option text): without --extract-model the item is
     unanswered; with it, the extraction model (another server) names the letter, in one call counted apart."""
+
     def vague(body, path):
         if role_of(body["messages"]) == "reasoner":
             return 200, chat_response(["Final answer: the larger number"] * body.get("n", 1))
         return script(body, path)
+
     srv, extractor = loopback(vague), loopback(lambda body, path: chat_response(["B"]))
-    args = ["--data", write_jsonl(tmp_path / "q.jsonl", n=2), "--base-url", srv.url, "--seeds", "1", "--rules", "base",
-            "--max-calls", "1"]
+    args = [
+        "--data",
+        write_jsonl(tmp_path / "q.jsonl", n=2),
+        "--base-url",
+        srv.url,
+        "--seeds",
+        "1",
+        "--rules",
+        "base",
+        "--max-calls",
+        "1",
+    ]
     assert evaluate.main(args + ["--out", str(tmp_path / "plain")]) == 0
     assert {r["extracted"] for r in rows_of(tmp_path / "plain")} == {"unanswered"}
-    assert evaluate.main(args + ["--out", str(tmp_path / "x"), "--extract-model", "reader",
-                                 "--extract-base-url", extractor.url]) == 0
+    assert (
+        evaluate.main(
+            args
+            + ["--out", str(tmp_path / "x"), "--extract-model", "reader", "--extract-base-url", extractor.url]
+        )
+        == 0
+    )
     rows = rows_of(tmp_path / "x")
     assert [(r["pred"], r["extracted"], r["correct"], r["calls"], r["extract_calls"]) for r in rows] == [
-        ("B", "judge", True, 1, 1), ("B", "judge", True, 1, 1)]  # answers B, B: both right; the budget of 1 call holds
+        ("B", "judge", True, 1, 1),
+        ("B", "judge", True, 1, 1),
+    ]  # answers B, B: both right; the budget of 1 call holds
     assert len(extractor.chats) == 2 and {c["model"] for c in extractor.chats} == {"reader"}
     assert "Reply: the larger number" in user_text(extractor.chats[0])
     summary = json.loads((tmp_path / "x" / "summary.json").read_text())
-    assert summary["stats"]["base"]["extract_calls_per_item"] == 1 and summary["stats"]["base"]["extracted"]["judge"] == 2
-    assert summary["settings"]["extract_model"] == "reader" and summary["settings"]["extract_base_url"] == extractor.url
+    assert (
+        summary["stats"]["base"]["extract_calls_per_item"] == 1
+        and summary["stats"]["base"]["extracted"]["judge"] == 2
+    )
+    assert (
+        summary["settings"]["extract_model"] == "reader"
+        and summary["settings"]["extract_base_url"] == extractor.url
+    )
 
 
 def look_and_revise(body, path):
@@ -566,9 +1026,32 @@ def test_zoom_and_revise_rows_record_their_paths_and_costs(tmp_path, loopback):
     path, _ = tiny_tsv(tmp_path)
     srv = loopback(look_and_revise)
     out = tmp_path / "out"
-    assert evaluate.main(["--data", str(path), "--base-url", srv.url, "--out", str(out), "--seeds", "1", "--limit", "1",
-                          "--rules", "verdict", "--judge-modes", "plain,zoom", "--revise", "--n", "2",
-                          "--max-steps", "2"]) == 0
+    assert (
+        evaluate.main(
+            [
+                "--data",
+                str(path),
+                "--base-url",
+                srv.url,
+                "--out",
+                str(out),
+                "--seeds",
+                "1",
+                "--limit",
+                "1",
+                "--rules",
+                "verdict",
+                "--judge-modes",
+                "plain,zoom",
+                "--revise",
+                "--n",
+                "2",
+                "--max-steps",
+                "2",
+            ]
+        )
+        == 0
+    )
     rows = {r["method"]: r for r in rows_of(out)}
     assert list(rows) == ["verdict", "verdict+zoom", "verdict+revise", "verdict+zoom+revise"]
     # Without revision every step falls back to "Maybe 0." until max_steps; with it, step 1's revision is taken.
@@ -584,5 +1067,8 @@ def test_zoom_and_revise_rows_record_their_paths_and_costs(tmp_path, loopback):
     step = r["trace"]["steps"][0]
     assert step["fallback"] and step["revision"]["taken"] and step["revision"]["usage"]["calls"] == 4
     stats = json.loads((out / "summary.json").read_text())["stats"]
-    assert stats["verdict+revise"]["revise_calls_per_item"] == 4 and stats["verdict+revise"]["revised_rate"] == 1.0
+    assert (
+        stats["verdict+revise"]["revise_calls_per_item"] == 4
+        and stats["verdict+revise"]["revised_rate"] == 1.0
+    )
     assert stats["verdict"]["revised_rate"] is None

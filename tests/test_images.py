@@ -1,5 +1,6 @@
 """Tests for images.py: every colour mode, EXIF orientation, the pixel budget, bad inputs, memoisation
 and the chat messages that carry images."""
+
 import base64
 import io
 import os
@@ -30,23 +31,38 @@ def _mode_image(mode):
         img.putpalette([0, 0, 0] * 256)
         img.info["transparency"] = 0
         return img
-    return Image.new(mode, (8, 6), {"RGBA": (0, 0, 0, 0), "LA": (0, 0), "CMYK": (0, 255, 255, 0), "L": 128,
-                                    "1": 1, "F": 3.5, "I": 70000, "RGB": (1, 2, 3)}[mode])
+    return Image.new(
+        mode,
+        (8, 6),
+        {
+            "RGBA": (0, 0, 0, 0),
+            "LA": (0, 0),
+            "CMYK": (0, 255, 255, 0),
+            "L": 128,
+            "1": 1,
+            "F": 3.5,
+            "I": 70000,
+            "RGB": (1, 2, 3),
+        }[mode],
+    )
 
 
-@pytest.mark.parametrize("mode, pixel", [
-    ("RGBA", (255, 255, 255)),      # fully transparent: composited on white, not black
-    ("LA", (255, 255, 255)),
-    ("P", (200, 10, 10)),
-    ("P+transparency", (255, 255, 255)),
-    ("CMYK", (255, 0, 0)),
-    ("I;16", (128, 128, 128)),      # 32768 of 65535, not clipped to white
-    ("L", (128, 128, 128)),
-    ("1", (255, 255, 255)),
-    ("F", (0, 0, 0)),               # a constant float image: min..max stretch of a single value
-    ("I", (0, 0, 0)),
-    ("RGB", (1, 2, 3)),
-])
+@pytest.mark.parametrize(
+    "mode, pixel",
+    [
+        ("RGBA", (255, 255, 255)),  # fully transparent: composited on white, not black
+        ("LA", (255, 255, 255)),
+        ("P", (200, 10, 10)),
+        ("P+transparency", (255, 255, 255)),
+        ("CMYK", (255, 0, 0)),
+        ("I;16", (128, 128, 128)),  # 32768 of 65535, not clipped to white
+        ("L", (128, 128, 128)),
+        ("1", (255, 255, 255)),
+        ("F", (0, 0, 0)),  # a constant float image: min..max stretch of a single value
+        ("I", (0, 0, 0)),
+        ("RGB", (1, 2, 3)),
+    ],
+)
 def test_every_mode_becomes_rgb(mode, pixel, tmp_path):
     img = _mode_image(mode)
     for source in (img, tmp_path / ("x.tiff" if mode in ("CMYK", "F", "I") else "x.png")):
@@ -109,7 +125,6 @@ def test_encodings_are_memoised_and_follow_file_changes(png):
     assert encode_image(png) != a
 
 
-
 def _palette_image(palette, transparency=None):
     img = Image.new("P", (8, 6), 1)  # every pixel is index 1
     img.putpalette(palette + [0] * (768 - len(palette)))
@@ -136,12 +151,15 @@ def test_one_lazily_opened_image_encoded_from_many_threads_at_once(tmp_path):
             assert list(pool.map(lambda _: encode_image(lazy), range(8))) == [expected] * 8
 
 
-@pytest.mark.parametrize("size, budget, expected", [
-    ((5000, 1), 1000, (1000, 1)),   # the short side cannot shrink below 1: the long one takes the budget
-    ((1, 5000), 1000, (1, 1000)),
-    ((5000, 3), 1000, (1000, 1)),   # r = 0.258: 1290 × 0.77 -> 1290 × 1 -> 1000 × 1
-    ((2400, 1800), 100, (11, 8)),   # r = 0.00481: 11.5 × 8.7 -> 11 × 8
-])
+@pytest.mark.parametrize(
+    "size, budget, expected",
+    [
+        ((5000, 1), 1000, (1000, 1)),  # the short side cannot shrink below 1: the long one takes the budget
+        ((1, 5000), 1000, (1, 1000)),
+        ((5000, 3), 1000, (1000, 1)),  # r = 0.258: 1290 × 0.77 -> 1290 × 1 -> 1000 × 1
+        ((2400, 1800), 100, (11, 8)),  # r = 0.00481: 11.5 × 8.7 -> 11 × 8
+    ],
+)
 def test_budget_size_golden(size, budget, expected):
     assert images.budget_size(size, budget) == expected
 
@@ -174,23 +192,39 @@ def test_modes_i_and_i16_with_the_same_pixels_render_the_same(tmp_path):
 
 # ----------------------------------------------------------------------------- chat messages: where the images go
 
+
 def test_images_come_first_unless_the_question_names_them():
     red, blue = Image.new("RGB", (4, 4), "red"), Image.new("RGB", (4, 4), "blue")
     r, b = ({"type": "image_url", "image_url": {"url": encode_image(im)}} for im in (red, blue))
     t = lambda s: {"type": "text", "text": s}
     first = messages("sys", (red, blue), "Question:\nIs it red?", question="Is it red?")
-    assert first == [{"role": "system", "content": "sys"}, {"role": "user", "content": [r, b, t("Question:\nIs it red?")]}]
+    assert first == [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": [r, b, t("Question:\nIs it red?")]},
+    ]
     # MMMU (VLMEvalKit's split_MMMU): each <image k> of the question becomes the k-th image, at that place; an image
     # named twice is sent twice; the text before and after the question stays as it is.
     q = "Compare <image 2> with <image 2> and A. <image 1>"
     got = messages("sys", (red, blue), f"Question:\n{q}\n\nWrite the next step.", question=q)
     assert got[0] == {"role": "system", "content": "sys"} and got[1]["content"] == [
-        t("Question:\nCompare "), b, t(" with "), b, t(" and A. "), r, t("\n\nWrite the next step.")]
+        t("Question:\nCompare "),
+        b,
+        t(" with "),
+        b,
+        t(" and A. "),
+        r,
+        t("\n\nWrite the next step."),
+    ]
     only = messages("sys", (red, blue), "Question: <image 2>", question="<image 2>")
-    assert only[1]["content"] == [t("Question: "), b]  # image 1 is never named: left out, as VLMEvalKit leaves it out
+    assert only[1]["content"] == [
+        t("Question: "),
+        b,
+    ]  # image 1 is never named: left out, as VLMEvalKit leaves it out
     # a marker outside the question (a previous step, a candidate) is text, and so is one with no image sent at all
     step = messages("sys", (red, blue), f"{q}\nStep 1: see <image 1>", question=q)[1]["content"]
-    assert step[-1] == t("\nStep 1: see <image 1>") and len([p for p in step if p["type"] == "image_url"]) == 3
+    assert (
+        step[-1] == t("\nStep 1: see <image 1>") and len([p for p in step if p["type"] == "image_url"]) == 3
+    )
     assert messages("sys", (), f"Question: {q}", question=q)[1]["content"] == f"Question: {q}"
 
 

@@ -1,5 +1,6 @@
 """Tests for calls.py, the judge modes (SGV's prior, EVPV's fact sheet and gate), against a scripted
 loopback server; one `live` test talks to $VERDICT_LIVE_URL."""
+
 import json
 import math
 import re
@@ -22,21 +23,30 @@ nan = math.nan
 
 PRIOR = "- A correct solution finds the ball right of the cube.\n- Beware: apparent size is not distance."
 
-SHEET = {"objects": [{"fact": "a red cube", "uncertain": False}, {"fact": "a blue ball", "uncertain": False}],
-         "numbers": [],
-         "relations": [{"fact": "the blue ball is right of the red cube", "uncertain": False}],
-         "structure": [{"fact": "the cube stands on the floor", "uncertain": True}]}
+SHEET = {
+    "objects": [{"fact": "a red cube", "uncertain": False}, {"fact": "a blue ball", "uncertain": False}],
+    "numbers": [],
+    "relations": [{"fact": "the blue ball is right of the red cube", "uncertain": False}],
+    "structure": [{"fact": "the cube stands on the floor", "uncertain": True}],
+}
 
-SHEET_LINES = ("- objects: a red cube\n- objects: a blue ball\n- relations: the blue ball is right of the red cube\n"
-               "- structure: the cube stands on the floor (uncertain)")
+SHEET_LINES = (
+    "- objects: a red cube\n- objects: a blue ball\n- relations: the blue ball is right of the red cube\n"
+    "- structure: the cube stands on the floor (uncertain)"
+)
 
-CANDIDATES = ["The ball is right of the cube.", "The ball is left of the cube.", "The cube is large.",
-              "The ball is blue.", "The ball is hidden."]
+CANDIDATES = [
+    "The ball is right of the cube.",
+    "The ball is left of the cube.",
+    "The cube is large.",
+    "The ball is blue.",
+    "The ball is hidden.",
+]
 
 CHECKS = {  # candidate -> the premise check's reply
     "The ball is right of the cube.": '{"claims": [{"claim": "ball right of cube", "label": "supported"}]}',
     "The ball is left of the cube.": '{"claims": [{"claim": "a ball", "label": "Supported"}, '
-                                     '{"claim": "ball left of cube", "label": "contradicted"}]}',
+    '{"claim": "ball left of cube", "label": "contradicted"}]}',
     "The cube is large.": '{"claims": [{"claim": "the cube is large", "label": "uncertain"}]}',
     "The ball is blue.": "The ball is indeed blue.",  # not JSON: the check is unreadable
     "The ball is hidden.": '{"claims": []}',  # no visual claim: ν_t = 0
@@ -63,11 +73,21 @@ def modes_handler(sheets=(json.dumps(SHEET),), scores=None):
         if r == "prior":
             return chat_response(PRIOR, prompt_tokens=30, completion_tokens=20)
         if r == "premises":
-            return chat_response(sheets.pop(0) if len(sheets) > 1 else sheets[0], prompt_tokens=40, completion_tokens=60)
+            return chat_response(
+                sheets.pop(0) if len(sheets) > 1 else sheets[0], prompt_tokens=40, completion_tokens=60
+            )
         if r == "premise_check":
-            return chat_response(next(v for k, v in CHECKS.items() if f"<step>\n{k}\n</step>" in text), prompt_tokens=50,
-                                 completion_tokens=10)
-        return chat_response("I cannot tell." if r == "visual" and "The ball is hidden." in text else f"Fine.\nScore: {scores[r]}")
+            return chat_response(
+                next(v for k, v in CHECKS.items() if f"<step>\n{k}\n</step>" in text),
+                prompt_tokens=50,
+                completion_tokens=10,
+            )
+        return chat_response(
+            "I cannot tell."
+            if r == "visual" and "The ball is hidden." in text
+            else f"Fine.\nScore: {scores[r]}"
+        )
+
     return handler
 
 
@@ -78,14 +98,28 @@ def test_judge_mode_names_parse_and_guards():
     assert JudgeMode.parse("") == JudgeMode.parse("plain") == JudgeMode()
     # The gate word names its target; plain "gate" is the default target, step (EVPV gates the step's reward).
     assert evpv.GATE_TARGET == "step" and JudgeMode(premises=True, gate=True).gate_target == "step"
-    assert JudgeMode.parse("premises+gate") == JudgeMode.parse("gate-step,premises") == JudgeMode(premises=True, gate=True)
+    assert (
+        JudgeMode.parse("premises+gate")
+        == JudgeMode.parse("gate-step,premises")
+        == JudgeMode(premises=True, gate=True)
+    )
     visual = JudgeMode.parse("premises+gate-visual")
-    assert visual == JudgeMode(premises=True, gate=True, gate_target="visual") and visual.name == "premises+gate-visual"
+    assert (
+        visual == JudgeMode(premises=True, gate=True, gate_target="visual")
+        and visual.name == "premises+gate-visual"
+    )
     assert [visual.gates(j) for j in verdict.JUDGES] == [True, False, False]
     assert [JudgeMode(premises=True, gate=True).gates(j) for j in verdict.JUDGES] == [True] * 3
     assert not JudgeMode(premises=True).gates("visual")
-    for words in ("plain", "prior", "premises", "prior+premises", "premises+gate", "premises+gate-visual",
-                  "prior+premises+gate-visual"):  # every mode's name parses back to it
+    for words in (
+        "plain",
+        "prior",
+        "premises",
+        "prior+premises",
+        "premises+gate",
+        "premises+gate-visual",
+        "prior+premises+gate-visual",
+    ):  # every mode's name parses back to it
         assert JudgeMode.parse(JudgeMode.parse(words).name) == JudgeMode.parse(words)
     for bad in ("prior,sgv", "prior,prior", "premises,gate-all", "premises+gate+gate-visual"):
         with pytest.raises(ValueError, match=re.escape(repr(bad))):
@@ -94,7 +128,9 @@ def test_judge_mode_names_parse_and_guards():
         JudgeMode(prior=True, gate=True)
     with pytest.raises(ValueError, match="gate_target='judges'"):
         JudgeMode(premises=True, gate=True, gate_target="judges")
-    with pytest.raises(ValueError, match="gate_target='visual' needs the gate"):  # else its name would hide it
+    with pytest.raises(
+        ValueError, match="gate_target='visual' needs the gate"
+    ):  # else its name would hide it
         JudgeMode(premises=True, gate_target="visual")
 
 
@@ -105,7 +141,9 @@ def test_plain_mode_sends_byte_identical_requests(loopback):
     for evidence in (None, ModeCalls(client)):
         assert [j(state, "The ball is right.") for j in make_judges(client, grounding=evidence)] == [0.8] * 3
     raw = [r.raw for r in srv.requests]
-    assert raw[:3] == raw[3:] and "Question:\nWhere is the ball?\n\nPrevious steps:" in user_text(srv.chats[0])
+    assert raw[:3] == raw[3:] and "Question:\nWhere is the ball?\n\nPrevious steps:" in user_text(
+        srv.chats[0]
+    )
 
 
 def test_prior_is_made_once_per_question_and_reused_across_steps_and_candidates(loopback):
@@ -114,19 +152,33 @@ def test_prior_is_made_once_per_question_and_reused_across_steps_and_candidates(
     cfg = verdict.Config(n=2, max_steps=2)
     g = ModeCalls(client, JudgeMode(prior=True))
     js = make_judges(client, grounding=g)
-    verdict.run("Where is the ball?", Reasoner(client), js, cfg, map_fn=thread_map(6))  # 6 judge calls at once
+    verdict.run(
+        "Where is the ball?", Reasoner(client), js, cfg, map_fn=thread_map(6)
+    )  # 6 judge calls at once
     roles = [role(b) for b in srv.chats]
     assert roles.count("prior") == 1 and roles.count("reasoner") == 2 and len(roles) == 1 + 2 + 2 * 2 * 3
     (prior,) = [b for b in srv.chats if role(b) == "prior"]
     assert len(prior["messages"]) == 2 and not any(c in user_text(prior) for c in CANDIDATES)  # no step shown
     for body in srv.chats:
-        if role(body) in verdict.JUDGES:  # after the shared question and steps, and the judge's role; before the candidate
+        if (
+            role(body) in verdict.JUDGES
+        ):  # after the shared question and steps, and the judge's role; before the candidate
             text = user_text(body)
-            assert (text.index("Where is the ball?") < text.index("Previous steps:") < text.index("You are the")
-                    < text.index(PRIOR) < text.index("Step to check:\n<step>"))
+            assert (
+                text.index("Where is the ball?")
+                < text.index("Previous steps:")
+                < text.index("You are the")
+                < text.index(PRIOR)
+                < text.index("Step to check:\n<step>")
+            )
     verdict.run("Where is the cube?", Reasoner(client), js, cfg)  # a new question, a new prior
     assert [role(b) for b in srv.chats].count("prior") == 2
-    assert g.record("Where is the ball?") == {"judge_mode": "prior", "prior": PRIOR, "extra_calls": 1, "extra_tokens": 50}
+    assert g.record("Where is the ball?") == {
+        "judge_mode": "prior",
+        "prior": PRIOR,
+        "extra_calls": 1,
+        "extra_tokens": 50,
+    }
 
 
 def test_a_mode_request_is_identical_across_runs_so_the_disk_cache_serves_it(loopback, tmp_path):
@@ -136,7 +188,9 @@ def test_a_mode_request_is_identical_across_runs_so_the_disk_cache_serves_it(loo
         g = ModeCalls(client, JudgeMode(prior=True, premises=True))
         assert g.prior(verdict.State("q")) == PRIOR and g.fact_sheet(verdict.State("q")) == SHEET
     assert [role(b) for b in srv.chats] == ["prior", "premises"]
-    assert g.record("q")["extra_calls"] == 2 and g.record("q")["extra_tokens"] == 150  # a cached reply still costs
+    assert (
+        g.record("q")["extra_calls"] == 2 and g.record("q")["extra_tokens"] == 150
+    )  # a cached reply still costs
 
 
 def test_fact_sheet_is_parsed_and_only_the_visual_judge_reads_it(loopback, png):
@@ -148,10 +202,20 @@ def test_fact_sheet_is_parsed_and_only_the_visual_judge_reads_it(loopback, png):
     by = {role(b): b for b in srv.chats}
     assert len(srv.chats) == 4 and by["premises"]["messages"][1]["content"][0]["type"] == "image_url"
     visual = user_text(by["visual"])
-    assert visual.index("Where is the ball?") < visual.index(SHEET_LINES) < visual.index("Step to check:\n<step>")
+    assert (
+        visual.index("Where is the ball?")
+        < visual.index(SHEET_LINES)
+        < visual.index("Step to check:\n<step>")
+    )
     assert "Fact sheet" not in user_text(by["logical"]) + user_text(by["contextual"])
-    assert g.record("Where is the ball?", png) == {"judge_mode": "premises", "fact_sheet": SHEET, "fact_sheet_status": "ok",
-                                                   "fact_sheet_errors": [], "extra_calls": 1, "extra_tokens": 100}
+    assert g.record("Where is the ball?", png) == {
+        "judge_mode": "premises",
+        "fact_sheet": SHEET,
+        "fact_sheet_status": "ok",
+        "fact_sheet_errors": [],
+        "extra_calls": 1,
+        "extra_tokens": 100,
+    }
 
 
 def test_malformed_fact_sheet_is_asked_for_once_more(loopback):
@@ -160,10 +224,17 @@ def test_malformed_fact_sheet_is_asked_for_once_more(loopback):
     g = ModeCalls(Client(srv.url, "m"), JudgeMode(premises=True))
     assert g.fact_sheet(verdict.State("q")) == SHEET
     first, second = srv.chats
-    assert second["messages"][:2] == first["messages"] and second["messages"][2] == {"role": "assistant", "content": truncated}
+    assert second["messages"][:2] == first["messages"] and second["messages"][2] == {
+        "role": "assistant",
+        "content": truncated,
+    }
     assert second["messages"][3]["content"].startswith("Your reply was not a valid fact sheet (invalid JSON")
     rec = g.record("q")
-    assert rec["fact_sheet_status"] == "retried" and len(rec["fact_sheet_errors"]) == 1 and rec["extra_calls"] == 2
+    assert (
+        rec["fact_sheet_status"] == "retried"
+        and len(rec["fact_sheet_errors"]) == 1
+        and rec["extra_calls"] == 2
+    )
 
 
 def test_fact_sheet_malformed_twice_degrades_and_the_trace_records_it(loopback):
@@ -171,8 +242,9 @@ def test_fact_sheet_malformed_twice_degrades_and_the_trace_records_it(loopback):
     client = Client(srv.url, "m")
     cfg = verdict.Config(n=2, max_steps=1)
     g = ModeCalls(client, JudgeMode(premises=True, gate=True))
-    trace = verdict.run("Where is the ball?", Reasoner(client), make_judges(client, grounding=g), cfg,
-                        map_fn=thread_map(3))
+    trace = verdict.run(
+        "Where is the ball?", Reasoner(client), make_judges(client, grounding=g), cfg, map_fn=thread_map(3)
+    )
     trace = replace(trace, meta={"grounding": g.record("Where is the ball?")})
     roles = [role(b) for b in srv.chats]
     assert roles.count("premises") == 2 and "premise_check" not in roles  # no sheet: nothing to check against
@@ -180,37 +252,52 @@ def test_fact_sheet_malformed_twice_degrades_and_the_trace_records_it(loopback):
     assert (trace.steps[0].s_hat == 0.8).all()  # the visual judge as in plain VERDICT
     meta = json.loads(json.dumps(trace.to_dict(), allow_nan=False))["meta"]["grounding"]
     assert meta["fact_sheet"] is None and meta["fact_sheet_status"] == "degraded" and meta["extra_calls"] == 2
-    assert meta["fact_sheet_errors"] == ["no JSON object in the reply", '\'objects\' must be a list, got "a cube"']
+    assert meta["fact_sheet_errors"] == [
+        "no JSON object in the reply",
+        "'objects' must be a list, got \"a cube\"",
+    ]
 
 
-@pytest.mark.parametrize("reply, error", [
-    ("no json here", "no JSON object"),
-    ('{"objects": [}', "invalid JSON"),
-    ('{"objects": [], "numbers": [], "relations": []}', "'structure' must be a list"),
-    ('{"objects": ["a cube"], "numbers": [], "relations": [], "structure": []}', "objects entry"),
-    ('{"objects": [{"fact": " "}], "numbers": [], "relations": [], "structure": []}', "objects entry"),
-    ('{"objects": [{"fact": "cube", "uncertain": "no"}], "numbers": [], "relations": [], "structure": []}', "objects entry"),
-    ('{"objects": [], "numbers": [], "relations": [], "structure": []}', "no fact"),
-])
+@pytest.mark.parametrize(
+    "reply, error",
+    [
+        ("no json here", "no JSON object"),
+        ('{"objects": [}', "invalid JSON"),
+        ('{"objects": [], "numbers": [], "relations": []}', "'structure' must be a list"),
+        ('{"objects": ["a cube"], "numbers": [], "relations": [], "structure": []}', "objects entry"),
+        ('{"objects": [{"fact": " "}], "numbers": [], "relations": [], "structure": []}', "objects entry"),
+        (
+            '{"objects": [{"fact": "cube", "uncertain": "no"}], "numbers": [], "relations": [], "structure": []}',
+            "objects entry",
+        ),
+        ('{"objects": [], "numbers": [], "relations": [], "structure": []}', "no fact"),
+    ],
+)
 def test_parse_fact_sheet_rejects_malformed_sheets(reply, error):
     with pytest.raises(ValueError, match=error):
         evpv.parse_fact_sheet(reply)
 
 
 def test_parse_fact_sheet_keeps_facts_and_marks():
-    sheet = evpv.parse_fact_sheet('Sure! {"objects": [{"fact": " cube ", "x": 1}], "numbers": [{"fact": "3 legs", '
-                                    '"uncertain": true}], "relations": [], "structure": [], "notes": "ignored"}')
-    assert sheet == {"objects": [{"fact": "cube", "uncertain": False}], "numbers": [{"fact": "3 legs", "uncertain": True}],
-                     "relations": [], "structure": []}
+    sheet = evpv.parse_fact_sheet(
+        'Sure! {"objects": [{"fact": " cube ", "x": 1}], "numbers": [{"fact": "3 legs", '
+        '"uncertain": true}], "relations": [], "structure": [], "notes": "ignored"}'
+    )
+    assert sheet == {
+        "objects": [{"fact": "cube", "uncertain": False}],
+        "numbers": [{"fact": "3 legs", "uncertain": True}],
+        "relations": [],
+        "structure": [],
+    }
     assert evpv.fact_lines(sheet) == "- objects: cube\n- numbers: 3 legs (uncertain)"
 
 
 def test_reliability_is_the_geometric_mean_of_claim_agreement():
     assert evpv.reliability([1.0, 1.0]) == 1.0
-    assert evpv.reliability([1.0, 0.5]) == pytest.approx(math.sqrt(0.5))      # (1 · 0.5)^(1/2)
+    assert evpv.reliability([1.0, 0.5]) == pytest.approx(math.sqrt(0.5))  # (1 · 0.5)^(1/2)
     assert evpv.reliability([1.0, 1.0, 0.5]) == pytest.approx(0.5 ** (1 / 3))  # (1 · 1 · 0.5)^(1/3) = 0.7937
-    assert evpv.reliability([1.0, 1.0, 0.0]) == 0.0                           # one hallucinated premise sinks r
-    assert evpv.reliability([]) == 1.0                                        # no visual claim: nothing to doubt
+    assert evpv.reliability([1.0, 1.0, 0.0]) == 0.0  # one hallucinated premise sinks r
+    assert evpv.reliability([]) == 1.0  # no visual claim: nothing to doubt
     for bad in ([1.2], [nan], [[1.0]]):
         with pytest.raises(ValueError, match="agreements"):
             evpv.reliability(bad)
@@ -221,7 +308,7 @@ def test_gate_arithmetic_against_hand_computed_values():
     # σ(5) = 0.9933071491, σ(−5) = 0.0066928509, so the denominator is 0.9866142982.
     assert evpv.alpha(1.0) == 1.0 and evpv.alpha(0.0) == 0.0
     assert evpv.gate(0.9, 1.0) == 0.9 and evpv.gate(0.2, 1.0) == pytest.approx(0.2)  # r = 1: unchanged
-    assert evpv.gate(0.9, 0.0) == 0.5 and evpv.gate(0.2, 0.0) == 0.5                 # r = 0: to neutral 0.5
+    assert evpv.gate(0.9, 0.0) == 0.5 and evpv.gate(0.2, 0.0) == 0.5  # r = 0: to neutral 0.5
     # r = 0.5: σ(0) = 0.5 and α = (0.5 − 0.0066928509) / 0.9866142982 = 0.5; ŝ_V = 0.9 -> 0.5 + 0.5 · 0.4 = 0.7
     assert evpv.gate(0.9, 0.5) == pytest.approx(0.7)
     # r = 0.7: σ(2) = 0.8807970780, α = (0.8807970780 − 0.0066928509) / 0.9866142982 = 0.8859634699;
@@ -242,8 +329,14 @@ def run_gated(loopback, png, mode: JudgeMode, scores=None) -> tuple:
     srv = loopback(modes_handler(scores=scores))
     client = Client(srv.url, "m")
     g = ModeCalls(client, mode)
-    trace = verdict.run("Where is the ball?", Reasoner(client), make_judges(client, grounding=g),
-                        verdict.Config(n=5, max_steps=1), image=png, map_fn=thread_map(6))
+    trace = verdict.run(
+        "Where is the ball?",
+        Reasoner(client),
+        make_judges(client, grounding=g),
+        verdict.Config(n=5, max_steps=1),
+        image=png,
+        map_fn=thread_map(6),
+    )
     trace = replace(trace, meta={"grounding": g.record("Where is the ball?", png)})
     return srv, json.loads(json.dumps(trace.to_dict(), allow_nan=False))
 
@@ -260,12 +353,21 @@ def test_visual_target_gates_the_visual_score_before_the_consensus_and_the_trace
     # 4 candidates checked ("hidden" is not, as its visual score is NaN), the unreadable one asked twice; text only
     assert len(checks) == 5 and all(isinstance(b["messages"][1]["content"], str) for b in checks)
     text = user_text(checks[0])
-    assert text.index("Where is the ball?") < text.index("Fact sheet:\n" + SHEET_LINES) < text.index("Step to check:\n<step>")
+    assert (
+        text.index("Where is the ball?")
+        < text.index("Fact sheet:\n" + SHEET_LINES)
+        < text.index("Step to check:\n<step>")
+    )
     meta = d["meta"]["grounding"]
     assert meta["judge_mode"] == "prior+premises+gate-visual" and meta["gate_target"] == "visual"
     assert meta["prior"] == PRIOR and meta["fact_sheet"] == SHEET
     gate = {e["candidate"]: e for e in meta["gate"]}
-    assert [gate[c]["r"] for c in CANDIDATES[:4]] == [1.0, 0.0, 0.5, None] and "The ball is hidden." not in gate
+    assert [gate[c]["r"] for c in CANDIDATES[:4]] == [
+        1.0,
+        0.0,
+        0.5,
+        None,
+    ] and "The ball is hidden." not in gate
     assert gate["The ball is left of the cube."]["claims"][0] == {"claim": "a ball", "label": "supported"}
     records = d["steps"][0]["calls"]  # [n][m]: each judge call's record, its gate's part with it; "left of":
     assert records[1][0]["gate"] == {"s_hat": 0.8, "gated": 0.5, "nu": 1, "r": 0.0, "alpha": 0.0}
@@ -282,20 +384,34 @@ def test_step_target_gates_every_judges_score_with_one_check_per_candidate(loopb
     srv, d = run_gated(loopback, png, mode, scores={"visual": 0.8, "logical": 0.9, "contextual": 0.2})
     s_hat = np.array(d["steps"][0]["s_hat"], dtype=float)
     # Each score ŝ -> 0.5 + α(r)(ŝ − 0.5), with the candidate's r:
-    assert s_hat[:4] == pytest.approx(np.array([
-        [0.8, 0.9, 0.2],       # supported, r = 1, α = 1: unchanged
-        [0.5, 0.5, 0.5],       # one contradicted claim, r = 0, α = 0: all neutral
-        [0.65, 0.7, 0.35],     # uncertain, r = 0.5, α = 0.5: 0.5 ± half the distance to 0.5
-        [0.8, 0.9, 0.2]]))     # unreadable check: unchanged
-    assert s_hat[4] == pytest.approx([nan, 0.9, 0.2], nan_ok=True)  # no claim (ν_t = 0): kept; V abstained: NaN
+    assert s_hat[:4] == pytest.approx(
+        np.array(
+            [
+                [0.8, 0.9, 0.2],  # supported, r = 1, α = 1: unchanged
+                [0.5, 0.5, 0.5],  # one contradicted claim, r = 0, α = 0: all neutral
+                [0.65, 0.7, 0.35],  # uncertain, r = 0.5, α = 0.5: 0.5 ± half the distance to 0.5
+                [0.8, 0.9, 0.2],
+            ]
+        )
+    )  # unreadable check: unchanged
+    assert s_hat[4] == pytest.approx(
+        [nan, 0.9, 0.2], nan_ok=True
+    )  # no claim (ν_t = 0): kept; V abstained: NaN
     checks = [b for b in srv.chats if role(b) == "premise_check"]
-    assert sorted(c for c in CANDIDATES if any(f"<step>\n{c}\n</step>" in user_text(b) for b in checks)) == sorted(CANDIDATES)
-    assert len(checks) == 6  # one per candidate, not one per judge, the unreadable one twice; "hidden" for L and C alone
+    assert sorted(
+        c for c in CANDIDATES if any(f"<step>\n{c}\n</step>" in user_text(b) for b in checks)
+    ) == sorted(CANDIDATES)
+    assert (
+        len(checks) == 6
+    )  # one per candidate, not one per judge, the unreadable one twice; "hidden" for L and C alone
     meta = d["meta"]["grounding"]
     assert meta["judge_mode"] == "premises+gate" and meta["gate_target"] == "step"
     gate, records = {e["candidate"]: e for e in meta["gate"]}, d["steps"][0]["calls"]
     assert [(c["gate"]["s_hat"], c["gate"]["gated"]) for c in records[2]] == [  # "The cube is large."
-        (0.8, pytest.approx(0.65)), (0.9, pytest.approx(0.7)), (0.2, pytest.approx(0.35))]
+        (0.8, pytest.approx(0.65)),
+        (0.9, pytest.approx(0.7)),
+        (0.2, pytest.approx(0.35)),
+    ]
     hidden = gate["The ball is hidden."]
     assert (hidden["nu"], hidden["r"], hidden["alpha"]) == (0, 1.0, None)
     assert ["gate" in c for c in records[4]] == [False, True, True]
@@ -310,14 +426,17 @@ def test_nu_rule_a_step_with_no_visual_claim_is_never_gated(loopback, monkeypatc
     g = ModeCalls(Client(srv.url, "m"), JudgeMode(premises=True, gate=True))
     monkeypatch.setattr(evpv, "alpha", lambda r, *a: 0.0)
     state = verdict.State("Where is the ball?")
-    assert g.gated("visual", state, "The ball is hidden.", 0.9)[0] == 0.9                # ν_t = 0: kept
+    assert g.gated("visual", state, "The ball is hidden.", 0.9)[0] == 0.9  # ν_t = 0: kept
     assert g.gated("logical", state, "The ball is hidden.", 0.3)[0] == 0.3
     assert g.gated("visual", state, "The ball is right of the cube.", 0.9)[0] == 0.5  # ν_t = 1: gated (α = 0)
     assert g.gated("contextual", state, "The ball is right of the cube.", 0.3)[0] == 0.5
     assert math.isnan(g.gated("logical", state, "The ball is right of the cube.", nan)[0])  # NaN stays NaN
     gate = {e["candidate"]: e for e in g.record("Where is the ball?")["gate"]}
     assert (gate["The ball is hidden."]["nu"], gate["The ball is hidden."]["alpha"]) == (0, None)
-    assert (gate["The ball is right of the cube."]["nu"], gate["The ball is right of the cube."]["alpha"]) == (1, 0.0)
+    assert (
+        gate["The ball is right of the cube."]["nu"],
+        gate["The ball is right of the cube."]["alpha"],
+    ) == (1, 0.0)
     assert [role(b) for b in srv.chats].count("premise_check") == 2
 
 
@@ -329,8 +448,17 @@ def test_two_candidates_with_the_same_text_share_one_check_and_keep_their_own_ga
     g = ModeCalls(Client(loopback(modes_handler()).url, "m"), JudgeMode(premises=True, gate=True))
     for s in (0.8, 0.2):
         assert [g.gated(j, state, "The cube is large.", s) for j in verdict.JUDGES] == [
-            (pytest.approx(0.5 + 0.5 * (s - 0.5)), {"s_hat": s, "gated": pytest.approx(0.5 + 0.5 * (s - 0.5)),
-                                                    "nu": 1, "r": 0.5, "alpha": pytest.approx(0.5)})] * 3
+            (
+                pytest.approx(0.5 + 0.5 * (s - 0.5)),
+                {
+                    "s_hat": s,
+                    "gated": pytest.approx(0.5 + 0.5 * (s - 0.5)),
+                    "nu": 1,
+                    "r": 0.5,
+                    "alpha": pytest.approx(0.5),
+                },
+            )
+        ] * 3
     rec = g.record("Where is the ball?")
     assert len(rec["gate"]) == 1 and "scores" not in rec["gate"][0] and rec["extra_calls"] == 1 + 1
     # The same through the judges: two identical candidates, judges that reply 0.8 to the first call and 0.2
@@ -344,6 +472,7 @@ def test_two_candidates_with_the_same_text_share_one_check_and_keep_their_own_ga
         if role(body) == "reasoner":
             return chat_response(["The cube is large."] * body["n"])
         return handler(body, path)
+
     client = Client(loopback(per_call).url, "m")
     g = ModeCalls(client, JudgeMode(premises=True, gate=True), fmt="text")
     js = make_judges(client, grounding=g, fmt=g.format)
@@ -351,10 +480,14 @@ def test_two_candidates_with_the_same_text_share_one_check_and_keep_their_own_ga
     rec = trace.steps[0]
     assert rec.candidates == ("The cube is large.",) * 2
     assert rec.s_hat == pytest.approx(np.array([[0.65] * 3, [0.35] * 3]))
-    seen_by_trace = [[(c["reason"], c["sampled"], c["gate"]["s_hat"], c["gate"]["gated"]) for c in row]
-                     for row in rec.calls]
-    assert seen_by_trace == [[("Call 0.", 0.8, 0.8, pytest.approx(0.65))] * 3,
-                             [("Call 1.", 0.2, 0.2, pytest.approx(0.35))] * 3]
+    seen_by_trace = [
+        [(c["reason"], c["sampled"], c["gate"]["s_hat"], c["gate"]["gated"]) for c in row]
+        for row in rec.calls
+    ]
+    assert seen_by_trace == [
+        [("Call 0.", 0.8, 0.8, pytest.approx(0.65))] * 3,
+        [("Call 1.", 0.2, 0.2, pytest.approx(0.35))] * 3,
+    ]
     assert len(g.record("Where is the ball?")["gate"]) == 1
 
 
@@ -368,6 +501,7 @@ def test_judges_gating_one_candidate_at_once_share_one_check(loopback):
         if role(body) == "premise_check":
             waited.append(entered.wait(30))
         return handler(body, path)
+
     srv = loopback(slow_check)
     g = ModeCalls(Client(srv.url, "m"), JudgeMode(premises=True, gate=True))
     g.fact_sheet(verdict.State("Where is the ball?"))
@@ -378,20 +512,42 @@ def test_judges_gating_one_candidate_at_once_share_one_check(loopback):
         if len(calls) == 3:
             entered.set()
         return inner(*args)
+
     g.gated = counting
-    trace = verdict.run("Where is the ball?", Reasoner(Client(srv.url, "m")),
-                        make_judges(Client(srv.url, "m"), grounding=g), verdict.Config(n=1, max_steps=1),
-                        map_fn=thread_map(3))
+    trace = verdict.run(
+        "Where is the ball?",
+        Reasoner(Client(srv.url, "m")),
+        make_judges(Client(srv.url, "m"), grounding=g),
+        verdict.Config(n=1, max_steps=1),
+        map_fn=thread_map(3),
+    )
     assert waited == [True] and [role(b) for b in srv.chats].count("premise_check") == 1
     assert trace.steps[0].s_hat.tolist() == [[0.8, 0.8, 0.8]]  # "right of the cube": supported, r = 1
 
 
 # ----------------------------------------------------------------------------- structured output
 
-REFUSE = (400, {"error": {"code": 400, "type": "invalid_request_error",  # llama-server's words for an unknown type
-                          "message": 'response_format type must be one of "text" or "json_object", but got: json_schema'}})
-SCHEMA_KEYWORDS = {"type", "properties", "required", "additionalProperties", "items", "maxItems", "minLength",
-                   "maxLength", "enum"}  # all enforced by llama-server's schema-to-grammar converter, vLLM and SGLang
+REFUSE = (
+    400,
+    {
+        "error": {
+            "code": 400,
+            "type": "invalid_request_error",  # llama-server's words for an unknown type
+            "message": 'response_format type must be one of "text" or "json_object", but got: json_schema',
+        }
+    },
+)
+SCHEMA_KEYWORDS = {
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "maxItems",
+    "minLength",
+    "maxLength",
+    "enum",
+}  # all enforced by llama-server's schema-to-grammar converter, vLLM and SGLang
 
 
 def keywords(schema) -> set:
@@ -417,7 +573,9 @@ def test_schemas_bound_every_list_and_string_with_keywords_servers_enforce():
         assert lst["items"]["required"] == ["fact", "uncertain"]
     claim = claims["properties"]["claims"]
     assert claim["maxItems"] == evpv.CLAIMS_PER_STEP == 6 and claims["required"] == ["claims"]
-    assert claim["items"]["properties"]["label"]["enum"] == list(evpv.AGREEMENT)  # p_j is defined for each label
+    assert claim["items"]["properties"]["label"]["enum"] == list(
+        evpv.AGREEMENT
+    )  # p_j is defined for each label
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -427,38 +585,57 @@ def test_every_reply_the_schemas_allow_is_read_back_unchanged(seed):
     rng = np.random.default_rng(seed)
     text = lambda: "".join(rng.choice(list("ab cd{}\"'[],:xyz0189")) for _ in range(rng.integers(1, 81)))
     for _ in range(50):
-        sheet = {k: [{"fact": text().strip() or "x", "uncertain": bool(rng.integers(2))}
-                     for _ in range(rng.integers(0, evpv.FACTS_PER_KIND + 1))] for k in evpv.FACT_KINDS}
+        sheet = {
+            k: [
+                {"fact": text().strip() or "x", "uncertain": bool(rng.integers(2))}
+                for _ in range(rng.integers(0, evpv.FACTS_PER_KIND + 1))
+            ]
+            for k in evpv.FACT_KINDS
+        }
         if any(sheet.values()):
             assert evpv.parse_fact_sheet(json.dumps(sheet, indent=int(rng.integers(0, 3)))) == sheet
-        claims = [{"claim": text().strip(), "label": str(rng.choice(list(evpv.AGREEMENT)))}
-                  for _ in range(rng.integers(0, evpv.CLAIMS_PER_STEP + 1))]
+        claims = [
+            {"claim": text().strip(), "label": str(rng.choice(list(evpv.AGREEMENT)))}
+            for _ in range(rng.integers(0, evpv.CLAIMS_PER_STEP + 1))
+        ]
         assert evpv.parse_claims(json.dumps({"claims": claims})) == claims
 
 
 def schema_of(body):
     """(name, schema) of a request's response_format, or None when it has none."""
     rf = body.get("response_format")
-    return None if rf is None else (rf["json_schema"]["name"], rf["json_schema"]["schema"]) if rf["type"] == "json_schema" else rf
+    return (
+        None
+        if rf is None
+        else (rf["json_schema"]["name"], rf["json_schema"]["schema"])
+        if rf["type"] == "json_schema"
+        else rf
+    )
 
 
 def test_the_fact_sheet_and_every_premise_check_send_their_schema(loopback):
     srv = loopback(modes_handler())
-    g = ModeCalls(Client(srv.url, "m"), JudgeMode(prior=True, premises=True, gate=True))  # json, the default format
+    g = ModeCalls(
+        Client(srv.url, "m"), JudgeMode(prior=True, premises=True, gate=True)
+    )  # json, the default format
     state = verdict.State("Where is the ball?")
     assert g.gated("visual", state, "The ball is left of the cube.", 0.8)[0] == 0.5  # contradicted: r = 0
     assert g.gated("visual", state, "The ball is blue.", 0.8)[0] == 0.8  # unreadable twice: not gated
     assert g.prior(state) == PRIOR
     sent = [(role(b), schema_of(b)) for b in srv.chats]
-    assert sent == [("premises", ("fact_sheet", evpv.fact_sheet_schema())),
-                    ("premise_check", ("premise_check", evpv.claims_schema())),
-                    ("premise_check", ("premise_check", evpv.claims_schema())),  # the retry: the schema again
-                    ("premise_check", ("premise_check", evpv.claims_schema())),
-                    ("prior", None)]  # free text: no schema
+    assert sent == [
+        ("premises", ("fact_sheet", evpv.fact_sheet_schema())),
+        ("premise_check", ("premise_check", evpv.claims_schema())),
+        ("premise_check", ("premise_check", evpv.claims_schema())),  # the retry: the schema again
+        ("premise_check", ("premise_check", evpv.claims_schema())),
+        ("prior", None),
+    ]  # free text: no schema
     retry = srv.chats[3]["messages"]
     assert retry[2] == {"role": "assistant", "content": CHECKS["The ball is blue."]}
-    assert retry[3]["content"] == 'Your reply was not the JSON object asked for (no JSON object in the reply). ' \
-                                  'Reply with that object only.'
+    assert (
+        retry[3]["content"] == "Your reply was not the JSON object asked for (no JSON object in the reply). "
+        "Reply with that object only."
+    )
     assert g.format.record() == {"format": "json", "format_used": "json", "fallback": None}
 
 
@@ -466,8 +643,12 @@ def test_the_fact_sheet_and_every_premise_check_send_their_schema(loopback):
 def test_without_the_json_format_no_request_sends_a_schema(loopback, fmt):
     srv = loopback(modes_handler())
     g = ModeCalls(Client(srv.url, "m"), JudgeMode(premises=True, gate=True), fmt=fmt)
-    assert g.gated("visual", verdict.State("Where is the ball?"), "The cube is large.", 0.8)[0] == pytest.approx(0.65)
-    assert [role(b) for b in srv.chats] == ["premises", "premise_check"] and not any(map(schema_of, srv.chats))
+    assert g.gated("visual", verdict.State("Where is the ball?"), "The cube is large.", 0.8)[
+        0
+    ] == pytest.approx(0.65)
+    assert [role(b) for b in srv.chats] == ["premises", "premise_check"] and not any(
+        map(schema_of, srv.chats)
+    )
 
 
 def test_a_refused_schema_switches_the_judges_and_the_modes_to_prose_once(loopback, capsys):
@@ -483,24 +664,34 @@ def test_a_refused_schema_switches_the_judges_and_the_modes_to_prose_once(loopba
     refused = [role(b) for b in srv.chats if "response_format" in b]
     assert refused == ["premises", "visual"]  # the sheet, then the judge call it was made in; never again
     err = capsys.readouterr().err
-    assert err.count("refused response_format") == 1 and "but got: json_schema" in err and len(err.splitlines()) == 1
+    assert (
+        err.count("refused response_format") == 1
+        and "but got: json_schema" in err
+        and len(err.splitlines()) == 1
+    )
     assert g.format.record()["fallback"]["at_call"] == 2 and js[0].format.record() == g.format.record()
     rec = g.record("Where is the ball?")
     assert rec["fact_sheet"] == SHEET and rec["fact_sheet_status"] == "ok" and rec["fact_sheet_errors"] == []
-    assert {e["candidate"]: e["r"] for e in rec["gate"]} == dict(zip(CANDIDATES[:3], [1.0, 0.0, 0.5]))  # read from prose
+    assert {e["candidate"]: e["r"] for e in rec["gate"]} == dict(
+        zip(CANDIDATES[:3], [1.0, 0.0, 0.5])
+    )  # read from prose
     s_hat = trace.steps[0].s_hat  # the judges in text: 0.8, then the gate as in the tests above
     assert s_hat == pytest.approx(np.array([[0.8] * 3, [0.5] * 3, [0.65] * 3]))
 
 
 def test_a_reply_the_schema_forbids_is_still_an_invalid_reply(loopback):
     # A server may skip keywords it does not support and answer 200: what it sends is read, never trusted.
-    bad_sheet = {**SHEET, "objects": [{"fact": "a red cube", "uncertain": "no"}]}       # not a boolean
-    bad_check = '{"claims": [{"claim": "ball right of cube", "label": "probably"}]}'     # not in the enum
+    bad_sheet = {**SHEET, "objects": [{"fact": "a red cube", "uncertain": "no"}]}  # not a boolean
+    bad_check = '{"claims": [{"claim": "ball right of cube", "label": "probably"}]}'  # not in the enum
     handler = modes_handler(sheets=[json.dumps(bad_sheet), json.dumps(SHEET)])
-    srv = loopback(lambda body, path: chat_response(bad_check) if role(body) == "premise_check" else handler(body, path))
+    srv = loopback(
+        lambda body, path: chat_response(bad_check) if role(body) == "premise_check" else handler(body, path)
+    )
     g = ModeCalls(Client(srv.url, "m"), JudgeMode(premises=True, gate=True))
     state = verdict.State("Where is the ball?")
-    assert g.gated("logical", state, "The ball is right of the cube.", 0.9)[0] == 0.9  # unreadable check: not gated
+    assert (
+        g.gated("logical", state, "The ball is right of the cube.", 0.9)[0] == 0.9
+    )  # unreadable check: not gated
     rec = g.record("Where is the ball?")
     assert rec["fact_sheet_status"] == "retried" and "objects entry" in rec["fact_sheet_errors"][0]
     (check,) = rec["gate"]
@@ -510,17 +701,23 @@ def test_a_reply_the_schema_forbids_is_still_an_invalid_reply(loopback):
 
 
 def test_a_mode_needs_the_evidence_placeholder_in_the_prompt(monkeypatch, tmp_path):
-    (tmp_path / "terse.txt").write_text("[instructions]\nJudge.\n[context]\n{question}\n[task]\n<step>\n{step}\n</step>\n"
-                                        "{reply}\n")
+    (tmp_path / "terse.txt").write_text(
+        "[instructions]\nJudge.\n[context]\n{question}\n[task]\n<step>\n{step}\n</step>\n{reply}\n"
+    )
     monkeypatch.setattr(prompting, "PROMPTS", tmp_path)
     client = Client("http://127.0.0.1:9/v1", "m")
     Judge(client, "terse", grounding=ModeCalls(client), layout="per-role")  # plain: nothing to show
-    Judge(client, "terse", grounding=ModeCalls(client, JudgeMode(prior=True)))  # shared: the evidence precedes the task
-    with pytest.raises(ValueError, match=r"terse\.txt.*evidence"):  # per-role: only where the context says {evidence}
+    Judge(
+        client, "terse", grounding=ModeCalls(client, JudgeMode(prior=True))
+    )  # shared: the evidence precedes the task
+    with pytest.raises(
+        ValueError, match=r"terse\.txt.*evidence"
+    ):  # per-role: only where the context says {evidence}
         Judge(client, "terse", grounding=ModeCalls(client, JudgeMode(prior=True)), layout="per-role")
 
 
 # ----------------------------------------------------------------------------- live
+
 
 @pytest.mark.live
 def test_live_judge_modes(live_url):
@@ -529,10 +726,11 @@ def test_live_judge_modes(live_url):
     g = ModeCalls(client, JudgeMode(prior=True, premises=True, gate=True), max_tokens=48)
     cfg = verdict.Config(n=1, max_steps=1)
     question = "What is 2 + 3?\nA. 4\nB. 5"
-    trace = verdict.run(question, Reasoner(client, max_tokens=32), make_judges(client, grounding=g, max_tokens=32), cfg)
+    trace = verdict.run(
+        question, Reasoner(client, max_tokens=32), make_judges(client, grounding=g, max_tokens=32), cfg
+    )
     rec = g.record(question)
     assert isinstance(rec["prior"], str) and rec["fact_sheet_status"] in ("ok", "retried", "degraded")
     sheet_calls = {"ok": 1, "retried": 2, "degraded": 2}[rec["fact_sheet_status"]]
     assert rec["extra_calls"] == 1 + sheet_calls + len(rec.get("gate", [])) and rec["extra_tokens"] > 0
     json.dumps(replace(trace, meta={"grounding": rec}).to_dict(), allow_nan=False)
-

@@ -1,5 +1,6 @@
 """Tests for perf/overhead.py: the step modes' calls and skips, adaptive judging's exactness, the token figures and
 the result's fields, the tables and the picture, all against the simulated server with no sleeping."""
+
 import math
 import re
 from dataclasses import replace
@@ -23,15 +24,21 @@ def sim(final_at: int = 2):
 
 
 @pytest.mark.parametrize("layout", ["shared", "per-role"])
-@pytest.mark.parametrize("mode, judge_requests, skipped", [
-    (SEQ, 9 * 3, 0), (CONC, 9 * 3, 0), (CONC_SCORE, 9 * 3, 0), (ADAPTIVE, 9 * 2, 9)])
+@pytest.mark.parametrize(
+    "mode, judge_requests, skipped",
+    [(SEQ, 9 * 3, 0), (CONC, 9 * 3, 0), (CONC_SCORE, 9 * 3, 0), (ADAPTIVE, 9 * 2, 9)],
+)
 def test_run_chains_counts(mode, judge_requests, skipped, layout):
     # 3 steps, the last a final answer on which the candidates agree: adaptive skips its 9 judge calls.
     with sim() as srv:
         out = run_chains(Client(srv.url, "sim"), replace(mode, layout=layout), ["Q? A. x B. y"], 3, LIMITS)
         chats = srv.chats
     assert len(out.seconds) == len(out.usage) == 3 and all(t >= 0 for t in out.seconds)
-    assert (out.replies, out.skipped) == (judge_requests, skipped) and len(out.chains) == 1 and len(out.chains[0]) == 3
+    assert (
+        (out.replies, out.skipped) == (judge_requests, skipped)
+        and len(out.chains) == 1
+        and len(out.chains[0]) == 3
+    )
     reasoner = [c for c in chats if "stop" in c]
     assert len(reasoner) == (9 if mode is SEQ else 3)  # sequential asks for its candidates one by one
     assert all(c.get("n") == (1 if mode is SEQ else 3) for c in reasoner)
@@ -40,7 +47,9 @@ def test_run_chains_counts(mode, judge_requests, skipped, layout):
     # 3 judges × 3 distinct candidates; in the per-role layout the judges differ by their system message only
     assert len(second) == 9 and len(set(second)) == (9 if layout == "shared" else 3)
     # each step's usage is the change of the client's counters: every request of the step, and its prompt tokens
-    assert sum(u["replies"] for u in out.usage) == len(chats) and all(u["cache_reports"] == u["replies"] for u in out.usage)
+    assert sum(u["replies"] for u in out.usage) == len(chats) and all(
+        u["cache_reports"] == u["replies"] for u in out.usage
+    )
 
 
 @pytest.mark.parametrize("layout", ["shared", "per-role"])
@@ -61,7 +70,7 @@ def test_any_rule_extends_the_chain_by_the_one_string_the_candidates_are(seed):
     # The reason adaptive judging is exact: whatever the scores (abstentions too), every rule picks an index,
     # and every index holds the same string.
     rng = np.random.default_rng(seed)
-    s_hat = rng.random((4, 3))                                    # [n, m]
+    s_hat = rng.random((4, 3))  # [n, m]
     s_hat[rng.random((4, 3)) < 0.3] = np.nan
     candidates = ["Final answer: B"] * 4
     for rule, sel in verdict.select_all(s_hat).items():
@@ -69,16 +78,27 @@ def test_any_rule_extends_the_chain_by_the_one_string_the_candidates_are(seed):
 
 
 def test_token_figures_count_the_steps_after_each_chains_first():
-    u = lambda prompt, computed, replies, reports: dict(prompt_tokens=prompt, computed_prompt_tokens=computed,
-                                                        replies=replies, cache_reports=reports, completion_tokens=replies)
-    runs = [[u(1000, 1000, 1, 1), u(300, 60, 1, 1), u(320, 40, 1, 1)],   # chain 1: the first step is left out
-            [u(900, 900, 1, 1), u(500, 100, 2, 2), u(280, 20, 1, 1)]]    # chain 2
+    u = lambda prompt, computed, replies, reports: dict(
+        prompt_tokens=prompt,
+        computed_prompt_tokens=computed,
+        replies=replies,
+        cache_reports=reports,
+        completion_tokens=replies,
+    )
+    runs = [
+        [u(1000, 1000, 1, 1), u(300, 60, 1, 1), u(320, 40, 1, 1)],  # chain 1: the first step is left out
+        [u(900, 900, 1, 1), u(500, 100, 2, 2), u(280, 20, 1, 1)],
+    ]  # chain 2
     # after the first step: 4 steps, (300 + 320 + 500 + 280) / 4 = 350 prompt tokens, (60 + 40 + 100 + 20) / 4 = 55
     # computed, (1 + 1 + 2 + 1) / 4 = 1.25 completion tokens
     assert overhead.token_figures(runs, 3) == (350.0, 55.0, 1.25, 1.0)
-    runs[1][1] = u(500, 100, 2, 1)  # one reply did not report its cached tokens: the computed figure is unknown
+    runs[1][1] = u(
+        500, 100, 2, 1
+    )  # one reply did not report its cached tokens: the computed figure is unknown
     assert overhead.token_figures(runs, 3) == (350.0, None, 1.25, 4 / 5)
-    assert overhead.token_figures([[u(1, 1, 1, 1)]], 1)[1] is None  # no step after a first one: nothing to say
+    assert (
+        overhead.token_figures([[u(1, 1, 1, 1)]], 1)[1] is None
+    )  # no step after a first one: nothing to say
 
 
 def test_overhead_results_and_tables(tmp_path):
@@ -86,22 +106,32 @@ def test_overhead_results_and_tables(tmp_path):
     with sim() as srv:
         modes = in_layouts((CONC, CONC_SCORE, ADAPTIVE))
         result = overhead.overhead(Client(srv.url, "sim"), modes, ["Q? A. x B. y"], 3, 2, LIMITS, image)
-    assert list(result) == list(modes) and modes[:3] == tuple(replace(BASE, layout=lay) for lay in overhead.ORDER)
+    assert list(result) == list(modes) and modes[:3] == tuple(
+        replace(BASE, layout=lay) for lay in overhead.ORDER
+    )
     base = result[BASE]
     assert base.ratio == pytest.approx(1.0) and base.warm == pytest.approx(1.0) and base.judge_requests == 0
     for m, r in result.items():
-        assert r.reported == 1.0 and r.computed is not None and 0 < r.computed < r.prompt  # the cache served some
+        assert (
+            r.reported == 1.0 and r.computed is not None and 0 < r.computed < r.prompt
+        )  # the cache served some
         assert math.isfinite(r.ratio) and len(r.chains) == 2 and len(r.chains[0]) == 1  # [reps][Q]
         assert r.server_ms is None  # the simulator reports no llama-server timings
-    assert result[CONC].judge_requests == pytest.approx(9.0) and result[ADAPTIVE].skipped == pytest.approx(3.0)
+    assert result[CONC].judge_requests == pytest.approx(9.0) and result[ADAPTIVE].skipped == pytest.approx(
+        3.0
+    )
     # the image is cached after each chain's first step in every mode; judging adds the judges' own tokens
     assert result[CONC].computed > result[BASE].computed
     times, tokens = overhead.time_table(result), overhead.token_table(result)
-    assert len(times) == len(tokens) == 2 + len(result) and times[2].startswith("| base (reasoner alone, n = 1) | per-role |")
+    assert len(times) == len(tokens) == 2 + len(result) and times[2].startswith(
+        "| base (reasoner alone, n = 1) | per-role |"
+    )
     assert re.search(r"\| 1\.00× \| [\d,]+ \| — \|$", tokens[2])
     assert all(row.count("|") == 8 for row in times[2:]) and all(row.count("|") == 9 for row in tokens[2:])
     # the simulator is deterministic: adaptive's chains are full judging's, and each mode repeats itself
-    assert overhead.agreement(result, ADAPTIVE, CONC_SCORE) == (2, 2) and overhead.agreement(result, CONC, CONC, 1) == (1, 1)
+    assert overhead.agreement(result, ADAPTIVE, CONC_SCORE) == (2, 2) and overhead.agreement(
+        result, CONC, CONC, 1
+    ) == (1, 1)
     assert overhead.agreement(result, ADAPTIVE, CONC) == (0, 2)  # other judges (they explain): other choices
     path = tmp_path / "overhead.png"
     overhead.picture([("simulated", result), ("again", result)], str(path))
@@ -111,8 +141,12 @@ def test_overhead_results_and_tables(tmp_path):
 
 
 def test_server_ms_sums_llama_servers_timings_per_step():
-    u = lambda replies, reports, prompt_ms, predicted_ms: dict(replies=replies, timings_reports=reports,
-                                                              timings_prompt_ms=prompt_ms, timings_predicted_ms=predicted_ms)
+    u = lambda replies, reports, prompt_ms, predicted_ms: dict(
+        replies=replies,
+        timings_reports=reports,
+        timings_prompt_ms=prompt_ms,
+        timings_predicted_ms=predicted_ms,
+    )
     runs = [[u(1, 1, 30.0, 100.0), u(10, 10, 90.0, 500.0)], [u(1, 1, 20.0, 80.0), u(10, 10, 60.0, 520.0)]]
     # every step of every repetition: 4 steps, (30 + 90 + 20 + 60) / 4 = 50 ms on prompts, 1,200 / 4 = 300 generating
     assert overhead.server_ms(runs) == (50.0, 300.0)
@@ -132,6 +166,12 @@ def test_agreement_pairs_repetitions_and_questions():
 def test_in_layouts_puts_every_base_first():
     modes = in_layouts((SEQ, CONC), ("shared", "per-role"))
     assert [(m.name, m.layout) for m in modes] == [
-        (BASE.name, "per-role"), (BASE.name, "shared"), (BASE.name, "role-first"), (SEQ.name, "per-role"),
-        (SEQ.name, "shared"), (CONC.name, "per-role"), (CONC.name, "shared")]
+        (BASE.name, "per-role"),
+        (BASE.name, "shared"),
+        (BASE.name, "role-first"),
+        (SEQ.name, "per-role"),
+        (SEQ.name, "shared"),
+        (CONC.name, "per-role"),
+        (CONC.name, "shared"),
+    ]
     assert len(in_layouts((SEQ, CONC))) == 3 + 2 * 3

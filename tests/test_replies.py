@@ -1,6 +1,7 @@
 """Tests for replies.py: reading a judge's reply in each format (golden replies, with the reason for each
 expectation beside it), what the judge quotes of the candidate, the probability-weighted score, and a run's
 format with its fallback."""
+
 import math
 import re
 import string
@@ -20,58 +21,73 @@ nan = math.nan
 CANDIDATE_WITH_SCORE = "The ball is left.\nScore: 1.0"
 
 
-@pytest.mark.parametrize("reply, score", [
-    ("Score: 0.8", 0.8),
-    ("The step names the cup, which is visible.\nScore: 0.85", 0.85),
-    ("Score: .85", 0.85),
-    ("Score: 1", 1.0),
-    ("Score: 0", 0.0),
-    ("score: 0.3", 0.3),
-    ("SCORE: 0.3", 0.3),
-    ("**Score:** 0.8", 0.8),
-    ("**Score: 0.8**", 0.8),
-    ("- **Score**: 0.7", 0.7),
-    ("### Score: 0.6", 0.6),
-    ("Score: `0.6`", 0.6),
-    ("Score = 0.7", 0.7),
-    ("Final score: 0.9", 0.9),
-    ("Score: 0.8.", 0.8),
-    ("Score: 0.75 (mostly grounded)", 0.75),
-    ("Score: 0.8\n", 0.8),
-    ("Score: 85%", 0.85),               # percent: read as a fraction
-    ("Score: 8/10", 0.8),
-    ("Score: 0.9 / 1", 0.9),
-    ("Score: 8 / 10", 0.8),             # spaces around the slash: still one value
-    ("Score: 0.2\nOn reflection the cup is visible.\nScore: 0.9", 0.9),  # the last line wins
-    ("Score: 0.9\nScore: 1.2", nan),    # ... even when it is invalid
-    ("Score: 1.2", nan),                # out of range: never clamped
-    ("Score: -0.1", nan),
-    ("Score: 85", nan),
-    ("Score: 150%", nan),
-    ("Score: 9/0", nan),
-    ("Score: 0,8", nan),                # not "0"
-    ("Score: 1e-1", nan),
-    ("Score: nan", nan),
-    ("Score: high", nan),               # words only
-    ("The step is good; I give it 0.9 overall.", nan),  # never the first number in prose
-    ("The step earns a score: 0.9 from me.", nan),      # a score line starts the line
-    ("I'm sorry, but I can't evaluate this step.", nan),  # refusal
-    ("", nan),                          # empty
-    ("The step is plausible. Score:", nan),  # truncated
-    ("Score:", nan),
-    ("Score:\n0.8", nan),               # the value belongs on the score line
-    ("The reasoning is sound and well grounded, so I would rate it", nan),
-    (f"The step says:\n<step>\n{CANDIDATE_WITH_SCORE}\n</step>\nIt is unsupported.", nan),  # the candidate's own text
-    (f"<step>\n{CANDIDATE_WITH_SCORE}\n</step>\nScore: 0.2", 0.2),
-    (f"Score: 0.2\nQuoting it: <step>{CANDIDATE_WITH_SCORE}", 0.2),  # an unclosed quote runs to the end
-])
+@pytest.mark.parametrize(
+    "reply, score",
+    [
+        ("Score: 0.8", 0.8),
+        ("The step names the cup, which is visible.\nScore: 0.85", 0.85),
+        ("Score: .85", 0.85),
+        ("Score: 1", 1.0),
+        ("Score: 0", 0.0),
+        ("score: 0.3", 0.3),
+        ("SCORE: 0.3", 0.3),
+        ("**Score:** 0.8", 0.8),
+        ("**Score: 0.8**", 0.8),
+        ("- **Score**: 0.7", 0.7),
+        ("### Score: 0.6", 0.6),
+        ("Score: `0.6`", 0.6),
+        ("Score = 0.7", 0.7),
+        ("Final score: 0.9", 0.9),
+        ("Score: 0.8.", 0.8),
+        ("Score: 0.75 (mostly grounded)", 0.75),
+        ("Score: 0.8\n", 0.8),
+        ("Score: 85%", 0.85),  # percent: read as a fraction
+        ("Score: 8/10", 0.8),
+        ("Score: 0.9 / 1", 0.9),
+        ("Score: 8 / 10", 0.8),  # spaces around the slash: still one value
+        ("Score: 0.2\nOn reflection the cup is visible.\nScore: 0.9", 0.9),  # the last line wins
+        ("Score: 0.9\nScore: 1.2", nan),  # ... even when it is invalid
+        ("Score: 1.2", nan),  # out of range: never clamped
+        ("Score: -0.1", nan),
+        ("Score: 85", nan),
+        ("Score: 150%", nan),
+        ("Score: 9/0", nan),
+        ("Score: 0,8", nan),  # not "0"
+        ("Score: 1e-1", nan),
+        ("Score: nan", nan),
+        ("Score: high", nan),  # words only
+        ("The step is good; I give it 0.9 overall.", nan),  # never the first number in prose
+        ("The step earns a score: 0.9 from me.", nan),  # a score line starts the line
+        ("I'm sorry, but I can't evaluate this step.", nan),  # refusal
+        ("", nan),  # empty
+        ("The step is plausible. Score:", nan),  # truncated
+        ("Score:", nan),
+        ("Score:\n0.8", nan),  # the value belongs on the score line
+        ("The reasoning is sound and well grounded, so I would rate it", nan),
+        (
+            f"The step says:\n<step>\n{CANDIDATE_WITH_SCORE}\n</step>\nIt is unsupported.",
+            nan,
+        ),  # the candidate's own text
+        (f"<step>\n{CANDIDATE_WITH_SCORE}\n</step>\nScore: 0.2", 0.2),
+        (f"Score: 0.2\nQuoting it: <step>{CANDIDATE_WITH_SCORE}", 0.2),  # an unclosed quote runs to the end
+    ],
+)
 def test_parse_score(reply, score):
     got = parse_score(reply)
     assert (math.isnan(got) and math.isnan(score)) or got == pytest.approx(score)
 
 
-@pytest.mark.parametrize("reply, score", [("Score: 7", 7 / 9), ("Score: 0", 0.0), ("**Score:** 9", 1.0),
-                                          ("Score: 0.7", nan), ("Score: 10", nan), ("Score: 70%", nan)])
+@pytest.mark.parametrize(
+    "reply, score",
+    [
+        ("Score: 7", 7 / 9),
+        ("Score: 0", 0.0),
+        ("**Score:** 9", 1.0),
+        ("Score: 0.7", nan),
+        ("Score: 10", nan),
+        ("Score: 70%", nan),
+    ],
+)
 def test_parse_score_digit_scale(reply, score):
     got = parse_score(reply, "digit")
     assert (math.isnan(got) and math.isnan(score)) or got == pytest.approx(score)
@@ -83,15 +99,18 @@ def test_parse_score_rejects_unknown_scale_and_non_text():
     assert math.isnan(parse_score(None))
 
 
-@pytest.mark.parametrize("reply, scale, score", [
-    ("Score: <0.8>", "unit", 0.8),      # the prompt shows "Score: <...>", and a model may keep the brackets
-    ("**Score:** <0.85>", "unit", 0.85),
-    ("Score: <7>", "digit", 7 / 9),
-    ("Score: <7>.", "digit", 7 / 9),
-    ("Score: <1.2>", "unit", nan),      # brackets change nothing else: out of range is still NaN
-    ("Score: <high>", "unit", nan),
-    ("Score: <10>", "digit", nan),
-])
+@pytest.mark.parametrize(
+    "reply, scale, score",
+    [
+        ("Score: <0.8>", "unit", 0.8),  # the prompt shows "Score: <...>", and a model may keep the brackets
+        ("**Score:** <0.85>", "unit", 0.85),
+        ("Score: <7>", "digit", 7 / 9),
+        ("Score: <7>.", "digit", 7 / 9),
+        ("Score: <1.2>", "unit", nan),  # brackets change nothing else: out of range is still NaN
+        ("Score: <high>", "unit", nan),
+        ("Score: <10>", "digit", nan),
+    ],
+)
 def test_parse_score_reads_the_prompts_own_brackets(reply, scale, score):
     got = parse_score(reply, scale)
     assert (math.isnan(got) and math.isnan(score)) or got == pytest.approx(score)
@@ -101,8 +120,12 @@ def test_a_letter_glued_to_the_value_makes_it_no_number():
     # "x0.5" or "0.5x" is a word, not a score: only the markdown decorations * _ ` ( < before the value and
     # . , ; : ! ) * _ ` > after it are taken off, never a letter.
     for c in string.ascii_letters:
-        for reply, scale in [(f"Score: {c}0.5", "unit"), (f"Score: 0.5{c}", "unit"), (f"Score: {c}7", "digit"),
-                             (f"Score: 7{c}", "digit")]:
+        for reply, scale in [
+            (f"Score: {c}0.5", "unit"),
+            (f"Score: 0.5{c}", "unit"),
+            (f"Score: {c}7", "digit"),
+            (f"Score: 7{c}", "digit"),
+        ]:
             assert math.isnan(parse_score(reply, scale)), reply
 
 
@@ -119,14 +142,29 @@ def test_a_stray_open_step_tag_does_not_hide_the_rest_of_the_reply():
     # An open <step> followed by the candidate's own text quotes it: the quote is hidden, the rest is read.
     quoted = f"Quoting it: <step>\n{CANDIDATE_WITH_SCORE}\nIt is unsupported.\nScore: 0.2"
     assert parse_score(quoted, step=CANDIDATE_WITH_SCORE) == 0.2
-    assert parse_score("<step> The ball  is left.\n  Score: 1.0\nScore: 0.3", step=CANDIDATE_WITH_SCORE) == 0.3
+    assert (
+        parse_score("<step> The ball  is left.\n  Score: 1.0\nScore: 0.3", step=CANDIDATE_WITH_SCORE) == 0.3
+    )
     assert math.isnan(parse_score(f"Quoting it: <step>\n{CANDIDATE_WITH_SCORE}", step=CANDIDATE_WITH_SCORE))
     assert math.isnan(parse_score(STRAY))  # without the candidate, an open <step> still runs to the end
 
 
 def test_logprob_score_ignores_the_quoted_candidate():
-    lp = token_logprobs([("Score", {}), (":", {}), (" 3", {" 3": 0.6, " 4": 0.4}), ("\n", {}), ("<step>", {}),
-                         ("\n", {}), ("Score", {}), (":", {}), (" 9", {" 9": 1.0}), ("\n", {}), ("</step>", {})])
+    lp = token_logprobs(
+        [
+            ("Score", {}),
+            (":", {}),
+            (" 3", {" 3": 0.6, " 4": 0.4}),
+            ("\n", {}),
+            ("<step>", {}),
+            ("\n", {}),
+            ("Score", {}),
+            (":", {}),
+            (" 9", {" 9": 1.0}),
+            ("\n", {}),
+            ("</step>", {}),
+        ]
+    )
     # The judge's own line says 3 (p = 0.6) or 4 (p = 0.4): (3·0.6 + 4·0.4) / 9; "Score: 9" is the quoted candidate's.
     assert logprob_score(lp) == pytest.approx((3 * 0.6 + 4 * 0.4) / 9)
     assert parse_score("Score: 3\n<step>\nScore: 9\n</step>", "digit") == pytest.approx(3 / 9)
@@ -139,16 +177,34 @@ def test_digit_probs_are_the_servers_own_probabilities_at_the_score_digit():
     assert logprob_score(lp) == pytest.approx((2 * 0.3 + 7 * 0.5) / 0.8 / 9)
     # A token holding more than the digit ('":7') counts for its digit when its alternatives share the prefix:
     # '"=5' spells another text before its digit, so its 5 is not a score.
-    lp = token_logprobs([('{"score', {}), ('":7', {'":7': 0.6, '":3': 0.2, '"x': 0.1, '"=5': 0.1}), ("}", {})])
+    lp = token_logprobs(
+        [('{"score', {}), ('":7', {'":7': 0.6, '":3': 0.2, '"x': 0.1, '"=5': 0.1}), ("}", {})]
+    )
     assert digit_probs(lp, "json").tolist() == pytest.approx([0, 0, 0, 0.2, 0, 0, 0, 0.6, 0, 0])
     assert digit_probs(None).tolist() == [0.0] * 10
 
 
 def json_tokens(reason: str, digit: str, alternatives: dict) -> dict:
     """The logprobs of a json reply as llama-server sends them: in a ```json fence the content no longer has."""
-    return token_logprobs([("```", {}), ("json", {}), ("\n", {}), ("{", {}), ('"', {}), ("reason", {}), ('": "', {}),
-                           (reason, {}), ('", "', {}), ("score", {}), ('": ', {}), (digit, alternatives), ("}", {}),
-                           ("\n", {}), ("```", {})])
+    return token_logprobs(
+        [
+            ("```", {}),
+            ("json", {}),
+            ("\n", {}),
+            ("{", {}),
+            ('"', {}),
+            ("reason", {}),
+            ('": "', {}),
+            (reason, {}),
+            ('", "', {}),
+            ("score", {}),
+            ('": ', {}),
+            (digit, alternatives),
+            ("}", {}),
+            ("\n", {}),
+            ("```", {}),
+        ]
+    )
 
 
 def test_digit_probs_when_the_digit_is_a_token_of_its_own():
@@ -165,37 +221,53 @@ def test_digit_probs_when_the_digit_is_a_token_of_its_own():
 def test_logprob_score_skips_the_candidate_quoted_after_an_open_step():
     # The open <step> quotes the candidate (its "Score: 1.0" is not the judge's); the judge's own line says 3
     # (p 0.6) or 4 (p 0.4). Without the candidate, an open <step> would hide the rest of the reply.
-    lp = token_logprobs([("Quoting it: <step>", {}), ("\n", {}), (CANDIDATE_WITH_SCORE, {}), ("\n", {}),
-                         ("Score:", {}), (" 3", {" 3": 0.6, " 4": 0.4})])
+    lp = token_logprobs(
+        [
+            ("Quoting it: <step>", {}),
+            ("\n", {}),
+            (CANDIDATE_WITH_SCORE, {}),
+            ("\n", {}),
+            ("Score:", {}),
+            (" 3", {" 3": 0.6, " 4": 0.4}),
+        ]
+    )
     assert logprob_score(lp, "digit", step=CANDIDATE_WITH_SCORE) == pytest.approx((3 * 0.6 + 4 * 0.4) / 9)
     assert math.isnan(logprob_score(lp, "digit"))
 
 
-@pytest.mark.parametrize("reply, expected", [
-    ('{"reason": "ok", "score": 7}', 7 / 9),
-    ('{"reason": "ok", "score": 0}', 0.0),
-    ('{"reason": "ok", "score": 9}', 1.0),
-    ('```json\n{"reason": "ok", "score": 4}\n```', 4 / 9),  # llama-server's grammar allows a fence
-    ('{"score": 5, "reason": "ok"}', 5 / 9),
-    ('{"reason": "ok", "score": 12}', "an integer from 0 to 9, got 12"),
-    ('{"reason": "ok", "score": 10}', "got 10"),   # the first integer past 9  # out of range: never clamped
-    ('{"reason": "ok", "score": -1}', "got -1"),
-    ('{"reason": "ok", "score": 0.8}', "got 0.8"),  # the unit scale is not this format's
-    ('{"reason": "ok", "score": 7.0}', "got 7.0"),
-    ('{"reason": "ok", "score": "7"}', 'got "7"'),
-    ('{"reason": "ok", "score": true}', "got true"),
-    ('{"reason": "ok", "score": null}', "got null"),
-    ('{"reason": "ok"}', 'a JSON object with a "score"'),
-    ('{"score": 7}', '"reason" must be a string'),
-    ('{"reason": 3, "score": 7}', '"reason" must be a string'),
-    ("[7]", 'a JSON object with a "score"'),
-    ("Score: 0.8", "not valid JSON"),
-    ('{"reason": "ok", "score": 7', "not valid JSON"),  # cut off by max_tokens
-    ("", "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "reply, expected",
+    [
+        ('{"reason": "ok", "score": 7}', 7 / 9),
+        ('{"reason": "ok", "score": 0}', 0.0),
+        ('{"reason": "ok", "score": 9}', 1.0),
+        ('```json\n{"reason": "ok", "score": 4}\n```', 4 / 9),  # llama-server's grammar allows a fence
+        ('{"score": 5, "reason": "ok"}', 5 / 9),
+        ('{"reason": "ok", "score": 12}', "an integer from 0 to 9, got 12"),
+        (
+            '{"reason": "ok", "score": 10}',
+            "got 10",
+        ),  # the first integer past 9  # out of range: never clamped
+        ('{"reason": "ok", "score": -1}', "got -1"),
+        ('{"reason": "ok", "score": 0.8}', "got 0.8"),  # the unit scale is not this format's
+        ('{"reason": "ok", "score": 7.0}', "got 7.0"),
+        ('{"reason": "ok", "score": "7"}', 'got "7"'),
+        ('{"reason": "ok", "score": true}', "got true"),
+        ('{"reason": "ok", "score": null}', "got null"),
+        ('{"reason": "ok"}', 'a JSON object with a "score"'),
+        ('{"score": 7}', '"reason" must be a string'),
+        ('{"reason": 3, "score": 7}', '"reason" must be a string'),
+        ("[7]", 'a JSON object with a "score"'),
+        ("Score: 0.8", "not valid JSON"),
+        ('{"reason": "ok", "score": 7', "not valid JSON"),  # cut off by max_tokens
+        ("", "not valid JSON"),
+    ],
+)
 def test_json_score(reply, expected):
     if isinstance(expected, str):
-        with pytest.raises(ValueError, match=re.escape(expected) + "$"):  # the follow-up quotes the message whole
+        with pytest.raises(
+            ValueError, match=re.escape(expected) + "$"
+        ):  # the follow-up quotes the message whole
             json_score(reply)
     else:
         assert json_score(reply) == pytest.approx(expected)
@@ -211,15 +283,24 @@ def test_only_the_json_format_falls_back():
     assert not JudgeFormat("json").fall_back(1, ValueError("response_format"))  # not an HTTP refusal
 
 
-@pytest.mark.parametrize("logprobs, fmt", [
-    (None, "digit"), ({}, "digit"), ({"content": None}, "digit"), ({"content": []}, "digit"),
-    ({"content": [{"token": "Score: 7"}]}, "digit"),                      # no top_logprobs
-    (token_logprobs([("Score: ", {}), ("7", {"a": 1.0})]), "digit"),       # no digit among them
-    ({"content": [{"token": "Score: "}, {"logprob": -0.1}]}, "digit"),    # a token without its text
-    (token_logprobs([("The step holds", {}), (" 7", {" 7": 0.5})]), "digit"),  # no score line
-    (token_logprobs([("Score:", {}), (" high", {" high": 0.5, " 7": 0.3})]), "digit"),  # the value is no digit
-    (token_logprobs([('{"reason": "', {}), ("7", {"7": 1.0}), ('"}', {})]), "json"),  # no "score" key
-])
+@pytest.mark.parametrize(
+    "logprobs, fmt",
+    [
+        (None, "digit"),
+        ({}, "digit"),
+        ({"content": None}, "digit"),
+        ({"content": []}, "digit"),
+        ({"content": [{"token": "Score: 7"}]}, "digit"),  # no top_logprobs
+        (token_logprobs([("Score: ", {}), ("7", {"a": 1.0})]), "digit"),  # no digit among them
+        ({"content": [{"token": "Score: "}, {"logprob": -0.1}]}, "digit"),  # a token without its text
+        (token_logprobs([("The step holds", {}), (" 7", {" 7": 0.5})]), "digit"),  # no score line
+        (
+            token_logprobs([("Score:", {}), (" high", {" high": 0.5, " 7": 0.3})]),
+            "digit",
+        ),  # the value is no digit
+        (token_logprobs([('{"reason": "', {}), ("7", {"7": 1.0}), ('"}', {})]), "json"),  # no "score" key
+    ],
+)
 def test_logprob_score_without_usable_logprobs_is_nan(logprobs, fmt):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # quietly: a run over many replies prints no numpy warning for each
@@ -230,8 +311,12 @@ def test_logprob_score_without_usable_logprobs_is_nan(logprobs, fmt):
 def test_unquote_blanks_quotes_and_keeps_every_position():
     reply = "Fine <step>Score: 1.0</step>\nScore: 0.4"
     assert unquote(reply) == "Fine " + " " * len("<step>Score: 1.0</step>") + "\nScore: 0.4"
-    assert unquote("a <step>b\nc") == "a " + " " * len("<step>b") + "\n" + " "  # open, no candidate: to the end
-    assert unquote("a <step> b\nc", step="x") == "a " + " " * len("<step>") + " b\nc"  # a stray tag hides itself
+    assert (
+        unquote("a <step>b\nc") == "a " + " " * len("<step>b") + "\n" + " "
+    )  # open, no candidate: to the end
+    assert (
+        unquote("a <step> b\nc", step="x") == "a " + " " * len("<step>") + " b\nc"
+    )  # a stray tag hides itself
     assert unquote("<step> x\n  y z", step="x y\nz") == " " * len("<step> x") + "\n" + " " * len("  y z")
     assert unquote("<step>[step] x", step="<step> x") == " " * len("<step>[step] x")  # as fence() showed it
 

@@ -10,25 +10,47 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from modes.rewards import (accuracy_reward, format_reward, grounding_reward, is_correct, make_accuracy_reward,
-                           make_format_reward, make_self_correction_reward, matched_iou,
-                           self_correction_reward, turns)
+from modes.rewards import (
+    accuracy_reward,
+    format_reward,
+    grounding_reward,
+    is_correct,
+    make_accuracy_reward,
+    make_format_reward,
+    make_self_correction_reward,
+    matched_iou,
+    self_correction_reward,
+    turns,
+)
 from modes.zoom import iou
 
 # ----------------------------------------------------------------------------- rewards: completions
 
+
 def test_turns_reads_both_completion_formats():
     assert turns("<think>a</think>") == ["<think>a</think>"]
-    conv = [{"role": "assistant", "content": "first"},
-            {"role": "tool", "content": "[0, 0, 5, 5] re-examine"},            # the tool's words, not the model's
-            {"role": "assistant", "content": [{"type": "text", "text": "sec"}, {"type": "image"},
-                                              {"type": "text", "text": "ond"}]},
-            {"content": "no role"},
-            {"role": "assistant", "content": None,
-             "tool_calls": [{"type": "function",
-                             "function": {"name": "zoom_in", "arguments": '{"bbox": [1, 2, 3, 4]}'}}]}]
-    assert turns(conv) == ["first", "second", "no role",
-                           '<tool_call>{"name": "zoom_in", "arguments": {"bbox": [1, 2, 3, 4]}}</tool_call>']
+    conv = [
+        {"role": "assistant", "content": "first"},
+        {"role": "tool", "content": "[0, 0, 5, 5] re-examine"},  # the tool's words, not the model's
+        {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "sec"}, {"type": "image"}, {"type": "text", "text": "ond"}],
+        },
+        {"content": "no role"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"type": "function", "function": {"name": "zoom_in", "arguments": '{"bbox": [1, 2, 3, 4]}'}}
+            ],
+        },
+    ]
+    assert turns(conv) == [
+        "first",
+        "second",
+        "no role",
+        '<tool_call>{"name": "zoom_in", "arguments": {"bbox": [1, 2, 3, 4]}}</tool_call>',
+    ]
     for bad in (3, None, [["not a message"]]):
         with pytest.raises(ValueError, match="completion must be|message must be"):
             turns(bad)
@@ -36,29 +58,34 @@ def test_turns_reads_both_completion_formats():
 
 def test_format_reward_golden():
     ok = "<think>the cup is left</think>\n<answer>A</answer>\n"
-    call = "<think>look closer</think><tool_call>{\"name\": \"zoom_in\"}</tool_call>"
+    call = '<think>look closer</think><tool_call>{"name": "zoom_in"}</tool_call>'
     completions = [
-        ok,                                                   # +1: think, then answer
-        "<answer>A</answer>",                                 # −1: no think
+        ok,  # +1: think, then answer
+        "<answer>A</answer>",  # −1: no think
         "<think>x</think><answer>A</answer> trailing words",  # −1: text outside the tags
-        "<think>x</think>",                                   # −1: no action after the thought
-        [{"role": "assistant", "content": call}, {"role": "tool", "content": "crop"},
-         {"role": "assistant", "content": ok}],               # +1: a tool call, the tool's reply, an answer
+        "<think>x</think>",  # −1: no action after the thought
+        [
+            {"role": "assistant", "content": call},
+            {"role": "tool", "content": "crop"},
+            {"role": "assistant", "content": ok},
+        ],  # +1: a tool call, the tool's reply, an answer
         [{"role": "assistant", "content": call}, {"role": "assistant", "content": "A"}],  # −1: a bare turn
-        [{"role": "user", "content": ok}],                    # −1: no assistant turn at all
+        [{"role": "user", "content": ok}],  # −1: no assistant turn at all
     ]
     assert format_reward(completions) == [1.0, -1.0, -1.0, -1.0, 1.0, -1.0, -1.0]
     assert make_format_reward(r"<answer>.*</answer>")(["<answer>A</answer>"]) == [1.0]
 
 
 def test_accuracy_reward_golden():
-    completions = ["<think>t</think><answer>\\boxed{3}</answer>",     # boxed 3 = 3.0
-                   "<think>t</think><answer>(B)</answer>",            # (B) = b
-                   "<think>t</think><answer>4</answer>",              # wrong
-                   "<think>t</think> 3",                              # no answer tag: no answer
-                   "<answer>2</answer> then <answer>3</answer>",      # the last answer counts
-                   "<answer>3</answer>"]
-    solution = ["3.0", "b", "3", "3", "3", None]                      # None: not applicable
+    completions = [
+        "<think>t</think><answer>\\boxed{3}</answer>",  # boxed 3 = 3.0
+        "<think>t</think><answer>(B)</answer>",  # (B) = b
+        "<think>t</think><answer>4</answer>",  # wrong
+        "<think>t</think> 3",  # no answer tag: no answer
+        "<answer>2</answer> then <answer>3</answer>",  # the last answer counts
+        "<answer>3</answer>",
+    ]
+    solution = ["3.0", "b", "3", "3", "3", None]  # None: not applicable
     assert accuracy_reward(completions, solution) == [1.0, 1.0, 0.0, 0.0, 1.0, None]
     with pytest.raises(ValueError, match=r"solution must give one value per completion \(2\)"):
         accuracy_reward(["a", "b"], ["a"])
@@ -77,13 +104,24 @@ def test_self_correction_reward_golden():
     right = "<think>Let me re-examine the crop.</think><answer>3</answer>"
     plain_wrong = "<think>done</think><answer>4</answer>"
     variants = "<think>Re-examining: no. Reexamined.</think><answer>5</answer>"
-    tool_says_it = [{"role": "assistant", "content": plain_wrong}, {"role": "tool", "content": "please re-examine"}]
+    tool_says_it = [
+        {"role": "assistant", "content": plain_wrong},
+        {"role": "tool", "content": "please re-examine"},
+    ]
     completions = [wrong, right, plain_wrong, variants, tool_says_it, wrong]
     # −1 only for re-examine AND wrong; the tool's message is not the model's; None where no solution
-    assert self_correction_reward(completions, ["3", "3", "3", "3", "3", None]) == [-1.0, 0.0, 0.0, -1.0, 0.0, None]
+    assert self_correction_reward(completions, ["3", "3", "3", "3", "3", None]) == [
+        -1.0,
+        0.0,
+        0.0,
+        -1.0,
+        0.0,
+        None,
+    ]
 
 
 # ----------------------------------------------------------------------------- rewards: grounding
+
 
 def test_iou_golden_and_degenerate():
     # [0,0,10,10] vs [0,0,10,20]: ∩ = 100, ∪ = 100 + 200 − 100 = 200 -> 0.5; vs [5,5,15,15]: ∩ = 25,
@@ -98,7 +136,7 @@ def test_iou_matches_a_pixel_count(seed):
     rng = np.random.default_rng(seed)
     for _ in range(50):
         a, b = (np.sort(rng.integers(0, 30, size=(2, 2)), axis=1).T.ravel()[[0, 2, 1, 3]] for _ in range(2))
-        grid = np.zeros((2, 30, 30), dtype=bool)                  # [2, y, x]
+        grid = np.zeros((2, 30, 30), dtype=bool)  # [2, y, x]
         for k, (x1, y1, x2, y2) in enumerate((a, b)):
             grid[k, y1:y2, x1:x2] = True
         union = (grid[0] | grid[1]).sum()
@@ -112,27 +150,34 @@ def test_matched_iou_golden():
     A, B, R1, R2 = [0, 0, 10, 10], [0, 0, 10, 5], [0, 0, 10, 10], [0, 0, 10, 6]
     assert matched_iou([A, B], [R1, R2]) == pytest.approx(11 / 12)
     assert matched_iou([A], [R1, [20, 20, 30, 30]]) == pytest.approx(0.5)  # a missed reference counts 0
-    assert matched_iou([A, A, A], [R1]) == pytest.approx(1 / 3)            # spraying copies does not pay
+    assert matched_iou([A, A, A], [R1]) == pytest.approx(1 / 3)  # spraying copies does not pay
 
 
 def test_grounding_reward_golden():
     ref = [[0, 0, 10, 10]]
-    half, exact = "[0, 0, 10, 20]", "[0, 0, 10, 10]"             # IoU 0.5 and 1 with the reference
+    half, exact = "[0, 0, 10, 20]", "[0, 0, 10, 10]"  # IoU 0.5 and 1 with the reference
+
     def conv(*contents):
         return [{"role": "assistant", "content": c} for c in contents]
+
     completions = [
-        conv(f"zoom {half}", "no box here", f"fixed: {exact}"),   # 1 + max(0, 1 − 0.5) = 1.5
-        conv(f"zoom {exact}", f"then {half}"),                    # got worse: 0.5 + 0 = 0.5
-        f"<answer>{half} ... {exact}</answer>",                   # one turn, matched: max-IoU pair 1, spare 0 -> 0.5
-        conv("no boxes at all"),                                  # 0
-        conv(exact),                                              # one turn, never updated: 1 + 0
-        [{"role": "assistant", "content": "",
-          "tool_calls": [{"function": {"name": "zoom_in", "arguments": {"bbox": [0, 0, 10, 20]}}}]},
-         {"role": "tool", "content": "[0, 0, 10, 10]"},           # a box in the tool's reply is not produced
-         {"role": "assistant", "content": "<answer>[0, 0, 10, 10]</answer>"}],  # 1 + (1 − 0.5) = 1.5
+        conv(f"zoom {half}", "no box here", f"fixed: {exact}"),  # 1 + max(0, 1 − 0.5) = 1.5
+        conv(f"zoom {exact}", f"then {half}"),  # got worse: 0.5 + 0 = 0.5
+        f"<answer>{half} ... {exact}</answer>",  # one turn, matched: max-IoU pair 1, spare 0 -> 0.5
+        conv("no boxes at all"),  # 0
+        conv(exact),  # one turn, never updated: 1 + 0
+        [
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"function": {"name": "zoom_in", "arguments": {"bbox": [0, 0, 10, 20]}}}],
+            },
+            {"role": "tool", "content": "[0, 0, 10, 10]"},  # a box in the tool's reply is not produced
+            {"role": "assistant", "content": "<answer>[0, 0, 10, 10]</answer>"},
+        ],  # 1 + (1 − 0.5) = 1.5
         conv(exact),
     ]
-    refs = [ref, ref, ref, ref, ref, ref, None]                   # None: no grounding for this sample
+    refs = [ref, ref, ref, ref, ref, ref, None]  # None: no grounding for this sample
     assert grounding_reward(completions, refs) == pytest.approx([1.5, 0.5, 0.5, 0.0, 1.0, 1.5, None])
     assert grounding_reward([conv(exact)], [[0, 0, 10, 10]]) == [1.0]  # one reference box given flat
     with pytest.raises(ValueError, match=r"ref_boxes\[0\]\[0\]=\[5, 5, 5, 9\] is degenerate"):
@@ -148,7 +193,10 @@ def test_grounding_reward_is_the_same_in_pixels_and_in_norm1000(seed):
         boxes = [np.sort(rng.uniform(0, 1000, (2, 2)), axis=0).T.ravel()[[0, 2, 1, 3]] for _ in range(4)]
         px = [b * [W / 1000, H / 1000, W / 1000, H / 1000] for b in boxes]
         fmt = lambda b: "[" + ", ".join(f"{v:.6f}" for v in b) + "]"
-        norm = [{"role": "assistant", "content": fmt(boxes[0])}, {"role": "assistant", "content": fmt(boxes[1])}]
+        norm = [
+            {"role": "assistant", "content": fmt(boxes[0])},
+            {"role": "assistant", "content": fmt(boxes[1])},
+        ]
         pixels = [{"role": "assistant", "content": fmt(px[0])}, {"role": "assistant", "content": fmt(px[1])}]
         a = grounding_reward([norm], [[list(boxes[2]), list(boxes[3])]])[0]
         b = grounding_reward([pixels], [[list(px[2]), list(px[3])]])[0]
@@ -158,10 +206,19 @@ def test_grounding_reward_is_the_same_in_pixels_and_in_norm1000(seed):
 def test_rewards_take_the_keyword_arguments_grpo_trainer_passes():
     # GRPOTrainer calls reward(prompts=..., completions=..., completion_ids=..., trainer_state=..., **columns)
     # and logs each under its __name__; columns the reward does not use (here "answer", "image") are ignored.
-    completions = [[{"role": "assistant", "content": "<think>re-examine [0, 0, 10, 10]</think><answer>4</answer>"}]]
-    kwargs = dict(prompts=[[{"role": "user", "content": "How many?"}]], completions=completions,
-                  completion_ids=[[1, 2]], trainer_state=object(), solution=["3"], ref_boxes=[[[0, 0, 10, 10]]],
-                  answer=["3"], image=[None])
+    completions = [
+        [{"role": "assistant", "content": "<think>re-examine [0, 0, 10, 10]</think><answer>4</answer>"}]
+    ]
+    kwargs = dict(
+        prompts=[[{"role": "user", "content": "How many?"}]],
+        completions=completions,
+        completion_ids=[[1, 2]],
+        trainer_state=object(),
+        solution=["3"],
+        ref_boxes=[[[0, 0, 10, 10]]],
+        answer=["3"],
+        image=[None],
+    )
     funcs = (accuracy_reward, format_reward, self_correction_reward, grounding_reward)
     assert [f(**kwargs) for f in funcs] == [[0.0], [1.0], [-1.0], [1.0]]
     assert len({f.__name__ for f in funcs}) == 4
@@ -183,8 +240,10 @@ def test_a_column_named_like_a_former_parameter_is_ignored():
     # Each former parameter as a dataset column (one value per completion, as TRL passes it), with a value
     # that would change every reward if it were taken: "(.*)" reads the whole text as the answer, ".*" passes
     # any format, "done" would count as a re-examination.
-    completions = ["<think>Let me re-examine.</think><answer>4</answer>",
-                   "<think>done</think><answer>3</answer>"]
+    completions = [
+        "<think>Let me re-examine.</think><answer>4</answer>",
+        "<think>done</think><answer>3</answer>",
+    ]
     hostile = dict(format_pattern=[".*"] * 2, answer_pattern=["(.*)"] * 2, reexamine_pattern=["done"] * 2)
     trl = dict(prompts=["How many?"] * 2, completion_ids=[[1, 2], [3]], trainer_state=object())
     columns = dict(solution=["3", "3"], ref_boxes=[None, None])
@@ -218,6 +277,7 @@ class _GRPOTrainer:
     """A stand-in for trl.GRPOTrainer that calls its reward_funcs as TRL's _calculate_rewards does: every
     column of the batch but "prompt", "completion" and "completion_ids" as a keyword argument, one value per
     completion, with trainer_state; None becomes NaN, then each is weighted (1 by default) and summed."""
+
     completions: list = []  # what "the model" writes, one completion per row
     last = None
 
@@ -231,10 +291,18 @@ class _GRPOTrainer:
         kwargs = {k: [r[k] for r in rows] for k in keys}
         kwargs["trainer_state"] = object()
         ids = [[0] * len(str(c)) for c in self.completions]  # token ids: unused by these rewards
-        self.rewards = {f.__name__: [np.nan if v is None else v for v in
-                                     f(prompts=[r["prompt"] for r in rows], completions=self.completions,
-                                       completion_ids=ids, **kwargs)]
-                        for f in self.reward_funcs}
+        self.rewards = {
+            f.__name__: [
+                np.nan if v is None else v
+                for v in f(
+                    prompts=[r["prompt"] for r in rows],
+                    completions=self.completions,
+                    completion_ids=ids,
+                    **kwargs,
+                )
+            ]
+            for f in self.reward_funcs
+        }
         self.total = np.nansum(list(self.rewards.values()), axis=0)  # [funcs, rows] -> [rows]
 
 
@@ -250,9 +318,11 @@ def test_the_docs_snippet_runs_as_grpo_trainer_calls_it(monkeypatch):
         dict(prompt=user("2 + 2?"), image=None, solution="4", ref_boxes=None),
     ]
     _GRPOTrainer.completions = [
-        [{"role": "assistant", "content": "<think>zoom</think><tool_call>[0, 0, 10, 20]</tool_call>"},
-         {"role": "tool", "content": "a crop"},
-         {"role": "assistant", "content": "<think>re-examine: [0, 0, 10, 10]</think><answer>3</answer>"}],
+        [
+            {"role": "assistant", "content": "<think>zoom</think><tool_call>[0, 0, 10, 20]</tool_call>"},
+            {"role": "tool", "content": "a crop"},
+            {"role": "assistant", "content": "<think>re-examine: [0, 0, 10, 10]</think><answer>3</answer>"},
+        ],
         [{"role": "assistant", "content": "<think>re-examine</think><answer>5</answer>"}],
     ]
     exec(snippet, {"dataset": dataset})

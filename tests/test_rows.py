@@ -1,5 +1,6 @@
 """Tests for harness/rows.py: a Row survives JSON both ways, a malformed row is a ValueError that names
 the field, and a method name has one spelling that parse and str agree on."""
+
 import json
 import math
 import re
@@ -14,14 +15,41 @@ from modes import JudgeMode
 
 def full_row() -> dict:
     """A row as results.jsonl holds it, every field set away from its default."""
-    return {"format": ROW_FORMAT, "data": "MMStar", "id": "17", "row": 19, "seed": 2,
-            "method": "verdict+premises+gate+revise", "answer": "B", "pred": "B", "extracted": "letter",
-            "correct": True, "prediction": "Final answer: B", "stopped": "final", "error": None, "calls": 40,
-            "sent": 31, "cached": 9, "replies": 31, "tokens": 5120, "seconds": 2.5, "extra_calls": 4,
-            "extra_tokens": 800, "fact_sheet_status": "retried", "gate_checks": 3, "zoom_requests": 0,
-            "revisions": 2, "revised": 1, "revise_calls": 7, "revise_tokens": 900, "zoomed": 0,
-            "extract_calls": 1, "extract_tokens": 30, "input": {"index": "17", "category": "math"},
-            "trace": {"format": verdict.TRACE_FORMAT, "steps": [], "totals": {"steps": 2}}}
+    return {
+        "format": ROW_FORMAT,
+        "data": "MMStar",
+        "id": "17",
+        "row": 19,
+        "seed": 2,
+        "method": "verdict+premises+gate+revise",
+        "answer": "B",
+        "pred": "B",
+        "extracted": "letter",
+        "correct": True,
+        "prediction": "Final answer: B",
+        "stopped": "final",
+        "error": None,
+        "calls": 40,
+        "sent": 31,
+        "cached": 9,
+        "replies": 31,
+        "tokens": 5120,
+        "seconds": 2.5,
+        "extra_calls": 4,
+        "extra_tokens": 800,
+        "fact_sheet_status": "retried",
+        "gate_checks": 3,
+        "zoom_requests": 0,
+        "revisions": 2,
+        "revised": 1,
+        "revise_calls": 7,
+        "revise_tokens": 900,
+        "zoomed": 0,
+        "extract_calls": 1,
+        "extract_tokens": 30,
+        "input": {"index": "17", "category": "math"},
+        "trace": {"format": verdict.TRACE_FORMAT, "steps": [], "totals": {"steps": 2}},
+    }
 
 
 def test_round_trip_keeps_every_key_in_the_files_order():
@@ -36,31 +64,46 @@ def test_round_trip_keeps_every_key_in_the_files_order():
 
 
 def test_a_row_written_before_the_later_fields_reads_their_defaults():
-    later = ("extra_calls", "extra_tokens", "fact_sheet_status", "gate_checks", "zoom_requests", "revisions",
-             "revised", "revise_calls", "revise_tokens", "zoomed", "extract_calls", "extract_tokens")
+    later = (
+        "extra_calls",
+        "extra_tokens",
+        "fact_sheet_status",
+        "gate_checks",
+        "zoom_requests",
+        "revisions",
+        "revised",
+        "revise_calls",
+        "revise_tokens",
+        "zoomed",
+        "extract_calls",
+        "extract_tokens",
+    )
     old = {k: v for k, v in full_row().items() if k not in later}
     row = Row.from_json(old)
     assert (row.extra_calls, row.revisions, row.fact_sheet_status, row.extract_tokens) == (0, 0, None, 0)
 
 
-@pytest.mark.parametrize("field, value, said", [
-    ("correct", "yes", "must be a bool, got 'yes'"),
-    ("correct", 1, "must be a bool, got 1"),
-    ("id", 17, "must be a str, got 17"),
-    ("row", "19", "must be an int, got '19'"),
-    ("seed", -1, "must be >= 0, got -1"),
-    ("calls", True, "must be an int, got True"),           # a bool is not a count
-    ("seconds", math.nan, "must be a finite number >= 0"),
-    ("seconds", "2.5", "must be a number, got '2.5'"),
-    ("pred", 3, "must be a str or null, got 3"),
-    ("input", None, "must be a dict, got None"),
-    ("trace", [], "must be a dict or null, got []"),
-    ("extracted", "guessed", "must be one of letter, text"),
-    ("fact_sheet_status", "fine", "must be one of ok, retried, degraded or null"),
-    ("method", "base+zoom", "base runs no judges"),
-    ("method", "verdict+zoom+prior", "is spelled 'verdict+prior+zoom'"),
-    ("method", None, "a method name is a string"),
-])
+@pytest.mark.parametrize(
+    "field, value, said",
+    [
+        ("correct", "yes", "must be a bool, got 'yes'"),
+        ("correct", 1, "must be a bool, got 1"),
+        ("id", 17, "must be a str, got 17"),
+        ("row", "19", "must be an int, got '19'"),
+        ("seed", -1, "must be >= 0, got -1"),
+        ("calls", True, "must be an int, got True"),  # a bool is not a count
+        ("seconds", math.nan, "must be a finite number >= 0"),
+        ("seconds", "2.5", "must be a number, got '2.5'"),
+        ("pred", 3, "must be a str or null, got 3"),
+        ("input", None, "must be a dict, got None"),
+        ("trace", [], "must be a dict or null, got []"),
+        ("extracted", "guessed", "must be one of letter, text"),
+        ("fact_sheet_status", "fine", "must be one of ok, retried, degraded or null"),
+        ("method", "base+zoom", "base runs no judges"),
+        ("method", "verdict+zoom+prior", "is spelled 'verdict+prior+zoom'"),
+        ("method", None, "a method name is a string"),
+    ],
+)
 def test_a_malformed_field_is_a_value_error_naming_it(field, value, said):
     with pytest.raises(ValueError, match=f"row field '{field}'") as e:
         Row.from_json({**full_row(), field: value})
@@ -85,9 +128,15 @@ def test_a_row_built_in_code_is_checked_too():
         Row(**{f.name: getattr(row, f.name) for f in fields(Row)} | {"method": "verdict"})
 
 
-MODES = [JudgeMode(), JudgeMode(prior=True), JudgeMode(premises=True), JudgeMode(premises=True, gate=True),
-         JudgeMode(premises=True, gate=True, gate_target="visual"), JudgeMode(zoom=True),
-         JudgeMode(prior=True, premises=True, zoom=True)]
+MODES = [
+    JudgeMode(),
+    JudgeMode(prior=True),
+    JudgeMode(premises=True),
+    JudgeMode(premises=True, gate=True),
+    JudgeMode(premises=True, gate=True, gate_target="visual"),
+    JudgeMode(zoom=True),
+    JudgeMode(prior=True, premises=True, zoom=True),
+]
 
 
 @pytest.mark.parametrize("rule", ("base",) + verdict.RULES)
@@ -103,19 +152,22 @@ def test_method_parse_and_str_round_trip(rule):
     assert Method.parse("verdict+revise") == Method("verdict", JudgeMode(), True)
 
 
-@pytest.mark.parametrize("name, said", [
-    ("", "unknown rule ''"),
-    ("verdictt", "unknown rule 'verdictt'"),
-    ("revise", "unknown rule 'revise'"),
-    ("verdict+zap", "judge mode 'zap'"),
-    ("verdict+revise+zoom", "judge mode 'revise+zoom'"),      # +revise comes last
-    ("verdict+gate", "the gate needs the premises mode"),
-    ("base+prior", "base runs no judges"),
-    ("base+revise", "base runs no judges"),
-    ("verdict+plain", "is spelled 'verdict'"),               # one name per method: one row key
-    ("verdict+premises,prior", "is spelled 'verdict+prior+premises'"),
-    ("verdict+revise+revise", "judge mode 'revise'"),
-])
+@pytest.mark.parametrize(
+    "name, said",
+    [
+        ("", "unknown rule ''"),
+        ("verdictt", "unknown rule 'verdictt'"),
+        ("revise", "unknown rule 'revise'"),
+        ("verdict+zap", "judge mode 'zap'"),
+        ("verdict+revise+zoom", "judge mode 'revise+zoom'"),  # +revise comes last
+        ("verdict+gate", "the gate needs the premises mode"),
+        ("base+prior", "base runs no judges"),
+        ("base+revise", "base runs no judges"),
+        ("verdict+plain", "is spelled 'verdict'"),  # one name per method: one row key
+        ("verdict+premises,prior", "is spelled 'verdict+prior+premises'"),
+        ("verdict+revise+revise", "judge mode 'revise'"),
+    ],
+)
 def test_method_parse_rejects_unknown_parts(name, said):
     with pytest.raises(ValueError, match=re.escape(f"method {name!r}")) as e:
         Method.parse(name)

@@ -1,5 +1,6 @@
 """Tests for harness/rundir.py: the lock, the settings check, the results file, and shards: two shards run against
 two servers and merged give the same tables as one unsharded run; shards of other runs are refused."""
+
 import json
 import os
 
@@ -13,7 +14,9 @@ from test_tables import fake_row, three_dsr_rows
 
 def test_lock_is_held_until_released(tmp_path):
     held = rundir.lock(str(tmp_path / "o"))
-    with pytest.raises(ValueError, match=f"another run is using {tmp_path / 'o'} \\(process {os.getpid()}\\)"):
+    with pytest.raises(
+        ValueError, match=f"another run is using {tmp_path / 'o'} \\(process {os.getpid()}\\)"
+    ):
         rundir.lock(str(tmp_path / "o"))
     held.close()
     rundir.lock(str(tmp_path / "o")).close()  # free again
@@ -23,7 +26,9 @@ def test_claim_names_what_differs(tmp_path):
     settings = {"model": "m", "base_url": "http://a/v1", "config": {"n": 3}, "shard": None}
     rundir.claim(str(tmp_path), settings)
     rundir.claim(str(tmp_path), settings)  # the same settings: a resume
-    with pytest.raises(ValueError, match=r"other settings \(base_url: 'http://a/v1' there, 'http://b/v1' now, config\)"):
+    with pytest.raises(
+        ValueError, match=r"other settings \(base_url: 'http://a/v1' there, 'http://b/v1' now, config\)"
+    ):
         rundir.claim(str(tmp_path), {**settings, "base_url": "http://b/v1", "config": {"n": 2}})
     (tmp_path / "run.json").write_text(json.dumps({"format": "verdict-eval-run/1", "settings": settings}))
     with pytest.raises(ValueError, match="is of format 'verdict-eval-run/1'"):
@@ -33,11 +38,23 @@ def test_claim_names_what_differs(tmp_path):
 def test_load_rows_drops_what_must_run_again(tmp_path):
     row = lambda id, **kw: json.dumps(fake_row("d", 0, "base", True, id=id, **kw).to_json())
     path = tmp_path / "results.jsonl"
-    path.write_text("\n".join([row("1"), row("2", error="EndpointError: x"), row("1"), "{not json",
-                               json.dumps({"format": "verdict-eval-row/1", "data": "d", "id": "3", "seed": 0,
-                                           "method": "base"}), row("4"),
-                               json.dumps({**json.loads(row("6")), "correct": "yes"})])
-                    + "\n" + row("5")[:20])
+    path.write_text(
+        "\n".join(
+            [
+                row("1"),
+                row("2", error="EndpointError: x"),
+                row("1"),
+                "{not json",
+                json.dumps(
+                    {"format": "verdict-eval-row/1", "data": "d", "id": "3", "seed": 0, "method": "base"}
+                ),
+                row("4"),
+                json.dumps({**json.loads(row("6")), "correct": "yes"}),
+            ]
+        )
+        + "\n"
+        + row("5")[:20]
+    )
     rows, dropped = rundir.load_rows(str(path))
     assert [k[1] for k in rows] == ["1", "4"] and dropped == 6  # "correct": "yes" is malformed: it runs again
     assert [json.loads(line)["id"] for line in path.read_text().splitlines()] == ["1", "4"]  # rewritten
@@ -47,16 +64,29 @@ def test_load_rows_drops_what_must_run_again(tmp_path):
 def mixed_data(tmp_path) -> list:
     """A JSONL file of 7 items and a 3DSRBench TSV whose four twin rows may land on different shards."""
     from test_benchmarks import tsv
+
     head = ["index", "qid", "question", "A", "B", "answer", "category"]
-    rows = [[r.id, r.input["qid"], f"In 3D, which is larger, {i} or {i + 1}?", str(i), str(i + 1), "AB"[i % 2],
-             r.input["category"]] for i, r in enumerate(three_dsr_rows())]
+    rows = [
+        [
+            r.id,
+            r.input["qid"],
+            f"In 3D, which is larger, {i} or {i + 1}?",
+            str(i),
+            str(i + 1),
+            "AB"[i % 2],
+            r.input["category"],
+        ]
+        for i, r in enumerate(three_dsr_rows())
+    ]
     return [write_jsonl(tmp_path / "q.jsonl", n=7), tsv(tmp_path / "3DSRBench.tsv", head, rows)]
 
 
 def comparable(summary: dict) -> dict:
     """The summary without what depends on timing and on which server and shard a run used."""
     out = {k: v for k, v in summary.items() if k != "settings"}
-    out["stats"] = {m: {k: v for k, v in s.items() if k != "seconds_per_item"} for m, s in summary["stats"].items()}
+    out["stats"] = {
+        m: {k: v for k, v in s.items() if k != "seconds_per_item"} for m, s in summary["stats"].items()
+    }
     return out
 
 
@@ -66,38 +96,65 @@ def test_two_shards_merged_equal_one_unsharded_run(tmp_path, loopback):
     one, node1, node2 = loopback(script), loopback(script), loopback(script)
     assert evaluate.main(common + ["--base-url", one.url, "--out", str(tmp_path / "all")]) == 0
     for i, node in ((1, node1), (2, node2)):  # one server per node
-        assert evaluate.main(common + ["--base-url", node.url, "--out", str(tmp_path / f"s{i}"), "--shard", f"{i}/2"]) == 0
+        assert (
+            evaluate.main(
+                common + ["--base-url", node.url, "--out", str(tmp_path / f"s{i}"), "--shard", f"{i}/2"]
+            )
+            == 0
+        )
     shard_ids = [{r["id"] for r in rows_of(tmp_path / f"s{i}")} for i in (1, 2)]
-    assert shard_ids[0] and shard_ids[1] and not shard_ids[0] & shard_ids[1]  # both shards hold items, none twice
+    assert (
+        shard_ids[0] and shard_ids[1] and not shard_ids[0] & shard_ids[1]
+    )  # both shards hold items, none twice
     assert len(node1.chats) + len(node2.chats) == len(one.chats)
     merged = run(["merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "m")])
     assert merged.returncode == 0, merged.stderr
     want, got = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("all", "m"))
     assert comparable(got) == comparable(want)
     assert got["settings"]["base_url"] == sorted([node1.url, node2.url]) and got["settings"]["shard"] is None
-    for name in ["3DSRBench_acc.csv", "q_acc.csv"] + [f"predictions/{m}-seed{s}_{f}.tsv" for m in ("base", "verdict")
-                                                      for s in (0, 1) for f in ("q", "3DSRBench")]:
+    for name in ["3DSRBench_acc.csv", "q_acc.csv"] + [
+        f"predictions/{m}-seed{s}_{f}.tsv"
+        for m in ("base", "verdict")
+        for s in (0, 1)
+        for f in ("q", "3DSRBench")
+    ]:
         assert (tmp_path / "m" / name).read_text() == (tmp_path / "all" / name).read_text(), name
-    assert sorted(map(json.dumps, rows_of(tmp_path / "m"))) == sorted(map(json.dumps, rows_of(tmp_path / "s1") + rows_of(tmp_path / "s2")))
+    assert sorted(map(json.dumps, rows_of(tmp_path / "m"))) == sorted(
+        map(json.dumps, rows_of(tmp_path / "s1") + rows_of(tmp_path / "s2"))
+    )
 
 
 def test_merge_refuses_what_is_not_one_run(tmp_path, loopback):
     srv = loopback(script)
-    base = ["--data", write_jsonl(tmp_path / "q.jsonl", n=3), "--base-url", srv.url, "--seeds", "1", "--rules", "base"]
+    base = [
+        "--data",
+        write_jsonl(tmp_path / "q.jsonl", n=3),
+        "--base-url",
+        srv.url,
+        "--seeds",
+        "1",
+        "--rules",
+        "base",
+    ]
     for i in (1, 2):
         assert evaluate.main(base + ["--out", str(tmp_path / f"s{i}"), "--shard", f"{i}/2"]) == 0
     assert evaluate.main(base + ["--out", str(tmp_path / "t2"), "--shard", "2/2", "--max-steps", "3"]) == 0
     assert evaluate.main(base + ["--out", str(tmp_path / "three"), "--shard", "1/3"]) == 0
     assert evaluate.main(base + ["--out", str(tmp_path / "whole")]) == 0
     d = lambda *names: [str(tmp_path / n) for n in names]
-    for dirs, message in ((d("s1", "t2"), "was run with other settings than"),
-                          (d("s1", "three"), "shard count"),
-                          (d("s1"), "merge needs each of 1/2 to 2/2 once"),
-                          (d("s1", "s1"), "the shards given are 1/2, 1/2"),
-                          (d("s1", "whole"), "is not a shard"),
-                          (d("s1", "nowhere"), "holds no run")):
+    for dirs, message in (
+        (d("s1", "t2"), "was run with other settings than"),
+        (d("s1", "three"), "shard count"),
+        (d("s1"), "merge needs each of 1/2 to 2/2 once"),
+        (d("s1", "s1"), "the shards given are 1/2, 1/2"),
+        (d("s1", "whole"), "is not a shard"),
+        (d("s1", "nowhere"), "holds no run"),
+    ):
         out = run(["merge", *dirs, "--out", str(tmp_path / "m")])
-        assert out.returncode == 2 and out.stderr.count("\n") == 1 and message in out.stderr, (dirs, out.stderr)
+        assert out.returncode == 2 and out.stderr.count("\n") == 1 and message in out.stderr, (
+            dirs,
+            out.stderr,
+        )
     os.remove(tmp_path / "s2" / "summary.json")
     out = run(["merge", *d("s1", "s2"), "--out", str(tmp_path / "m")])
     assert out.returncode == 2 and "has no summary.json: its run has not finished" in out.stderr

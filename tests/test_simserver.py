@@ -1,5 +1,6 @@
 """Tests for perf/simserver.py: the latency model's arithmetic, the pseudo-tokens and block hashes of a prompt, the
 prefix cache as the two prompt layouts meet it, and the simulated replies. No timing is asserted."""
+
 import json
 
 import pytest
@@ -23,8 +24,16 @@ def test_latency_model_seconds():
     assert LatencyModel().seconds(0, 48) == pytest.approx(0.5695, abs=1e-4)
 
 
-@pytest.mark.parametrize("kwargs", [dict(decode_tps=0.0), dict(prefill_tps=-1.0), dict(capacity=0),
-                                    dict(capacity=2.5), dict(time_scale=-0.1)])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(decode_tps=0.0),
+        dict(prefill_tps=-1.0),
+        dict(capacity=0),
+        dict(capacity=2.5),
+        dict(time_scale=-0.1),
+    ],
+)
 def test_latency_model_guards(kwargs):
     with pytest.raises(ValueError):
         LatencyModel(**kwargs)
@@ -32,14 +41,26 @@ def test_latency_model_guards(kwargs):
 
 def test_prompt_units_count_image_tokens_where_the_message_puts_them():
     url = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
-    msgs = [{"role": "system", "content": "You judge."},
-            {"role": "user", "content": [url, {"type": "text", "text": "Is it red?"}]}]
+    msgs = [
+        {"role": "system", "content": "You judge."},
+        {"role": "user", "content": [url, {"type": "text", "text": "Is it red?"}]},
+    ]
     units = prompt_units(msgs, image_tokens=1280)
     # 2 role markers + "You", "judge", "." + 1280 image tokens + "Is", "it", "red", "?"
     assert len(units) == 2 + 3 + 1280 + 4 and units[:5] == ["<system>", "You", "judge", ".", "<user>"]
-    placed = prompt_units([msgs[0], {"role": "user", "content": [{"type": "text", "text": "Is"}, url,
-                                                                 {"type": "text", "text": "red?"}]}], 1280)
-    assert placed[5] == "Is" and placed[6] == units[5] and placed[-2:] == ["red", "?"]  # the image at its place
+    placed = prompt_units(
+        [
+            msgs[0],
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "Is"}, url, {"type": "text", "text": "red?"}],
+            },
+        ],
+        1280,
+    )
+    assert (
+        placed[5] == "Is" and placed[6] == units[5] and placed[-2:] == ["red", "?"]
+    )  # the image at its place
 
 
 def test_block_hashes_are_prefix_stable():
@@ -47,8 +68,10 @@ def test_block_hashes_are_prefix_stable():
     b = a[:40] + ["changed"] + a[41:]
     ha, hb = block_hashes(a), block_hashes(b)
     assert len(ha) == 100 // BLOCK
-    assert ha[:2] == hb[:2]          # blocks 0 and 1 (units 0..31) are shared
-    assert ha[2:] != hb[2:] and all(x != y for x, y in zip(ha[2:], hb[2:]))  # a chained hash differs from there on
+    assert ha[:2] == hb[:2]  # blocks 0 and 1 (units 0..31) are shared
+    assert ha[2:] != hb[2:] and all(
+        x != y for x, y in zip(ha[2:], hb[2:])
+    )  # a chained hash differs from there on
 
 
 @pytest.mark.parametrize("layout", ["shared", "per-role"])
@@ -65,16 +88,21 @@ def test_the_prefix_cache_serves_what_the_layout_shares(layout):
     sim = SimulatedServer(LatencyModel(time_scale=0.0))
     first = sim({"messages": reasoner, "stop": ["\n\n"], "n": 3}, "/v1/chat/completions")
     second = sim({"messages": judge}, "/v1/chat/completions")
-    assert first["usage"]["prompt_tokens_details"] == {"cached_tokens": 0} and first["usage"]["prompt_tokens"] == len(a)
+    assert first["usage"]["prompt_tokens_details"] == {"cached_tokens": 0} and first["usage"][
+        "prompt_tokens"
+    ] == len(a)
     assert second["usage"]["prompt_tokens_details"] == {"cached_tokens": common // BLOCK * BLOCK}
     if layout == "shared":  # through the last previous step, and the first word of both roles' instructions
-        assert a[common - 4:common] == ["A", "mug", ".", "You"] and common > 1280
+        assert a[common - 4 : common] == ["A", "mug", ".", "You"] and common > 1280
     else:
         assert a[:common] == ["<system>", "You"]  # then each role's own instructions: "You answer", "You are"
     again = sim({"messages": judge}, "/v1/chat/completions")["usage"]  # everything but a last partial block
     assert again["prompt_tokens_details"]["cached_tokens"] == len(b) // BLOCK * BLOCK
     sim.reset()
-    assert sim({"messages": judge}, "/v1/chat/completions")["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert (
+        sim({"messages": judge}, "/v1/chat/completions")["usage"]["prompt_tokens_details"]["cached_tokens"]
+        == 0
+    )
 
 
 def test_simulated_replies_parse_in_every_format_and_agree_at_the_final_step():
@@ -84,23 +112,34 @@ def test_simulated_replies_parse_in_every_format_and_agree_at_the_final_step():
         state = verdict.State("Which is it? A. x B. y")
         cands = judges.Reasoner(client)(state, 3)
         assert len(set(cands)) == 3
-        assert judges.Reasoner(client)(state.extend(cands[0]), 3) == ["Final answer: B"] * 3  # the same string
+        assert (
+            judges.Reasoner(client)(state.extend(cands[0]), 3) == ["Final answer: B"] * 3
+        )  # the same string
         for fmt in ("json", "text", "digit"):
             for score_only in (False, True):
                 for j in judges.make_judges(client, score_only=score_only, fmt=fmt):
                     s = j(state, cands[0])
                     assert 0.5 <= s <= 1 and j.counts["retries"] == 0
         schemas = [r.body["response_format"] for r in srv.requests if "response_format" in (r.body or {})]
-        assert len(schemas) == 3 * 2  # the json format's calls, each answered under its schema (no retry above)
+        assert (
+            len(schemas) == 3 * 2
+        )  # the json format's calls, each answered under its schema (no retry above)
 
 
 def test_sim_reply_lengths():
     lm = LatencyModel()
-    explain = {"messages": [{"role": "user", "content": "x"}], "response_format": {"json_schema": {"schema": {
-        "properties": {"reason": {}, "score": {}}}}}}
-    short = {"messages": [{"role": "user", "content": "x"}], "response_format": {"json_schema": {"schema": {
-        "properties": {"score": {}}}}}}
-    assert simserver.sim_reply(explain, lm, 3)[1] == lm.rationale_tokens and simserver.sim_reply(short, lm, 3)[1] == 6
+    explain = {
+        "messages": [{"role": "user", "content": "x"}],
+        "response_format": {"json_schema": {"schema": {"properties": {"reason": {}, "score": {}}}}},
+    }
+    short = {
+        "messages": [{"role": "user", "content": "x"}],
+        "response_format": {"json_schema": {"schema": {"properties": {"score": {}}}}},
+    }
+    assert (
+        simserver.sim_reply(explain, lm, 3)[1] == lm.rationale_tokens
+        and simserver.sim_reply(short, lm, 3)[1] == 6
+    )
     (text,), _ = simserver.sim_reply(short, lm, 3)
     assert set(json.loads(text)) == {"score"}
 
@@ -111,24 +150,41 @@ def lcp(a: list, b: list) -> int:
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("question", ["Is the mug left of the laptop?", "In <image 2>, is the mug left of <image 1>?"])
+@pytest.mark.parametrize(
+    "question", ["Is the mug left of the laptop?", "In <image 2>, is the mug left of <image 1>?"]
+)
 def test_the_prefix_cache_is_a_longest_common_prefix_in_whole_blocks(layout, question):
     # Oracle: vLLM's chained block hashes make block i cached exactly when an earlier prompt began with the same
     # (i + 1)·BLOCK units, so a request's cached tokens are BLOCK · max over earlier prompts p of lcp(p, it) // BLOCK.
     # The requests are those of three steps (the reasoner's, then 3 judges × 3 candidates), laid out by prompting.py
     # with two images, first or at the question's <image k>, as the server receives them in sequential mode.
     images = (Image.new("RGB", (32, 32), "red"), Image.new("RGB", (32, 32), "blue"))
-    sim, seen, state = SimulatedServer(LatencyModel(time_scale=0.0, image_tokens=64)), [], verdict.State(question, images)
+    sim, seen, state = (
+        SimulatedServer(LatencyModel(time_scale=0.0, image_tokens=64)),
+        [],
+        verdict.State(question, images),
+    )
     for t in range(3):
         candidates = [f"Candidate {t}.{i}: the mug is left." for i in range(3)]
         requests = [role_messages("reasoner", state, layout)] + [
-            role_messages(judge, state, layout, step=c, reply="Score: <a digit>") for c in candidates for judge in verdict.JUDGES]
+            role_messages(judge, state, layout, step=c, reply="Score: <a digit>")
+            for c in candidates
+            for judge in verdict.JUDGES
+        ]
         for k, msgs in enumerate(requests):
             units = prompt_units(msgs, 64)
             expected = BLOCK * max((lcp(p, units) // BLOCK for p in seen), default=0)
-            got = sim({"messages": msgs, **({"stop": ["\n\n"]} if k == 0 else {})}, "/v1/chat/completions")["usage"]
-            assert got["prompt_tokens_details"]["cached_tokens"] == expected and got["prompt_tokens"] == len(units)
-            if layout != "per-role" and k > 0:  # a judge finds cached all the blocks its prompt shares with the reasoner's
-                assert expected >= lcp(seen[len(seen) - k], units) // BLOCK * BLOCK > 2 * 64 - BLOCK  # both images
+            got = sim({"messages": msgs, **({"stop": ["\n\n"]} if k == 0 else {})}, "/v1/chat/completions")[
+                "usage"
+            ]
+            assert got["prompt_tokens_details"]["cached_tokens"] == expected and got["prompt_tokens"] == len(
+                units
+            )
+            if (
+                layout != "per-role" and k > 0
+            ):  # a judge finds cached all the blocks its prompt shares with the reasoner's
+                assert (
+                    expected >= lcp(seen[len(seen) - k], units) // BLOCK * BLOCK > 2 * 64 - BLOCK
+                )  # both images
             seen.append(units)
         state = state.extend(candidates[0])

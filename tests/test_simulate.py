@@ -1,5 +1,6 @@
 """Tests for simulate.py: the batched selection against verdict.select (oracle), the noise-free and
 symmetric cases, EVPV's gate, the intervals, and the reproducibility of the report."""
+
 import math
 from dataclasses import replace
 
@@ -13,12 +14,13 @@ from simulate import ALL_RULES, Scenario, draw, interval, measure, premises, raw
 
 # ----------------------------------------------------------------------------- oracle
 
+
 def _random_steps(rng, T, n, m):
     """Scores on the grid {0, 0.1, ..., 1} (so ties, and means exactly at τ = 0.6, are common),
     with abstentions: NaN entries, and some whole candidates with fewer than 2 answers."""
-    s_hat = rng.integers(0, 11, size=(T, n, m)) / 10                 # [T, n, m]
+    s_hat = rng.integers(0, 11, size=(T, n, m)) / 10  # [T, n, m]
     s_hat[rng.random((T, n, m)) < 0.2] = np.nan
-    few = rng.random((T, n)) < 0.1                                     # [T, n] candidates left with ≤ 1 answer
+    few = rng.random((T, n)) < 0.1  # [T, n] candidates left with ≤ 1 answer
     s_hat[few, 1:] = np.nan
     s_hat[rng.random(T) < 0.3] = rng.choice([0.5, 0.6, 0.7], size=(n, m))  # some steps: heavy ties
     return s_hat
@@ -32,21 +34,26 @@ def test_lam_mean_equals_a_plain_loop():
     got = select_batch(s_hat, lam)["lam-mean"].index
     for t, step in enumerate(s_hat):
         answered = ~np.isnan(step)
+
         def key(i):  # (≥ 2 answers, λ-weighted mean of the answers, lowest index first)
             w = lam[answered[i]]
             val = float(np.sum(w * step[i][answered[i]]) / w.sum()) if w.size else -math.inf
             return (answered[i].sum() >= 2, round(val, verdict.DECIMALS), -i)  # exact ties: lowest index
+
         assert got[t] == max(range(3), key=key), (t, step.tolist())
 
 
 # ----------------------------------------------------------------------------- properties
+
 
 @pytest.mark.parametrize("seed", range(4))
 def test_zero_noise_every_rule_picks_a_correct_candidate(seed):
     # Wrong steps at or below τ, correct ones above (as in the default world, 0.45 and 0.72): no-rank,
     # which takes the first accepted candidate without ranking, needs the filter to separate them.
     rng = np.random.default_rng(seed)
-    sc = Scenario(sigma=0.0, mu0=rng.uniform(0.0, 0.6), mu1=rng.uniform(0.61, 1.0), lam=tuple(rng.uniform(0.2, 3.0, 3)))
+    sc = Scenario(
+        sigma=0.0, mu0=rng.uniform(0.0, 0.6), mu1=rng.uniform(0.61, 1.0), lam=tuple(rng.uniform(0.2, 3.0, 3))
+    )
     d = draw(seeds=3, trials=400, seed=seed, n=int(rng.integers(1, 6)))
     for rule, r in measure(d, sc).items():
         assert np.all(r["accuracy"] == 1.0), rule
@@ -70,13 +77,14 @@ def test_exchangeable_judges_equal_lam_agree_whenever_the_means_choice_is_accept
     sc = Scenario(lam=(0.7, 0.7, 0.7), sigma=0.2)
     s_hat, _ = raw_scores(draw(3, 2000, seed=seed), sc)
     b = select_batch(s_hat, sc.lam, sc.tau, sc.eps)
-    pick = b["mean"].index                                                       # [T]
-    passes = np.take_along_axis(b["verdict"].accepted, pick[:, None], 1)[:, 0]   # [T]
+    pick = b["mean"].index  # [T]
+    passes = np.take_along_axis(b["verdict"].accepted, pick[:, None], 1)[:, 0]  # [T]
     assert passes.mean() > 0.3
     assert np.array_equal(b["verdict"].index[passes], pick[passes])
 
 
 # ----------------------------------------------------------------------------- EVPV's gate
+
 
 def test_gate_golden_a_premise_that_fools_L_and_C():
     # sigma = 0, every candidate wrong and built on a contradicted premise that fools L and C, always flagged:
@@ -92,7 +100,9 @@ def test_gate_golden_a_premise_that_fools_L_and_C():
     for gate, (s_bar, delta, accepted) in want.items():
         s_hat, _ = raw_scores(d, replace(base, gate=gate))
         b = select_batch(s_hat)["verdict"]
-        assert np.allclose(b.s_bar_star, s_bar, atol=1e-4) and np.allclose(b.delta_star, delta, atol=1e-4), gate
+        assert np.allclose(b.s_bar_star, s_bar, atol=1e-4) and np.allclose(b.delta_star, delta, atol=1e-4), (
+            gate
+        )
         assert np.all(b.accepted == accepted), gate
 
 
@@ -104,34 +114,55 @@ def test_perfect_check_and_step_target_never_accept_a_contradicted_step(seed, ta
     # the noise, λ, the fooled judges, the false alarms or the abstentions (fewer than 2 answers: never accepted).
     rng = np.random.default_rng(seed)
     fools = tuple(int(j) for j in np.flatnonzero(rng.random(3) < 0.7))
-    sc = Scenario(sigma=rng.uniform(0.05, 0.3), p_premise=rng.uniform(0.2, 1.0), premise_fools=fools,
-                  mu_fool=rng.uniform(0.6, 1.0), p_detect=1.0, p_false=rng.uniform(0, 0.3), q=rng.uniform(0, 0.3),
-                  lam=tuple(rng.uniform(0.2, 3.0, 3)), tau=tau, gate="step")
+    sc = Scenario(
+        sigma=rng.uniform(0.05, 0.3),
+        p_premise=rng.uniform(0.2, 1.0),
+        premise_fools=fools,
+        mu_fool=rng.uniform(0.6, 1.0),
+        p_detect=1.0,
+        p_false=rng.uniform(0, 0.3),
+        q=rng.uniform(0, 0.3),
+        lam=tuple(rng.uniform(0.2, 3.0, 3)),
+        tau=tau,
+        gate="step",
+    )
     d = draw(3, 1000, seed=seed)
     assert premises(d, sc)[0].sum() > 100  # the property is exercised
     r = measure(d, sc)
     for rule in ("verdict", "no-rank", "raw-dual"):  # the rules whose filter asks for a mean above τ
         assert np.all(r[rule]["contradicted_accepted"] == 0.0), rule
     # The guarantee is the step target's: gating ŝ_V alone leaves a premise that fools all three judges accepted.
-    fooled_all = measure(d, replace(sc, premise_fools=(0, 1, 2), mu_fool=0.9, tau=0.6, lam=verdict.STUBBORNNESS, gate="visual"))
+    fooled_all = measure(
+        d, replace(sc, premise_fools=(0, 1, 2), mu_fool=0.9, tau=0.6, lam=verdict.STUBBORNNESS, gate="visual")
+    )
     assert fooled_all["verdict"]["contradicted_accepted"].mean() > 0.5
 
 
 @pytest.mark.parametrize("seed", range(3))
 def test_gate_moves_only_its_targets_flagged_scores_and_nan_stays_nan(seed):
     rng = np.random.default_rng(seed)
-    sc = Scenario(p_premise=0.5, premise_fools=(0, 2), p_detect=rng.uniform(0.3, 1), p_false=rng.uniform(0.1, 0.5), q=0.2)
+    sc = Scenario(
+        p_premise=0.5,
+        premise_fools=(0, 2),
+        p_detect=rng.uniform(0.3, 1),
+        p_false=rng.uniform(0.1, 0.5),
+        q=0.2,
+    )
     d = draw(2, 500, seed=seed)
-    flagged = premises(d, sc)[1]                                                # [N, n]
+    flagged = premises(d, sc)[1]  # [N, n]
     none, visual, step = (raw_scores(d, replace(sc, gate=g))[0] for g in ("none", "visual", "step"))
     assert 0.1 < flagged.mean() < 0.9
     nan = np.isnan(none)
-    assert np.array_equal(nan, np.isnan(visual)) and np.array_equal(nan, np.isnan(step))  # abstentions untouched
+    assert np.array_equal(nan, np.isnan(visual)) and np.array_equal(
+        nan, np.isnan(step)
+    )  # abstentions untouched
     for gated in (visual, step):  # an unflagged candidate keeps every score, bit for bit
         assert np.array_equal(gated[~flagged], none[~flagged], equal_nan=True)
-    assert np.array_equal(visual[flagged][:, 1:], none[flagged][:, 1:], equal_nan=True)  # visual: L and C untouched
-    assert np.all((visual[flagged][:, 0] == 0.5) | nan[flagged][:, 0])                    # ŝ_V -> 0.5 (α = 0)
-    assert np.all((step[flagged] == 0.5) | nan[flagged])                                   # every ŝ -> 0.5
+    assert np.array_equal(
+        visual[flagged][:, 1:], none[flagged][:, 1:], equal_nan=True
+    )  # visual: L and C untouched
+    assert np.all((visual[flagged][:, 0] == 0.5) | nan[flagged][:, 0])  # ŝ_V -> 0.5 (α = 0)
+    assert np.all((step[flagged] == 0.5) | nan[flagged])  # every ŝ -> 0.5
 
 
 def test_intervals_shrink_as_trials_grow():
@@ -161,16 +192,29 @@ def test_fixed_seed_gives_an_identical_report(tmp_path):
     assert outs[0][0] != outs[2][0]  # and the seed matters
     text = outs[0][0].decode()
     assert f"Format: `{simulate.FORMAT}`" in text and "--trials 60 --seeds 3 --seed 11" in text
-    assert "## EVPV's gate" in text and all(f"| premise V+L+C, gate {g} |" in text for g in ("none", "visual", "step"))
+    assert "## EVPV's gate" in text and all(
+        f"| premise V+L+C, gate {g} |" in text for g in ("none", "visual", "step")
+    )
     assert outs[0][1].startswith(b"\x89PNG")
 
 
 # ----------------------------------------------------------------------------- guards
 
-@pytest.mark.parametrize("bad, name", [({"q": 1.5}, "q"), ({"p_fool": -0.1}, "p_fool"), ({"sigma": -1.0}, "sigma"),
-                                       ({"fooled": 3}, "fooled"), ({"rho": 2.0}, "rho"), ({"p_detect": 1.5}, "p_detect"),
-                                       ({"premise_fools": (0, 3)}, "premise_fools"), ({"premise_fools": (1, 1)}, "premise_fools"),
-                                       ({"gate": "judges"}, "gate='judges'")])
+
+@pytest.mark.parametrize(
+    "bad, name",
+    [
+        ({"q": 1.5}, "q"),
+        ({"p_fool": -0.1}, "p_fool"),
+        ({"sigma": -1.0}, "sigma"),
+        ({"fooled": 3}, "fooled"),
+        ({"rho": 2.0}, "rho"),
+        ({"p_detect": 1.5}, "p_detect"),
+        ({"premise_fools": (0, 3)}, "premise_fools"),
+        ({"premise_fools": (1, 1)}, "premise_fools"),
+        ({"gate": "judges"}, "gate='judges'"),
+    ],
+)
 def test_scenario_guards_name_the_bad_value(bad, name):
     with pytest.raises(ValueError, match=name):
         Scenario(**bad)

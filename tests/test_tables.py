@@ -1,6 +1,7 @@
 """Tests for tables.py: the table's arithmetic by hand, VLMEvalKit's settings (circular groups, 3DSRBench's
 four, CV-Bench-2D's mean over sources, one column per split) worked out by hand, the _acc.csv and
 prediction files, and the picture's bars against the numbers they show."""
+
 import csv
 import math
 from dataclasses import replace
@@ -15,35 +16,91 @@ VANILLA = {"setting": "vanilla", "macro": None}
 
 def fake_row(data, seed, method, correct, steps=1, fallbacks=0, abstentions=0, judge_calls=9, **kw):
     totals = {"steps": steps, "fallbacks": fallbacks, "abstentions": abstentions, "judge_calls": judge_calls}
-    return Row(data=data, id=kw.get("id", "x"), row=kw.get("row", 2), seed=seed, method=Method.parse(method),
-               answer="A", pred=None, correct=correct, input=kw.get("input", {}),
-               prediction=kw.get("prediction", "A"), extracted=kw.get("extracted", "letter"),
-               stopped=kw.get("stopped", "final"), error=kw.get("error"), calls=kw.get("calls", 10),
-               tokens=kw.get("tokens", 100), sent=kw.get("sent", 10), cached=0, replies=0,
-               seconds=kw.get("seconds", 1.0), trace={"totals": totals})
+    return Row(
+        data=data,
+        id=kw.get("id", "x"),
+        row=kw.get("row", 2),
+        seed=seed,
+        method=Method.parse(method),
+        answer="A",
+        pred=None,
+        correct=correct,
+        input=kw.get("input", {}),
+        prediction=kw.get("prediction", "A"),
+        extracted=kw.get("extracted", "letter"),
+        stopped=kw.get("stopped", "final"),
+        error=kw.get("error"),
+        calls=kw.get("calls", 10),
+        tokens=kw.get("tokens", 100),
+        sent=kw.get("sent", 10),
+        cached=0,
+        replies=0,
+        seconds=kw.get("seconds", 1.0),
+        trace={"totals": totals},
+    )
 
 
 def context(files, methods, seeds, scoring=None, max_error_rate=1.0):
     scoring = scoring or {}
-    reading = {f: {"file": f + ".tsv", "read": 3, "total": 2, "items": 2, "skipped": [], "dropped": 0, "warnings": [],
-                   "scoring": scoring.get(f, VANILLA), "limited": False} for f in files}
-    settings = {"model": "m", "judge_model": "m", "max_calls": None, "shard": None,
-                "config": {"n": 3, "tau": 0.6, "eps": 0.1, "lam": [1.5, 1.0, 0.8], "max_steps": 8}}
-    return {"files": files, "methods": methods, "seeds": seeds, "settings": settings, "reading": reading,
-            "max_error_rate": max_error_rate}
+    reading = {
+        f: {
+            "file": f + ".tsv",
+            "read": 3,
+            "total": 2,
+            "items": 2,
+            "skipped": [],
+            "dropped": 0,
+            "warnings": [],
+            "scoring": scoring.get(f, VANILLA),
+            "limited": False,
+        }
+        for f in files
+    }
+    settings = {
+        "model": "m",
+        "judge_model": "m",
+        "max_calls": None,
+        "shard": None,
+        "config": {"n": 3, "tau": 0.6, "eps": 0.1, "lam": [1.5, 1.0, 0.8], "max_steps": 8},
+    }
+    return {
+        "files": files,
+        "methods": methods,
+        "seeds": seeds,
+        "settings": settings,
+        "reading": reading,
+        "max_error_rate": max_error_rate,
+    }
 
 
 def test_summary_arithmetic_by_hand():
     rows = [  # file f: 2 items, file g: 1 item; seeds 0 and 1
-        fake_row("f", 0, "base", True, judge_calls=0), fake_row("f", 0, "base", False, judge_calls=0, extracted="unanswered"),
-        fake_row("f", 1, "base", True, judge_calls=0), fake_row("f", 1, "base", True, judge_calls=0),
-        fake_row("g", 0, "base", False, judge_calls=0), fake_row("g", 1, "base", True, judge_calls=0),
+        fake_row("f", 0, "base", True, judge_calls=0),
+        fake_row("f", 0, "base", False, judge_calls=0, extracted="unanswered"),
+        fake_row("f", 1, "base", True, judge_calls=0),
+        fake_row("f", 1, "base", True, judge_calls=0),
+        fake_row("g", 0, "base", False, judge_calls=0),
+        fake_row("g", 1, "base", True, judge_calls=0),
         fake_row("f", 0, "verdict", True, steps=4, fallbacks=1, abstentions=3, judge_calls=36, calls=40),
         fake_row("f", 0, "verdict", True, steps=2, fallbacks=1, abstentions=0, judge_calls=18, calls=20),
         fake_row("f", 1, "verdict", True, steps=2, fallbacks=0, judge_calls=18),
-        fake_row("f", 1, "verdict", False, steps=2, fallbacks=0, judge_calls=18, error="EndpointError: x", stopped=None,
-                 extracted="unanswered", calls=0, tokens=0),
-        fake_row("g", 0, "verdict", True, steps=2, fallbacks=0, judge_calls=18, stopped="budget", extract_calls=2),
+        fake_row(
+            "f",
+            1,
+            "verdict",
+            False,
+            steps=2,
+            fallbacks=0,
+            judge_calls=18,
+            error="EndpointError: x",
+            stopped=None,
+            extracted="unanswered",
+            calls=0,
+            tokens=0,
+        ),
+        fake_row(
+            "g", 0, "verdict", True, steps=2, fallbacks=0, judge_calls=18, stopped="budget", extract_calls=2
+        ),
         fake_row("g", 1, "verdict", True, steps=2, fallbacks=0, judge_calls=18),
     ]
     s = tables.summarize(rows, context(["f", "g"], ["base", "verdict"], [0, 1]))
@@ -54,15 +111,17 @@ def test_summary_arithmetic_by_hand():
     assert acc["base"]["f"]["per_seed"] == [50, 100] and acc["base"]["f"]["mean"] == 75
     assert math.isclose(acc["base"]["f"]["std"], 25 * math.sqrt(2))
     assert acc["base"]["g"]["mean"] == 50 and math.isclose(acc["base"]["g"]["std"], 50 * math.sqrt(2))
-    assert acc["base"]["Avg"]["per_seed"] == [25, 100] and math.isclose(acc["base"]["Avg"]["std"], 37.5 * math.sqrt(2))
+    assert acc["base"]["Avg"]["per_seed"] == [25, 100] and math.isclose(
+        acc["base"]["Avg"]["std"], 37.5 * math.sqrt(2)
+    )
     # verdict: f = 100, 50 (the error row is wrong) -> 75; g = 100, 100 -> 100 ± 0; Avg = 100, 75 -> 87.5.
     assert acc["verdict"]["f"]["per_seed"] == [100, 50] and acc["verdict"]["g"]["std"] == 0
     assert acc["verdict"]["Avg"]["mean"] == 87.5
     assert s["gain_over_base"] == {"verdict": {"f": 0.0, "g": 50.0, "Avg": 25.0}}
     v, b = s["stats"]["verdict"], s["stats"]["base"]
     assert v["chains"] == 6 and v["steps"] == 14
-    assert v["fallback_rate"] == 2 / 14 and v["abstention_rate"] == 3 / 126    # 36 + 5·18 = 126 judge calls
-    assert v["error_rate"] == 1 / 6 and v["unanswered_rate"] == 0               # the error row is not "unanswered"
+    assert v["fallback_rate"] == 2 / 14 and v["abstention_rate"] == 3 / 126  # 36 + 5·18 = 126 judge calls
+    assert v["error_rate"] == 1 / 6 and v["unanswered_rate"] == 0  # the error row is not "unanswered"
     assert v["stopped"] == {"final": 4, "max_steps": 0, "budget": 1}
     assert v["calls_per_item"] == (40 + 20 + 10 + 0 + 10 + 10) / 6 and v["tokens_per_item"] == 500 / 6
     assert v["extract_calls_per_item"] == 0  # fake rows keep only known keys; a missing count is 0
@@ -89,9 +148,18 @@ def three_dsr_rows():
     """Two 2-option questions, each with its rotation (-1), its flip and the flip's rotation.
     X: X ✓, X-1 ✓, X-flip ✗, X-flip-1 ✓ (height); Y: Y ✓, Y-1 ✗, Y-flip ✓, Y-flip-1 ✓ (location)."""
     marks = {"X": 1, "X-1": 1, "X-flip": 0, "X-flip-1": 1, "Y": 1, "Y-1": 0, "Y-flip": 1, "Y-flip-1": 1}
-    return [fake_row("3DSRBench", 0, "base", bool(ok), id=str(i), row=i + 2,
-                     input={"index": str(i), "qid": q, "category": "height" if q[0] == "X" else "location"})
-            for i, (q, ok) in enumerate(marks.items())]
+    return [
+        fake_row(
+            "3DSRBench",
+            0,
+            "base",
+            bool(ok),
+            id=str(i),
+            row=i + 2,
+            input={"index": str(i), "qid": q, "category": "height" if q[0] == "X" else "location"},
+        )
+        for i, (q, ok) in enumerate(marks.items())
+    ]
 
 
 def test_3dsrbench_four_settings_by_hand():
@@ -104,53 +172,110 @@ def test_3dsrbench_four_settings_by_hand():
     assert hits("circ_eval") == [("X", True), ("X-flip", False), ("Y", False), ("Y-flip", True)]
     # flip_circ_eval: all four of X (one ✗), all four of Y (one ✗).
     assert hits("flip_circ_eval") == [("X", False), ("Y", False)]
-    s = tables.summarize(rows, context(["3DSRBench"], ["base"], [0], {"3DSRBench": {"setting": "3dsr", "macro": None}}))
+    s = tables.summarize(
+        rows, context(["3DSRBench"], ["base"], [0], {"3DSRBench": {"setting": "3dsr", "macro": None}})
+    )
     assert s["accuracy"]["base"]["3DSRBench"]["mean"] == 75.0  # the table shows vanilla
     assert {k: v["mean"] for k, v in s["variants"]["3DSRBench"]["base"].items()} == {
-        "vanilla": 75.0, "flip_eval": 50.0, "circ_eval": 50.0, "flip_circ_eval": 0.0}
+        "vanilla": 75.0,
+        "flip_eval": 50.0,
+        "circ_eval": 50.0,
+        "flip_circ_eval": 0.0,
+    }
     flip = next(r for r in s["breakdown"]["3DSRBench"] if r["setting"] == "flip_eval")
-    assert flip == {"method": "base", "setting": "flip_eval", "split": "none", "Overall": 0.5, "height": 0.5, "location": 0.5}
+    assert flip == {
+        "method": "base",
+        "setting": "flip_eval",
+        "split": "none",
+        "Overall": 0.5,
+        "height": 0.5,
+        "location": 0.5,
+    }
     assert "| flip_circ_eval | 0.00 |" in tables.render(s)
 
 
 def test_circular_groups_by_hand():
     """Rotations share a g_index (here computed as index mod 10^6): a question is right only if every rotation is."""
-    marks = [(1, True, "a"), (1000001, True, "a"), (2000001, True, "a"),   # question 1: all right
-             (2, True, "b"), (1000002, False, "b"),                        # question 2: one rotation wrong
-             (1000003, True, "c")]                                         # question 3: its main row is missing
-    rows = [fake_row("MMBench_DEV_EN", 0, "base", ok, id=str(i), row=n + 2, input={"index": str(i), "category": c})
-            for n, (i, ok, c) in enumerate(marks)]
+    marks = [
+        (1, True, "a"),
+        (1000001, True, "a"),
+        (2000001, True, "a"),  # question 1: all right
+        (2, True, "b"),
+        (1000002, False, "b"),  # question 2: one rotation wrong
+        (1000003, True, "c"),
+    ]  # question 3: its main row is missing
+    rows = [
+        fake_row(
+            "MMBench_DEV_EN", 0, "base", ok, id=str(i), row=n + 2, input={"index": str(i), "category": c}
+        )
+        for n, (i, ok, c) in enumerate(marks)
+    ]
     pairs = tables.questions(rows, "circular")
     assert [(r.id, h) for r, h in pairs] == [("1", True), ("2", False)]
     with_column = [replace(r, input={**r.input, "g_index": "7"}) for r in rows[:3]]  # a g_index column wins
     assert tables.questions(with_column, "circular") == []  # no row has index 7: no main row, no question
-    s = tables.summarize(rows, context(["MMBench_DEV_EN"], ["base"], [0],
-                                       {"MMBench_DEV_EN": {"setting": "circular", "macro": None}}))
+    s = tables.summarize(
+        rows,
+        context(
+            ["MMBench_DEV_EN"], ["base"], [0], {"MMBench_DEV_EN": {"setting": "circular", "macro": None}}
+        ),
+    )
     assert s["accuracy"]["base"]["MMBench_DEV_EN"]["mean"] == 50.0
-    assert s["breakdown"]["MMBench_DEV_EN"] == [{"method": "base", "setting": "circular", "split": "none",
-                                                 "Overall": 0.5, "a": 1.0, "b": 0.0}]
+    assert s["breakdown"]["MMBench_DEV_EN"] == [
+        {"method": "base", "setting": "circular", "split": "none", "Overall": 0.5, "a": 1.0, "b": 0.0}
+    ]
 
 
 def test_cv_bench_2d_overall_is_the_mean_over_sources():
     """ADE20K: 2 of 3 right, COCO: 0 of 1. VLMEvalKit's Overall is (2/3 + 0) / 2 = 1/3, not the pooled 2/4."""
     marks = [("ADE20K", True), ("ADE20K", True), ("ADE20K", False), ("COCO", False)]
-    rows = [fake_row("CV-Bench-2D", 0, "base", ok, id=str(i), row=i + 2,
-                     input={"index": str(i), "source": src, "split": "2D", "category": "Count"})
-            for i, (src, ok) in enumerate(marks)]
-    s = tables.summarize(rows, context(["CV-Bench-2D"], ["base"], [0], {"CV-Bench-2D": {"setting": "vanilla", "macro": "source"}}))
+    rows = [
+        fake_row(
+            "CV-Bench-2D",
+            0,
+            "base",
+            ok,
+            id=str(i),
+            row=i + 2,
+            input={"index": str(i), "source": src, "split": "2D", "category": "Count"},
+        )
+        for i, (src, ok) in enumerate(marks)
+    ]
+    s = tables.summarize(
+        rows,
+        context(["CV-Bench-2D"], ["base"], [0], {"CV-Bench-2D": {"setting": "vanilla", "macro": "source"}}),
+    )
     assert math.isclose(s["accuracy"]["base"]["CV-Bench-2D"]["mean"], 100 / 3)
     rec = s["breakdown"]["CV-Bench-2D"][0]
     assert list(rec) == ["method", "setting", "split", "Overall", "ADE20K", "COCO", "Count"]
-    assert math.isclose(rec["Overall"], 1 / 3) and math.isclose(rec["ADE20K"], 2 / 3) and rec["COCO"] == 0 and rec["Count"] == 0.5
+    assert (
+        math.isclose(rec["Overall"], 1 / 3)
+        and math.isclose(rec["ADE20K"], 2 / 3)
+        and rec["COCO"] == 0
+        and rec["Count"] == 0.5
+    )
 
 
 def test_splits_are_columns_and_acc_csv_is_vlmevalkits(tmp_path):
     """MMMU: dev 1 of 2, validation 2 of 2; l2-category (subject) columns come before category (discipline)."""
-    spec = [("dev", True, "Art", "Art & Design"), ("dev", False, "Math", "Science"),
-            ("validation", True, "Art", "Art & Design"), ("validation", True, "Math", "Science")]
-    rows = [fake_row("MMMU_DEV_VAL", 0, "base", ok, id=str(i), row=i + 2,
-                     input={"index": str(i), "split": sp, "l2-category": l2, "category": cat})
-            for i, (sp, ok, l2, cat) in enumerate(spec)]
+    spec = [
+        ("dev", True, "Art", "Art & Design"),
+        ("dev", False, "Math", "Science"),
+        ("validation", True, "Art", "Art & Design"),
+        ("validation", True, "Math", "Science"),
+    ]
+    rows = [
+        fake_row(
+            "MMMU_DEV_VAL",
+            0,
+            "base",
+            ok,
+            id=str(i),
+            row=i + 2,
+            input={"index": str(i), "split": sp, "l2-category": l2, "category": cat},
+        )
+        for i, (sp, ok, l2, cat) in enumerate(spec)
+    ]
     rows.append(fake_row("AI2D_TEST", 0, "base", False, input={"index": "1", "category": "volcano"}))
     s = tables.summarize(rows, context(["MMMU_DEV_VAL", "AI2D_TEST"], ["base"], [0]))
     assert s["columns"] == ["MMMU_DEV_VAL (dev)", "MMMU_DEV_VAL (validation)", "AI2D_TEST"]
@@ -161,26 +286,45 @@ def test_splits_are_columns_and_acc_csv_is_vlmevalkits(tmp_path):
     tables.write_acc_csv(str(path), s["breakdown"]["MMMU_DEV_VAL"])
     lines = path.read_text().splitlines()
     assert lines[0] == '"method","setting","split","Overall","Art","Math","Art & Design","Science"'
-    assert lines[1:] == ['"base","vanilla","dev","0.5","1.0","0.0","1.0","0.0"',
-                         '"base","vanilla","validation","1.0","1.0","1.0","1.0","1.0"']
+    assert lines[1:] == [
+        '"base","vanilla","dev","0.5","1.0","0.0","1.0","0.0"',
+        '"base","vanilla","validation","1.0","1.0","1.0","1.0","1.0"',
+    ]
 
 
 def test_predictions_tsv_has_the_input_columns_prediction_and_hit(tmp_path):
-    rows = [fake_row("MMStar", 0, "verdict", ok, id=i, row=r, prediction=p,
-                     input={"index": i, "question": f"q{i}", "A": "x", "B": "y", "answer": "A", "category": "math"})
-            for i, r, ok, p in (("2", 3, False, "B"), ("1", 2, True, "A\tand more"))]
+    rows = [
+        fake_row(
+            "MMStar",
+            0,
+            "verdict",
+            ok,
+            id=i,
+            row=r,
+            prediction=p,
+            input={"index": i, "question": f"q{i}", "A": "x", "B": "y", "answer": "A", "category": "math"},
+        )
+        for i, r, ok, p in (("2", 3, False, "B"), ("1", 2, True, "A\tand more"))
+    ]
     paths = tables.write_predictions(str(tmp_path / "predictions"), rows)
     assert [p.rsplit("/", 1)[1] for p in paths] == ["verdict-seed0_MMStar.tsv"]
     with open(paths[0], newline="") as fh:
         table = list(csv.reader(fh, delimiter="\t"))
-    assert table == [["index", "question", "A", "B", "answer", "category", "prediction", "hit"],
-                     ["1", "q1", "x", "y", "A", "math", "A\tand more", "1"],  # in the file's order; a tab survives quoting
-                     ["2", "q2", "x", "y", "A", "math", "B", "0"]]
+    assert table == [
+        ["index", "question", "A", "B", "answer", "category", "prediction", "hit"],
+        ["1", "q1", "x", "y", "A", "math", "A\tand more", "1"],  # in the file's order; a tab survives quoting
+        ["2", "q2", "x", "y", "A", "math", "B", "0"],
+    ]
 
 
 def test_picture_bars_show_the_means(tmp_path):
-    rows = [fake_row(f, seed, m, ok, id=str(i))
-            for f in ("f", "g") for m in ("base", "verdict") for seed in (0, 1) for i, ok in enumerate((True, m == "verdict" or seed == 0))]
+    rows = [
+        fake_row(f, seed, m, ok, id=str(i))
+        for f in ("f", "g")
+        for m in ("base", "verdict")
+        for seed in (0, 1)
+        for i, ok in enumerate((True, m == "verdict" or seed == 0))
+    ]
     s = tables.summarize(rows, context(["f", "g"], ["base", "verdict"], [0, 1]))
     bars = tables.picture(s, str(tmp_path / "s.png"))
     # base: 100 % (seed 0) and 50 % (seed 1) -> 75; verdict 100: y = 320 − 280 · mean / 100.

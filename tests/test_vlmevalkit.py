@@ -2,6 +2,7 @@
 MathVista, as small synthetic TSVs that follow VLMEvalKit's conventions for each dataset, run end to end by
 evaluate.py against the loopback server: every request carries the item's images (in place, for MMMU), and
 the files a VLMEvalKit user expects are written."""
+
 import csv
 import json
 import re
@@ -12,7 +13,20 @@ from perf.loopback import chat_response, role_of, user_text
 from test_benchmarks import b64, png
 from test_evaluate import script
 
-COLOURS = ["red", "blue", "green", "yellow", "purple", "orange", "cyan", "white", "black", "gray", "pink", "brown"]
+COLOURS = [
+    "red",
+    "blue",
+    "green",
+    "yellow",
+    "purple",
+    "orange",
+    "cyan",
+    "white",
+    "black",
+    "gray",
+    "pink",
+    "brown",
+]
 
 
 def image(k: int) -> bytes:
@@ -33,34 +47,120 @@ def benchmarks_dir(tmp):
         ims = [image(next(k)) for _ in range(n)]
         want.setdefault(file, {})[tag] = ims
         return b64(ims[0]) if n == 1 else repr([b64(i) for i in ims])
+
     # 3DSRBench: qid X, its rotation X-1, its flip X-flip and X-flip-1; full base64 on every row; no split.
-    head = ["index", "qid", "question", "A", "B", "C", "D", "answer", "category", "image", "image_source", "image_url"]
-    rows = [[str(i), q, f"[3D-{q}] Is the chair higher than the table?", "yes", "no", "", "", "AB"[i % 2],
-             "height_higher", img(f"3D-{q}", "3DSRBench"), "MS-COCO", f"http://x/{i}.jpg"]
-            for i, q in enumerate(["X", "X-1", "X-flip", "X-flip-1"])]
+    head = [
+        "index",
+        "qid",
+        "question",
+        "A",
+        "B",
+        "C",
+        "D",
+        "answer",
+        "category",
+        "image",
+        "image_source",
+        "image_url",
+    ]
+    rows = [
+        [
+            str(i),
+            q,
+            f"[3D-{q}] Is the chair higher than the table?",
+            "yes",
+            "no",
+            "",
+            "",
+            "AB"[i % 2],
+            "height_higher",
+            img(f"3D-{q}", "3DSRBench"),
+            "MS-COCO",
+            f"http://x/{i}.jpg",
+        ]
+        for i, q in enumerate(["X", "X-1", "X-flip", "X-flip-1"])
+    ]
     files = [write(tmp / "3DSRBench.tsv", head, rows)]
     # CV-Bench: the prompt column is the whole text; 2D has a source per row, 3D a category.
     for dim, extra in (("2D", ["ADE20K", "COCO", "COCO"]), ("3D", ["Depth", "Distance", "Depth"])):
-        head = ["index", "image", "question", "prompt", "A", "B", "answer", "split", "source" if dim == "2D" else "category"]
-        rows = [[str(i), img(f"CV{dim}-{i}", f"CV-Bench-{dim}"), f"How many? {i}",
-                 f"[CV{dim}-{i}] How many chairs? Select from the following choices.\n(A) 2\n(B) 3", "2", "3", "AB"[i % 2],
-                 dim, extra[i]] for i in range(3)]
+        head = [
+            "index",
+            "image",
+            "question",
+            "prompt",
+            "A",
+            "B",
+            "answer",
+            "split",
+            "source" if dim == "2D" else "category",
+        ]
+        rows = [
+            [
+                str(i),
+                img(f"CV{dim}-{i}", f"CV-Bench-{dim}"),
+                f"How many? {i}",
+                f"[CV{dim}-{i}] How many chairs? Select from the following choices.\n(A) 2\n(B) 3",
+                "2",
+                "3",
+                "AB"[i % 2],
+                dim,
+                extra[i],
+            ]
+            for i in range(3)
+        ]
         files.append(write(tmp / f"CV-Bench-{dim}.tsv", head, rows))
     # BLINK: a list literal of 2 to 4 images per row.
     head = ["index", "image", "question", "A", "B", "C", "D", "answer", "category"]
-    rows = [[f"val_{i}", img(f"BL-{i}", "BLINK", n), f"[BL-{i}] Which point is closer?", "A", "B", "", "", "A", "Relative_Depth"]
-            for i, n in enumerate((2, 3, 4))]
+    rows = [
+        [
+            f"val_{i}",
+            img(f"BL-{i}", "BLINK", n),
+            f"[BL-{i}] Which point is closer?",
+            "A",
+            "B",
+            "",
+            "",
+            "A",
+            "Relative_Depth",
+        ]
+        for i, n in enumerate((2, 3, 4))
+    ]
     files.append(write(tmp / "BLINK.tsv", head, rows))
     # MMStar: category and l2_category; a question may repeat its options.
     head = ["index", "question", "A", "B", "C", "D", "answer", "category", "l2_category", "image"]
-    rows = [[str(i), f"[MS-{i}] Which is it? Options: A: a, B: b, C: c, D: d", "a", "b", "c", "d", "ABCD"[i],
-             "coarse perception", "image scene and topic", img(f"MS-{i}", "MMStar")] for i in range(3)]
+    rows = [
+        [
+            str(i),
+            f"[MS-{i}] Which is it? Options: A: a, B: b, C: c, D: d",
+            "a",
+            "b",
+            "c",
+            "d",
+            "ABCD"[i],
+            "coarse perception",
+            "image scene and topic",
+            img(f"MS-{i}", "MMStar"),
+        ]
+        for i in range(3)
+    ]
     files.append(write(tmp / "MMStar.tsv", head, rows))
     # AI2D_TEST: a row that reuses another row's image by its index, and one without an image (dropped).
     head = ["index", "image", "question", "A", "B", "C", "D", "answer", "category"]
-    rows = [["0", img("AI-0", "AI2D_TEST"), "[AI-0] Which stage is shown?", "egg", "larva", "pupa", "adult", "B", "lifeCycles"],
-            ["1", "0", "[AI-1] Which label is the leaf?", "A", "B", "C", "D", "C", "partsOfA"],
-            ["2", "", "[AI-2] No image", "x", "y", "", "", "A", "partsOfA"]]
+    rows = [
+        [
+            "0",
+            img("AI-0", "AI2D_TEST"),
+            "[AI-0] Which stage is shown?",
+            "egg",
+            "larva",
+            "pupa",
+            "adult",
+            "B",
+            "lifeCycles",
+        ],
+        ["1", "0", "[AI-1] Which label is the leaf?", "A", "B", "C", "D", "C", "partsOfA"],
+        ["2", "", "[AI-2] No image", "x", "y", "", "", "A", "partsOfA"],
+    ]
     want["AI2D_TEST"]["AI-1"] = want["AI2D_TEST"]["AI-0"]
     files.append(write(tmp / "AI2D_TEST.tsv", head, rows))
     return files, want
@@ -68,13 +168,28 @@ def benchmarks_dir(tmp):
 
 def images_sent(chat) -> list:
     content = chat["messages"][1]["content"]
-    return [] if isinstance(content, str) else [p["image_url"]["url"] for p in content if p["type"] == "image_url"]
+    return (
+        []
+        if isinstance(content, str)
+        else [p["image_url"]["url"] for p in content if p["type"] == "image_url"]
+    )
 
 
 def test_the_six_benchmarks_run_with_the_right_images_in_every_request(tmp_path, loopback):
     files, want = benchmarks_dir(tmp_path)
     srv, out = loopback(script), tmp_path / "out"
-    args = ["--base-url", srv.url, "--out", str(out), "--seeds", "1", "--rules", "base,verdict", "--max-steps", "2"]
+    args = [
+        "--base-url",
+        srv.url,
+        "--out",
+        str(out),
+        "--seeds",
+        "1",
+        "--rules",
+        "base,verdict",
+        "--max-steps",
+        "2",
+    ]
     assert evaluate.main([a for f in files for a in ("--data", f)] + args) == 0
     urls = {tag: [encode_image(im) for im in ims] for tags in want.values() for tag, ims in tags.items()}
     seen = set()
@@ -86,15 +201,27 @@ def test_the_six_benchmarks_run_with_the_right_images_in_every_request(tmp_path,
     summary = json.loads((out / "summary.json").read_text())
     assert summary["files"] == ["3DSRBench", "CV-Bench-2D", "CV-Bench-3D", "BLINK", "MMStar", "AI2D_TEST"]
     assert {f: r["items"] for f, r in summary["reading"].items()} == {
-        "3DSRBench": 4, "CV-Bench-2D": 3, "CV-Bench-3D": 3, "BLINK": 3, "MMStar": 3, "AI2D_TEST": 2}
+        "3DSRBench": 4,
+        "CV-Bench-2D": 3,
+        "CV-Bench-3D": 3,
+        "BLINK": 3,
+        "MMStar": 3,
+        "AI2D_TEST": 2,
+    }
     assert summary["reading"]["AI2D_TEST"]["dropped"] == 1
-    assert set(summary["variants"]) == {"3DSRBench"} and summary["reading"]["CV-Bench-2D"]["scoring"]["macro"] == "source"
+    assert (
+        set(summary["variants"]) == {"3DSRBench"}
+        and summary["reading"]["CV-Bench-2D"]["scoring"]["macro"] == "source"
+    )
     for f in summary["files"]:
         assert (out / f"{f}_acc.csv").read_text().startswith('"method","setting","split","Overall"')
     with open(out / "predictions" / "verdict-seed0_BLINK.tsv", newline="") as fh:
         table = list(csv.reader(fh, delimiter="\t"))
     assert table[0] == ["index", "question", "A", "B", "C", "D", "answer", "category", "prediction", "hit"]
-    assert [r[0] for r in table[1:]] == ["val_0", "val_1", "val_2"] and {r[-1] for r in table[1:]} <= {"0", "1"}
+    assert [r[0] for r in table[1:]] == ["val_0", "val_1", "val_2"] and {r[-1] for r in table[1:]} <= {
+        "0",
+        "1",
+    }
     assert "3DSRBench: VLMEvalKit's four settings" in (out / "summary.md").read_text()
 
 
@@ -102,11 +229,26 @@ def test_mmmu_images_in_place_and_mathvista_values(tmp_path, loopback):
     """MMMU: a two-image row whose text names <image 2> before <image 1>: every request carries the text up to
     each placeholder, then that image, with no image first. MathVista: a free-form row scored by its value."""
     red, blue = png("red"), png("blue")
-    mmmu = write(tmp_path / "MMMU_DEV_VAL.tsv", ["index", "image", "question", "A", "B", "answer", "split"],
-                 [["1", repr([b64(red), b64(blue)]), "Is <image 2> darker than <image 1>?", "yes", "no", "A", "dev"]])
-    math = write(tmp_path / "MathVista_MINI.tsv", ["index", "image", "question", "answer", "question_type", "answer_type",
-                                                   "choices", "precision", "unit"],
-                 [["7", b64(red), "What is 6 + 8?", "14", "free_form", "integer", "", "", ""]])
+    mmmu = write(
+        tmp_path / "MMMU_DEV_VAL.tsv",
+        ["index", "image", "question", "A", "B", "answer", "split"],
+        [["1", repr([b64(red), b64(blue)]), "Is <image 2> darker than <image 1>?", "yes", "no", "A", "dev"]],
+    )
+    math = write(
+        tmp_path / "MathVista_MINI.tsv",
+        [
+            "index",
+            "image",
+            "question",
+            "answer",
+            "question_type",
+            "answer_type",
+            "choices",
+            "precision",
+            "unit",
+        ],
+        [["7", b64(red), "What is 6 + 8?", "14", "free_form", "integer", "", "", ""]],
+    )
 
     def answer_14(body, path):
         if role_of(body["messages"]) == "reasoner" and "6 + 8" in user_text(body):
@@ -116,9 +258,29 @@ def test_mmmu_images_in_place_and_mathvista_values(tmp_path, loopback):
             text = {"type": "text", "text": "".join(p["text"] for p in content if p["type"] == "text")}
             body = {**body, "messages": [body["messages"][0], {**body["messages"][1], "content": [text]}]}
         return script(body, path)
+
     srv = loopback(answer_14)
-    assert evaluate.main(["--data", mmmu, "--data", math, "--base-url", srv.url, "--out", str(tmp_path / "o"),
-                          "--seeds", "1", "--rules", "base,verdict", "--max-steps", "2"]) == 0
+    assert (
+        evaluate.main(
+            [
+                "--data",
+                mmmu,
+                "--data",
+                math,
+                "--base-url",
+                srv.url,
+                "--out",
+                str(tmp_path / "o"),
+                "--seeds",
+                "1",
+                "--rules",
+                "base,verdict",
+                "--max-steps",
+                "2",
+            ]
+        )
+        == 0
+    )
     r, b = encode_image(red), encode_image(blue)
     placed = [c for c in srv.chats if "darker" in json.dumps(c)]
     assert placed
@@ -130,6 +292,8 @@ def test_mmmu_images_in_place_and_mathvista_values(tmp_path, loopback):
     rows = [json.loads(line) for line in open(tmp_path / "o" / "results.jsonl")]
     math_rows = [row for row in rows if row["data"] == "MathVista_MINI"]
     assert {(row["method"], row["pred"], row["extracted"], row["correct"]) for row in math_rows} == {
-        ("base", "14.0", "value", True), ("verdict", "14.0", "value", True)}
+        ("base", "14.0", "value", True),
+        ("verdict", "14.0", "value", True),
+    }
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["columns"] == ["MMMU_DEV_VAL", "MathVista_MINI"]  # one split value: one column

@@ -1,5 +1,6 @@
 """Tests for zoom.py and grounding's zoom mode (ReVISE's look again) against a scripted loopback server that
 names boxes and looks at the crops it is sent."""
+
 import base64
 import io
 import json
@@ -34,14 +35,17 @@ def scene(path, size=(200, 100)):
 def pictures(body) -> list:
     """The images of a request's user message, decoded from their data URLs."""
     content = body["messages"][1]["content"]  # a plain string without images
-    urls = [p["image_url"]["url"] for p in content if isinstance(p, dict) and p.get("type") == "image_url"] \
-        if isinstance(content, list) else []
+    urls = (
+        [p["image_url"]["url"] for p in content if isinstance(p, dict) and p.get("type") == "image_url"]
+        if isinstance(content, list)
+        else []
+    )
     return [Image.open(io.BytesIO(base64.b64decode(u.split(",", 1)[1]))).convert("RGB") for u in urls]
 
 
 def is_red(img) -> bool:
     """Every pixel of img is (close to) RED: the crop shows the square and nothing else."""
-    a = np.asarray(img, dtype=float)                                   # [h, w, 3]
+    a = np.asarray(img, dtype=float)  # [h, w, 3]
     return bool(np.abs(a - np.array(RED)).max() < 40)
 
 
@@ -56,14 +60,16 @@ def zoom_handler(regions, seen: list):
         if role == "reasoner":
             return chat_response([STEP] * body["n"])
         if role == "zoom":
-            return chat_response(regions.pop(0) if len(regions) > 1 else regions[0], prompt_tokens=100,
-                                 completion_tokens=20)
+            return chat_response(
+                regions.pop(0) if len(regions) > 1 else regions[0], prompt_tokens=100, completion_tokens=20
+            )
         if role == "visual":
             imgs = pictures(body)
             seen.append((len(imgs), len(imgs) > 1 and is_red(imgs[1])))
             score = 5 if len(imgs) <= 1 else 9 if is_red(imgs[1]) else 0
             return chat_response(json.dumps({"reason": "looked", "score": score}))
         return chat_response(json.dumps({"reason": "fine", "score": 7}))
+
     return handler
 
 
@@ -75,11 +81,14 @@ def run_zoom(loopback, image, regions, fmt="json"):
     evidence = ModeCalls(client, JudgeMode(zoom=True), fmt=fmt)
     judges = make_judges(client, grounding=evidence, fmt=fmt)
     reasoner = lambda state, n: [STEP] * n
-    trace = verdict.run("Which colour is the square?", reasoner, judges, verdict.Config(n=1, max_steps=1), image)
+    trace = verdict.run(
+        "Which colour is the square?", reasoner, judges, verdict.Config(n=1, max_steps=1), image
+    )
     return trace, evidence.record(trace.question, image), seen, srv
 
 
 # ----------------------------------------------------------------------------- the pure parts
+
 
 def test_mode_word_and_name():
     assert JudgeMode.parse("zoom") == JudgeMode(zoom=True) and JudgeMode(zoom=True).active
@@ -87,15 +96,21 @@ def test_mode_word_and_name():
     assert mode.name == "prior+premises+zoom" and JudgeMode.parse(mode.name) == mode
 
 
-@pytest.mark.parametrize("reply, error", [
-    ("look at the square", "no JSON object"),
-    ('{"boxes": "all"}', "no JSON object"),
-    ('{"boxes": [[1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 4]]}', "at most 3 boxes, got 4"),
-    ('{"boxes": [[1, 2, 3]]}', "4 finite numbers"),
-    ('{"boxes": [[1, 2, 3, true]]}', "4 finite numbers"),
-    ('{"boxes": [{"x1": 1}]}', "4 finite numbers"),
-    ('{"boxes": [[1, 2, 3, 1e309]]}', "4 finite numbers"),  # JSON's 1e309 reads as inf: a box, never a traceback
-])
+@pytest.mark.parametrize(
+    "reply, error",
+    [
+        ("look at the square", "no JSON object"),
+        ('{"boxes": "all"}', "no JSON object"),
+        ('{"boxes": [[1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 4]]}', "at most 3 boxes, got 4"),
+        ('{"boxes": [[1, 2, 3]]}', "4 finite numbers"),
+        ('{"boxes": [[1, 2, 3, true]]}', "4 finite numbers"),
+        ('{"boxes": [{"x1": 1}]}', "4 finite numbers"),
+        (
+            '{"boxes": [[1, 2, 3, 1e309]]}',
+            "4 finite numbers",
+        ),  # JSON's 1e309 reads as inf: a box, never a traceback
+    ],
+)
 def test_parse_regions_rejects_what_is_not_a_list_of_boxes(reply, error):
     with pytest.raises(ValueError, match=error):
         zoom.parse_regions(reply)
@@ -135,6 +150,7 @@ def test_regions_schema_bounds_count_and_coordinates():
 
 # ----------------------------------------------------------------------------- against the scripted server
 
+
 def test_a_valid_box_sends_the_crop_of_that_region_and_the_judge_scores_with_it(loopback, tmp_path):
     trace, rec, seen, srv = run_zoom(loopback, scene(tmp_path / "s.png"), '{"boxes": [[600, 200, 800, 600]]}')
     # The close-up the server decoded is all red: the square, at x 120..160, y 20..60 of the 200×100 source.
@@ -153,7 +169,9 @@ def test_a_valid_box_sends_the_crop_of_that_region_and_the_judge_scores_with_it(
 def test_boxes_in_0_1000_map_to_the_source_when_the_image_is_sent_downscaled(loopback, tmp_path):
     # 2000×1000 is 2.0 Mpx, above the 1.0 Mpx budget: the model sees a 1416×708 image. The box is relative,
     # so it names the same region of the source: x 1200..1600, y 200..600, cut at full resolution.
-    trace, rec, seen, _ = run_zoom(loopback, scene(tmp_path / "big.png", (2000, 1000)), '{"boxes": [[600, 200, 800, 600]]}')
+    trace, rec, seen, _ = run_zoom(
+        loopback, scene(tmp_path / "big.png", (2000, 1000)), '{"boxes": [[600, 200, 800, 600]]}'
+    )
     assert seen == [(2, True)] and rec["zoom"][0]["crops"] == [[1200, 200, 1600, 600]]
 
 
@@ -164,17 +182,22 @@ def test_the_close_up_goes_after_the_shared_prefix_just_before_the_task(loopback
     assert [p["type"] for p in visual] == ["image_url", "text", "image_url", "text"]
     assert visual[0] == logical[0]  # the same image first
     shared = logical[1]["text"].split(prompting.load_prompt("logical")["instructions"])[0]
-    assert visual[1]["text"].startswith(shared)  # question and steps: the prefix every role of the step shares
+    assert visual[1]["text"].startswith(
+        shared
+    )  # question and steps: the prefix every role of the step shares
     assert visual[1]["text"].endswith(zoom.looks_note([SQUARE]))  # the note, then the close-up, then the task
     assert visual[3]["text"].startswith("Step to check:\n<step>\n" + STEP)
 
 
-@pytest.mark.parametrize("reply, why, error", [
-    ('{"boxes": [[600, 200, 600, 600]]}', "invalid", "degenerate"),
-    ('{"boxes": [[0, 0, 1000, 1000]]}', "invalid", "copy of the whole image"),
-    ('{"boxes": [[600, 200, 800, 600], [900, 0, 1100, 100]]}', "invalid", "not inside"),
-    ('{"boxes": []}', "none named", None),
-])
+@pytest.mark.parametrize(
+    "reply, why, error",
+    [
+        ('{"boxes": [[600, 200, 600, 600]]}', "invalid", "degenerate"),
+        ('{"boxes": [[0, 0, 1000, 1000]]}', "invalid", "copy of the whole image"),
+        ('{"boxes": [[600, 200, 800, 600], [900, 0, 1100, 100]]}', "invalid", "not inside"),
+        ('{"boxes": []}', "none named", None),
+    ],
+)
 def test_an_invalid_box_or_none_scores_from_the_full_image(loopback, tmp_path, reply, why, error):
     trace, rec, seen, _ = run_zoom(loopback, scene(tmp_path / "s.png"), reply)
     assert seen == [(1, False)] and trace.steps[0].s_hat[0, 0] == 5 / 9  # the full image alone
@@ -189,7 +212,9 @@ def test_an_unreadable_reply_is_asked_once_more_then_the_full_image(loopback, tm
     (entry,) = rec["zoom"]
     assert (entry["path"], entry["why"], entry["boxes"]) == ("full", "unreadable", None)
     assert len(entry["errors"]) == 2 and rec["extra_calls"] == 2 and seen == [(1, False)]
-    trace, rec, seen, _ = run_zoom(loopback, scene(tmp_path / "s.png"), ["corner", '{"boxes": [[600, 200, 800, 600]]}'])
+    trace, rec, seen, _ = run_zoom(
+        loopback, scene(tmp_path / "s.png"), ["corner", '{"boxes": [[600, 200, 800, 600]]}']
+    )
     assert rec["zoom"][0]["path"] == "zoom" and len(rec["zoom"][0]["errors"]) == 1 and seen == [(2, True)]
 
 
@@ -201,6 +226,8 @@ def test_without_an_image_no_region_is_asked_for(loopback):
 
 
 def test_text_format_sends_no_schema_and_still_validates(loopback, tmp_path):
-    trace, rec, seen, srv = run_zoom(loopback, scene(tmp_path / "s.png"), '{"boxes": [[600, 200, 800, 600]]}', fmt="text")
+    trace, rec, seen, srv = run_zoom(
+        loopback, scene(tmp_path / "s.png"), '{"boxes": [[600, 200, 800, 600]]}', fmt="text"
+    )
     (zoom_req,) = [r.body for r in srv.requests if role_of(r.body["messages"]) == "zoom"]
     assert "response_format" not in zoom_req and rec["zoom"][0]["path"] == "zoom"

@@ -1,5 +1,6 @@
 """Tests for modes/zoom.py's geometry: ZoomIn's crops and the box conventions. Golden values carry their
 derivation; seeded loops check the properties; IoU is compared with a brute-force pixel count."""
+
 import base64
 import io
 import math
@@ -22,27 +23,31 @@ def scene(size=(200, 100), square=(120, 30, 160, 70)) -> Image.Image:
 
 
 def red_fraction(img: Image.Image) -> float:
-    a = np.asarray(img.convert("RGB"), dtype=int)                       # [h, w, 3]
-    return float(((a[..., 0] > 170) & (a[..., 1] < 70)).mean())         # [h, w] -> []
+    a = np.asarray(img.convert("RGB"), dtype=int)  # [h, w, 3]
+    return float(((a[..., 0] > 170) & (a[..., 1] < 70)).mean())  # [h, w] -> []
 
 
 def red_bbox(img: Image.Image) -> tuple:
     a = np.asarray(img.convert("RGB"), dtype=int)
-    ys, xs = np.nonzero((a[..., 0] > 170) & (a[..., 1] < 70))           # [h, w] -> [k], [k]
+    ys, xs = np.nonzero((a[..., 0] > 170) & (a[..., 1] < 70))  # [h, w] -> [k], [k]
     return xs.min(), ys.min(), xs.max() + 1, ys.max() + 1
 
 
 # ----------------------------------------------------------------------------- boxes and conventions
 
-@pytest.mark.parametrize("box, message", [
-    ([1, 2, 3], "4 numbers"),
-    (None, "4 numbers"),
-    (["a", 0, 1, 1], "4 numbers"),
-    ([0, 0, float("nan"), 5], "non-finite"),
-    ([0, 0, 5, float("inf")], "non-finite"),
-    ([5, 0, 5, 10], "degenerate"),      # zero width
-    ([0, 9, 10, 3], "degenerate"),      # y2 < y1
-])
+
+@pytest.mark.parametrize(
+    "box, message",
+    [
+        ([1, 2, 3], "4 numbers"),
+        (None, "4 numbers"),
+        (["a", 0, 1, 1], "4 numbers"),
+        ([0, 0, float("nan"), 5], "non-finite"),
+        ([0, 0, 5, float("inf")], "non-finite"),
+        ([5, 0, 5, 10], "degenerate"),  # zero width
+        ([0, 9, 10, 3], "degenerate"),  # y2 < y1
+    ],
+)
 def test_a_bad_box_is_a_value_error_naming_it(box, message):
     with pytest.raises(ValueError, match=message) as e:
         zoom_in(scene(), box, 2.0, coords="source")
@@ -116,45 +121,52 @@ def test_norm1000_box_on_an_exif_rotated_image_is_read_on_the_image_as_shown(tmp
 
 # ----------------------------------------------------------------------------- the crop's geometry
 
-@pytest.mark.parametrize("box, size, expected", [
-    # inside, ratio 1: the box itself
-    ([10, 10, 30, 30], (100, 80), (10, 10, 30, 30)),
-    # fractional: rounded outwards, floor(10.2) = 10, ceil(29.1) = 30
-    ([10.2, 10.5, 29.1, 29.9], (100, 80), (10, 10, 30, 30)),
-    # partly outside: clipped to [0, 100] × [0, 80]
-    ([-20, 50, 30, 120], (100, 80), (0, 50, 30, 80)),
-    # 80 × 2, wide: the height grows to ceil(80/4) = 20 about y = 41: floor(41 − 10) = 31 -> [31, 51)
-    ([10, 40, 90, 42], (100, 80), (10, 31, 90, 51)),
-    # the same tall (transposed): the width grows to 20 about x = 41
-    ([40, 10, 42, 90], (80, 100), (31, 10, 51, 90)),
-    # 40 × 2 at the top border: height 10 about y = 1 -> floor(1 − 5) = −4, shifted inside to [0, 10)
-    ([0, 0, 40, 2], (100, 80), (0, 0, 40, 10)),
-    # at the bottom border: [79, 80) -> height 10 about 79.5 -> floor(74.5) = 74 -> shifted to [70, 80)
-    ([0, 79, 40, 80], (100, 80), (0, 70, 40, 80)),
-    # a 100 × 10 image, the whole of it: it cannot grow to 25 high, so the width shrinks to 4·10 = 40
-    # about x = 50: [30, 70)
-    ([0, 0, 100, 10], (100, 10), (30, 0, 70, 10)),
-    # a sliver thinner than EPS still gives one whole pixel: [5, 6) × [5, 9)
-    ([5, 5, 5.0000005, 9], (100, 80), (5, 5, 6, 9)),
-    # whole pixels up to float error stay those pixels: 31 px through [0, 1000] on a 60-wide image is
-    # 1000·31/60·60/1000 = 30.999999999999996, which floor would make 30
-    ([1000 * 31 / 60 * 60 / 1000, 10, 50, 29], (60, 80), (31, 10, 50, 29)),
-    # exactly 4:1 is kept as is
-    ([0, 0, 40, 10], (100, 80), (0, 0, 40, 10)),
-])
+
+@pytest.mark.parametrize(
+    "box, size, expected",
+    [
+        # inside, ratio 1: the box itself
+        ([10, 10, 30, 30], (100, 80), (10, 10, 30, 30)),
+        # fractional: rounded outwards, floor(10.2) = 10, ceil(29.1) = 30
+        ([10.2, 10.5, 29.1, 29.9], (100, 80), (10, 10, 30, 30)),
+        # partly outside: clipped to [0, 100] × [0, 80]
+        ([-20, 50, 30, 120], (100, 80), (0, 50, 30, 80)),
+        # 80 × 2, wide: the height grows to ceil(80/4) = 20 about y = 41: floor(41 − 10) = 31 -> [31, 51)
+        ([10, 40, 90, 42], (100, 80), (10, 31, 90, 51)),
+        # the same tall (transposed): the width grows to 20 about x = 41
+        ([40, 10, 42, 90], (80, 100), (31, 10, 51, 90)),
+        # 40 × 2 at the top border: height 10 about y = 1 -> floor(1 − 5) = −4, shifted inside to [0, 10)
+        ([0, 0, 40, 2], (100, 80), (0, 0, 40, 10)),
+        # at the bottom border: [79, 80) -> height 10 about 79.5 -> floor(74.5) = 74 -> shifted to [70, 80)
+        ([0, 79, 40, 80], (100, 80), (0, 70, 40, 80)),
+        # a 100 × 10 image, the whole of it: it cannot grow to 25 high, so the width shrinks to 4·10 = 40
+        # about x = 50: [30, 70)
+        ([0, 0, 100, 10], (100, 10), (30, 0, 70, 10)),
+        # a sliver thinner than EPS still gives one whole pixel: [5, 6) × [5, 9)
+        ([5, 5, 5.0000005, 9], (100, 80), (5, 5, 6, 9)),
+        # whole pixels up to float error stay those pixels: 31 px through [0, 1000] on a 60-wide image is
+        # 1000·31/60·60/1000 = 30.999999999999996, which floor would make 30
+        ([1000 * 31 / 60 * 60 / 1000, 10, 50, 29], (60, 80), (31, 10, 50, 29)),
+        # exactly 4:1 is kept as is
+        ([0, 0, 40, 10], (100, 80), (0, 0, 40, 10)),
+    ],
+)
 def test_crop_box_golden(box, size, expected):
     assert crop_box(box, size) == expected
 
 
-@pytest.mark.parametrize("w, h, zoom, kwargs, expected", [
-    (20, 20, 2.0, dict(min_side=0), ((40, 40), 2.0)),
-    (20, 20, 10.0, dict(min_side=0), ((80, 80), 4.0)),            # capped at 4.0
-    (20, 10, 1.0, dict(min_side=28), ((56, 28), 2.8)),            # short side 10 -> 28: s = 2.8
-    (20, 10, 1.0, dict(min_side=0), ((20, 10), 1.0)),             # min_side off
-    (100, 100, 4.0, dict(max_pixels=10_000), ((100, 100), 1.0)),  # budget: s = sqrt(10⁴ / 10⁴) = 1
-    (40, 10, 1.3, dict(min_side=0), ((52, 13), 1.3)),             # floor(52.0) × floor(13.0), ratio 4
-    (40, 10, 1.05, dict(min_side=0), ((40, 10), 1.05)),           # floor(42) = 42 > 4·floor(10.5) = 40: cut to 40
-])
+@pytest.mark.parametrize(
+    "w, h, zoom, kwargs, expected",
+    [
+        (20, 20, 2.0, dict(min_side=0), ((40, 40), 2.0)),
+        (20, 20, 10.0, dict(min_side=0), ((80, 80), 4.0)),  # capped at 4.0
+        (20, 10, 1.0, dict(min_side=28), ((56, 28), 2.8)),  # short side 10 -> 28: s = 2.8
+        (20, 10, 1.0, dict(min_side=0), ((20, 10), 1.0)),  # min_side off
+        (100, 100, 4.0, dict(max_pixels=10_000), ((100, 100), 1.0)),  # budget: s = sqrt(10⁴ / 10⁴) = 1
+        (40, 10, 1.3, dict(min_side=0), ((52, 13), 1.3)),  # floor(52.0) × floor(13.0), ratio 4
+        (40, 10, 1.05, dict(min_side=0), ((40, 10), 1.05)),  # floor(42) = 42 > 4·floor(10.5) = 40: cut to 40
+    ],
+)
 def test_out_size_golden(w, h, zoom, kwargs, expected):
     size, s = out_size(w, h, zoom, **kwargs)
     assert size == expected[0] and s == pytest.approx(expected[1])
@@ -184,8 +196,10 @@ def test_crop_stays_inside_the_image_with_ratio_at_most_4(seed):
         if math.ceil(max(iw, ih) / 4) <= (H if iw > ih else W):  # the image is not too thin to widen the box
             assert x1 <= clipped[0] and y1 <= clipped[1] and x2 >= clipped[2] and y2 >= clipped[3]
         centre = ((x1 + x2) / 2, (y1 + y2) / 2)
-        for a, b, lo, hi, n in ((centre[0], (clipped[0] + clipped[2]) / 2, x1, x2, W),
-                                (centre[1], (clipped[1] + clipped[3]) / 2, y1, y2, H)):
+        for a, b, lo, hi, n in (
+            (centre[0], (clipped[0] + clipped[2]) / 2, x1, x2, W),
+            (centre[1], (clipped[1] + clipped[3]) / 2, y1, y2, H),
+        ):
             if lo > 0 and hi < n:  # not pushed by a border: centred on the box, to within a pixel
                 assert abs(a - b) <= 1
         zoom = float(rng.uniform(1, 6))
@@ -225,4 +239,6 @@ def test_zoom_in_upsamples_with_lanczos():
     assert crop.box == (1, 1, 3, 2) and crop.image.size == (8, 4)
     rgb = img.convert("RGB").crop(crop.box)
     assert np.array_equal(np.asarray(crop.image), np.asarray(rgb.resize((8, 4), Image.Resampling.LANCZOS)))
-    assert not np.array_equal(np.asarray(crop.image), np.asarray(rgb.resize((8, 4), Image.Resampling.BILINEAR)))
+    assert not np.array_equal(
+        np.asarray(crop.image), np.asarray(rgb.resize((8, 4), Image.Resampling.BILINEAR))
+    )
