@@ -573,6 +573,7 @@ def test_paper_rule_on_proposition_1_and_a_fallback():
     assert V.paper_rule([[0.9, 0.2, 0.9], [0.58] * 3]) == (1, True)  # s̄* − Δ*: .5488 < .58
     assert V.paper_rule([[0.6, 0.6, 0.6], [0.6, 0.6, 0.6]]) == (0, True)  # s̄* = τ is not > τ; tie: first
     assert V.paper_rule([[NAN, NAN, 0.9], [0.2, 0.3, 0.2]]) == (1, True)  # one answer ranks after two
+    assert V.paper_rule([[NAN] * 3, [0.0, NAN, NAN]]) == (1, True)  # no answer (s̄* NaN as −∞) ranks last
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -601,13 +602,13 @@ def test_paper_rule_is_the_batched_verdict_rule(seed):
         ({"tau": -0.5}, "tau=-0.5"),
         ({"tau": NAN}, "tau=nan"),
         ({"tau": "0.6"}, "tau='0.6'"),
-        ({"eps": -1}, "eps must be in (0, 1]"),
+        ({"eps": -1}, "eps must be in (0, 1] (Δ* >= 0: eps <= 0 accepts nothing), got eps=-1"),
         ({"eps": 0}, "eps=0"),
         ({"eps": 1.5}, "eps=1.5"),
         ({"eps": math.inf}, "eps=inf"),
         ({"n": True}, "n must be an integer >= 1, got n=True"),
         ({"n": 2.0}, "n=2.0"),
-        ({"max_steps": -1}, "max_steps=-1"),
+        ({"max_steps": -1}, "max_steps must be an integer >= 1, got max_steps=-1"),
         ({"lam": (1.0, NAN, 1.0)}, "finite and > 0"),
         ({"lam": (1.0,)}, "m=2"),
     ],
@@ -1028,6 +1029,15 @@ def test_plain_judges_leave_no_records_in_the_trace():
     assert rec.calls == ((None,) * 3,) * 2 and "calls" not in rec.to_dict()
     alone = V.step(V.State("q"), lambda s, n: ["a"], ())
     assert alone.calls == () and "calls" not in alone.to_dict()
+
+
+def test_a_judgement_method_reads_the_state_of_the_step():
+    class Asking:
+        def judgement(self, state, step):
+            return V.Judgement(0.5, {"question": state.question, "steps": list(state.steps), "step": step})
+
+    rec = V.step(V.State("q?", steps=("s1",)), lambda s, n: ["a"], [Asking(), logical_judge, logical_judge])
+    assert rec.calls[0][0] == {"question": "q?", "steps": ["s1"], "step": "a"}
 
 
 def test_a_judgement_method_returns_a_judgement_of_a_score_and_a_dict():
