@@ -7,7 +7,7 @@ counts pseudo-tokens (a word or a punctuation mark; 1,280 per image, Qwen2.5-VL'
 pixels) and writes 3 reasoning steps then the final answer, so the figures are the harness's request
 pattern at that chain length, not a measurement of a model.
 
-    python docs/cost_estimate.py [K]      # K items (default 8); prints a markdown table
+    python perf/cost_estimate.py [K]      # K items (default 8); prints a markdown table
 """
 
 from __future__ import annotations
