@@ -82,7 +82,8 @@ class Cache:
             raise
 
     def _check(self) -> None:
-        """Integrity first (a damaged page must not surface as a wrong or failing reply later), then the format."""
+        """Integrity first (a damaged page must not surface as a wrong or failing reply later), then the
+        format."""
         problems = [r[0] for r in self._db.execute("PRAGMA quick_check").fetchall()]
         if problems != ["ok"]:
             raise CacheError(
@@ -116,7 +117,8 @@ class Cache:
 
     @contextlib.contextmanager
     def _failing(self, doing: str):
-        """Turn whatever sqlite3 (or the file system) raises while `doing` into one CacheError naming the file."""
+        """Turn whatever sqlite3 (or the file system) raises while `doing` into one CacheError naming the
+        file."""
         try:
             yield
         except (sqlite3.Error, OSError, ValueError) as e:

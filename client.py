@@ -84,9 +84,9 @@ def reported_usage(response: dict) -> dict:
 
 def reported_cache(response: dict) -> dict:
     """What a response reports of its prompt's reuse, None for each value it lacks:
-    "cached_tokens": usage.prompt_tokens_details.cached_tokens, the prompt tokens a prefix cache served (OpenAI,
-        llama-server, vLLM with --enable-prompt-tokens-details, SGLang with --enable-cache-report; vLLM leaves it
-        out when it is 0, so a missing value is unknown, not 0);
+    "cached_tokens": usage.prompt_tokens_details.cached_tokens, the prompt tokens a prefix cache served
+        (OpenAI, llama-server, vLLM with --enable-prompt-tokens-details, SGLang with --enable-cache-report;
+        vLLM leaves it out when it is 0, so a missing value is unknown, not 0);
     "cache_n", "prompt_n": llama-server's timings, the prompt tokens reused from its cache and those computed;
     "prompt_ms", "predicted_ms": llama-server's timings, the milliseconds it spent computing the prompt and
         generating the reply (a request's own; requests in parallel slots overlap in wall time)."""
@@ -156,7 +156,8 @@ class InFlight:
         self._lock, self._flights = threading.Lock(), {}
 
     def join(self, key: str) -> tuple:
-        """(flight, True) for the first call of `key`, which must end it with leave(); (flight, False) for a follower."""
+        """(flight, True) for the first call of `key`, which must end it with leave(); (flight, False) for a
+        follower."""
         with self._lock:
             flight = self._flights.get(key)
             if flight is None:
@@ -266,12 +267,12 @@ class Client:
         server reported for those replies (what this process paid for); call_tokens: prompt + completion
         tokens of every response returned, cached and merged ones too (what the calls cost, had nothing been
         cached or merged). A successful call is exactly one of a reply, a cache hit or a merged call.
-        What the server's own prefix cache reused, measured on the replies (reported_cache): cache_reports: the
-        replies that reported cached_tokens; cached_tokens: their sum; computed_prompt_tokens: Σ (prompt_tokens −
-        cached_tokens) over those replies, the prompt tokens the server computed; timings_reports: the replies
-        with llama-server's timings; timings_cache_n, timings_prompt_n: their sums of cache_n and prompt_n;
-        timings_prompt_ms, timings_predicted_ms: their sums of prompt_ms and predicted_ms (server time computing
-        prompts and generating replies)."""
+        What the server's own prefix cache reused, measured on the replies (reported_cache): cache_reports:
+        the replies that reported cached_tokens; cached_tokens: their sum; computed_prompt_tokens:
+        Σ (prompt_tokens − cached_tokens) over those replies, the prompt tokens the server computed;
+        timings_reports: the replies with llama-server's timings; timings_cache_n, timings_prompt_n: their
+        sums of cache_n and prompt_n; timings_prompt_ms, timings_predicted_ms: their sums of prompt_ms and
+        predicted_ms (server time computing prompts and generating replies)."""
         with self._lock:
             return dict(self._usage)
 
@@ -381,7 +382,8 @@ class Client:
 
 
 def total_usage(clients) -> dict:
-    """The usage counters of the distinct clients among `clients`, summed (a client listed twice counts once)."""
+    """The usage counters of the distinct clients among `clients`, summed (a client listed twice counts
+    once)."""
     distinct = list({id(c): c for c in clients}.values())
     return {k: sum(c.usage[k] for c in distinct) for k in distinct[0].usage}
 

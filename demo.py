@@ -6,7 +6,7 @@ Disagreement-Aware Consensus", ECCV 2026 (method: consensus, dual acceptance, fa
     python demo.py                          # offline: scripted proposer and judges, no network
     python demo.py --base-url URL --model NAME [--image PATH] --question TEXT [--choices "A. x|B. y"]
     python demo.py --base-url URL ... --judge-mode prior+premises[+gate]    # the SGV / EVPV judge modes
-    python demo.py --base-url URL ... --judge-mode zoom --revise             # ReVISE: look again, revise on reject
+    python demo.py --base-url URL ... --judge-mode zoom --revise    # ReVISE: look again, revise on reject
 
 Offline, the run is deterministic. It draws a small scene (verdict_scene.png), asks a question about
 it, and scripts the candidates and the judges' raw scores so that one run shows: a step accepted by
@@ -107,7 +107,8 @@ def row(k, text: str, values: tuple, end: str) -> str:
     return f"  {k}  {text:<46}  {'  '.join(fmt(x) for x in values)}  {end}"
 
 
-HOW = {  # what each rule does: (a candidate passed its filter, none did), or one phrase for a rule with no filter
+# what each rule does: (a candidate passed its filter, none did), or one phrase for a rule with no filter
+HOW = {
     "verdict": ("accepted, highest s̄*", "fallback: none accepted, highest s̄*−Δ*"),
     "raw-dual": (
         "accepted on raw scores, highest raw mean",
@@ -124,7 +125,8 @@ HOW = {  # what each rule does: (a candidate passed its filter, none did), or on
 
 
 def decision(rule: str, sel: verdict.Selection) -> str:
-    """How `rule` chose, in words. A rule with no filter passes every candidate that 2 or more judges scored."""
+    """How `rule` chose, in words. A rule with no filter passes every candidate that 2 or more judges
+    scored."""
     how = HOW[rule]
     if isinstance(how, tuple):
         return how[sel.fallback]

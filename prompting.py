@@ -112,20 +112,21 @@ def role_messages(
     looks: Sequence = (),
     **fields: str,
 ) -> list:
-    """The chat messages of role `name` (a prompt with [instructions], [context] and [task]) about `state`: its
-    question, images (or `images`) and previous steps, then its task's `fields` (the candidate, the reply
-    format, ...) and `evidence` (what this role reads of a judge mode: the prior, the fact sheet; "" for none).
+    """The chat messages of role `name` (a prompt with [instructions], [context] and [task]) about `state`:
+    its question, images (or `images`) and previous steps, then its task's `fields` (the candidate, the reply
+    format, ...) and `evidence` (what this role reads of a judge mode: the prior, the fact sheet; "" for
+    none).
 
-    shared     : [shared.txt's system message, the same for every role] and one user message: the images, then,
-                 joined by blank lines, shared.txt's question and steps (the same text for every role of a step),
-                 the role's instructions, and the evidence followed by the role's task.
+    shared     : [shared.txt's system message, the same for every role] and one user message: the images,
+                 then, joined by blank lines, shared.txt's question and steps (the same text for every role of
+                 a step), the role's instructions, and the evidence followed by the role's task.
     per-role   : [the role's instructions] and one user message: the images, then the role's own context (with
                  the evidence where it says {evidence}) and its task, joined by a blank line.
     role-first : as shared, with the role's instructions and the evidence before the steps: the question, the
                  instructions, the evidence followed by the steps, the task.
     Each role reads the same instructions and task in each. The images go where images.messages puts them
-    (first, or at the question's <image k>). `looks` (close-ups, grounding's zoom mode) go just before the task,
-    after the evidence, so that everything before them is the request it would be without them.
+    (first, or at the question's <image k>). `looks` (close-ups, grounding's zoom mode) go just before the
+    task, after the evidence, so that everything before them is the request it would be without them.
     """
     check_layout(layout)
     role, shared, steps = load_prompt(name), load_prompt("shared"), steps_text(state.steps)

@@ -38,7 +38,10 @@ SCALE = {  # the answer scales parse_score reads
     "unit": "a number from 0 to 1, where 0 means certainly wrong and 1 certainly right",
     "digit": "one digit from 0 to 9, where 0 means certainly wrong and 9 certainly right",
 }
-EXPLAIN = "Explain your judgement in at most three sentences, then end your reply with this one line:\nScore: <{scale}>"
+EXPLAIN = (
+    "Explain your judgement in at most three sentences, then end your reply with this one line:\n"
+    "Score: <{scale}>"
+)
 SCORE_ONLY = "Reply with this one line only, without explanation:\nScore: <{scale}>"
 FOLLOW_UP = "Your reply did not end with a valid score line. Reply with this one line only:\nScore: <{scale}>"
 JSON_EXPLAIN = (
@@ -84,10 +87,11 @@ def json_object(text: str) -> dict:
 
 
 def score_schema(score_only: bool = False) -> dict:
-    """The JSON schema of a json-format reply: {"reason": 1..REASON_CHARS characters, "score": an integer 0..9},
-    reason first so the score comes after it; {"score"} alone with score_only. An integer, because llama.cpp's
-    grammar enforces minimum/maximum on integers only (on "number" it ignores them), and one digit, which is
-    one token in Qwen's and SmolLM2's tokenizers, so top_logprobs at that token hold the whole score."""
+    """The JSON schema of a json-format reply: {"reason": 1..REASON_CHARS characters, "score": an integer
+    0..9}, reason first so the score comes after it; {"score"} alone with score_only. An integer, because
+    llama.cpp's grammar enforces minimum/maximum on integers only (on "number" it ignores them), and one
+    digit, which is one token in Qwen's and SmolLM2's tokenizers, so top_logprobs at that token hold the whole
+    score."""
     props = {"score": {"type": "integer", "minimum": 0, "maximum": 9}}
     if not score_only:
         props = {"reason": {"type": "string", "minLength": 1, "maxLength": REASON_CHARS}, **props}
@@ -97,7 +101,8 @@ def score_schema(score_only: bool = False) -> dict:
 def response_format(name: str, schema: dict) -> dict:
     """The request field that asks for a reply under a JSON schema, in the shape vLLM, SGLang, llama.cpp's
     llama-server and the OpenAI API accept. llama-server reads only json_schema.schema (a "schema" beside
-    "type" it would ignore) and skips keywords it does not support, so a 200 proves nothing: read every reply."""
+    "type" it would ignore) and skips keywords it does not support, so a 200 proves nothing: read every
+    reply."""
     return {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
 
 
@@ -157,8 +162,8 @@ def parse_score(text: str, scale: str = "unit", step: str | None = None) -> floa
 
 
 def json_score(text: str, score_only: bool = False) -> float:
-    """d / 9 from a json-format reply {"reason": "...", "score": d}, d an integer 0..9; a ```json fence around it
-    is allowed. Anything else raises ValueError saying what is wrong (the follow-up tells the judge): the
+    """d / 9 from a json-format reply {"reason": "...", "score": d}, d an integer 0..9; a ```json fence around
+    it is allowed. Anything else raises ValueError saying what is wrong (the follow-up tells the judge): the
     server may have ignored the schema, and a 200 proves nothing. Out of range is an error, never a clamp."""
     body = _FENCED.sub(r"\1", text)
     try:
@@ -176,8 +181,8 @@ def json_score(text: str, score_only: bool = False) -> float:
 
 
 def reason_of(text: str, fmt: str) -> str:
-    """A judge's reason from a reply that held a valid score: the json format's "reason" (after any ``` fence),
-    else the prose before the last score line; "" when there is none (a score_only reply)."""
+    """A judge's reason from a reply that held a valid score: the json format's "reason" (after any ```
+    fence), else the prose before the last score line; "" when there is none (a score_only reply)."""
     if fmt == "json":
         try:
             reason = json.loads(_FENCED.sub(r"\1", text)).get("reason")
@@ -200,10 +205,10 @@ def _score_at(text: str, fmt: str, step: str | None) -> int | None:
 
 
 def digit_probs(logprobs: Any, fmt: str = "digit", step: str | None = None) -> np.ndarray:
-    """[10] the probability of each digit 0..9 among the top_logprobs of the score's digit token, as the server
-    sent them (not renormalised; all 0 without usable logprobs). The token is found in the reply the tokens
-    spell: the "score" value of a json reply, or the value of the last score line outside the quoted candidate
-    `step`. A token holding more than the digit (" 7") counts for its digit."""
+    """[10] the probability of each digit 0..9 among the top_logprobs of the score's digit token, as the
+    server sent them (not renormalised; all 0 without usable logprobs). The token is found in the reply the
+    tokens spell: the "score" value of a json reply, or the value of the last score line outside the quoted
+    candidate `step`. A token holding more than the digit (" 7") counts for its digit."""
     p = np.zeros(10)  # [10]
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
     if not isinstance(content, list) or not all(
@@ -245,18 +250,19 @@ def logprob_score(logprobs: Any, fmt: str = "digit", step: str | None = None) ->
     return float(p @ np.arange(10) / 9 / p.sum()) if p.sum() > 0 else math.nan  # [10] @ [10] -> scalar
 
 
-# ----------------------------------------------------------------------------- a run's format and its fallback
+# -------------------------------------------------------------------------- a run's format and its fallback
 
 
 class JudgeFormat:
-    """The reply format of one run's judges, shared by all of them (make_judges; evaluate.py's chains too) and by
-    the run's other JSON requests (modes/calls.py's ModeCalls): json sends a schema in response_format, text and digit
-    send none.
+    """The reply format of one run's judges, shared by all of them (make_judges; evaluate.py's chains too) and
+    by the run's other JSON requests (modes/calls.py's ModeCalls): json sends a schema in response_format,
+    text and digit send none.
 
     `requested` is what the run asked for. json falls back to text, for the rest of the run, when the server
     refuses response_format: a 4xx whose message names it or its schema (a server that cannot constrain its
-    output). The switch is said once on stderr and record() keeps when it happened: never silently. Thread-safe,
-    as a step's n×m judge calls run at once: the first refusal switches and speaks, the others just retry.
+    output). The switch is said once on stderr and record() keeps when it happened: never silently.
+    Thread-safe, as a step's n×m judge calls run at once: the first refusal switches and speaks, the others
+    just retry.
     """
 
     REFUSAL = re.compile(r"(?i)response_format|json_schema|schema|grammar")
@@ -297,8 +303,8 @@ class JudgeFormat:
                 self._fallback = {"at_call": call, "error": one_line(error)}
         if first:
             print(
-                f"judges: the server refused response_format ({one_line(error)}); the judges reply in the text "
-                "format, and JSON requests go without a schema, for the rest of this run",
+                f"judges: the server refused response_format ({one_line(error)}); the judges reply in the "
+                "text format, and JSON requests go without a schema, for the rest of this run",
                 file=sys.stderr,
                 flush=True,
             )

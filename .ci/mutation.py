@@ -126,8 +126,9 @@ def main(argv: list) -> int:
     killed = 100.0 * (len(status) - len(survivors)) / max(len(status), 1)
     counts = ", ".join(f"{n} {s}" for s, n in sorted(Counter(status.values()).items()))
     print(
-        f"mutation ({which}): {len(status)} mutants ({counts}): {len(status) - len(survivors)} killed ({killed:.1f}%), "
-        f"{len(survivors) - len(unlisted)} listed as equivalent, {len(unlisted)} not listed, {len(stale)} stale"
+        f"mutation ({which}): {len(status)} mutants ({counts}): "
+        f"{len(status) - len(survivors)} killed ({killed:.1f}%), {len(survivors) - len(unlisted)} listed as "
+        f"equivalent, {len(unlisted)} not listed, {len(stale)} stale"
     )
     ok = status and not unlisted and not stale and killed >= MIN_KILLED
     if ok:

@@ -81,7 +81,8 @@ def questions(rows: list, setting: str) -> list:
 
 
 def accuracy(pairs: list, macro: str | None = None) -> float | None:
-    """The share of hits; with `macro`, the unweighted mean over that input column's values of each one's share."""
+    """The share of hits; with `macro`, the unweighted mean over that input column's values of each one's
+    share."""
     if not pairs:
         return None
     if macro is None:
@@ -285,8 +286,9 @@ def _warnings(s: dict) -> list:
     e, out = s["errors"], []
     if e["over"]:
         out.append(
-            f"**{e['rows']} of {s['rows']} chains ({e['rate']:.1%}) ended in an error, above --max-error-rate "
-            f"{s['max_error_rate']:.1%}: the table counts them as wrong. Run the same command again to retry them.**"
+            f"**{e['rows']} of {s['rows']} chains ({e['rate']:.1%}) ended in an error, above "
+            f"--max-error-rate {s['max_error_rate']:.1%}: the table counts them as wrong. "
+            "Run the same command again to retry them.**"
         )
     out += [f"**Warning: {w}.**" for f in s["files"] for w in s["reading"][f]["warnings"]]
     return out + [""] if out else []
@@ -303,13 +305,15 @@ def _reading(s: dict) -> list:
         x = s["reading"][f]
         note = " (read up to --limit)" if x["limited"] else ""
         out.append(
-            f"| {x['file']}{note} | {x['read']} | {x['total']} | {len(x['skipped'])} | {x['dropped']} | {x['items']} |"
+            f"| {x['file']}{note} | {x['read']} | {x['total']} | {len(x['skipped'])} | {x['dropped']} "
+            f"| {x['items']} |"
         )
     return out
 
 
 def _details(s: dict, f: str) -> list:
-    """One file's 3DSRBench variants and its accuracy per split, l2-category and category (% over all seeds)."""
+    """One file's 3DSRBench variants and its accuracy per split, l2-category and category (% over all
+    seeds)."""
     out, methods = [], s["methods"]
     if f in s["variants"]:
         out += [
@@ -378,10 +382,11 @@ def render(s: dict) -> str:
     out += [
         "",
         "Per method; an item is one chain (one item, one seed). Rates: fallback per step, abstention per "
-        "judge call, unanswered and errors per item. Calls and tokens count cached replies too (the cost of the "
-        "method alone); sent counts the HTTP requests this run made, and s the wall time, both of which the "
-        "first method of an item pays for the methods after it. Answers: read as a letter, an option's text, a "
-        "value, by the extraction model, declined (Z), unanswered." + (MODE_NOTE if modes_ran else ""),
+        "judge call, unanswered and errors per item. Calls and tokens count cached replies too (the cost of "
+        "the method alone); sent counts the HTTP requests this run made, and s the wall time, both of which "
+        "the first method of an item pays for the methods after it. Answers: read as a letter, an "
+        "option's text, a value, by the extraction model, declined (Z), unanswered."
+        + (MODE_NOTE if modes_ran else ""),
         "",
     ]
     sheets = ["sheet ok/retried/degraded"] if modes_ran else []
@@ -487,7 +492,8 @@ def picture(s: dict, path: str) -> list:
 
 
 def write(out: str, summary: dict, rows: list) -> str:
-    """summary.json, summary.md, summary.png, <data>_acc.csv per file and predictions/ in `out`; returns the markdown."""
+    """summary.json, summary.md, summary.png, <data>_acc.csv per file and predictions/ in `out`; returns the
+    markdown."""
     md = render(summary)
     for name, text in (("summary.json", json.dumps(summary, indent=1, allow_nan=False)), ("summary.md", md)):
         with open(os.path.join(out, name), "w", encoding="utf-8") as fh:

@@ -1,4 +1,5 @@
-"""The judge modes of the related papers, by name, and the verifier's flags that demo.py and evaluate.py share.
+"""The judge modes of the related papers, by name, and the verifier's flags that demo.py and evaluate.py
+share.
 
 A judge mode changes what VERDICT's judges see, never the consensus: SGV's prior ("prior"), EVPV's fact
 sheet ("premises") and reliability gate ("gate", "gate-visual"), ReVISE's look again ("zoom"). JudgeMode
@@ -101,10 +102,10 @@ def add_verifier_args(parser) -> None:
         default="plain",
         help=(
             "what the judges see, as words joined by +: prior (SGV's prior, +1 call per question), premises "
-            "(EVPV's fact sheet, +1 call per question), gate (with premises: EVPV's reliability gate, +1 call "
-            f"per candidate, on {on[GATE_TARGET]}; {other}), zoom (ReVISE's look again: the visual judge names "
-            "regions and scores with their close-ups, +1 call per candidate). demo.py runs one mode; evaluate.py "
-            "runs each of a comma-separated list, as rows named rule+mode (plain)"
+            "(EVPV's fact sheet, +1 call per question), gate (with premises: EVPV's reliability gate, +1 "
+            f"call per candidate, on {on[GATE_TARGET]}; {other}), zoom (ReVISE's look again: the visual "
+            "judge names regions and scores with their close-ups, +1 call per candidate). demo.py runs one "
+            "mode; evaluate.py runs each of a comma-separated list, as rows named rule+mode (plain)"
         ),
     )
     g.add_argument(
@@ -115,8 +116,8 @@ def add_verifier_args(parser) -> None:
         action="store_true",
         help=(
             "revise on reject: when no candidate passes, the reasoner's model revises the best one from the "
-            "judges' reasons, and the same judges score the revision (+1 call, +m judge calls); evaluate.py adds "
-            "it as rows named row+revise"
+            "judges' reasons, and the same judges score the revision (+1 call, +m judge calls); evaluate.py "
+            "adds it as rows named row+revise"
         ),
     )
     g.add_argument("--mode-max-tokens", type=int, help=f"tokens per judge-mode reply ({MODE_MAX_TOKENS})")

@@ -26,11 +26,12 @@ gate      EVPV's reliability gate (needs premises), methodology 3 and 4. One tex
           "gate-visual" choose it.
 
 zoom      ReVISE's look again ("Think, Look, and Revise: Inconsistency-Aware Visual Self-Correction in MLLMs",
-          appendix B; modes/zoom.py): before it scores a candidate, the visual judge names at most zoom.K regions of
-          the first image (a JSON request, prompts/zoom.txt, boxes in 0..1000 coordinates); when every box passes
-          zoom.check_region, their zoom.zoom_in crops go into its request just before its task, after the
-          shared prefix; when it names none, a box fails or the reply is unreadable twice, it scores from the
-          full image (ReVISE's fallback to the model's own perception). The record keeps the path and the boxes.
+          appendix B; modes/zoom.py): before it scores a candidate, the visual judge names at most zoom.K
+          regions of the first image (a JSON request, prompts/zoom.txt, boxes in 0..1000 coordinates); when
+          every box passes zoom.check_region, their zoom.zoom_in crops go into its request just before its
+          task, after the shared prefix; when it names none, a box fails or the reply is unreadable twice, it
+          scores from the full image (ReVISE's fallback to the model's own perception). The record keeps the
+          path and the boxes.
 
 Structured output. The fact sheet and the premise check are JSON requests (ask_json): each sends its schema
 (fact_sheet_schema, claims_schema) in response_format, so a server that applies it makes even a tiny model's
@@ -75,10 +76,8 @@ FACT_SHEET = (
 )
 CHECKED_SHEET = "Fact sheet:\n{facts}\n\n"  # what the premise check reads the step against
 JSON_FOLLOW_UP = "Your reply was not a valid fact sheet ({}). Reply with the JSON object only."
-FACTS_PER_KIND, CLAIMS_PER_STEP = (
-    3,
-    6,
-)  # the schemas' list bounds (EVPV's sheets hold 3 to 8 key facts in all)
+# the schemas' list bounds (EVPV's sheets hold 3 to 8 key facts in all)
+FACTS_PER_KIND, CLAIMS_PER_STEP = 3, 6
 
 
 def ask_json(
@@ -108,8 +107,9 @@ class ModeCalls:
     The prior and the fact sheet are made once per (model, question, images) and kept in memory;
     their requests are identical across runs (temperature 0, fixed seed), so an on-disk Cache serves
     them again. Thread-safe: when the n×m judge calls of a step ask at once, one call is made.
-    record(question, images) is what a trace's meta should hold for that question. `layout` lays out its requests
-    as prompting.role_messages does: "shared" (the default) shares the prefix of the step's other requests.
+    record(question, images) is what a trace's meta should hold for that question. `layout` lays out its
+    requests as prompting.role_messages does: "shared" (the default) shares the prefix of the step's other
+    requests.
     """
 
     def __init__(
@@ -128,13 +128,13 @@ class ModeCalls:
             mode,
             dict(temperature=0.0, seed=seed, max_tokens=max_tokens),
         )
-        self.format = (
-            fmt if isinstance(fmt, JudgeFormat) else JudgeFormat(fmt)
-        )  # the run's, shared with its judges
+        # the run's, shared with its judges
+        self.format = fmt if isinstance(fmt, JudgeFormat) else JudgeFormat(fmt)
         self.layout = check_layout(layout)
         self._lock = threading.Lock()
         self._records: dict = {}  # question key -> its record (see record)
-        self._artefacts: dict = {}  # (kind, question key, ...) -> {"lock": Lock, "value": the artefact once made}
+        # (kind, question key, ...) -> {"lock": Lock, "value": the artefact once made}
+        self._artefacts: dict = {}
 
     def __repr__(self) -> str:
         return f"ModeCalls({self.client!r}, mode={self.mode.name!r})"
@@ -165,10 +165,11 @@ class ModeCalls:
         schema: tuple,
         msgs: list,
         parse: Callable[[str], Any],
-        follow_up: Callable[[str], str],
+        follow_up: Callable[[str], str] = lambda e: OBJECT_FOLLOW_UP.format(reason=e),
     ) -> tuple:
         """(parse(reply) or None when unreadable twice, the reasons replies failed): one JSON request of this
-        question (ask_json under the run's format), each call counted."""
+        question (ask_json under the run's format), each call counted. follow_up(reason) asks again after an
+        unreadable reply; by default for the JSON object (replies.JSON_FOLLOW_UP)."""
         value, _, errors = ask_json(
             lambda m, **params: self._chat(state, m, **params),
             self.format,
@@ -265,20 +266,14 @@ class ModeCalls:
             "premise_check", state, CHECKED_SHEET.format(facts=evpv.fact_lines(sheet)), (), step=fence(step)
         )  # text only: the step is checked against the sheet alone
         claims, errors = self._ask_json(
-            state,
-            ("premise_check", evpv.claims_schema()),
-            msgs,
-            evpv.parse_claims,
-            lambda e: OBJECT_FOLLOW_UP.format(reason=e),
+            state, ("premise_check", evpv.claims_schema()), msgs, evpv.parse_claims
         )
         entry = {"step": len(state.steps), "candidate": step}
         if claims is None:  # unreadable twice: the step is not gated
             entry.update(nu=None, r=None, alpha=None, error=errors[-1])
         else:
-            nu, r = (
-                int(bool(claims)),
-                evpv.reliability([evpv.AGREEMENT[c["label"]] for c in claims]),
-            )  # ν_t: a visual claim
+            nu = int(bool(claims))  # ν_t: a visual claim
+            r = evpv.reliability([evpv.AGREEMENT[c["label"]] for c in claims])
             entry.update(claims=claims, nu=nu, r=r, alpha=evpv.alpha(r) if nu else None)
         self._update(state, lambda rec: rec.setdefault("gate", []).append(entry))
         return entry
@@ -299,11 +294,7 @@ class ModeCalls:
         if state.images:
             msgs = self._messages("zoom", state, step=fence(step), k=str(zoom.K))
             boxes, errors = self._ask_json(
-                state,
-                ("regions", zoom.regions_schema()),
-                msgs,
-                zoom.parse_regions,
-                lambda e: OBJECT_FOLLOW_UP.format(reason=e),
+                state, ("regions", zoom.regions_schema()), msgs, zoom.parse_regions
             )
         path, why, box_errors = zoom.decide(boxes, bool(state.images))
         images, crops = zoom.looks(state.images[0], boxes) if path == "zoom" else ([], [])

@@ -39,7 +39,8 @@ def turns(completion) -> list:
     - conversational: a list of messages. Each message whose role is "assistant" (or that has no role)
       is a turn; "tool", "user" and "system" messages are not the model's words and are skipped. Its
       text is the content (a string, or the "text" parts of a list), followed by each structured tool
-      call written as Qwen2.5's chat template writes it: <tool_call>{"name": ..., "arguments": ...}</tool_call>.
+      call written as Qwen2.5's chat template writes it:
+      <tool_call>{"name": ..., "arguments": ...}</tool_call>.
     """
     if isinstance(completion, str):
         return [completion]

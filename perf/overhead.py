@@ -151,9 +151,9 @@ class Result:
 
 
 def token_figures(runs: list, steps: int) -> tuple:
-    """(prompt tokens, computed prompt tokens or None, completion tokens, share of replies reporting) per step,
-    after the first step of each chain, over every repetition's usage (run_chains' Chains.usage). The computed
-    figure is None unless every reply reported its cached tokens."""
+    """(prompt tokens, computed prompt tokens or None, completion tokens, share of replies reporting) per
+    step, after the first step of each chain, over every repetition's usage (run_chains' Chains.usage). The
+    computed figure is None unless every reply reported its cached tokens."""
     later = [u for usage in runs for i, u in enumerate(usage) if i % steps > 0] or [{}]
     total = lambda k: sum(u.get(k, 0) for u in later)
     replies = total("replies")
@@ -171,8 +171,8 @@ def token_figures(runs: list, steps: int) -> tuple:
 
 
 def server_ms(runs: list) -> tuple | None:
-    """(prompt_ms, predicted_ms) per step over every step of every repetition (run_chains' Chains.usage), or None
-    unless every reply reported llama-server's timings."""
+    """(prompt_ms, predicted_ms) per step over every step of every repetition (run_chains' Chains.usage), or
+    None unless every reply reported llama-server's timings."""
     steps = [u for usage in runs for u in usage]
     total = lambda k: sum(u.get(k, 0) for u in steps)
     if not steps or not total("replies") or total("timings_reports") != total("replies"):
@@ -181,19 +181,22 @@ def server_ms(runs: list) -> tuple | None:
 
 
 def agreement(result: dict, a: Mode, b: Mode, shift: int = 0) -> tuple:
-    """(k, K): in k of K (repetition r, question) pairs, mode a's chain in repetition r is mode b's in repetition
-    r + shift (a decision differs somewhere in the others). a = b with shift 1: how repeatable the server is."""
+    """(k, K): in k of K (repetition r, question) pairs, mode a's chain in repetition r is mode b's in
+    repetition r + shift (a decision differs somewhere in the others). a = b with shift 1: how repeatable the
+    server is."""
     ra, rb = result[a].chains, result[b].chains
     pairs = [(x, y) for r in range(len(ra)) if 0 <= r + shift < len(rb) for x, y in zip(ra[r], rb[r + shift])]
     return sum(x == y for x, y in pairs), len(pairs)
 
 
 def adaptive_lines(result: dict) -> list:
-    """Markdown: what adaptive judging changed in `result`, per layout: how often its chains are those of judging
-    everything with the same judges (CONC_SCORE, same repetition), beside how often CONC_SCORE repeats itself."""
+    """Markdown: what adaptive judging changed in `result`, per layout: how often its chains are those of
+    judging everything with the same judges (CONC_SCORE, same repetition), beside how often CONC_SCORE repeats
+    itself."""
     said = lambda k_n: f"{k_n[0]} of {k_n[1]}" if k_n[1] else "—"
     rows = [
-        f"| {lay} | {said(agreement(result, replace(ADAPTIVE, layout=lay), replace(CONC_SCORE, layout=lay)))} | "
+        f"| {lay} | "
+        f"{said(agreement(result, replace(ADAPTIVE, layout=lay), replace(CONC_SCORE, layout=lay)))} | "
         f"{said(agreement(result, replace(CONC_SCORE, layout=lay), replace(CONC_SCORE, layout=lay), 1))} |"
         for lay in ORDER
         if replace(ADAPTIVE, layout=lay) in result and replace(CONC_SCORE, layout=lay) in result
@@ -202,11 +205,12 @@ def adaptive_lines(result: dict) -> list:
         []
         if not rows
         else [
-            "Adaptive judging and the decisions: a step's decision is the string it extends the chain by; the chain "
-            "and its final answer follow from the decisions. Adaptive judging never changes a decision when the "
-            "server's replies depend on the request alone (the n candidates are one string, so every rule chooses "
-            "it); it does change the record of a skipped step (no scores; unverified rather than accepted or a "
-            "fallback). Measured, the (repetition, question) pairs whose whole chain is the same:",
+            "Adaptive judging and the decisions: a step's decision is the string it extends the chain by; "
+            "the chain and its final answer follow from the decisions. Adaptive judging never changes a "
+            "decision when the server's replies depend on the request alone (the n candidates are one "
+            "string, so every rule chooses it); it does change the record of a skipped step (no scores; "
+            "unverified rather than accepted or a fallback). Measured, the (repetition, question) pairs "
+            "whose whole chain is the same:",
             "",
             "| layout | adaptive vs concurrent, short judges (same repetition) | concurrent, short judges vs "
             "itself in the next repetition |",
@@ -227,8 +231,9 @@ def overhead(
     reset=lambda: None,
     fmt: str = "json",
 ) -> dict:
-    """{mode: Result} for BASE and `modes`. Each repetition runs every mode, in alternating order; `reset` runs
-    before each (the simulator forgets its cache). Ratios are to BASE (the per-role layout) of the same repetition."""
+    """{mode: Result} for BASE and `modes`. Each repetition runs every mode, in alternating order; `reset`
+    runs before each (the simulator forgets its cache). Ratios are to BASE (the per-role layout) of the same
+    repetition."""
     modes = (BASE,) + tuple(m for m in modes if m != BASE)
     runs = {m: [] for m in modes}
     for r in range(reps):
@@ -264,8 +269,8 @@ def overhead(
 def time_table(result: dict, scale: float = 1.0) -> list:
     """Markdown rows: time per step and overhead of each mode (seconds divided by the clock scale)."""
     rows = [
-        "| mode | layout | seconds per step | overhead vs base | on warm full-length steps | judge requests per step "
-        "| judge calls skipped per step |",
+        "| mode | layout | seconds per step | overhead vs base | on warm full-length steps "
+        "| judge requests per step | judge calls skipped per step |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
     return rows + [
@@ -297,7 +302,8 @@ def token_table(result: dict) -> list:
 
 
 def picture(panels: list, path: str) -> None:
-    """A PNG of the overhead per mode (whole chains, log scale), a bar per layout, one panel per (title, result)."""
+    """A PNG of the overhead per mode (whole chains, log scale), a bar per layout, one panel per (title,
+    result)."""
     w, h, left, top, base = 440, 300, 46, 44, 286  # a panel's size; the plot's left, top and bottom
     c = charts.Canvas((w * len(panels), h + 60))
     for k, (title, result) in enumerate(panels):

@@ -68,17 +68,21 @@ class LatencyModel:
 
 
 SOURCES = [
-    "decode 84.28 tokens/s per sequence: Qwen2.5-7B-Instruct, BF16, vLLM 0.6.3, one A100 80GB, batch 1, input length 1, "
-    "2048 generated tokens (Qwen2.5 Speed Benchmark, qwen.readthedocs.io; QwenLM/Qwen2.5 docs/source/benchmark/speed_benchmark.rst).",
-    "prefill 5,700 tokens/s: the same table gives 80.70 tokens/s at input length 6,144, so 2048/80.70 − 2048/84.28 = 1.08 s "
-    "more for 6,143 more prompt tokens; charging all of it to prefill gives at least 5,700 tokens/s, a deliberately low rate.",
-    "capacity 12 sequences = generated tokens/s at saturation ÷ 84.28: Qwen1.5-7B-Chat on vLLM, one A100-80G, 1,000 prompt + "
-    "1,000 generated tokens per request, 1.15 requests/s (2298.89 tokens/s in all, ≈ 1,150 generated; Qwen1.5-MoE blog, "
-    "qwenlm.github.io); reproducing it, a user measured ≈ 1,000 tokens/s (QwenLM/Qwen3 issue 244); 1,000 / 84.28 ≈ 12.",
-    "1280 tokens per image: one token per 28×28-pixel patch (Qwen2-VL-7B-Instruct model card, discussion 47), so "
-    "images.MAX_PIXELS = 1280·28·28 gives at most 1280 visual tokens; the simulation charges the whole budget.",
-    "prefix caching: vLLM's automatic prefix caching covers image tokens (its prefix-caching design doc hashes a block's "
-    "multimodal inputs with its tokens); 16-token blocks.",
+    "decode 84.28 tokens/s per sequence: Qwen2.5-7B-Instruct, BF16, vLLM 0.6.3, one A100 80GB, batch 1, "
+    "input length 1, 2048 generated tokens (Qwen2.5 Speed Benchmark, qwen.readthedocs.io; QwenLM/Qwen2.5 "
+    "docs/source/benchmark/speed_benchmark.rst).",
+    "prefill 5,700 tokens/s: the same table gives 80.70 tokens/s at input length 6,144, so "
+    "2048/80.70 − 2048/84.28 = 1.08 s more for 6,143 more prompt tokens; charging all of it to prefill "
+    "gives at least 5,700 tokens/s, a deliberately low rate.",
+    "capacity 12 sequences = generated tokens/s at saturation ÷ 84.28: Qwen1.5-7B-Chat on vLLM, one "
+    "A100-80G, 1,000 prompt + 1,000 generated tokens per request, 1.15 requests/s (2298.89 tokens/s in all, "
+    "≈ 1,150 generated; Qwen1.5-MoE blog, qwenlm.github.io); reproducing it, a user measured ≈ 1,000 "
+    "tokens/s (QwenLM/Qwen3 issue 244); 1,000 / 84.28 ≈ 12.",
+    "1280 tokens per image: one token per 28×28-pixel patch (Qwen2-VL-7B-Instruct model card, discussion "
+    "47), so images.MAX_PIXELS = 1280·28·28 gives at most 1280 visual tokens; the simulation charges the "
+    "whole budget.",
+    "prefix caching: vLLM's automatic prefix caching covers image tokens (its prefix-caching design doc "
+    "hashes a block's multimodal inputs with its tokens); 16-token blocks.",
 ]
 
 
