@@ -14,7 +14,8 @@ Disagreement-Aware Consensus", ECCV 2026. This module implements the experiments
 
     python evaluate.py --data MMStar.tsv --data mine.jsonl --base-url URL --model NAME --seeds 3 --out runs/x
 
-Inputs are VLMEvalKit TSVs and JSONL files (harness/benchmarks.py says how rows become items).
+Inputs are VLMEvalKit TSVs and JSONL files (harness/benchmarks.py says how rows become items). The
+chains run in harness/chains.py; this module checks the flags, reads the files and writes the tables.
 
 Methods. `base` is the reasoner alone: one sampled chain per seed (verdict.run with n = 1 and no judges,
 the reasoner at the paper's T and top-p, its seed = the seed index). Rule r runs verdict.run with the
@@ -44,14 +45,14 @@ truncated response; answers.score turns it into a letter (VLMEvalKit's can_infer
 --extract-model, a model on any OpenAI-compatible endpoint reads what the rules cannot (off by default;
 VLMEvalKit uses gpt-4o-mini whenever a key is set); its calls are counted apart.
 
-Output in OUT (harness/rundir.py, harness/tables.py): results.jsonl (one "verdict-eval-row/2" per (item, seed, method),
-appended and flushed as each finishes, with its input columns and full trace), summary.md, summary.json
-("verdict-eval/2"), summary.png, <data>_acc.csv and predictions/. A re-run with the same OUT keeps
-finished rows, runs again rows that ended in an error, and drops a truncated last line; OUT/run.json
-holds the settings (endpoints included), and a re-run with other ones is refused; a second run on an OUT
-in use stops at once. --concurrency K runs K items at once; within an item every call runs one after
-another, so at most K requests are in flight (set K to the server's parallel slots). --shard i/k runs
-the items whose id hashes to i of k; `python evaluate.py merge OUT1 ... --out OUT` merges the shards.
+Output in OUT (harness/rundir.py, harness/tables.py): results.jsonl (one "verdict-eval-row/2" per (item, seed,
+method), appended and flushed as each finishes, with its input columns and full trace), summary.md,
+summary.json ("verdict-eval/2"), summary.png, <data>_acc.csv and predictions/. A re-run with the same OUT
+keeps finished rows, runs again rows that ended in an error, and drops a truncated last line; OUT/run.json
+holds the settings (endpoints included), and a re-run with other ones is refused; a second run on an OUT in
+use stops at once. --concurrency K runs K items at once; within an item every call runs one after another, so
+at most K requests are in flight (set K to the server's parallel slots). --shard i/k runs the items whose id
+hashes to i of k; `python evaluate.py merge OUT1 ... --out OUT` merges the shards.
 
 Exit status: 0; 2 when nothing could run (a bad flag or file, a file with no item, an OUT in use, an
 endpoint that never answered or refused us with 401, 403 or 404, a response cache that cannot be used:
@@ -65,314 +66,17 @@ import hashlib
 import json
 import os
 import sys
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 
-from harness import answers
-from harness import benchmarks
 import client
-from modes import add_verifier_args, calls, config_of, modes_of
 import judges
-from harness import tables
-from harness import rundir
 import verdict
-from harness.benchmarks import Item
-from harness.rows import Method, Row
+from harness import benchmarks, rundir, tables
+from harness.chains import Harness, Progress, Settings
+from harness.rows import Method
+from modes import add_verifier_args, config_of, modes_of
 
 METHODS = ("base",) + verdict.RULES
-
-
-# ----------------------------------------------------------------------------- one chain
-
-
-class CallBudget:
-    """At most `limit` model calls per chain (--max-calls; None: no limit), shared by the chain's reasoner
-    and judge clients, whose on_chat hook is `spend`. Past the limit, verdict.Stop("budget") ends the chain."""
-
-    def __init__(self, limit: int | None):
-        self.limit, self.spent = limit, 0
-
-    def spend(self) -> None:
-        if self.limit is not None and self.spent >= self.limit:
-            raise verdict.Stop("budget")
-        self.spent += 1
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What every chain of a run shares, from the flags."""
-
-    config: verdict.Config
-    max_calls: int | None  # per chain
-    max_tokens: int  # per reasoner step
-    judge_kw: dict  # Judge's max_tokens, score_only, and the run's one JudgeFormat
-    mode_kw: dict  # ModeCalls' max_tokens, and the run's JudgeFormat (its JSON requests' schemas)
-
-
-@dataclass
-class ChainClients:
-    """One item's clients, used by one thread: the reasoner's and the judges' (the same object when they
-    share an endpoint and model), forks of the run's clients that share its cache and one call budget, and
-    the extraction model's (no budget), if any."""
-
-    reasoner: client.Client
-    judges: client.Client
-    budget: CallBudget
-    extractor: client.Client | None = None
-
-    @classmethod
-    def fork(
-        cls,
-        reasoner: client.Client,
-        judge: client.Client,
-        limit: int | None,
-        extractor: client.Client | None = None,
-    ) -> "ChainClients":
-        budget = CallBudget(limit)
-        forked = reasoner.fork(on_chat=budget.spend)
-        return cls(
-            forked,
-            forked if judge is reasoner else judge.fork(on_chat=budget.spend),
-            budget,
-            extractor.fork() if extractor else None,
-        )
-
-    def usage(self) -> dict:
-        """The reasoner's and judges' usage counters, summed."""
-        return client.total_usage((self.reasoner, self.judges))
-
-    def close(self) -> None:
-        for c in {self.reasoner, self.judges, self.extractor} - {None}:
-            c.close()
-
-
-def final_text(trace) -> str | None:
-    """The text an answer is read from: after "Final answer:" if the chain ended there, else its last
-    chosen step (a chain stopped by a budget); None without a step."""
-    if trace is None or not trace.steps:
-        return None
-    return trace.answer if trace.stopped == "final" else trace.chain[-1]
-
-
-def read_answer(item: Item, text: str | None, extractor: client.Client | None) -> tuple:
-    """(prediction, how, correct, extraction calls, extraction tokens): answers.score, then the extraction
-    model when the rules found nothing in a final answer."""
-    pred, how, correct = answers.score(item, text)
-    if how != "unanswered" or not text or extractor is None:
-        return pred, how, correct, 0, 0
-    before = extractor.usage
-    pred, how, correct = answers.ask_model(extractor.chat, item, text)
-    return (
-        pred,
-        how,
-        correct,
-        extractor.usage["calls"] - before["calls"],
-        extractor.usage["call_tokens"] - before["call_tokens"],
-    )
-
-
-def run_chain(item: Item, seed: int, method: Method, clients: ChainClients, settings: Settings) -> tuple:
-    """(row of results.jsonl, None), or (error row, the exception) on EndpointError or ValueError."""
-    config = replace(settings.config, rule=method.rule) if method.judged else replace(settings.config, n=1)
-    evidence = calls.ModeCalls(clients.judges, method.mode, **settings.mode_kw)
-    before, clients.budget.spent = clients.usage(), 0
-    t0, trace, error, text = time.perf_counter(), None, None, None
-    pred, how, correct, ex_calls, ex_tokens = None, "unanswered", False, 0, 0
-    try:
-        reasoner = judges.Reasoner(clients.reasoner, max_tokens=settings.max_tokens, seed=seed)
-        judge_fns = (
-            judges.make_judges(clients.judges, grounding=evidence, **settings.judge_kw)
-            if method.judged
-            else ()
-        )
-        reviser = (
-            judges.Reviser(clients.reasoner, judge_fns, settings.max_tokens, seed) if method.revise else None
-        )
-        trace = verdict.run(
-            item.question,
-            reasoner,
-            judge_fns,
-            config,
-            item.images or None,
-            meter=clients.usage,
-            revise=reviser,
-        )
-        text = final_text(trace)
-        pred, how, correct, ex_calls, ex_tokens = read_answer(item, text, clients.extractor)
-    except (client.EndpointError, ValueError) as e:
-        error = e
-    record = evidence.record(item.question, item.images)
-    meta = {
-        "method": str(method),
-        "seed": seed,
-        **({"grounding": record} if evidence.mode.active else {}),
-        **(judges.record(judge_fns) if trace else {}),
-    }
-    used = {k: v - before[k] for k, v in clients.usage().items()}
-    return Row(
-        data=item.data,
-        id=item.id,
-        row=item.row,
-        seed=seed,
-        method=method,
-        answer=item.answer,
-        pred=pred,
-        extracted=how,
-        correct=correct,
-        prediction=text,
-        stopped=trace.stopped if trace else None,
-        error=f"{type(error).__name__}: {error}" if error else None,
-        calls=used["calls"],
-        sent=used["requests"],
-        cached=used["cache_hits"],
-        replies=used["replies"],
-        tokens=used["call_tokens"],
-        seconds=round(time.perf_counter() - t0, 3),
-        extra_calls=record["extra_calls"],
-        extra_tokens=record["extra_tokens"],
-        fact_sheet_status=record.get("fact_sheet_status"),
-        gate_checks=len(record.get("gate", [])),
-        zoom_requests=len(record.get("zoom", [])),
-        **revisions(trace),
-        zoomed=sum(e["path"] == "zoom" for e in record.get("zoom", [])),
-        extract_calls=ex_calls,
-        extract_tokens=ex_tokens,
-        input=dict(item.fields),
-        trace=replace(trace, meta=meta).to_dict() if trace else None,
-    ), error
-
-
-def revisions(trace: verdict.Trace | None) -> dict:
-    """A row's revisions: how many were written and taken, and what they cost (calls and tokens: the reviser's
-    call and the revisions' judgements, with any judge-mode call a judgement made)."""
-    vs = [r.revision for r in trace.steps if r.revision is not None] if trace else []
-    return {
-        "revisions": len(vs),
-        "revised": sum(v.taken for v in vs),
-        "revise_calls": sum(v.usage.get("calls", 0) for v in vs),
-        "revise_tokens": sum(v.usage.get("call_tokens", 0) for v in vs),
-    }
-
-
-# ----------------------------------------------------------------------------- running the items
-
-
-class Progress:
-    """One line on stderr: items finished, the running accuracy of base and verdict, an ETA. Not thread-safe:
-    the Harness calls it under its lock."""
-
-    def __init__(self, total: int, todo: int, rows):
-        self.total, self.todo, self.finished = total, todo, total - todo
-        self.score = {"base": [0, 0], "verdict": [0, 0]}  # method -> [correct, rows]
-        self.t0, self.tty = time.perf_counter(), sys.stderr.isatty()
-        for row in rows:
-            self.count(row)
-
-    def count(self, row: Row) -> None:
-        if str(row.method) in self.score:
-            self.score[str(row.method)][0] += row.correct
-            self.score[str(row.method)][1] += 1
-
-    def item_done(self) -> None:
-        self.finished += 1
-        ran = self.finished - (self.total - self.todo)
-        eta = (time.perf_counter() - self.t0) / ran * (self.total - self.finished)
-        line = f"{self.finished}/{self.total} items"
-        line += "".join(f"  acc {m} {100 * c / n:.1f}%" for m, (c, n) in self.score.items() if n)
-        line += f"  ETA {int(eta // 60)}m{int(eta % 60):02d}s"
-        print(
-            "\r" + line + "\033[K" if self.tty else line,
-            end="" if self.tty else "\n",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    def close(self) -> None:
-        if self.tty:  # end the progress line
-            print(file=sys.stderr)
-
-
-class Harness:
-    """Runs each item's chains in one thread, --concurrency items at once, appending every row to
-    results.jsonl (and to `done`) as it finishes. Fail fast: if, before any reply came, the endpoint could
-    not be reached or refused us (401, 403, 404), or if the response cache cannot be used (client.CacheError,
-    never one item's error), every thread stops, the chain that met it leaves no row, and run() returns why."""
-
-    def __init__(
-        self,
-        reasoner: client.Client,
-        judge: client.Client,
-        settings: Settings,
-        results: str,
-        done: dict,
-        progress: Progress,
-        extractor: client.Client | None = None,
-    ):
-        self.reasoner, self.judge, self.settings, self.results, self.done = (
-            reasoner,
-            judge,
-            settings,
-            results,
-            done,
-        )
-        self.progress, self.extractor = progress, extractor
-        self.lock, self.stop, self.reached = threading.Lock(), threading.Event(), threading.Event()
-        self.fatal: str | None = None
-
-    def run(self, todo: list, concurrency: int) -> str | None:
-        with open(self.results, "a", encoding="utf-8") as self.fh:
-            pool = ThreadPoolExecutor(max_workers=concurrency)
-            try:
-                for f in [pool.submit(self.item, it, chains) for it, chains in todo]:
-                    f.result()  # a bug in a task surfaces here, with its traceback
-            finally:  # also on Ctrl-C: no new chain starts; the chains in flight finish and are kept
-                self.stop.set()
-                pool.shutdown(cancel_futures=True)
-                self.progress.close()
-        return self.fatal
-
-    def item(self, item: Item, chains: list) -> None:
-        clients = ChainClients.fork(self.reasoner, self.judge, self.settings.max_calls, self.extractor)
-        try:
-            for seed, method in chains:
-                if self.stop.is_set():
-                    return
-                try:
-                    row, error = run_chain(item, seed, method, clients, self.settings)
-                except client.CacheError as e:
-                    return self.halt(f"the response cache cannot be used: {e}")
-                if row.replies:
-                    self.reached.set()
-                if self.refused(error):
-                    return self.halt(f"the endpoint cannot be used: {error}")
-                self.write(row)
-            with self.lock:
-                self.progress.item_done()
-        finally:
-            clients.close()
-
-    def halt(self, why: str) -> None:
-        """Stop every thread; the first reason is the one run() returns."""
-        with self.lock:
-            self.fatal = self.fatal or why
-        self.stop.set()
-
-    def refused(self, error) -> bool:
-        """The endpoint never answered and this error says it will not: unreachable, or 401, 403, 404."""
-        return (
-            isinstance(error, client.EndpointError)
-            and error.status in (None, 401, 403, 404)
-            and not self.reached.is_set()
-        )
-
-    def write(self, row: Row) -> None:
-        with self.lock:
-            self.fh.write(json.dumps(row.to_json(), allow_nan=False) + "\n")
-            self.fh.flush()
-            self.done[row.key] = row
-            self.progress.count(row)
 
 
 # ----------------------------------------------------------------------------- command line
@@ -407,16 +111,15 @@ def parse_args(argv):
         "--max-error-rate",
         type=float,
         default=0.05,
-        help="exit 3, with a warning above the table, when a "
-        "larger share of the chains ended in an error (0.05)",
+        help="exit 3, with a warning above the table, when a larger share of the chains ended in an error "
+        "(0.05)",
     )
     p.add_argument(
         "--allow-any-path", action="store_true", help="read image paths outside the data file's directory"
     )
     add_verifier_args(p)  # --n, --tau, --eps, --max-steps, --judge-mode, --revise, --mode-max-tokens
-    client.add_endpoint_args(
-        p
-    )  # --base-url, --model, --judge-*, --timeout, --retries, --concurrency, --cache
+    # --base-url, --model, --judge-*, --timeout, --retries, --concurrency, --cache
+    client.add_endpoint_args(p)
     return p.parse_args(argv)
 
 
@@ -435,9 +138,14 @@ def shard_of(data: str, id: str, k: int) -> int:
     return int(hashlib.sha256(f"{data}\t{id}".encode()).hexdigest()[:16], 16) % k + 1
 
 
+def check_error_rate(rate: float) -> None:
+    if not 0 <= rate <= 1:  # NaN fails too
+        raise ValueError(f"--max-error-rate must be in [0, 1], got {rate}")
+
+
 def check_args(args) -> tuple:
-    """(methods (rows.Method), config) from the flags; ValueError names the first bad flag, before any call is made.
-    verdict.Config checks the numbers (τ in [0, 1), ε in (0, 1], ...; see its docstring)."""
+    """(methods (rows.Method), config) from the flags; ValueError names the first bad flag, before any call
+    is made. verdict.Config checks the numbers (τ in [0, 1), ε in (0, 1], ...; see its docstring)."""
     rules = [m.strip() for m in args.rules.split(",") if m.strip()]
     if not rules or len(set(rules)) != len(rules) or not set(rules) <= set(METHODS):
         raise ValueError(f"--rules must list distinct methods from {','.join(METHODS)}, got {args.rules!r}")
@@ -456,8 +164,7 @@ def check_args(args) -> tuple:
     ):
         if v is not None and v < 1:
             raise ValueError(f"{flag} must be >= 1, got {v}")
-    if not 0 <= args.max_error_rate <= 1:  # NaN fails too
-        raise ValueError(f"--max-error-rate must be in [0, 1], got {args.max_error_rate}")
+    check_error_rate(args.max_error_rate)
     if not args.base_url:
         raise ValueError("--base-url is required (evaluate.py runs a real model)")
     parse_shard(args.shard)
@@ -492,9 +199,8 @@ def settings_of(args, config: verdict.Config) -> Settings:
     judge_kw = {
         k: v for k, v in (("max_tokens", args.judge_max_tokens), ("score_only", args.score_only)) if v
     }
-    judge_kw["fmt"] = judges.JudgeFormat(
-        args.judge_format
-    )  # one for the run: a fallback to text holds for every chain
+    # one JudgeFormat for the run: a fallback to text holds for every chain
+    judge_kw["fmt"] = judges.JudgeFormat(args.judge_format)
     mode_kw = {
         "fmt": judge_kw["fmt"],
         **({"max_tokens": args.mode_max_tokens} if args.mode_max_tokens else {}),
@@ -600,9 +306,8 @@ def run(args, methods: list, config: verdict.Config, record: dict) -> int:
     ]
     todo = [t for t in todo if t[1]]
     progress = Progress(len(plan), len(todo), [done[k] for k in keys if k in done])
-    fatal = Harness(reasoner, judge, settings_of(args, config), results, done, progress, extractor).run(
-        todo, args.concurrency
-    )
+    harness = Harness(reasoner, judge, settings_of(args, config), results, done, progress, extractor)
+    fatal = harness.run(todo, args.concurrency)
     if fatal:
         return fail(fatal)
     rows = [done[k] for k in keys if k in done]
@@ -629,8 +334,7 @@ def merge_main(argv) -> int:
     p.add_argument("--max-error-rate", type=float, default=0.05, help="as for a run (0.05)")
     args = p.parse_args(argv)
     try:
-        if not 0 <= args.max_error_rate <= 1:
-            raise ValueError(f"--max-error-rate must be in [0, 1], got {args.max_error_rate}")
+        check_error_rate(args.max_error_rate)
         held = rundir.lock(args.out)
     except (ValueError, OSError) as e:
         return fail(e)

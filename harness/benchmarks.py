@@ -221,11 +221,8 @@ class _TsvImages:
     row scans ahead for it. Decoded images of rows that are kept are held once for the rows reusing them."""
 
     def __init__(self, path: str, fields: list, name: str, allow_any_path: bool):
-        self.fh, self.base, self.allow = (
-            open(path, "rb"),
-            os.path.dirname(os.path.abspath(path)),
-            allow_any_path,
-        )
+        self.fh, self.allow = open(path, "rb"), allow_any_path
+        self.base = os.path.dirname(os.path.abspath(path))
         self.index = fields.index("index") if "index" in fields else None
         self.image = fields.index("image") if "image" in fields else None
         self.also = os.path.join("images", name[: -len("_local")] if name.endswith("_local") else name)
@@ -383,13 +380,10 @@ def _tsv(path: str, name: str, keep, allow_any_path: bool, warnings: list):
         if head is None:
             raise ValueError(f"{path}: empty file (no header line)")
         fields = _header(head[3], path, warnings)
-        images, index = (
-            _TsvImages(path, fields, name, allow_any_path),
-            fields.index("index") if "index" in fields else None,
-        )
+        images = _TsvImages(path, fields, name, allow_any_path)
         try:
             for line, start, end, cells in records:
-                images.note(_cell(cells, index), start, end)
+                images.note(_cell(cells, images.index), start, end)
                 try:
                     yield line, _tsv_item(name, line, cells, fields, images, keep)
                 except ValueError as e:
@@ -459,7 +453,8 @@ def _jsonl(path: str, name: str, keep, allow_any_path: bool, warnings: list):
 def load(path: str, limit: int | None = None, keep=None, allow_any_path: bool = False) -> Loaded:
     """A .tsv or .jsonl file, streamed: the first `limit` valid items (all if None), of which those whose id
     keep(id) accepts (all if None) are returned. A repeated id is skipped like any malformed row."""
-    name, ext = os.path.splitext(os.path.basename(path))
+    file = os.path.basename(path)
+    name, ext = os.path.splitext(file)
     readers = {".tsv": _tsv, ".jsonl": _jsonl}
     if ext.lower() not in readers:
         raise ValueError(f"{path}: unknown format {ext!r}; expected .tsv (VLMEvalKit) or .jsonl")
@@ -476,11 +471,7 @@ def load(path: str, limit: int | None = None, keep=None, allow_any_path: bool = 
             elif isinstance(got, Skipped):
                 skipped.append(got)
             elif got.id in first:
-                skipped.append(
-                    Skipped(
-                        os.path.basename(path), line, f"repeated id {got.id!r} (first at row {first[got.id]})"
-                    )
-                )
+                skipped.append(Skipped(file, line, f"repeated id {got.id!r} (first at row {first[got.id]})"))
             else:
                 first[got.id], columns = line, columns or [k for k, _ in got.fields]
                 items += [got] if keep(got.id) else []
@@ -490,14 +481,5 @@ def load(path: str, limit: int | None = None, keep=None, allow_any_path: bool = 
     finally:
         rows.close()
     return Loaded(
-        name,
-        os.path.basename(path),
-        items,
-        len(first),
-        read,
-        skipped,
-        dropped,
-        warnings,
-        scoring(name, columns),
-        limited,
+        name, file, items, len(first), read, skipped, dropped, warnings, scoring(name, columns), limited
     )
