@@ -181,7 +181,7 @@ class Client:
 
     Identical calls in flight at the same time (the same cache key, on this client or its forks) send one
     request and share its response (or its error). on_chat(), when given, is called before every chat
-    call, merged ones included; an exception it raises refuses the call (evaluate.py's call budget).
+    call, merged ones included; an exception it raises refuses the call (harness/chains.py's call budget).
     """
 
     def __init__(
