@@ -9,40 +9,36 @@ n = 3 candidates and m = 3 judges; the 3.80× sequential wall-clock overhead of 
     python bench.py --serve              # also 2b and 2c, on llama-servers it starts with serve_tiny.sh
     python bench.py --quick              # a smoke run: small sizes, fast simulated clock, 5 items
 
-1. Consensus throughput of the closed form against np.linalg.solve and the mean floor.
-2. Step overhead (perf/overhead.py): wall time of one VERDICT step / wall time of one base step, and the prompt
-   tokens the server computed, in five modes and both prompt layouts (prompting.py), (a) on a SIMULATED
-   continuous-batching server (perf/simserver.py), (b) on a real llama-server, (c) with llama-server's flags.
-3. Memory: peak RSS of a 100-item evaluate.py run against the simulated server.
-4. The response cache: Cache.put in a file and in memory; the same evaluate.py run with either.
+1. Consensus throughput of the closed form against np.linalg.solve and the mean floor (here).
+2. Step overhead (perf/overhead.py): wall time of one VERDICT step / wall time of one base step, and the
+   prompt tokens the server computed, in five modes and the prompt layouts (prompting.py), (a) on a
+   SIMULATED continuous-batching server (here; the server is perf/simserver.py), (b) on a real llama-server,
+   (c) with llama-server's flags (both perf/llama_server.py).
+3. Memory: peak RSS of a 100-item evaluate.py run against the simulated server (perf/footprint.py).
+4. The response cache: Cache.put in a file and in memory; the same evaluate.py run with either (likewise).
 
-Every ratio is measured within one run, so the machine's speed cancels out.
+The report's targets, and what sets the figures they compare, are judged here. Every ratio is measured
+within one run, so the machine's speed cancels out.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import platform
-import re
-import resource
-import signal
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 from dataclasses import replace
 
 import numpy as np
 from PIL import Image
 
-import judges
 import verdict
-from client import Cache, Client, EndpointError
-from perf.loopback import LoopbackServer, chat_response
+from client import Client
+from perf.footprint import cache_section, memory_section
+from perf.llama_server import LIVE_MODES, LIVE_QUESTIONS, flags_section, live_section
+from perf.loopback import LoopbackServer
 from perf.overhead import (
     ADAPTIVE,
     BASE,
@@ -89,7 +85,8 @@ def consensus_throughput(sizes=(10**3, 10**4, 10**5, 10**6), loop_max: int = 10*
     lam = np.array(verdict.STUBBORNNESS)
     A = system_matrix(lam)
     rows = [
-        "| N | closed form | loop of solve | batched solve | mean (floor) | loop / closed | batched / closed | closed / mean |",
+        "| N | closed form | loop of solve | batched solve | mean (floor) | loop / closed | batched / closed "
+        "| closed / mean |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     ratios = {}
@@ -135,26 +132,29 @@ def simulated_section(lm: LatencyModel, questions: int, steps: int, reps: int) -
     scale = lm.time_scale or 1.0
     lines = (
         [
-            "**This is a simulation**: a loopback server that sleeps as a latency model says; no GPU and no model.",
+            "**This is a simulation**: a loopback server that sleeps as a latency model says; no GPU and no "
+            "model.",
             "",
-            f"Latency model: prefill {lm.prefill_tps:,.0f} tokens/s, decode {lm.decode_tps} tokens/s per sequence, "
-            f"batch capacity {lm.capacity} sequences, {lm.image_tokens} tokens per image, prefix cache "
-            f"{'on' if lm.prefix_cache else 'off'} (blocks of 16 pseudo-tokens, hashed in the order the request lays "
-            f"them out: the system message, each image where the message puts it, the text). Replies: a step "
-            f"{lm.step_tokens} tokens, a final answer {lm.final_tokens}, a judge's reason and score "
-            f"{lm.rationale_tokens}, a short judge's score {lm.score_tokens}. Sources of the defaults:",
+            f"Latency model: prefill {lm.prefill_tps:,.0f} tokens/s, decode {lm.decode_tps} tokens/s per "
+            f"sequence, batch capacity {lm.capacity} sequences, {lm.image_tokens} tokens per image, prefix "
+            f"cache {'on' if lm.prefix_cache else 'off'} (blocks of 16 pseudo-tokens, hashed in the order "
+            "the request lays them out: the system message, each image where the message puts it, the "
+            f"text). Replies: a step {lm.step_tokens} tokens, a final answer {lm.final_tokens}, a judge's "
+            f"reason and score {lm.rationale_tokens}, a short judge's score {lm.score_tokens}. Sources of "
+            "the defaults:",
             "",
         ]
         + [f"- {s}" for s in SOURCES]
         + [
             "",
-            f"Workload: {questions} question(s) with one image each, {steps} steps per chain, the last a final answer on "
-            f"which the n candidates agree; n = 3, m = 3, json judges; median of {reps} repetition(s), the modes "
-            "interleaved. The cache is cleared before each mode's chains, so each chain's first step finds nothing "
-            f"cached. Times are model seconds: wall time ÷ the clock scale {scale}. Harness overhead (client, HTTP, "
-            f"simulator) measured at zero latency: {harness * 1e3:.1f} ms per request = {harness / scale:.3f} model "
-            "seconds; it inflates the modes that send more requests. Every ratio is to the base step in the "
-            "per-role layout (the reasoner's own system message, as a base model alone is run).",
+            f"Workload: {questions} question(s) with one image each, {steps} steps per chain, the last a "
+            f"final answer on which the n candidates agree; n = 3, m = 3, json judges; median of {reps} "
+            "repetition(s), the modes interleaved. The cache is cleared before each mode's chains, so each "
+            "chain's first step finds nothing cached. Times are model seconds: wall time ÷ the clock scale "
+            f"{scale}. Harness overhead (client, HTTP, simulator) measured at zero latency: "
+            f"{harness * 1e3:.1f} ms per request = {harness / scale:.3f} model seconds; it inflates the "
+            "modes that send more requests. Every ratio is to the base step in the per-role layout (the "
+            "reasoner's own system message, as a base model alone is run).",
             "",
         ]
     )
@@ -164,9 +164,8 @@ def simulated_section(lm: LatencyModel, questions: int, steps: int, reps: int) -
         "server reports them (its prefix cache's hits, in whole blocks):",
         "",
     ]
-    return lines + token_table(result) + [""] + adaptive_lines(result) + [""] + sequential_explanation(
-        lm
-    ), result
+    lines += token_table(result) + [""] + adaptive_lines(result) + [""] + sequential_explanation(lm)
+    return lines, result
 
 
 def sequential_explanation(lm: LatencyModel, n: int = 3, m: int = 3) -> list:
@@ -176,315 +175,26 @@ def sequential_explanation(lm: LatencyModel, n: int = 3, m: int = 3) -> list:
     ratio = lambda judge_tokens: n + n * m * judge_tokens / lm.step_tokens
     at = lambda base: (PAPER_OVERHEAD - base) * lm.step_tokens / (n * m)  # the L_judge that gives 3.80×
     return [
-        "Does sequential land near the paper's 3.80×? With warm caches every request is bound by decoding, so "
-        f"sequential ≈ n + n·m·L_judge / L_step = {n} + {n * m}·L_judge / {lm.step_tokens}: "
+        "Does sequential land near the paper's 3.80×? With warm caches every request is bound by decoding, "
+        f"so sequential ≈ n + n·m·L_judge / L_step = {n} + {n * m}·L_judge / {lm.step_tokens}: "
         f"{ratio(lm.rationale_tokens):.1f}× with {lm.rationale_tokens}-token rationales, "
-        f"{ratio(lm.score_tokens):.1f}× with {lm.score_tokens}-token score-only replies. The measured chains move "
-        "away from these: their first step pays for cold image prefixes, and the final answer is a short step "
-        "that is still judged in full. The ratio is set by the judges' reply length relative to the step length: "
-        f"3.80× corresponds to judges replying with about {at(n):.0f} tokens ({at(n) / lm.step_tokens:.0%} of a "
-        f"step) when the n candidates are sampled one after another, or about {at(1):.0f} tokens when they come "
-        "from one request, i.e. a bare score or a very short justification, which fits the paper's agents that "
-        "return a single scalar. Judges that explain themselves cost several times more when run one after another."
+        f"{ratio(lm.score_tokens):.1f}× with {lm.score_tokens}-token score-only replies. The measured "
+        "chains move away from these: their first step pays for cold image prefixes, and the final answer "
+        "is a short step that is still judged in full. The ratio is set by the judges' reply length "
+        f"relative to the step length: 3.80× corresponds to judges replying with about {at(n):.0f} tokens "
+        f"({at(n) / lm.step_tokens:.0%} of a step) when the n candidates are sampled one after another, or "
+        f"about {at(1):.0f} tokens when they come from one request, i.e. a bare score or a very short "
+        "justification, which fits the paper's agents that return a single scalar. Judges that explain "
+        "themselves cost several times more when run one after another."
     ]
-
-
-# ----------------------------------------------------------------------------- 2b, 2c. real llama-servers
-
-LIVE_QUESTIONS = (
-    "Tom has 3 apples and buys 2 more. How many apples does he have? Options: A. 4 B. 5 C. 6",
-    "A shelf holds 4 red books and 3 blue books. How many books are on it? Options: A. 6 B. 7 C. 8",
-)
-LIVE_MODES = in_layouts((SEQ, CONC, CONC_SCORE, ADAPTIVE))  # 2b: every mode in every layout
-FLAG_MODES = in_layouts((CONC_SCORE,))  # 2c: the mode with the fewest tokens to decode
-LIVE_LIMITS = (
-    48,
-    None,
-    None,
-)  # max_tokens of a step; the judges' own (json: a reason of at most 200 characters)
-SERVER_FLAGS = (  # llama-server flags tried in 2c, appended to serve_tiny.sh's (-c 8192 -np 4 -t 2), with what they do
-    (
-        "",
-        "serve_tiny.sh's own: 4 slots, each its own KV cache; a prompt cache in RAM (--cache-ram, 8,192 MiB)",
-    ),
-    ("-kvu", "one KV buffer shared by the slots (unified KV)"),
-    (
-        "--cache-reuse 32",
-        "reuse cached chunks of 32 tokens or more after the common prefix, by shifting their KV",
-    ),
-    ("--cache-ram 0", "no prompt cache in RAM: a slot keeps only its last prompt"),
-    ("-np 2", "2 slots (n = 3 candidates need 3: llama-server serves n choices in n slots)"),
-    ("-np 8 -c 16384", "8 slots (the same 2,048 tokens each)"),
-)
-
-
-def server_props(url: str) -> dict:
-    """llama-server's GET /props (slots, context, model file), or {} when the server has none."""
-    try:
-        with urllib.request.urlopen(re.sub(r"/v1/?$", "", url) + "/props", timeout=10) as r:
-            return json.load(r)
-    except (OSError, ValueError):
-        return {}
-
-
-def start_server(flags: str) -> tuple:
-    """(url, pid) of a llama-server serving SmolLM2-135M-Instruct that serve_tiny.sh starts with `flags` added."""
-    env = {**os.environ, "VERDICT_TINY_FLAGS": flags, "VERDICT_TINY_MODEL": "smollm2"}
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "serve_tiny.sh")
-    run = subprocess.run([script], env=env, capture_output=True, text=True, timeout=1800)
-    found = [re.search(rf"(?m)^{k}=(\S+)$", run.stdout) for k in ("VERDICT_LIVE_URL", "VERDICT_SERVER_PID")]
-    if run.returncode != 0 or not all(found):
-        raise RuntimeError(
-            f"serve_tiny.sh with {flags!r} failed (exit code {run.returncode}): "
-            f"{' '.join(run.stderr.split())[-300:]}"
-        )
-    return found[0].group(1), int(found[1].group(1))
-
-
-def stop_server(pid: int, wait: float = 30.0) -> None:
-    """Stop the server with this PID: SIGTERM, then SIGKILL if it is still running after `wait` seconds."""
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as fh:
-                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":  # exited; its parent has not reaped it yet
-                    return
-        except OSError:  # gone
-            return
-        time.sleep(0.2)
-    os.kill(pid, signal.SIGKILL)
-
-
-def live_section(url: str, model: str, reps: int, steps: int, modes: tuple, questions: int = 2) -> tuple:
-    """Section 2b against a real OpenAI-compatible server (text only: the tiny model has no vision), on the first
-    `questions` of LIVE_QUESTIONS: (markdown lines, {mode: Result})."""
-    props, load, t0 = server_props(url), os.getloadavg(), time.perf_counter()
-    qs = LIVE_QUESTIONS[:questions]
-    result = overhead(Client(url, model, timeout=900.0), modes, qs, steps, reps, LIVE_LIMITS)
-    avg = lambda xs: ", ".join(f"{x:.1f}" for x in xs)
-    lines = [
-        f"A real server at {url}: llama.cpp's llama-server reporting {props.get('total_slots', '?')} parallel "
-        f"slots of {props.get('default_generation_settings', {}).get('n_ctx', '?')} tokens and the model "
-        f"{os.path.basename(str(props.get('model_path', '?')))}, on a machine with {os.cpu_count()} cores.",
-        "",
-        f"Workload: {len(qs)} text question(s), {steps} steps per chain, max_tokens {LIVE_LIMITS[0]} per "
-        "step, json judges (a reason of at most 200 characters and a score; short judges the score alone); a "
-        f"judge whose reply does not parse asks once more; median of {reps} repetition(s), the modes interleaved; "
-        "the server's caches stay warm between modes. Every ratio is to the base step in the per-role layout. "
-        f"Load average (1, 5, 15 min) before: {avg(load)}; after: {avg(os.getloadavg())} (other processes may "
-        f"share the machine). The section took {time.perf_counter() - t0:.0f} s.",
-        "",
-    ]
-    lines += (
-        time_table(result)
-        + [
-            "",
-            "Prompt tokens per step after each chain's first step, as the server reports "
-            "them (usage.prompt_tokens_details.cached_tokens):",
-            "",
-        ]
-        + token_table(result)
-    )
-    return lines + [""] + adaptive_lines(result), result
-
-
-def flags_section(
-    reps: int, steps: int, model: str, questions: int = 2, flag_reps: int | None = None
-) -> tuple:
-    """Sections 2b and 2c on servers this process starts (serve_tiny.sh) and stops: 2b (LIVE_MODES, `reps`
-    repetitions) on serve_tiny.sh's own flags, 2c (FLAG_MODES, `flag_reps`, default `reps`) with each of
-    SERVER_FLAGS. (2b lines, 2c lines, 2b result)."""
-    flag_reps = reps if flag_reps is None else flag_reps
-    lines, first = [], None
-    rows = [
-        "| flags | what they do | mode | layout | seconds per step | overhead vs base | computed prompt tokens "
-        "per step |",
-        "|---|---|---|---|---:|---:|---:|",
-    ]
-    for flags, what in SERVER_FLAGS:
-        url, pid = start_server(flags)
-        try:
-            section, result = (
-                live_section(url, model, reps, steps, LIVE_MODES, questions)
-                if first is None
-                else live_section(url, model, flag_reps, steps, FLAG_MODES, questions)
-            )
-        except (
-            EndpointError
-        ) as e:  # a flag set the workload cannot run on (-np 2 refuses n = 3): said, not fatal
-            if first is None:
-                raise
-            rows.append(f"| `{flags}` | {what} | the run failed: {e.message} | | | | |")
-            continue
-        finally:
-            stop_server(pid)
-        lines, first = (section, result) if first is None else (lines, first)
-        rows += [
-            f"| `{flags or '(none)'}` | {what} | {m.name} | {m.layout} | {r.seconds:.2f} | {r.ratio:.2f}× | "
-            f"{'—' if r.computed is None else f'{r.computed:,.0f}'} |"
-            for m, r in result.items()
-            if m in FLAG_MODES
-        ]
-    intro = [
-        f"Each server: serve_tiny.sh (llama-server, SmolLM2-135M-Instruct, -c 8192 -np 4 -t 2) with the flags "
-        f"added, started and stopped by this run; {questions} question(s), {steps} steps per chain, median of "
-        f"{flag_reps} repetition(s) ({reps} for the rows without flags, which are 2b's). Computed prompt tokens: per step after each "
-        "chain's first. Each ratio is to the base step (per-role layout) on the same server.",
-        "",
-    ]
-    return lines, intro + rows, first
-
-
-# ----------------------------------------------------------------------------- 3. memory
-
-
-def write_items(folder: str, k: int) -> str:
-    """A k-item JSONL benchmark with one 448×448 PNG per item; returns its path."""
-    path, options = (
-        os.path.join(folder, "bench_items.jsonl"),
-        {"A": "yes", "B": "no", "C": "overlap", "D": "unseen"},
-    )
-    with open(path, "w", encoding="utf-8") as fh:
-        for i in range(k):
-            img = Image.new("RGB", (448, 448), (255, 255, 255))
-            img.paste((40 + i % 200, 90, 160), (i % 300, 50, i % 300 + 120, 170))
-            img.save(os.path.join(folder, f"img{i}.png"))
-            fh.write(
-                json.dumps(
-                    {
-                        "id": f"q{i}",
-                        "question": f"Item {i}: is the mug left of the laptop?",
-                        "options": options,
-                        "answer": "AB"[i % 2],
-                        "image": f"img{i}.png",
-                    }
-                )
-                + "\n"
-            )
-    return path
-
-
-def run_evaluate(k: int, extra: tuple = (), timeout: float = 1800.0) -> tuple | None:
-    """`python evaluate.py` on k generated items, every method, against the simulated server with no sleeping.
-    Returns (its exit code, its seconds, one sentence saying what ran and how it ended), or None without evaluate.py."""
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "evaluate.py")
-    if not os.path.exists(script):
-        return None
-    with (
-        tempfile.TemporaryDirectory() as tmp,
-        LoopbackServer(SimulatedServer(LatencyModel(time_scale=0.0), 2)) as srv,
-    ):
-        url, t0 = srv.url, time.perf_counter()
-        cmd = [
-            sys.executable,
-            script,
-            "--data",
-            write_items(tmp, k),
-            "--base-url",
-            url,
-            "--model",
-            "sim",
-            "--seeds",
-            "1",
-            "--out",
-            os.path.join(tmp, "out"),
-            *extra,
-        ]
-        run = subprocess.run(
-            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=timeout
-        )
-        seconds, calls = time.perf_counter() - t0, len(srv.chats)
-    said = (
-        f"`{' '.join(['python evaluate.py'] + cmd[2:]).replace(url, 'SIM_URL').replace(tmp, 'TMP')}` on {k} generated "
-        "items (one 448×448 PNG each), every method, against the simulated server with no sleeping"
-    )
-    if run.returncode != 0:
-        return (
-            run.returncode,
-            seconds,
-            (
-                f"{said}: **the run failed** (exit code {run.returncode}, after {seconds:.0f} s); "
-                f"the end of its stderr: `{' '.join(run.stderr[-400:].split())}`"
-            ),
-        )
-    return 0, seconds, f"{said}: exit code 0, {calls:,} requests, {seconds:.0f} s."
-
-
-def memory_section(k: int) -> list:
-    """Section 3: peak RSS of run_evaluate's evaluate.py: resource's RUSAGE_CHILDREN maximum, which is that
-    child's, as bench.py starts no other process before it. A failed run reports no figure."""
-    run = run_evaluate(k)
-    if run is None:
-        return ["skipped: evaluate.py not found"]
-    if run[0] != 0:
-        return [run[2], "", "No peak RSS is reported for a failed run."]
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB on Linux -> MiB
-    return [
-        run[2],
-        "",
-        f"**Peak RSS of the evaluate.py process: {peak:.0f} MiB** "
-        "(resource.getrusage(RUSAGE_CHILDREN).ru_maxrss).",
-    ]
-
-
-# ----------------------------------------------------------------------------- 4. the response cache
-
-
-def put_seconds(path: str, puts: int, threads: int) -> float:
-    """Wall seconds per Cache.put of a 48-token reply, `threads` threads putting at once."""
-    cache, reply, t0 = (
-        Cache(path),
-        chat_response("Observation: " + " ".join(["detail"] * 44)),
-        time.perf_counter(),
-    )
-    judges.thread_map(threads)(lambda i: cache.put(f"key {i}", reply), range(puts))
-    seconds = time.perf_counter() - t0
-    cache.close()
-    return seconds / puts
-
-
-def cache_section(k: int, puts: int) -> list:
-    """Section 4: what the response cache costs: Cache.put in a file against in memory, then run_evaluate
-    with evaluate.py's default cache file (OUT/cache.sqlite) against --cache :memory:."""
-    with tempfile.TemporaryDirectory() as tmp:
-        us = {
-            (where, t): 1e6
-            * put_seconds(os.path.join(tmp, f"{t}.sqlite") if where == "file" else ":memory:", puts, t)
-            for where in ("file", "memory")
-            for t in (1, 4)
-        }
-    runs = {
-        where: run_evaluate(k, extra) for where, extra in (("file", ()), ("memory", ("--cache", ":memory:")))
-    }
-    lines = (
-        [
-            f"Cache.put of {puts:,} replies (a 48-token step each), in a file in a temporary folder and in memory:",
-            "",
-            "| cache | 1 thread | 4 threads at once |",
-            "|---|---:|---:|",
-        ]
-        + [f"| {w} | {us[w, 1]:,.0f} µs per put | {us[w, 4]:,.0f} µs per put |" for w in ("file", "memory")]
-        + [""]
-    )
-    if runs["file"] is None:
-        return lines + ["evaluate.py: skipped (not found)."]
-    lines += [f"- cache in a file: {runs['file'][2]}", f"- cache in memory: {runs['memory'][2]}"]
-    if runs["file"][0] == runs["memory"][0] == 0:
-        lines += [
-            "",
-            f"With the cache in a file, evaluate.py takes {runs['file'][1] / runs['memory'][1]:.2f}× its time "
-            "with the cache in memory.",
-        ]
-    return lines
 
 
 # ----------------------------------------------------------------------------- report
 
 
 def targets(ratios: dict, sim: dict, live: dict | None) -> list:
-    """The targets, each with its measured figure in every layout (ORDER); met or missed is judged on the shared
-    layout, the default."""
+    """The targets, each with its measured figure in every layout (ORDER); met or missed is judged on the
+    shared layout, the default."""
 
     def row(what, values, ok):
         cells = ["—" if v is None or v != v else f"{v:.2f}×" for v in values]
@@ -499,65 +209,36 @@ def targets(ratios: dict, sim: dict, live: dict | None) -> list:
         if m in result and result[m].computed and result[BASE].computed
         else None
     )
-    near = lambda x: 0.75 <= x / PAPER_OVERHEAD <= 1.25
-    return (
-        [
-            "| target | " + " | ".join(f"measured, {lay} layout" for lay in ORDER) + " | |",
-            "|---|" + "---:|" * len(ORDER) + "---|",
-            row(
-                "closed form ≥ 50× faster than a loop of np.linalg.solve at N = 10⁵",
-                [ratios.get(10**5, {}).get("loop")],
-                lambda v: v >= 50,
-            ),
-            row(
-                "closed form ≤ 10× the time of mean at N = 10⁶",
-                [ratios.get(10**6, {}).get("mean")],
-                lambda v: v <= 10,
-            ),
-        ]
-        + [
-            row(
-                f"simulated server: {m.name} ≤ 1.3× base, whole chains",
-                each(sim, m, ratio),
-                lambda v: v <= 1.3,
-            )
-            for m in (CONC, CONC_SCORE, ADAPTIVE)
-        ]
-        + [
-            row(
-                f"simulated server: {m.name} near the paper's 3.80× (within ±25%), whole chains",
-                each(sim, m, ratio),
-                near,
-            )
-            for m in (SEQ, SEQ_SCORE)
-        ]
-        + [
-            row(f"real llama-server: {m.name} ≤ 3.8× base per step", each(live, m, ratio), lambda v: v <= 3.8)
-            for m in (CONC, CONC_SCORE, ADAPTIVE)
-        ]
-        + [
-            row(
-                f"real llama-server: {m.name}, prompt tokens computed per step ≤ 2× base's, after the first step",
-                each(live, m, computed),
-                lambda v: v <= 2,
-            )
-            for m in (CONC, CONC_SCORE, ADAPTIVE)
-        ]
-        + [
-            row(
-                f"simulated server: {m.name}, prompt tokens computed per step ≤ 2× base's, after the first step",
-                each(sim, m, computed),
-                lambda v: v <= 2,
-            )
-            for m in (CONC, CONC_SCORE)
-        ]
+    at_most = lambda bound: lambda v: v <= bound
+    near = lambda v: 0.75 <= v / PAPER_OVERHEAD <= 1.25
+    concurrent, sequential = (CONC, CONC_SCORE, ADAPTIVE), (SEQ, SEQ_SCORE)
+    tokens = "{}, prompt tokens computed per step ≤ 2× base's, after the first step"
+    checks = (  # (the target, with {} for the mode; {mode: Result}; the modes; the figure; met if)
+        ("simulated server: {} ≤ 1.3× base, whole chains", sim, concurrent, ratio, at_most(1.3)),
+        (
+            "simulated server: {} near the paper's 3.80× (within ±25%), whole chains",
+            sim,
+            sequential,
+            ratio,
+            near,
+        ),
+        ("real llama-server: {} ≤ 3.8× base per step", live, concurrent, ratio, at_most(3.8)),
+        ("real llama-server: " + tokens, live, concurrent, computed, at_most(2)),
+        ("simulated server: " + tokens, sim, (CONC, CONC_SCORE), computed, at_most(2)),
     )
+    loop, mean = ratios.get(10**5, {}).get("loop"), ratios.get(10**6, {}).get("mean")
+    return [
+        "| target | " + " | ".join(f"measured, {lay} layout" for lay in ORDER) + " | |",
+        "|---|" + "---:|" * len(ORDER) + "---|",
+        row("closed form ≥ 50× faster than a loop of np.linalg.solve at N = 10⁵", [loop], lambda v: v >= 50),
+        row("closed form ≤ 10× the time of mean at N = 10⁶", [mean], at_most(10)),
+    ] + [row(what.format(m.name), each(res, m, f), ok) for what, res, modes, f, ok in checks for m in modes]
 
 
 def causes(sim: dict, live: dict | None) -> list:
-    """What sets the two figures the targets compare, measured in this run: the prompt tokens a perfect prefix cache
-    still computes (the simulator's keeps every block it saw), and where a real llama-server's time goes (its own
-    timings: computing prompts against generating)."""
+    """What sets the two figures the targets compare, measured in this run: the prompt tokens a perfect
+    prefix cache still computes (the simulator's keeps every block it saw), and where a real llama-server's
+    time goes (its own timings: computing prompts against generating)."""
     shared = lambda m: replace(m, layout="shared")
     ratio = lambda res, m: (
         f"{res[m].computed / res[BASE].computed:.1f}×"
@@ -565,14 +246,15 @@ def causes(sim: dict, live: dict | None) -> list:
         else "—"
     )
     lines = [
-        "- Prompt tokens computed per step after the first: a base step's request holds, beyond what its previous "
-        "request held, only that request's reply and the task text; each of a VERDICT step's n·m judge requests "
-        "ends with its own candidate and task, which no earlier request holds, so any prefix cache computes them "
-        "(n·m candidates and tasks against one step). The simulated server's cache keeps every block it has seen, "
-        "so it computes only what no prefix cache can reuse in a layout: concurrent judging computes "
-        f"{ratio(sim, shared(CONC))} the base step's tokens there in the shared layout (short judges "
-        f"{ratio(sim, shared(CONC_SCORE))}), {ratio(sim, replace(CONC, layout='role-first'))} in the role-first "
-        f"layout, {ratio(sim, replace(CONC, layout='per-role'))} in the per-role layout."
+        "- Prompt tokens computed per step after the first: a base step's request holds, beyond what its "
+        "previous request held, only that request's reply and the task text; each of a VERDICT step's n·m "
+        "judge requests ends with its own candidate and task, which no earlier request holds, so any "
+        "prefix cache computes them (n·m candidates and tasks against one step). The simulated server's "
+        "cache keeps every block it has seen, so it computes only what no prefix cache can reuse in a "
+        f"layout: concurrent judging computes {ratio(sim, shared(CONC))} the base step's tokens there in "
+        f"the shared layout (short judges {ratio(sim, shared(CONC_SCORE))}), "
+        f"{ratio(sim, replace(CONC, layout='role-first'))} in the role-first layout, "
+        f"{ratio(sim, replace(CONC, layout='per-role'))} in the per-role layout."
     ]
     if live and live[BASE].server_ms:
         ms = lambda m: live[m].server_ms or (math.nan, math.nan)

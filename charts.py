@@ -3,7 +3,7 @@ before it is drawn, so that no label overlaps another and none is cut at the ima
 
 Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
 Disagreement-Aware Consensus", ECCV 2026. The decision plane (demo.plot), the simulation
-(simulate.plot), the harness's summary (harness/tables.picture) and the step overhead
+(perf/simulation_report.plot), the harness's summary (harness/tables.picture) and the step overhead
 (perf/overhead.picture) draw with:
 
 - PALETTE: Tableau's ten colours, named; INK, GRID and tint for the rest;

@@ -12,8 +12,8 @@ Disagreement-Aware Consensus", ECCV 2026. This module implements:
   rejected candidate of a step from the judges' reasons, for verdict.run's `revise`;
 - what the paper leaves to an implementation: the "ask once more" follow-up, a thread-pool map so
   the n×m judge calls of a step overlap, what a trace keeps about each judge call (Judge.judgement, which
-  verdict.step keeps in call order) and about the run's judges (record), and a measurement of the reply
-  formats on a real server (survey; `python judges.py URL`).
+  verdict.step keeps in call order) and about the run's judges (record). How the reply formats fare on a
+  real server is measured by perf/reply_formats.py (`python -m perf.reply_formats URL`).
 
 The prompt files and how each request is laid out (a prefix shared by every role of a step) are
 prompting.py, the reply formats and the reading of replies are replies.py, the HTTP client is client.py,
@@ -24,17 +24,14 @@ premises, ReVISE's look again) are in modes/.
 from __future__ import annotations
 
 import math
-import os
 import re
-import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
-import numpy as np
 
 import verdict
-from client import Client, EndpointError, Parser
+from client import Client
 from prompting import check_layout, load_prompt, role_messages
 from replies import (
     EXPLAIN,
@@ -216,7 +213,8 @@ class Judge:
 
     The prompt is prompts/{name}.txt; the candidate sits between <step> and </step>, last, after the images,
     question and previous steps, laid out by `layout` (role_messages: "shared", the default, puts the judge's
-    instructions after the question and steps that every role of the step shares). Temperature 0: the judge is deterministic, as a frozen verifier should be.
+    instructions after the question and steps that every role of the step shares). Temperature 0: the judge
+    is deterministic, as a frozen verifier should be.
     `fmt` (a FORMATS name, or a JudgeFormat shared by a run's judges) is the reply asked for:
       json  : {"reason", "score" 0..9} under score_schema() in response_format; ŝ = score / 9. If the server
               refuses response_format, the run falls back to text (JudgeFormat).
@@ -231,8 +229,8 @@ class Judge:
     replies, parsed replies, retries and abstentions. An endpoint that fails raises EndpointError: a failed
     request is an error, not an abstention.
     `grounding` (a modes.calls.ModeCalls) adds the per-question evidence of the SGV and EVPV modes at the
-    prompt's {evidence}, gates the judges' scores, and in the zoom mode gives the visual judge close-ups of the
-    regions it named (just before its task); None is plain VERDICT.
+    prompt's {evidence}, gates the judges' scores, and in the zoom mode gives the visual judge close-ups of
+    the regions it named (just before its task); None is plain VERDICT.
     """
 
     def __init__(
@@ -279,7 +277,10 @@ class Judge:
         self._counts = dict(calls=0, replies=0, parsed=0, retries=0, abstentions=0)
 
     def __repr__(self) -> str:
-        return f"Judge({self.name!r}, fmt={self.format.requested!r}, score_only={self.score_only}, weighted={self.weighted})"
+        return (
+            f"Judge({self.name!r}, fmt={self.format.requested!r}, score_only={self.score_only}, "
+            f"weighted={self.weighted})"
+        )
 
     @property
     def counts(self) -> dict:
@@ -297,8 +298,8 @@ class Judge:
         return params, params if fmt == "json" else {**params, "max_tokens": 16}
 
     def _read(self, response: dict, fmt: str, step: str) -> tuple:
-        """(sampled, weighted, digit mass, reason) from a response; ValueError saying why when it holds no valid
-        score."""
+        """(sampled, weighted, digit mass, reason) from a response; ValueError saying why when it holds no
+        valid score."""
         choice = response["choices"][0]
         text = choice["message"]["content"]
         if fmt == "json":
@@ -354,8 +355,8 @@ class Judge:
         digits' share of the score token's top_logprobs), each None where there is none (all three when it
         abstained), and "reason" (replies.reason_of: the json format's "reason", the prose before a text score
         line; None without a readable reply). A judge mode adds "zoom" (ModeCalls.look: the path, why and the
-        boxes of the close-ups the visual judge saw) and "gate" (ModeCalls.gated: ŝ before and after the gate, with
-        ν_t, r and α(r)). The scores are the judge's own, before the gate; ŝ is after it."""
+        boxes of the close-ups the visual judge saw) and "gate" (ModeCalls.gated: ŝ before and after the gate,
+        with ν_t, r and α(r)). The scores are the judge's own, before the gate; ŝ is after it."""
         call = self.format.run(lambda fmt: self._ask(state, step, fmt))  # json, or text once refused
         sampled, weighted = call["sampled"], call["weighted"]
         s = weighted if self.weighted and not math.isnan(weighted) else sampled
@@ -426,98 +427,3 @@ def thread_map(k: int) -> Callable:
             return list(pool.map(f, items))
 
     return map_fn
-
-
-# ----------------------------------------------------------------------------- measuring the formats
-
-
-def survey(client: Client, fmt: str, k: int = 10, concurrency: int = 4, **judge_kwargs) -> dict:
-    """The three judges in format fmt on k arithmetic questions, each with a right and a wrong step (6k calls):
-    the share of calls that gave a score ("scored", after the follow-up) and that needed no follow-up ("first"),
-    judge tokens per call (prompt + completion; completion alone), the mean ŝ of right and of wrong steps, how
-    many calls have a probability-weighted score ("weighted") and the lowest share of the score token's
-    top_logprobs that the digits held in those ("mass"), and the format's record. It measures the reply format
-    on a real server, not the quality of the judgements."""
-    items = []  # (question, step, is the step right?)
-    for i in range(k):
-        a, b, d = 12 + 7 * i, 5 + 3 * i, 1 + i % 3
-        q = f"What is {a} + {b}?\nA. {a + b}\nB. {a + b + d}"
-        items += [
-            (q, f"{a} + {b} = {a + b}, so the answer is A.", True),
-            (q, f"{a} + {b} = {a + b + d}, so the answer is B.", False),
-        ]
-    calls = [(j, q, c, right) for j in make_judges(client, fmt=fmt, **judge_kwargs) for q, c, right in items]
-    before = client.usage
-    judged = thread_map(concurrency)(lambda x: x[0].judgement(verdict.State(x[1]), x[2]), calls)  # [6k]
-    used = {key: client.usage[key] - before[key] for key in ("prompt_tokens", "completion_tokens")}
-    s, right = np.array([j.score for j in judged]), np.array([x[3] for x in calls])  # [6k], [6k]
-    mass = np.array([j.record["digit_share"] for j in judged], dtype=float)  # [6k], NaN (None): none
-    mean = lambda v: float(v[~np.isnan(v)].mean()) if (~np.isnan(v)).any() else math.nan
-    retries = sum(j.counts["retries"] for j in {x[0] for x in calls})
-    return {
-        "calls": len(calls),
-        "scored": float((~np.isnan(s)).mean()),
-        "first": 1 - retries / len(calls),
-        "tokens": sum(used.values()) / len(calls),
-        "completion": used["completion_tokens"] / len(calls),
-        "right": mean(s[right]),
-        "wrong": mean(s[~right]),
-        "weighted": int((~np.isnan(mass)).sum()),
-        "mass": float(np.nanmin(mass)) if (~np.isnan(mass)).any() else math.nan,
-        **calls[0][0].format.record(),
-    }
-
-
-def _model_name(client: Client) -> str:
-    """The served model's name from GET /models (its file name, for llama-server), else the one we send."""
-    try:
-        return os.path.basename(
-            client.session.get(client.base_url + "/models", timeout=30).json()["data"][0]["id"]
-        )
-    except (OSError, ValueError, LookupError, TypeError):  # requests' errors are OSErrors
-        return client.model
-
-
-def main(argv=None) -> int:
-    """python judges.py URL [URL ...]: survey() of every format at each server, as one markdown table."""
-    p = Parser(prog="judges.py", description="Parse rate and tokens per judge call of each reply format.")
-    p.add_argument("url", nargs="+", help="OpenAI-compatible endpoints, e.g. http://127.0.0.1:8080/v1")
-    p.add_argument("--formats", default=",".join(FORMATS), help=f"formats to measure ({','.join(FORMATS)})")
-    p.add_argument("--k", type=int, default=10, help="questions, each with a right and a wrong step (10)")
-    p.add_argument(
-        "--model", default="default", help="the model name sent (llama-server serves its one model)"
-    )
-    args = p.parse_args(argv)
-    formats = args.formats.split(",")
-    if not set(formats) <= set(FORMATS) or args.k < 1:
-        p.error(f"need --formats from {','.join(FORMATS)} and --k >= 1, got {args.formats!r} and {args.k}")
-    num = lambda x, f: "—" if math.isnan(x) else format(x, f)
-    print(
-        "| model | format | judge calls | scored | scored at the first reply | tokens/call | completion tokens/call | "
-        "mean ŝ, right / wrong steps | calls with a weighted score | digits' least share of its token's top_logprobs |"
-    )
-    print("|---|---|---:|---:|---:|---:|---:|---|---:|---:|")
-    for url in args.url:
-        client = Client(url, args.model, timeout=600.0)
-        for fmt in formats:
-            try:
-                r = survey(client, fmt, args.k)
-            except EndpointError as e:
-                print(f"judges.py: error: {e}", file=sys.stderr)
-                return 2
-            used = (
-                fmt
-                if r["fallback"] is None
-                else f"{fmt} (fell back to text at call {r['fallback']['at_call']})"
-            )
-            print(
-                f"| {_model_name(client)} | {used} | {r['calls']} | {r['scored']:.1%} | {r['first']:.1%} | "
-                f"{r['tokens']:.0f} | {r['completion']:.1f} | {num(r['right'], '.2f')} / {num(r['wrong'], '.2f')} | "
-                f"{r['weighted']} | {num(r['mass'], '.2f')} |",
-                flush=True,
-            )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -26,8 +26,8 @@ The five noise models, each the world above with one knob turned (sigma = 0.15 u
   5. abstain    q: each judge independently returns NaN (abstains) with probability q [0].
   6. premise    EVPV's gate (modes/evpv.py) against a hallucinated premise. A wrong step rests on a
                 contradicted visual premise with probability p_premise [0]; the judges it fools
-                (premise_fools [()], judge indices) score it around mu_fool. The premise check flags such a step
-                (a contradicted claim: r = 0, α(r) = 0) with probability p_detect [0.8], and any other
+                (premise_fools [()], judge indices) score it around mu_fool. The premise check flags such a
+                step (a contradicted claim: r = 0, α(r) = 0) with probability p_detect [0.8], and any other
                 step (a false alarm) with probability p_false [0.1]; an unflagged step has r = 1, α = 1.
                 gate ["none"]: "visual" sets a flagged step's ŝ_V to 0.5 + α(r)(ŝ_V − 0.5) = 0.5,
                 "step" every judge's ŝ. Every simulated step makes a visual claim (ν_t = 1): a step
@@ -40,7 +40,8 @@ p_premise > 0, contradicted_accepted = the fraction of contradicted-premise cand
 filter, contradicted_chosen = P(the chosen candidate has a contradicted premise | some candidate has).
 Each is the mean over `seeds` independent seeds of `trials` steps, ± the 95% Student-t half-width
 over seeds. All rules and all values of a sweep see the same random draws, so differences between
-rules are paired. `python simulate.py` writes docs/simulation_report.md and docs/simulation.png.
+rules are paired. `python simulate.py` writes docs/simulation_report.md and docs/simulation.png
+(perf/simulation_report.py).
 """
 
 from __future__ import annotations
@@ -52,7 +53,6 @@ from pathlib import Path
 
 import numpy as np
 
-import charts
 import verdict
 from modes.evpv import GATE_TARGETS
 from verdict import RULES, STUBBORNNESS
@@ -60,38 +60,14 @@ from verdict import RULES, STUBBORNNESS
 FORMAT = "verdict-simulation/1"
 TARGETS = ("none",) + GATE_TARGETS  # the gate's target in a scenario; "none" for no gate
 ALL_RULES = RULES + ("lam-mean",)
+# Student t, 0.975 quantile, df = 1..30 (df > 30 uses 2.042: slightly wide)
+# fmt: off
 T975 = (
-    12.706,
-    4.303,
-    3.182,
-    2.776,
-    2.571,
-    2.447,
-    2.365,
-    2.306,
-    2.262,
-    2.228,
-    2.201,
-    2.179,
-    2.160,
-    2.145,
-    2.131,
-    2.120,
-    2.110,
-    2.101,
-    2.093,
-    2.086,
-    2.080,
-    2.074,
-    2.069,
-    2.064,
-    2.060,
-    2.056,
-    2.052,
-    2.048,
-    2.045,
-    2.042,
-)  # Student t, 0.975 quantile, df = 1..30 (df > 30 uses 2.042: slightly wide)
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)
+# fmt: on
 
 
 @dataclass(frozen=True)
@@ -120,15 +96,7 @@ class Scenario:
     eps: float = verdict.EPS
 
     def __post_init__(self):
-        for name in (
-            "p_correct",
-            "p_fool",
-            "rho",
-            "q",
-            "p_premise",
-            "p_detect",
-            "p_false",
-        ):  # probabilities, a share
+        for name in ("p_correct", "p_fool", "rho", "q", "p_premise", "p_detect", "p_false"):  # probabilities
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must lie in [0, 1], got {name}={getattr(self, name)!r}")
         if not (self.sigma >= 0 and self.kappa >= 0):  # a negative sd or scale means nothing
@@ -187,14 +155,16 @@ def draw(seeds: int, trials: int, seed: int = 0, n: int = 3, m: int = 3) -> Draw
 
 
 def premises(d: Draws, sc: Scenario) -> tuple[np.ndarray, np.ndarray]:
-    """Which candidates rest on a contradicted premise, and which the premise check flags.  -> [N, n], [N, n]"""
+    """Which candidates rest on a contradicted premise, and which the premise check flags.
+    -> [N, n], [N, n]"""
     contradicted = (d.u_correct >= sc.p_correct) & (d.u_premise < sc.p_premise)  # [N, n] wrong steps only
     flagged = d.u_check < np.where(contradicted, sc.p_detect, sc.p_false)  # [N, n]
     return contradicted, flagged
 
 
 def raw_scores(d: Draws, sc: Scenario) -> tuple[np.ndarray, np.ndarray]:
-    """Raw scores ŝ (NaN = abstained), after the gate, and the truth of every candidate.  -> [N, n, m], [N, n]"""
+    """Raw scores ŝ (NaN = abstained), after the gate, and the truth of every candidate.
+    -> [N, n, m], [N, n]"""
     if d.e.shape[2] != len(sc.lam):  # one stubbornness per judge
         raise ValueError(f"draws have m={d.e.shape[2]} judges but lam={sc.lam} has {len(sc.lam)}")
     correct = d.u_correct < sc.p_correct  # [N, n]
@@ -233,10 +203,8 @@ def select_batch(s_hat, lam=STUBBORNNESS, tau: float = verdict.TAU, eps: float =
     lam = np.asarray(lam, dtype=float)
     answered = ~np.isnan(s_hat)  # [T, n, m]
     verified = answered.sum(2) >= 2  # [T, n]
-    with np.errstate(invalid="ignore"):
-        lam_mean = np.where(answered, s_hat * lam, 0).sum(2) / np.where(answered, lam, 0).sum(
-            2
-        )  # [T, n, m] -> [T, n]
+    with np.errstate(invalid="ignore"):  # [T, n, m] -> [T, n]
+        lam_mean = np.where(answered, s_hat * lam, 0).sum(2) / np.where(answered, lam, 0).sum(2)
     out["lam-mean"] = replace(out["mean"], index=verdict._best(verified, verified, lam_mean))
     return out
 
@@ -248,19 +216,18 @@ def measure(d: Draws, sc: Scenario) -> dict:
     contradicted = premises(d, sc)[0]  # [N, n]
     exists = correct.any(1).reshape(S, T)  # [S, T]
     chosen = lambda mask, ch: np.take_along_axis(mask, ch.index[:, None], 1).reshape(S, T)  # [N, n] -> [S, T]
+    share = lambda hits, of: hits.sum(1) / np.maximum(of.sum(1), 1)  # [S, ·], [S, ·] -> [S]
     out = {}
     for rule, ch in select_batch(s_hat, sc.lam, sc.tau, sc.eps).items():
         out[rule] = {
-            "accuracy": chosen(correct, ch).sum(1) / np.maximum(exists.sum(1), 1),  # [S]
+            "accuracy": share(chosen(correct, ch), exists),  # [S]
             "acceptance": ch.accepted.reshape(S, -1).mean(1),  # [S]
-            "fallback": ch.fallback.reshape(S, T).mean(1),
-        }  # [S]
+            "fallback": ch.fallback.reshape(S, T).mean(1),  # [S]
+        }
         if sc.p_premise > 0:
             bad, any_bad = contradicted.reshape(S, -1), contradicted.any(1).reshape(S, T)  # [S, T·n], [S, T]
-            out[rule]["contradicted_accepted"] = (ch.accepted.reshape(S, -1) & bad).sum(1) / np.maximum(
-                bad.sum(1), 1
-            )
-            out[rule]["contradicted_chosen"] = chosen(contradicted, ch).sum(1) / np.maximum(any_bad.sum(1), 1)
+            out[rule]["contradicted_accepted"] = share(ch.accepted.reshape(S, -1) & bad, bad)
+            out[rule]["contradicted_chosen"] = share(chosen(contradicted, ch), any_bad)
     return out
 
 
@@ -366,239 +333,6 @@ def run(trials: int = 2500, seeds: int = 20, seed: int = 0) -> dict:
     return {sw.name: [(v, measure(d, sw.at(v))) for v in sw.values] for sw in SWEEPS + GATE_SWEEPS}
 
 
-# ----------------------------------------------------------------------------- report and figure
-
-
-def _pm(x, digits=1, sign=False) -> str:
-    mean, hw = interval(100 * np.asarray(x))
-    return f"{mean:{'+' if sign else ''}.{digits}f} ± {hw:.{digits}f}"
-
-
-def _diff(r: dict, a: str = "verdict", b: str = "mean") -> np.ndarray:
-    """Rule a's accuracy minus rule b's, paired, per seed.  -> [S]"""
-    return r[a]["accuracy"] - r[b]["accuracy"]
-
-
-def _headline_row(name: str, setting: str, r: dict) -> str:
-    best = max(ALL_RULES, key=lambda k: r[k]["accuracy"].mean())
-    return (
-        f"| {name} | {setting} | {_pm(r['verdict']['accuracy'])} | {_pm(r['mean']['accuracy'])} "
-        f"| {_pm(_diff(r), 2, True)} | {_pm(_diff(r, b='no-filter'), 2, True)} | {_pm(r['raw-dual']['accuracy'])} "
-        f"| {best} ({100 * r[best]['accuracy'].mean():.1f}) |"
-    )
-
-
-def gate_report(results: dict) -> list:
-    """The report's section on EVPV's gate: every target against a contradicted premise."""
-    at = lambda field, f, g, v: dict(results[gate_name(field, f, g)])[v]
-    cols = [(f, g) for f in FOOLS for g in GATE_TARGETS]
-    L = [
-        "## EVPV's gate: the visual judge's score, or the step's?",
-        "",
-        "A wrong step rests on a contradicted visual premise with probability p_premise = 0.4; the judges it fools score"
-        " it around 0.9. The premise check flags it (r = 0, α(r) = 0) with probability p_detect = 0.8 and flags any other"
-        " step with probability p_false = 0.1 (unless swept); an unflagged step has r = 1. Target `visual`: a flagged step's"
-        " ŝ_V ← 0.5 + α(r)(ŝ_V − 0.5) = 0.5; `step`: every judge's ŝ likewise; `none`: no gate. Contradicted accepted ="
-        " contradicted-premise candidates passing VERDICT's filter; contradicted chosen = steps where VERDICT picks one, given"
-        " one exists. With a perfect check (p_detect = 1) and target `step`, none passes the filter: each answering judge"
-        " reports 0.5, so s̄* = 0.5 < τ. The sweeps leave out `none`, which neither knob changes (its row above).",
-        "",
-        "| fooled by the premise | gate | VERDICT accuracy | mean accuracy | contradicted accepted | contradicted chosen "
-        "| VERDICT fallback |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for f, g in cols:
-        r = at("p_false", f, g, 0.1)["verdict"]
-        L.append(
-            f"| {fools_name(f)} | {g} | {_pm(r['accuracy'])} | {_pm(at('p_false', f, g, 0.1)['mean']['accuracy'])} "
-            f"| {_pm(r['contradicted_accepted'])} | {_pm(r['contradicted_chosen'])} | {_pm(r['fallback'])} |"
-        )
-    for (field, label, values, _), whats in zip(
-        GATE_KNOBS, (("accuracy",), ("accuracy", "contradicted_accepted"))
-    ):
-        for (
-            what
-        ) in whats:  # a false alarm never touches a contradicted step: p_false leaves its acceptance alone
-            title = {
-                "accuracy": "VERDICT accuracy",
-                "contradicted_accepted": "contradicted steps accepted by VERDICT",
-            }[what]
-            L += [
-                "",
-                f"### {title} (%) against {label}",
-                "",
-                f"| {field} | " + " | ".join(f"{fools_name(f)}: {g}" for f, g in cols) + " |",
-                "|---" * (len(cols) + 1) + "|",
-            ]
-            L += [
-                f"| {v} | "
-                + " | ".join(f"{100 * at(field, f, g, v)['verdict'][what].mean():.1f}" for f, g in cols)
-                + " |"
-                for v in values
-            ]
-    return L + [""]
-
-
-def markdown(results: dict, trials: int, seeds: int, seed: int) -> str:
-    """The markdown report; a pure function of the results and the arguments (no clock, no paths)."""
-    cmd = f"python simulate.py --trials {trials} --seeds {seeds} --seed {seed}"
-    head = {sw.name: (sw, dict(results[sw.name])[sw.headline]) for sw in SWEEPS if sw.field != "lam_V"}
-    L = [
-        "# VERDICT simulation: when does the coupled consensus beat plain averaging?",
-        "",
-        f"Format: `{FORMAT}`. Generated by `{cmd}` ({seeds} independent seeds × {trials} steps per setting).",
-        "Every number is a percentage: mean over seeds ± the 95% Student-t half-width over seeds.",
-        "",
-        "## Assumptions",
-        "",
-        "- One step: 3 candidates, each correct with probability 0.5; judges V, L, C with λ = (1.5, 1.0, 0.8), τ = 0.6, ε = 0.1.",
-        "- Raw score = 0.72 (correct step) or 0.45 (wrong step) + Gaussian noise (σ = 0.15 unless swept), clipped to [0, 1].",
-        "- Noise models, one knob each: `iid` σ; `fooled-X` judge X scores a wrong step around 0.9 with probability p_fool;"
-        " `correlated` a per-candidate noise shared by all judges with weight ρ; `offset-V` / `compress-V` judge V reports"
-        " 0.5 + κ(ŝ − 0.5) + δ; `abstain` each judge returns NaN with probability q.",
-        "- Accuracy = a correct candidate chosen, given that one exists. Acceptance = candidates passing the rule's filter"
-        " (no filter: every candidate with ≥ 2 answers). Fallback = steps where none passes.",
-        "- `lam-mean` = the highest λ-weighted raw mean, no filter. Other rules as defined in `verdict.select`.",
-        "- `premise X, gate T` (last rows of the headline table): a wrong step rests on a contradicted premise with"
-        " probability 0.4 and fools judges X; EVPV's gate with target T (see the gate section at the end).",
-        "",
-        "## Headline: VERDICT against the mean",
-        "",
-        "`VERDICT − no-filter` isolates the dual filter and fallback; `no-filter` differs from `mean` only by weighting"
-        " the judges unequally (a fixed weighted mean: see the README's errata). Differences are paired (same steps), per seed.",
-        "",
-        "| noise model | setting | VERDICT | mean | VERDICT − mean (pp) | VERDICT − no-filter (pp) | raw-dual | best rule |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    L += [_headline_row(name, f"{sw.field} = {sw.headline}", r) for name, (sw, r) in head.items()]
-    L += [
-        _headline_row(
-            f"premise {fools_name(f)}, gate {g}",
-            "p_detect = 0.8, p_false = 0.1",
-            dict(results[gate_name("p_false", f, g)])[0.1],
-        )
-        for f in FOOLS
-        for g in TARGETS
-    ]
-    for what in ("accuracy", "acceptance", "fallback"):
-        L += [
-            "",
-            f"## {what.capitalize()} (%) of every rule, at the headline settings",
-            "",
-            "| rule | " + " | ".join(head) + " |",
-            "|---" * (len(head) + 1) + "|",
-        ]
-        L += [
-            f"| {rule} | " + " | ".join(_pm(r[rule][what]) for _, r in head.values()) + " |"
-            for rule in ALL_RULES
-        ]
-    L += [
-        "",
-        "## Sweeps: accuracy (%) against the swept parameter",
-        "",
-        "Means only (half-widths are in the tables above and the VERDICT − mean column).",
-        "",
-    ]
-    for sw in SWEEPS:
-        rows = results[sw.name]
-        L += [
-            f"### {sw.name}: {sw.label}",
-            "",
-            f"| {sw.field} | " + " | ".join(ALL_RULES) + " | VERDICT − mean (pp) |",
-            "|---" * (len(ALL_RULES) + 2) + "|",
-        ]
-        L += [
-            f"| {v} | "
-            + " | ".join(f"{100 * r[k]['accuracy'].mean():.1f}" for k in ALL_RULES)
-            + f" | {_pm(_diff(r), 2, True)} |"
-            for v, r in rows
-        ]
-        if sw.field == "lam_V":
-            acc = [100 * r["verdict"]["accuracy"].mean() for _, r in rows]
-            L += [
-                "",
-                f"VERDICT's range over λ_V ∈ {list(sw.values)}: {max(acc) - min(acc):.2f} pp "
-                f"(the paper reports 2.90 pp on 3DSRBench).",
-            ]
-        L.append("")
-    return "\n".join(L + gate_report(results))
-
-
-COLORS = tuple(charts.PALETTE[i] for i in (3, 0, 5, 6, 7, 8, 1, 2, 9, 4))  # ALL_RULES' colours, verdict red
-
-
-GATE_COLORS = {"none": charts.GREY, "visual": charts.BLUE, "step": charts.RED}
-W, H, COLS = 400, 300, 4  # one panel's size in pixels; panels per row
-
-
-def _panel(c, k: int, title: str, xlabel: str, xs, ys: dict, colors: dict, bold: str = "") -> None:
-    """Panel k of the grid on canvas c: one line per label of ys (label -> [len(xs)] values), `bold` drawn
-    thick, last."""
-    ox, oy = (k % COLS) * W, 40 + (k // COLS) * H
-    x0, x1, y0, y1 = ox + 55, ox + W - 20, oy + 25, oy + H - 50  # the plot box, pixels
-    xs = np.array(xs, float)
-    lo, hi = min(y.min() for y in ys.values()), max(y.max() for y in ys.values())
-    step = next(t for t in (0.5, 1, 2, 5, 10, 20, 50) if (hi - lo) / t <= 5)  # at most ~6 ticks
-    lo, hi = step * math.floor(lo / step + 1e-9), step * math.ceil(hi / step - 1e-9)
-    px = lambda x: x0 + (x - xs.min()) / (np.ptp(xs) or 1) * (x1 - x0)
-    py = lambda y: y1 - (y - lo) / ((hi - lo) or 1) * (y1 - y0)
-    c.draw.rectangle((x0, y0, x1, y1), outline=charts.INK)
-    c.text((x0, oy + 6), title, 13, width=x1 - x0, lines=1)
-    c.text((x0, y1 + 28), xlabel, 13, width=x1 - x0, lines=1)
-    for x in sorted(xs):  # a label that would overlap the previous one is left out
-        c.draw.line((px(x), y1, px(x), y1 + 4), fill=charts.INK)
-        c.text((px(x), y1 + 10), f"{x:g}", 13, anchor="mt")
-    for t in np.arange(lo, hi + step / 2, step):
-        c.draw.line((x0 - 4, py(t), x0, py(t)), fill=charts.INK)
-        c.text((x0 - 6, py(t)), f"{t:g}", 13, anchor="rm")
-    for label in sorted(ys, key=lambda s: s == bold):  # the bold line last, on top
-        pts = [(px(x), py(y)) for x, y in sorted(zip(xs, ys[label]))]
-        c.draw.line(pts, fill=colors[label], width=3 if label == bold else 2)
-
-
-def plot(results: dict, path) -> None:
-    """Accuracy against the swept parameter: a panel per sweep, a line per rule; then a panel per group of
-    judges a contradicted premise fools, VERDICT's accuracy against p_false, a line per gate target (pillow)."""
-    acc = lambda name, rule: np.array([100 * m[rule]["accuracy"].mean() for _, m in results[name]])
-    panels = [
-        (
-            f"{sw.name}: accuracy (%)",
-            sw.label,
-            sw.values,
-            {r: acc(sw.name, r) for r in ALL_RULES},
-            dict(zip(ALL_RULES, COLORS)),
-            "verdict",
-        )
-        for sw in SWEEPS
-    ]
-    field, label, values, _ = GATE_KNOBS[0]
-    flat = lambda name: np.full(len(values), acc(name, "verdict")[0])  # no gate: the knob changes nothing
-    panels += [
-        (
-            f"premise, {fools_name(f)} fooled: VERDICT accuracy (%)",
-            label,
-            values,
-            {
-                gt: acc(gate_name(field, f, gt), "verdict") if gt != "none" else flat(gate_name(field, f, gt))
-                for gt in TARGETS
-            },
-            GATE_COLORS,
-            "",
-        )
-        for f in FOOLS
-    ]
-    c = charts.Canvas((W * COLS, 40 + H * math.ceil((len(panels) + 1) / COLS)))
-    title = "VERDICT simulation: accuracy (%, a correct candidate chosen given one exists) by noise model"
-    c.text((10, 10), title, 13, lines=1)
-    for k, panel in enumerate(panels):
-        _panel(c, k, *panel)
-    ox, oy = (len(panels) % COLS) * W, 40 + (len(panels) // COLS) * H  # the legend cell
-    legend = [("rule (y axis: accuracy %)", None)] + list(zip(ALL_RULES, COLORS))
-    legend += [("premise panels: gate target", None)] + list(GATE_COLORS.items())
-    charts.legend(c, (ox + 30, oy + 10), legend, width=W - 60, size=13, line=True)
-    c.save(path)
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description="Monte-Carlo study: when does VERDICT's consensus beat the mean?")
     p.add_argument("--trials", type=int, default=2500, help="steps per seed and setting (default 2500)")
@@ -610,6 +344,8 @@ def main(argv=None) -> int:
         "--out", default="docs", help="directory for simulation_report.md and simulation.png (docs)"
     )
     a = p.parse_args(argv)
+    from perf.simulation_report import markdown, plot  # here: it imports this module, run as __main__
+
     results = run(a.trials, a.seeds, a.seed)
     out, text = Path(a.out), markdown(results, a.trials, a.seeds, a.seed)
     (out / "simulation_report.md").write_text(text, encoding="utf-8")

@@ -1,5 +1,6 @@
-"""Tests for bench.py: the sequential formula, the report's sections and targets (a --quick run), the
-memory and cache sections, and starting and stopping servers. No timing is asserted."""
+"""Tests for bench.py and the sections it wires: the sequential formula, the report's sections and targets
+(a --quick run), the memory and cache sections (perf/footprint.py), and starting and stopping servers
+(perf/llama_server.py). No timing is asserted."""
 
 import os
 import re
@@ -11,6 +12,7 @@ import numpy as np
 from PIL import Image
 
 import bench
+from perf import footprint, llama_server
 from perf.loopback import LoopbackServer
 from perf.overhead import ADAPTIVE, BASE, CONC, CONC_SCORE, SEQ, Result, in_layouts
 from perf.simserver import LatencyModel, SimulatedServer
@@ -70,8 +72,8 @@ def test_quick_report_has_every_section(tmp_path, monkeypatch):
 
 def test_a_failed_evaluate_run_reports_the_failure_and_no_peak_rss(monkeypatch):
     # a benchmark file that is not there: evaluate.py exits 2
-    monkeypatch.setattr(bench, "write_items", lambda folder, k: os.path.join(folder, "missing.jsonl"))
-    lines = bench.memory_section(1)
+    monkeypatch.setattr(footprint, "write_items", lambda folder, k: os.path.join(folder, "missing.jsonl"))
+    lines = footprint.memory_section(1)
     text = "\n".join(lines)
     assert (
         "**the run failed** (exit code 2" in text
@@ -79,7 +81,7 @@ def test_a_failed_evaluate_run_reports_the_failure_and_no_peak_rss(monkeypatch):
         and "Peak RSS" not in text
     )
     assert lines[-1] == "No peak RSS is reported for a failed run."
-    cache = "\n".join(bench.cache_section(1, 10))
+    cache = "\n".join(footprint.cache_section(1, 10))
     assert cache.count("**the run failed**") == 2 and "takes" not in cache
 
 
@@ -136,7 +138,7 @@ def test_targets_judge_the_shared_layout_and_show_the_others():
 
 def test_live_section_against_a_simulated_server():
     with LoopbackServer(SimulatedServer(LatencyModel(time_scale=0.0), final_at=1)) as srv:
-        lines, res = bench.live_section(srv.url, "sim", 1, 2, in_layouts((CONC,)))
+        lines, res = llama_server.live_section(srv.url, "sim", 1, 2, in_layouts((CONC,)))
     text = "\n".join(lines)
     assert list(res) == list(in_layouts((CONC,))) and "2 text question(s), 2 steps per chain" in text
     assert "| concurrent | shared |" in text and "| prompt tokens per step | computed by the server |" in text
@@ -148,18 +150,20 @@ def test_start_server_reads_the_url_and_pid_and_stop_server_stops_it(monkeypatch
         [], 0, "building...\nVERDICT_LIVE_URL=http://127.0.0.1:5/v1\nVERDICT_SERVER_PID=77\n", ""
     )
     seen = {}
-    monkeypatch.setattr(bench.subprocess, "run", lambda cmd, env, **kw: seen.update(env=env) or said)
-    assert bench.start_server("-kvu") == ("http://127.0.0.1:5/v1", 77)
+    monkeypatch.setattr(llama_server.subprocess, "run", lambda cmd, env, **kw: seen.update(env=env) or said)
+    assert llama_server.start_server("-kvu") == ("http://127.0.0.1:5/v1", 77)
     assert seen["env"]["VERDICT_TINY_FLAGS"] == "-kvu" and seen["env"]["VERDICT_TINY_MODEL"] == "smollm2"
     monkeypatch.setattr(
-        bench.subprocess, "run", lambda cmd, env, **kw: subprocess.CompletedProcess([], 1, "", "no model")
+        llama_server.subprocess,
+        "run",
+        lambda cmd, env, **kw: subprocess.CompletedProcess([], 1, "", "no model"),
     )
     with np.testing.assert_raises_regex(
         RuntimeError, "serve_tiny.sh with '-np 2' failed \\(exit code 1\\): no model"
     ):
-        bench.start_server("-np 2")
+        llama_server.start_server("-np 2")
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    bench.stop_server(child.pid)
+    llama_server.stop_server(child.pid)
     assert child.wait(timeout=10) == -15  # SIGTERM
 
 
@@ -171,12 +175,12 @@ def test_causes_say_the_simulated_floor_and_the_real_servers_time():
     floor, time_ = bench.causes(sim, live)
     # 950 / 100 = 9.5×, 900 / 100 = 9.0×; 160 / (40 + 160) = 80% generating, 2,100 / 3,000 = 70%
     assert (
-        "concurrent judging computes 9.5× the base step's tokens there in the shared layout (short judges 9.0×), "
-        "— in the role-first layout" in floor
+        "concurrent judging computes 9.5× the base step's tokens there in the shared layout "
+        "(short judges 9.0×), — in the role-first layout" in floor
     )
     assert (
-        "base (reasoner alone, n = 1) (per-role) 40 ms computing prompts and 160 ms generating (80% generating)"
-        in time_
+        "base (reasoner alone, n = 1) (per-role) 40 ms computing prompts and 160 ms generating "
+        "(80% generating)" in time_
     )
     assert (
         "concurrent, short judges (shared) 900 ms computing prompts and 2,100 ms generating (70% generating)"
@@ -194,27 +198,29 @@ def test_a_flag_set_the_workload_cannot_run_on_is_reported_and_the_others_run(mo
 
     started, stopped = [], []
     monkeypatch.setattr(
-        bench,
+        llama_server,
         "start_server",
         lambda flags: started.append(flags) or (f"http://x/{len(started)}", len(started)),
     )
-    monkeypatch.setattr(bench, "stop_server", stopped.append)
+    monkeypatch.setattr(llama_server, "stop_server", stopped.append)
 
     def live(url, model, reps, steps, modes, questions):
         if url.endswith("/2"):
             raise EndpointError(url, 400, "Field 'n': Value must be between 1 <= value <= 2, but got 3")
         return [f"section at {url}"], {m: result(1.0, 10.0) for m in modes}
 
-    monkeypatch.setattr(bench, "live_section", live)
-    lines, rows, first = bench.flags_section(2, 2, "m", 1, 1)
-    assert started == [f for f, _ in bench.SERVER_FLAGS] and stopped == list(range(1, len(started) + 1))
-    assert lines == ["section at http://x/1"] and set(first) == set(bench.LIVE_MODES)
+    monkeypatch.setattr(llama_server, "live_section", live)
+    lines, rows, first = llama_server.flags_section(2, 2, "m", 1, 1)
+    assert started == [f for f, _ in llama_server.SERVER_FLAGS] and stopped == list(
+        range(1, len(started) + 1)
+    )
+    assert lines == ["section at http://x/1"] and set(first) == set(llama_server.LIVE_MODES)
     failed = [r for r in rows if "the run failed" in r]
     assert (
         len(failed) == 1
-        and failed[0].startswith(f"| `{bench.SERVER_FLAGS[1][0]}` |")
+        and failed[0].startswith(f"| `{llama_server.SERVER_FLAGS[1][0]}` |")
         and "got 3" in failed[0]
     )
-    assert len(rows) == 4 + 1 + len(bench.FLAG_MODES) * (
-        len(bench.SERVER_FLAGS) - 1
+    assert len(rows) == 4 + 1 + len(llama_server.FLAG_MODES) * (
+        len(llama_server.SERVER_FLAGS) - 1
     )  # intro, header, failure, rest

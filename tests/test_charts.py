@@ -16,7 +16,7 @@ import simulate
 import verdict
 from harness import tables
 from images import font
-from perf import overhead
+from perf import overhead, simulation_report
 
 WORDS = ("a", "judge", "consensus", "verdict+zoom+revise", "3DSRBench", "accuracy (%)", "s-bar*", "x" * 40)
 
@@ -132,8 +132,8 @@ def test_demo_plot(tmp_path, monkeypatch, canvases, tau, eps):
 
 
 def test_simulate_plot(tmp_path, canvases):
-    simulate.plot(simulate.run(30, 2, 0), tmp_path / "s.png")
-    assert png(tmp_path / "s.png")[0] == simulate.W * simulate.COLS
+    simulation_report.plot(simulate.run(30, 2, 0), tmp_path / "s.png")
+    assert png(tmp_path / "s.png")[0] == simulation_report.W * simulation_report.COLS
     drawn = {t for t, _ in canvases[0].texts}
     assert set(simulate.ALL_RULES) <= drawn
     assert all(f"{sw.name}: accuracy (%)" in drawn for sw in simulate.SWEEPS)

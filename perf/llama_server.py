@@ -1,0 +1,179 @@
+"""Sections 2b and 2c of bench.py: VERDICT's step overhead on real llama.cpp llama-servers.
+
+Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
+Disagreement-Aware Consensus", ECCV 2026 (the 3.80× sequential wall-clock overhead of the limitations).
+
+- live_section (2b): perf/overhead.py's modes on a running OpenAI-compatible server, text only (the tiny
+  model has no vision), with what the server says of itself (server_props);
+- flags_section (2b and 2c): servers that serve_tiny.sh starts (start_server) with each of SERVER_FLAGS,
+  measured and stopped (stop_server) in turn.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+import urllib.request
+
+from client import Client, EndpointError
+from perf.overhead import (
+    ADAPTIVE,
+    CONC,
+    CONC_SCORE,
+    SEQ,
+    adaptive_lines,
+    in_layouts,
+    overhead,
+    time_table,
+    token_table,
+)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout: serve_tiny.sh
+
+LIVE_QUESTIONS = (
+    "Tom has 3 apples and buys 2 more. How many apples does he have? Options: A. 4 B. 5 C. 6",
+    "A shelf holds 4 red books and 3 blue books. How many books are on it? Options: A. 6 B. 7 C. 8",
+)
+LIVE_MODES = in_layouts((SEQ, CONC, CONC_SCORE, ADAPTIVE))  # 2b: every mode in every layout
+FLAG_MODES = in_layouts((CONC_SCORE,))  # 2c: the mode with the fewest tokens to decode
+# max_tokens of a step; the judges' own (json: a reason of at most 200 characters)
+LIVE_LIMITS = (48, None, None)
+# llama-server flags tried in 2c, appended to serve_tiny.sh's (-c 8192 -np 4 -t 2), with what they do
+SERVER_FLAGS = (
+    (
+        "",
+        "serve_tiny.sh's own: 4 slots, each its own KV cache; a prompt cache in RAM (--cache-ram, 8,192 MiB)",
+    ),
+    ("-kvu", "one KV buffer shared by the slots (unified KV)"),
+    (
+        "--cache-reuse 32",
+        "reuse cached chunks of 32 tokens or more after the common prefix, by shifting their KV",
+    ),
+    ("--cache-ram 0", "no prompt cache in RAM: a slot keeps only its last prompt"),
+    ("-np 2", "2 slots (n = 3 candidates need 3: llama-server serves n choices in n slots)"),
+    ("-np 8 -c 16384", "8 slots (the same 2,048 tokens each)"),
+)
+
+
+def server_props(url: str) -> dict:
+    """llama-server's GET /props (slots, context, model file), or {} when the server has none."""
+    try:
+        with urllib.request.urlopen(re.sub(r"/v1/?$", "", url) + "/props", timeout=10) as r:
+            return json.load(r)
+    except (OSError, ValueError):
+        return {}
+
+
+def start_server(flags: str) -> tuple:
+    """(url, pid) of a llama-server serving SmolLM2-135M-Instruct that serve_tiny.sh starts with `flags`
+    added."""
+    env = {**os.environ, "VERDICT_TINY_FLAGS": flags, "VERDICT_TINY_MODEL": "smollm2"}
+    script = os.path.join(ROOT, "serve_tiny.sh")
+    run = subprocess.run([script], env=env, capture_output=True, text=True, timeout=1800)
+    found = [re.search(rf"(?m)^{k}=(\S+)$", run.stdout) for k in ("VERDICT_LIVE_URL", "VERDICT_SERVER_PID")]
+    if run.returncode != 0 or not all(found):
+        raise RuntimeError(
+            f"serve_tiny.sh with {flags!r} failed (exit code {run.returncode}): "
+            f"{' '.join(run.stderr.split())[-300:]}"
+        )
+    return found[0].group(1), int(found[1].group(1))
+
+
+def stop_server(pid: int, wait: float = 30.0) -> None:
+    """Stop the server with this PID: SIGTERM, then SIGKILL if it is still running after `wait` seconds."""
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":  # exited; its parent has not reaped it yet
+                    return
+        except OSError:  # gone
+            return
+        time.sleep(0.2)
+    os.kill(pid, signal.SIGKILL)
+
+
+def live_section(url: str, model: str, reps: int, steps: int, modes: tuple, questions: int = 2) -> tuple:
+    """Section 2b against a real OpenAI-compatible server (text only: the tiny model has no vision), on the
+    first `questions` of LIVE_QUESTIONS: (markdown lines, {mode: Result})."""
+    props, load, t0 = server_props(url), os.getloadavg(), time.perf_counter()
+    qs = LIVE_QUESTIONS[:questions]
+    result = overhead(Client(url, model, timeout=900.0), modes, qs, steps, reps, LIVE_LIMITS)
+    avg = lambda xs: ", ".join(f"{x:.1f}" for x in xs)
+    n_ctx = props.get("default_generation_settings", {}).get("n_ctx", "?")
+    model_file = os.path.basename(str(props.get("model_path", "?")))
+    lines = [
+        f"A real server at {url}: llama.cpp's llama-server reporting {props.get('total_slots', '?')} "
+        f"parallel slots of {n_ctx} tokens and the model {model_file}, on a machine with {os.cpu_count()} "
+        "cores.",
+        "",
+        f"Workload: {len(qs)} text question(s), {steps} steps per chain, max_tokens {LIVE_LIMITS[0]} per "
+        "step, json judges (a reason of at most 200 characters and a score; short judges the score alone); a "
+        f"judge whose reply does not parse asks once more; median of {reps} repetition(s), the modes "
+        "interleaved; the server's caches stay warm between modes. Every ratio is to the base step in the "
+        f"per-role layout. Load average (1, 5, 15 min) before: {avg(load)}; after: {avg(os.getloadavg())} "
+        f"(other processes may share the machine). The section took {time.perf_counter() - t0:.0f} s.",
+        "",
+    ]
+    lines += (
+        time_table(result)
+        + [
+            "",
+            "Prompt tokens per step after each chain's first step, as the server reports "
+            "them (usage.prompt_tokens_details.cached_tokens):",
+            "",
+        ]
+        + token_table(result)
+    )
+    return lines + [""] + adaptive_lines(result), result
+
+
+def flags_section(
+    reps: int, steps: int, model: str, questions: int = 2, flag_reps: int | None = None
+) -> tuple:
+    """Sections 2b and 2c on servers this process starts (serve_tiny.sh) and stops: 2b (LIVE_MODES, `reps`
+    repetitions) on serve_tiny.sh's own flags, 2c (FLAG_MODES, `flag_reps`, default `reps`) with each of
+    SERVER_FLAGS. (2b lines, 2c lines, 2b result)."""
+    flag_reps = reps if flag_reps is None else flag_reps
+    lines, first = [], None
+    rows = [
+        "| flags | what they do | mode | layout | seconds per step | overhead vs base "
+        "| computed prompt tokens per step |",
+        "|---|---|---|---|---:|---:|---:|",
+    ]
+    for flags, what in SERVER_FLAGS:
+        url, pid = start_server(flags)
+        try:
+            section, result = (
+                live_section(url, model, reps, steps, LIVE_MODES, questions)
+                if first is None
+                else live_section(url, model, flag_reps, steps, FLAG_MODES, questions)
+            )
+        except EndpointError as e:  # a flag set the workload cannot run on (-np 2 refuses n = 3): said
+            if first is None:
+                raise
+            rows.append(f"| `{flags}` | {what} | the run failed: {e.message} | | | | |")
+            continue
+        finally:
+            stop_server(pid)
+        lines, first = (section, result) if first is None else (lines, first)
+        rows += [
+            f"| `{flags or '(none)'}` | {what} | {m.name} | {m.layout} | {r.seconds:.2f} | {r.ratio:.2f}× | "
+            f"{'—' if r.computed is None else f'{r.computed:,.0f}'} |"
+            for m, r in result.items()
+            if m in FLAG_MODES
+        ]
+    intro = [
+        "Each server: serve_tiny.sh (llama-server, SmolLM2-135M-Instruct, -c 8192 -np 4 -t 2) with the "
+        f"flags added, started and stopped by this run; {questions} question(s), {steps} steps per chain, "
+        f"median of {flag_reps} repetition(s) ({reps} for the rows without flags, which are 2b's). Computed "
+        "prompt tokens: per step after each chain's first. Each ratio is to the base step (per-role layout) "
+        "on the same server.",
+        "",
+    ]
+    return lines, intro + rows, first
