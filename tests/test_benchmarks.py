@@ -321,23 +321,16 @@ def test_mmmu_open_questions_and_placeholders(tmp_path):
     assert plain.skipped[0].reason == "needs at least two options, got 0"  # only MMMU keeps open questions
 
 
+MATHVISTA = (
+    "index image question answer question_type answer_type choices answer_option precision unit".split()
+)
+
+
 def test_mathvista_rows(tmp_path):
-    header = [
-        "index",
-        "image",
-        "question",
-        "answer",
-        "question_type",
-        "answer_type",
-        "choices",
-        "answer_option",
-        "precision",
-        "unit",
-    ]
     red = b64(png("red"))
     path = tsv(
         tmp_path / "MathVista_MINI.tsv",
-        header,
+        MATHVISTA,
         [
             [
                 "1",

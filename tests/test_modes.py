@@ -18,6 +18,7 @@ from modes import JudgeMode
 from modes.calls import ModeCalls
 from judges import Judge, Reasoner, make_judges, thread_map
 from perf.loopback import chat_response, role_of, user_text
+from test_judges import REFUSE
 
 nan = math.nan
 
@@ -527,16 +528,6 @@ def test_judges_gating_one_candidate_at_once_share_one_check(loopback):
 
 # ----------------------------------------------------------------------------- structured output
 
-REFUSE = (
-    400,
-    {
-        "error": {
-            "code": 400,
-            "type": "invalid_request_error",  # llama-server's words for an unknown type
-            "message": 'response_format type must be one of "text" or "json_object", but got: json_schema',
-        }
-    },
-)
 SCHEMA_KEYWORDS = {
     "type",
     "properties",

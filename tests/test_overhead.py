@@ -78,13 +78,8 @@ def test_any_rule_extends_the_chain_by_the_one_string_the_candidates_are(seed):
 
 
 def test_token_figures_count_the_steps_after_each_chains_first():
-    u = lambda prompt, computed, replies, reports: dict(
-        prompt_tokens=prompt,
-        computed_prompt_tokens=computed,
-        replies=replies,
-        cache_reports=reports,
-        completion_tokens=replies,
-    )
+    names = ("prompt_tokens", "computed_prompt_tokens", "replies", "cache_reports")
+    u = lambda *values: {**dict(zip(names, values)), "completion_tokens": values[2]}  # a token per reply
     runs = [
         [u(1000, 1000, 1, 1), u(300, 60, 1, 1), u(320, 40, 1, 1)],  # chain 1: the first step is left out
         [u(900, 900, 1, 1), u(500, 100, 2, 2), u(280, 20, 1, 1)],
@@ -141,12 +136,8 @@ def test_overhead_results_and_tables(tmp_path):
 
 
 def test_server_ms_sums_llama_servers_timings_per_step():
-    u = lambda replies, reports, prompt_ms, predicted_ms: dict(
-        replies=replies,
-        timings_reports=reports,
-        timings_prompt_ms=prompt_ms,
-        timings_predicted_ms=predicted_ms,
-    )
+    names = ("replies", "timings_reports", "timings_prompt_ms", "timings_predicted_ms")
+    u = lambda *values: dict(zip(names, values))
     runs = [[u(1, 1, 30.0, 100.0), u(10, 10, 90.0, 500.0)], [u(1, 1, 20.0, 80.0), u(10, 10, 60.0, 520.0)]]
     # every step of every repetition: 4 steps, (30 + 90 + 20 + 60) / 4 = 50 ms on prompts, 1,200 / 4 = 300 generating
     assert overhead.server_ms(runs) == (50.0, 300.0)
