@@ -171,12 +171,13 @@ def test_causes_say_the_simulated_floor_and_the_real_servers_time():
     floor, time_ = bench.causes(sim, live)
     # 950 / 100 = 9.5×, 900 / 100 = 9.0×; 160 / (40 + 160) = 80% generating, 2,100 / 3,000 = 70%
     assert (
-        "concurrent judging computes 9.5× the base step's tokens there in the shared layout (short judges 9.0×), "
+        "concurrent judging computes 9.5× the base step's tokens there in the shared layout "
+        "(short judges 9.0×), "
         "— in the role-first layout" in floor
     )
     assert (
-        "base (reasoner alone, n = 1) (per-role) 40 ms computing prompts and 160 ms generating (80% generating)"
-        in time_
+        "base (reasoner alone, n = 1) (per-role) 40 ms computing prompts and 160 ms generating "
+        "(80% generating)" in time_
     )
     assert (
         "concurrent, short judges (shared) 900 ms computing prompts and 2,100 ms generating (70% generating)"

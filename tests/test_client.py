@@ -186,7 +186,8 @@ def usage(**counts) -> dict:
 
 
 def with_reuse(prompt_tokens: int, cached=None, timings=None) -> dict:
-    """A reply with usage.prompt_tokens_details.cached_tokens (unless None) and llama-server's timings (if given)."""
+    """A reply with usage.prompt_tokens_details.cached_tokens (unless None) and
+    llama-server's timings (if given)."""
     r = chat_response("x", prompt_tokens=prompt_tokens, completion_tokens=1)
     if cached is not None:
         r["usage"]["prompt_tokens_details"] = {"cached_tokens": cached}
@@ -245,7 +246,8 @@ def test_usage_counts_the_prefix_cache_reuse_the_replies_report(loopback, tmp_pa
     )  # a cache hit: the server computed nothing, and nothing is counted
     u = client.usage
     assert (u["replies"], u["cache_hits"], u["prompt_tokens"]) == (4, 1, 350)
-    # 3 replies reported cached_tokens: 0 + 96 + 64 = 160 reused; (100 − 0) + (120 − 96) + (80 − 64) = 140 computed
+    # 3 replies reported cached_tokens: 0 + 96 + 64 = 160 reused;
+    # (100 − 0) + (120 − 96) + (80 − 64) = 140 computed
     assert (u["cache_reports"], u["cached_tokens"], u["computed_prompt_tokens"]) == (3, 160, 140)
     assert (u["timings_reports"], u["timings_cache_n"], u["timings_prompt_n"]) == (2, 96, 124)
     # llama-server's milliseconds: 50 + 12 = 62 computing prompts, 200.5 + 150 = 350.5 generating

@@ -21,7 +21,8 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the root
 
 
 def run_script(name, args, cwd=None, env=None, timeout=120):
-    """`python <root>/<name> args` in `cwd`, with `env` over this process's environment; its output as text."""
+    """`python <root>/<name> args` in `cwd`, with `env` over this process's
+    environment; its output as text."""
     env = {**os.environ, **(env or {})}
     argv = [sys.executable, os.path.join(HERE, name), *args]
     return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
@@ -32,8 +33,8 @@ def run_demo(args, cwd, env=None, timeout=120):
 
 
 def live(url, question="Left or right?", flags="", *more, model="scripted") -> list:
-    """demo.py's arguments for live mode: the endpoint, the model and the question, then `flags` split at spaces
-    and `more` as they are."""
+    """demo.py's arguments for live mode: the endpoint, the model and the question, then `flags` split at
+    spaces and `more` as they are."""
     return ["--base-url", url, "--model", model, "--question", question, *flags.split(), *more]
 
 
@@ -453,9 +454,10 @@ YES_NO = ("--choices", "A. yes|B. no")
 
 @pytest.mark.live
 def test_live_json_judges_score_and_decide_on_a_real_server(tmp_path, live_url):
-    """A real server (serve_tiny.sh: SmolLM2-135M-Instruct on llama-server) with json judges, the default: nearly
-    every judge call yields a score, and a step whose every candidate all three judges scored was decided as
-    verdict.select decides on the recorded ŝ. The model's judgements mean nothing; the decisions are real."""
+    """A real server (serve_tiny.sh: SmolLM2-135M-Instruct on llama-server) with json judges, the default:
+    nearly every judge call yields a score, and a step whose every candidate all three judges scored was
+    decided as verdict.select decides on the recorded ŝ. The model's judgements mean nothing;
+    the decisions are real."""
     out = run_demo(
         live(live_url, "Is 7 greater than 5?", "--n 3 --max-steps 1 --concurrency 4", *YES_NO, model="live"),
         cwd=tmp_path,

@@ -1,5 +1,6 @@
 """Tests for evaluate.py: a TSV run with every image sent, the summary arithmetic by hand, resume after a
-kill, shared calls between rules, budgets, errors and flags. Every model is the loopback scripted server; one `live` test talks to VERDICT_LIVE_URL."""
+kill, shared calls between rules, budgets, errors and flags. Every model is the loopback scripted server; one
+`live` test talks to VERDICT_LIVE_URL."""
 
 import json
 import os
@@ -62,8 +63,8 @@ def write_jsonl(path, n=4, answers="BBAB"):
 
 
 def argv(data, url, out, flags="") -> list:
-    """evaluate.py's command line: `data` (a file, or a list of them), the endpoint and the run directory, then
-    `flags`, split at spaces."""
+    """evaluate.py's command line: `data` (a file, or a list of them), the endpoint and the run directory,
+    then `flags`, split at spaces."""
     files = data if isinstance(data, list) else [data]
     return [
         *(a for f in files for a in ("--data", str(f))),
@@ -151,7 +152,8 @@ def test_jsonl_run_rows_traces_and_sharing(tmp_path, loopback):
         assert r["pred"] == r["trace"]["answer"][-1] and r["correct"] == (r["pred"] == r["answer"])
         n = 1 if r["method"] == "base" else 3
         assert all(len(st["candidates"]) == n for st in r["trace"]["steps"])
-        # each step records what it cost (verdict.run's meter: the chain's clients' usage), and the trace sums it
+        # each step records what it cost (verdict.run's meter: the chain's clients'
+        # usage), and the trace sums it
         usage = r["trace"]["totals"]["usage"]
         assert (
             usage["calls"] == r["calls"]
@@ -399,7 +401,8 @@ def test_judge_modes_are_rows_that_share_the_reasoners_candidates(tmp_path, loop
         and stats["verdict+premises"]["degraded_rate"] == 0
     )
     assert stats["verdict"]["extra_calls_per_item"] == 0 and stats["verdict"]["degraded_rate"] is None
-    # Per item: the 5 premise checks of the gate row (its distinct candidates); every mode's sheet ok on both items.
+    # Per item: the 5 premise checks of the gate row (its distinct candidates); every
+    # mode's sheet ok on both items.
     assert {m: r["gate_checks"] for m, r in rows.items()} == {
         m: 5 if m == "verdict+premises+gate" else 0 for m in rows
     }
@@ -568,7 +571,7 @@ def test_live_structure(tmp_path, live_url):
     assert judged and all((m["format_used"], m["fallback"]) == ("json", None) for m in judged)
 
 
-# ----------------------------------------------------------------------------- run directory, cache, exit status
+# -------------------------------------------------------------------------- run directory, cache, exit status
 
 
 def test_out_dir_made_against_another_endpoint_is_refused(tmp_path, loopback):
@@ -711,8 +714,9 @@ def test_limit_does_not_read_the_whole_file(tmp_path, loopback):
 
 
 def test_extract_model_reads_what_the_rules_cannot_and_is_counted_apart(tmp_path, loopback):
-    """The reasoner answers "the larger number" (no letter, no option text): without --extract-model the item is
-    unanswered; with it, the extraction model (another server) names the letter, in one call counted apart."""
+    """The reasoner answers "the larger number" (no letter, no option text): without --extract-model the item
+    is unanswered; with it, the extraction model (another server) names the letter, in
+    one call counted apart."""
 
     def vague(body, path):
         if role_of(body["messages"]) == "reasoner":
@@ -744,8 +748,8 @@ def test_extract_model_reads_what_the_rules_cannot_and_is_counted_apart(tmp_path
 
 
 def look_and_revise(body, path):
-    """Candidates every judge rejects (json scores 8, 2, 8: the conflict), a region request naming the top-left
-    quarter, and a reviser whose "Final answer: A" the judges accept (6, 6, 6)."""
+    """Candidates every judge rejects (json scores 8, 2, 8: the conflict), a region request naming the
+    top-left quarter, and a reviser whose "Final answer: A" the judges accept (6, 6, 6)."""
     role = role_of(body["messages"])
     if role == "reasoner":
         return chat_response([f"Maybe {j}." for j in range(body["n"])])
@@ -776,13 +780,15 @@ def test_zoom_and_revise_rows_record_their_paths_and_costs(tmp_path, loopback):
     )
     rows = {r["method"]: r for r in rows_of(out)}
     assert list(rows) == ["verdict", "verdict+zoom", "verdict+revise", "verdict+zoom+revise"]
-    # Without revision every step falls back to "Maybe 0." until max_steps; with it, step 1's revision is taken.
+    # Without revision every step falls back to "Maybe 0." until max_steps; with it,
+    # step 1's revision is taken.
     assert rows["verdict"]["stopped"] == "max_steps" and rows["verdict+revise"]["stopped"] == "final"
     assert rows["verdict+revise"]["correct"] and not rows["verdict"]["correct"]
     # verdict+zoom: a region request per candidate of each step (2 steps × 2), every box valid.
     z = rows["verdict+zoom"]
     assert (z["zoom_requests"], z["zoomed"], z["extra_calls"]) == (4, 4, 4) and z["revisions"] == 0
-    # The revision costs the reviser's call and its 3 judgements; in the zoom mode also the revision's region request.
+    # The revision costs the reviser's call and its 3 judgements; in the zoom mode also the
+    # revision's region request.
     r, zr = rows["verdict+revise"], rows["verdict+zoom+revise"]
     assert (r["revisions"], r["revised"], r["revise_calls"]) == (1, 1, 4) and r["revise_tokens"] > 0
     assert (zr["revisions"], zr["revised"], zr["revise_calls"], zr["zoom_requests"]) == (1, 1, 5, 3)

@@ -231,8 +231,9 @@ def test_json_format_invalid_reply_is_asked_again_with_the_reason(loopback):
 
 
 def test_json_format_weighted_score_is_read_at_the_score_digit(loopback):
-    # The reason quotes a score of its own (\"score\": 9); the weighted score is read at the "score" key's digit:
-    # p(5) = 0.3, p(2) = 0.25, p(9) = 0.05 and '"' (not a digit) 0.4, so (5·0.3 + 2·0.25 + 9·0.05) / 0.6 / 9.
+    # The reason quotes a score of its own (\"score\": 9); the weighted score is read at the "score" key's
+    # digit: p(5) = 0.3, p(2) = 0.25, p(9) = 0.05 and '"' (not a digit) 0.4, so
+    # (5·0.3 + 2·0.25 + 9·0.05) / 0.6 / 9.
     reason = 'it says \\"score\\": 9'
     lp = json_tokens(reason, "5", {"5": 0.3, "2": 0.25, "9": 0.05, '"': 0.4})
     reply = chat_response('{"reason": "' + reason + '", "score": 5}', logprobs=[lp])
@@ -338,8 +339,8 @@ def test_other_errors_are_errors_not_a_fallback(loopback, capsys, status, messag
 
 
 def test_each_calls_record_is_laid_out_like_s_hat(loopback):
-    # Every judge writes score 3 for candidate "a" and 6 for "b"; the digit's top_logprobs give the digit 0.5 and the
-    # next one up 0.5, so the weighted score is (d + 0.5) / 9.
+    # Every judge writes score 3 for candidate "a" and 6 for "b"; the digit's top_logprobs give the digit 0.5
+    # and the next one up 0.5, so the weighted score is (d + 0.5) / 9.
     def handler(body, path):
         if "response_format" not in body:
             return chat_response(["a", "b"])
@@ -607,7 +608,8 @@ def test_thread_map_keeps_input_order_and_bounds_the_pool():
 
 
 def test_survey_measures_each_format_on_a_server(loopback, capsys):
-    # json: right steps get 8, wrong ones 2, and the digits hold 0.9 of the score token's list; text: never a score.
+    # json: right steps get 8, wrong ones 2, and the digits hold 0.9 of the score token's
+    # list; text: never a score.
     def handler(body, path):
         if "response_format" not in body:
             return chat_response("I cannot say.", prompt_tokens=100, completion_tokens=4)
@@ -667,8 +669,9 @@ def test_live_reasoner_and_judges(live_url):
 
 @pytest.mark.live
 def test_live_json_judge_scores_and_weighs_its_score_digit(live_url):
-    """One json judge call on a real server: a validated score d / 9, and, where the server returns top_logprobs
-    (llama-server does), its probability-weighted twin, read at the score digit of the real token stream."""
+    """One json judge call on a real server: a validated score d / 9, and, where the server returns
+    top_logprobs (llama-server does), its probability-weighted twin, read at the score digit of
+    the real token stream."""
     client = Client(live_url, "live", timeout=300.0, retries=1)
     j = Judge(client, "logical", fmt="json")
     question, step = "What is 2 + 3?\nA. 4\nB. 5", "2 + 3 = 5, so the answer is B."
@@ -694,8 +697,8 @@ REVISE_SCORES = {
 
 
 def revise_server(body, path):
-    """Two candidates that every judge rejects (conflict; all 4/9 < τ), a reviser that answers "Final answer: B",
-    which the judges accept unanimously (6/9 each); each json judge's reason names it and the step."""
+    """Two candidates that every judge rejects (conflict; all 4/9 < τ), a reviser that answers "Final answer:
+    B", which the judges accept unanimously (6/9 each); each json judge's reason names it and the step."""
     role = role_of(body["messages"])
     if role == "reasoner":
         return chat_response(["The cube is left.", "The cube is small."][: body["n"]])

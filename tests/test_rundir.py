@@ -1,5 +1,5 @@
-"""Tests for harness/rundir.py: the lock, the settings check, the results file, and shards: two shards run against
-two servers and merged give the same tables as one unsharded run; shards of other runs are refused."""
+"""Tests for harness/rundir.py: the lock, the settings check, the results file, and shards: two shards run
+against two servers and merged give the same tables as one unsharded run; shards of other runs are refused."""
 
 import json
 import os

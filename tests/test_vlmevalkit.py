@@ -34,7 +34,8 @@ def image(k: int) -> bytes:
 
 
 def benchmarks_dir(tmp):
-    """{file name: {tag: [image bytes, in the order the request must carry them]}}; each question holds its [tag]."""
+    """{file name: {tag: [image bytes, in the order the request must carry them]}}; each
+    question holds its [tag]."""
     want, k = {}, iter(range(100))
 
     def img(tag, file, n=1):
