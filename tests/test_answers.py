@@ -1,6 +1,6 @@
-"""Tests for harness/answers.py: VLMEvalKit's can_infer on 73 replies traced by hand (the version at commit e8e78f05,
-2026-08-18), what each outcome is called, free-form values (MathVista) with their precision and unit, and
-the extraction model against a loopback server."""
+"""Tests for harness/answers.py: VLMEvalKit's can_infer on 73 replies traced by hand (the version at commit
+e8e78f05, 2026-08-18), what each outcome is called, free-form values (MathVista) with their precision and
+unit, and the extraction model against a loopback server."""
 
 import json
 import os

@@ -176,7 +176,8 @@ def test_causes_say_the_simulated_floor_and_the_real_servers_time():
     # 950 / 100 = 9.5×, 900 / 100 = 9.0×; 160 / (40 + 160) = 80% generating, 2,100 / 3,000 = 70%
     assert (
         "concurrent judging computes 9.5× the base step's tokens there in the shared layout "
-        "(short judges 9.0×), — in the role-first layout" in floor
+        "(short judges 9.0×), "
+        "— in the role-first layout" in floor
     )
     assert (
         "base (reasoner alone, n = 1) (per-role) 40 ms computing prompts and 160 ms generating "

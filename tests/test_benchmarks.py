@@ -1,6 +1,6 @@
-"""Tests for harness/benchmarks.py: loading VLMEvalKit TSVs and JSONL files (malformed rows, reused and multi-image
-rows, rows without an image, image files, the prompt column), each dataset's conventions (MMMU, MathVista,
-scoring), MMMU's image placement, paths kept inside the data directory, and streaming."""
+"""Tests for harness/benchmarks.py: loading VLMEvalKit TSVs and JSONL files (malformed rows, reused and
+multi-image rows, rows without an image, image files, the prompt column), each dataset's conventions (MMMU,
+MathVista, scoring), MMMU's image placement, paths kept inside the data directory, and streaming."""
 
 import base64
 import csv
@@ -202,7 +202,8 @@ def tsv(path, header, rows) -> str:
 
 
 def test_limit_keep_and_references_in_either_direction(tmp_path):
-    """--limit counts valid items; keep (a shard) picks among them; an image reference may point to a later row."""
+    """--limit counts valid items; keep (a shard) picks among them; an image reference
+    may point to a later row."""
     red, blue = b64(png("red")), b64(png("blue"))
     path = tsv(
         tmp_path / "Refs.tsv",
@@ -242,7 +243,8 @@ def test_bom_crlf_and_quoted_cells(tmp_path):
 
 
 def test_image_path_files_are_resolved_against_the_tsv(tmp_path):
-    """A *_local.tsv: paths relative to the TSV's directory, or to images/<name>/ beside it (VLMEvalKit's layout)."""
+    """A *_local.tsv: paths relative to the TSV's directory, or to images/<name>/ beside it
+    (VLMEvalKit's layout)."""
     (tmp_path / "pics").mkdir()
     (tmp_path / "images" / "MMStar").mkdir(parents=True)
     (tmp_path / "pics" / "a.png").write_bytes(png("red"))
@@ -294,8 +296,9 @@ def test_empty_and_headerless_files(tmp_path):
 
 
 def test_mmmu_open_questions_and_placeholders(tmp_path):
-    """An open question (no options) is kept as VLMEvalKit scores it: A = the answer text, B = "Other Answers",
-    answer A, and the prompt has no Options block. A text naming <image 3> of a row with two images is skipped."""
+    """An open question (no options) is kept as VLMEvalKit scores it: A = the answer text, B = "Other
+    Answers", answer A, and the prompt has no Options block. A text naming <image 3> of a row with
+    two images is skipped."""
     two = repr([b64(png("red")), b64(png("blue"))])
     path = tsv(
         tmp_path / "MMMU_DEV_VAL.tsv",
@@ -321,23 +324,16 @@ def test_mmmu_open_questions_and_placeholders(tmp_path):
     assert plain.skipped[0].reason == "needs at least two options, got 0"  # only MMMU keeps open questions
 
 
+MATHVISTA = (
+    "index image question answer question_type answer_type choices answer_option precision unit".split()
+)
+
+
 def test_mathvista_rows(tmp_path):
-    header = [
-        "index",
-        "image",
-        "question",
-        "answer",
-        "question_type",
-        "answer_type",
-        "choices",
-        "answer_option",
-        "precision",
-        "unit",
-    ]
     red = b64(png("red"))
     path = tsv(
         tmp_path / "MathVista_MINI.tsv",
-        header,
+        MATHVISTA,
         [
             [
                 "1",

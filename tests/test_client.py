@@ -172,33 +172,22 @@ def test_usage_counts_tokens_calls_and_requests(loopback):
     client = Client(srv.url, "m", backoff=0.0)
     for _ in range(2):
         client.chat([{"role": "user", "content": "hi"}])
-    assert client.usage == dict(
-        requests=3,
-        calls=2,
-        cache_hits=0,
-        merged=0,
-        replies=2,
-        prompt_tokens=22,
-        completion_tokens=8,
-        call_tokens=30,
-        **NO_REUSE,
+    assert client.usage == usage(
+        requests=3, calls=2, replies=2, prompt_tokens=22, completion_tokens=8, call_tokens=30
     )
 
 
-NO_REUSE = dict(
-    cache_reports=0,
-    cached_tokens=0,
-    computed_prompt_tokens=0,
-    timings_reports=0,
-    timings_cache_n=0,
-    timings_prompt_n=0,
-    timings_prompt_ms=0.0,
-    timings_predicted_ms=0.0,
-)  # the usage counters of a server that reports no prefix-cache reuse
+def usage(**counts) -> dict:
+    """A client's usage counters: `counts`, and every other counter zero, as a new client's are (so also the
+    prefix-cache counters of a server that reports no reuse)."""
+    new = Client("http://127.0.0.1:9/v1", "m").usage
+    assert set(new.values()) == {0} and set(counts) <= set(new), counts
+    return {**new, **counts}
 
 
 def with_reuse(prompt_tokens: int, cached=None, timings=None) -> dict:
-    """A reply with usage.prompt_tokens_details.cached_tokens (unless None) and llama-server's timings (if given)."""
+    """A reply with usage.prompt_tokens_details.cached_tokens (unless None) and
+    llama-server's timings (if given)."""
     r = chat_response("x", prompt_tokens=prompt_tokens, completion_tokens=1)
     if cached is not None:
         r["usage"]["prompt_tokens_details"] = {"cached_tokens": cached}
@@ -257,7 +246,8 @@ def test_usage_counts_the_prefix_cache_reuse_the_replies_report(loopback, tmp_pa
     )  # a cache hit: the server computed nothing, and nothing is counted
     u = client.usage
     assert (u["replies"], u["cache_hits"], u["prompt_tokens"]) == (4, 1, 350)
-    # 3 replies reported cached_tokens: 0 + 96 + 64 = 160 reused; (100 − 0) + (120 − 96) + (80 − 64) = 140 computed
+    # 3 replies reported cached_tokens: 0 + 96 + 64 = 160 reused;
+    # (100 − 0) + (120 − 96) + (80 − 64) = 140 computed
     assert (u["cache_reports"], u["cached_tokens"], u["computed_prompt_tokens"]) == (3, 160, 140)
     assert (u["timings_reports"], u["timings_cache_n"], u["timings_prompt_n"]) == (2, 96, 124)
     # llama-server's milliseconds: 50 + 12 = 62 computing prompts, 200.5 + 150 = 350.5 generating
@@ -343,17 +333,8 @@ def test_cache_hits_and_survives_a_restart(loopback, tmp_path, png):
     first.cache.close()
     again = Client(srv.url, "m", cache=Cache(path))  # a new process, the same file
     assert again.chat(msgs, temperature=0.0, seed=1) == a and len(srv.chats) == 2
-    assert again.usage == dict(
-        requests=0,
-        calls=1,
-        cache_hits=1,
-        merged=0,
-        replies=0,
-        prompt_tokens=0,
-        completion_tokens=0,
-        call_tokens=12,
-        **NO_REUSE,
-    )  # the cached reply's 10 + 2 tokens: what the call costs
+    # the cached reply's 10 + 2 tokens: what the call costs
+    assert again.usage == usage(calls=1, cache_hits=1, call_tokens=12)
     other = Client(srv.url, "another-model", cache=Cache(path))
     other.chat(msgs, temperature=0.0, seed=1)
     assert len(srv.chats) == 3
@@ -427,16 +408,8 @@ def test_identical_concurrent_calls_send_one_request(loopback):
     assert thread_map(9)(ask, range(9)) == [f"Q{i % 3}" for i in range(9)]
     assert len(srv.chats) == 3 and sorted(user_text(b) for b in srv.chats) == ["q0", "q1", "q2"]
     # 3 replies of 10 + 1 tokens paid for; 9 calls that would cost 9 · 11 tokens
-    assert client.usage == dict(
-        requests=3,
-        calls=9,
-        cache_hits=0,
-        merged=6,
-        replies=3,
-        prompt_tokens=30,
-        completion_tokens=3,
-        call_tokens=99,
-        **NO_REUSE,
+    assert client.usage == usage(
+        requests=3, calls=9, merged=6, replies=3, prompt_tokens=30, completion_tokens=3, call_tokens=99
     )
 
 
@@ -547,17 +520,7 @@ def test_fork_shares_endpoint_and_cache_not_counters_and_on_chat_can_refuse(loop
         parent.cache,
     ) and child.session is not parent.session
     ask(child, "first")  # the parent's reply, from the shared cache
-    assert child.usage == dict(
-        requests=0,
-        calls=1,
-        cache_hits=1,
-        merged=0,
-        replies=0,
-        prompt_tokens=0,
-        completion_tokens=0,
-        call_tokens=11,
-        **NO_REUSE,
-    )  # "ok": 10 prompt tokens + 1 completion word
+    assert child.usage == usage(calls=1, cache_hits=1, call_tokens=11)  # "ok": 10 prompt tokens + 1 word
     ask(child, "second")
     with pytest.raises(RuntimeError, match="budget spent"):
         ask(child, "third")

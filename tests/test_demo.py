@@ -14,21 +14,28 @@ from PIL import Image
 import demo
 import verdict
 from perf.loopback import LoopbackServer, chat_response, role_of
-from test_judges import revise_server
+from test_judges import REFUSE, revise_server
 from test_zoom import SQUARE, scene
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the root
 
 
+def run_script(name, args, cwd=None, env=None, timeout=120):
+    """`python <root>/<name> args` in `cwd`, with `env` over this process's
+    environment; its output as text."""
+    env = {**os.environ, **(env or {})}
+    argv = [sys.executable, os.path.join(HERE, name), *args]
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
 def run_demo(args, cwd, env=None, timeout=120):
-    return subprocess.run(
-        [sys.executable, os.path.join(HERE, "demo.py"), *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
+    return run_script("demo.py", args, cwd, env, timeout)
+
+
+def live(url, question="Left or right?", flags="", *more, model="scripted") -> list:
+    """demo.py's arguments for live mode: the endpoint, the model and the question, then `flags` split at
+    spaces and `more` as they are."""
+    return ["--base-url", url, "--model", model, "--question", question, *flags.split(), *more]
 
 
 def check_trace(d):
@@ -119,24 +126,12 @@ def test_live_mode_against_loopback(tmp_path):
     demo.draw_scene(str(img))
     with LoopbackServer(scripted_judge_server) as srv:
         out = run_demo(
-            [
-                "--base-url",
+            live(
                 srv.url,
-                "--model",
-                "scripted",
-                "--image",
-                str(img),
-                "--question",
                 "Left or right?",
-                "--choices",
-                "A. left|B. right",
-                "--max-steps",
-                "3",
-                "--concurrency",
-                "4",
-                "--judge-format",
-                "text",
-            ],
+                "--max-steps 3 --concurrency 4 --judge-format text",
+                *("--image", str(img), "--choices", "A. left|B. right"),
+            ),
             cwd=tmp_path,
             env={"OPENAI_API_KEY": "sk-secret-demo"},
         )
@@ -162,21 +157,7 @@ def test_live_mode_against_loopback(tmp_path):
 
 def test_live_mode_text_only(tmp_path):
     with LoopbackServer(scripted_judge_server) as srv:
-        out = run_demo(
-            [
-                "--base-url",
-                srv.url,
-                "--model",
-                "scripted",
-                "--question",
-                "Is 3 > 2?",
-                "--max-steps",
-                "2",
-                "--judge-format",
-                "text",
-            ],
-            cwd=tmp_path,
-        )
+        out = run_demo(live(srv.url, "Is 3 > 2?", "--max-steps 2 --judge-format text"), cwd=tmp_path)
         user = [r[1]["messages"][-1]["content"] for r in srv.requests if r[0].endswith("/chat/completions")]
     assert out.returncode == 0, out.stderr
     assert user and all(isinstance(u, str) for u in user)  # no image: plain string content
@@ -191,10 +172,7 @@ def json_judge_server(body, path):
 
 def test_live_mode_asks_for_json_by_default(tmp_path):
     with LoopbackServer(json_judge_server) as srv:
-        out = run_demo(
-            ["--base-url", srv.url, "--model", "scripted", "--question", "Left or right?", "--n", "2"],
-            cwd=tmp_path,
-        )
+        out = run_demo(live(srv.url, flags="--n 2"), cwd=tmp_path)
         judged = [b for b in srv.chats if "response_format" in b]
     assert out.returncode == 0 and out.stderr == "", out.stderr
     d = json.loads((tmp_path / "verdict_trace.json").read_text())
@@ -220,35 +198,12 @@ def test_live_mode_asks_for_json_by_default(tmp_path):
 
 def refuse_json(body, path):
     """scripted_judge_server behind a server that cannot constrain its output: response_format gets a 400."""
-    if "response_format" in body:
-        return 400, {
-            "error": {
-                "code": 400,
-                "type": "invalid_request_error",
-                "message": 'response_format type must be one of "text" or "json_object", '
-                "but got: json_schema",
-            }
-        }
-    return scripted_judge_server(body, path)
+    return REFUSE if "response_format" in body else scripted_judge_server(body, path)
 
 
 def test_live_mode_falls_back_to_text_once_and_says_so(tmp_path):
     with LoopbackServer(refuse_json) as srv:
-        out = run_demo(
-            [
-                "--base-url",
-                srv.url,
-                "--model",
-                "scripted",
-                "--question",
-                "Left or right?",
-                "--n",
-                "2",
-                "--concurrency",
-                "4",
-            ],
-            cwd=tmp_path,
-        )
+        out = run_demo(live(srv.url, flags="--n 2 --concurrency 4"), cwd=tmp_path)
         refused = sum("response_format" in b for b in srv.chats)
     assert out.returncode == 0, out.stderr
     assert len(out.stderr.splitlines()) == 1 and "refused response_format" in out.stderr
@@ -291,22 +246,7 @@ def grounded_server(body, path):
 def test_live_mode_with_judge_modes_records_them_in_the_trace(tmp_path):
     with LoopbackServer(grounded_server) as srv:
         out = run_demo(
-            [
-                "--base-url",
-                srv.url,
-                "--model",
-                "scripted",
-                "--question",
-                "Left or right?",
-                "--n",
-                "2",
-                "--max-steps",
-                "1",
-                "--judge-mode",
-                "prior+premises+gate",
-                "--judge-format",
-                "text",
-            ],
+            live(srv.url, flags="--n 2 --max-steps 1 --judge-mode prior+premises+gate --judge-format text"),
             cwd=tmp_path,
         )
         chats = [r[1] for r in srv.requests if r[0].endswith("/chat/completions")]
@@ -332,6 +272,20 @@ def test_live_mode_with_judge_modes_records_them_in_the_trace(tmp_path):
     ) in out.stdout
 
 
+# The flags demo.py and evaluate.py share (add_verifier_args), refused in the same words by both.
+VERIFIER_ERRORS = [
+    (flags.split(), message)
+    for flags, message in (
+        ("--tau nan", "--tau must be in [0, 1)"),
+        ("--tau 5", "--tau must be in [0, 1) (s̄* <= 1: tau >= 1 accepts nothing), got tau=5.0"),
+        ("--eps -1", "--eps must be in (0, 1]"),
+        ("--n 0", "--n must be an integer >= 1, got n=0"),
+        ("--max-steps 0", "--max-steps must be an integer >= 1, got max_steps=0"),
+        ("--mode-max-tokens 0", "--mode-max-tokens must be >= 1"),
+    )
+]
+
+
 def refuse_model(body, path):
     return 404, {"error": {"message": f"The model `{body['model']}` does not exist."}}, {}
 
@@ -339,8 +293,7 @@ def refuse_model(body, path):
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (["--tau", "nan"], "tau"),
-        (["--n", "0"], "n=0"),
+        *VERIFIER_ERRORS,
         (["--n", "three"], "--n"),
         (["--rule", "median"], "median"),
         (
@@ -371,8 +324,6 @@ def refuse_model(body, path):
             ["--base-url", "http://127.0.0.1:9/v1", "--question", "q", "--judge-mode", "prior,zoom"],
             "one mode",
         ),
-        (["--max-steps", "0"], "--max-steps must be an integer >= 1, got max_steps=0"),
-        (["--mode-max-tokens", "0"], "--mode-max-tokens must be >= 1"),
         (["--base-url", "http://127.0.0.1:9/v1", "--question", "   "], "--question is blank"),
         (["--question", " \t "], "--question is blank"),
         (["--choices", "garbage"], "--choices must be two or more options"),
@@ -498,28 +449,17 @@ def test_unreachable_server_and_wrong_model(tmp_path):
     assert "The model `no-such-model` does not exist." in out.stderr and "404" in out.stderr
 
 
+YES_NO = ("--choices", "A. yes|B. no")
+
+
 @pytest.mark.live
 def test_live_json_judges_score_and_decide_on_a_real_server(tmp_path, live_url):
-    """A real server (serve_tiny.sh: SmolLM2-135M-Instruct on llama-server) with json judges, the default: nearly
-    every judge call yields a score, and a step whose every candidate all three judges scored was decided as
-    verdict.select decides on the recorded ŝ. The model's judgements mean nothing; the decisions are real."""
+    """A real server (serve_tiny.sh: SmolLM2-135M-Instruct on llama-server) with json judges, the default:
+    nearly every judge call yields a score, and a step whose every candidate all three judges scored was
+    decided as verdict.select decides on the recorded ŝ. The model's judgements mean nothing;
+    the decisions are real."""
     out = run_demo(
-        [
-            "--base-url",
-            live_url,
-            "--model",
-            "live",
-            "--question",
-            "Is 7 greater than 5?",
-            "--choices",
-            "A. yes|B. no",
-            "--n",
-            "3",
-            "--max-steps",
-            "1",
-            "--concurrency",
-            "4",
-        ],
+        live(live_url, "Is 7 greater than 5?", "--n 3 --max-steps 1 --concurrency 4", *YES_NO, model="live"),
         cwd=tmp_path,
         timeout=900,
     )
@@ -550,24 +490,13 @@ def test_live_text_judges_against_a_real_server(tmp_path, live_url):
     """The text format on the same server: structure and honest counts, whether or not the model writes a
     score line (SmolLM2 rarely does, so this exercises real abstentions)."""
     out = run_demo(
-        [
-            "--base-url",
+        live(
             live_url,
-            "--model",
-            "live",
-            "--question",
             "Is 7 greater than 5?",
-            "--choices",
-            "A. yes|B. no",
-            "--n",
-            "2",
-            "--max-steps",
-            "1",
-            "--concurrency",
-            "4",
-            "--judge-format",
-            "text",
-        ],
+            "--n 2 --max-steps 1 --concurrency 4 --judge-format text",
+            *YES_NO,
+            model="live",
+        ),
         cwd=tmp_path,
         timeout=900,
     )
@@ -594,22 +523,13 @@ def test_live_zoom_mode_records_the_regions_and_prints_their_paths(tmp_path):
 
     with LoopbackServer(server) as srv:
         out = run_demo(
-            [
-                "--base-url",
+            live(
                 srv.url,
-                "--model",
-                "scripted",
-                "--question",
                 "Left or right?",
-                "--n",
-                "2",
-                "--max-steps",
-                "1",
-                "--judge-mode",
-                "zoom",
+                "--n 2 --max-steps 1 --judge-mode zoom",
                 "--image",
                 str(scene(tmp_path / "s.png")),
-            ],
+            ),
             cwd=tmp_path,
         )
     assert out.returncode == 0, out.stderr
@@ -621,19 +541,7 @@ def test_live_zoom_mode_records_the_regions_and_prints_their_paths(tmp_path):
 def test_live_revise_judges_the_revision_and_prints_it(tmp_path):
     with LoopbackServer(revise_server) as srv:
         out = run_demo(
-            [
-                "--base-url",
-                srv.url,
-                "--model",
-                "scripted",
-                "--question",
-                "Where is the cube?",
-                "--n",
-                "2",
-                "--choices",
-                "A. left|B. right",
-                "--revise",
-            ],
+            live(srv.url, "Where is the cube?", "--n 2 --revise", "--choices", "A. left|B. right"),
             cwd=tmp_path,
         )
     assert out.returncode == 0, out.stderr

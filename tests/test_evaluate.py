@@ -1,5 +1,6 @@
 """Tests for evaluate.py: a TSV run with every image sent, the summary arithmetic by hand, resume after a
-kill, shared calls between rules, budgets, errors and flags. Every model is the loopback scripted server; one `live` test talks to VERDICT_LIVE_URL."""
+kill, shared calls between rules, budgets, errors and flags. Every model is the loopback scripted server; one
+`live` test talks to VERDICT_LIVE_URL."""
 
 import json
 import os
@@ -16,6 +17,7 @@ import verdict
 from harness.rows import Row
 from perf.loopback import chat_response, role_of, user_text
 from test_benchmarks import tiny_tsv
+from test_demo import VERIFIER_ERRORS, run_script
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the root
 
@@ -60,14 +62,22 @@ def write_jsonl(path, n=4, answers="BBAB"):
     return str(path)
 
 
+def argv(data, url, out, flags="") -> list:
+    """evaluate.py's command line: `data` (a file, or a list of them), the endpoint and the run directory,
+    then `flags`, split at spaces."""
+    files = data if isinstance(data, list) else [data]
+    return [
+        *(a for f in files for a in ("--data", str(f))),
+        "--base-url",
+        url,
+        "--out",
+        str(out),
+        *flags.split(),
+    ]
+
+
 def run(args, cwd=None, timeout=300):
-    return subprocess.run(
-        [sys.executable, os.path.join(HERE, "evaluate.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd,
-    )
+    return run_script("evaluate.py", args, cwd, timeout=timeout)
 
 
 def rows_of(out) -> list:
@@ -96,25 +106,7 @@ def test_tsv_run_sends_every_image_and_reports_skipped_rows(tmp_path, loopback):
     path, _ = tiny_tsv(tmp_path)
     srv = loopback(script)
     out = tmp_path / "out"
-    assert (
-        evaluate.main(
-            [
-                "--data",
-                str(path),
-                "--base-url",
-                srv.url,
-                "--out",
-                str(out),
-                "--seeds",
-                "1",
-                "--rules",
-                "base,verdict",
-                "--judge-format",
-                "text",
-            ]
-        )
-        == 0
-    )
+    assert evaluate.main(argv(path, srv.url, out, "--seeds 1 --rules base,verdict --judge-format text")) == 0
     got = rows_of(out)
     assert len(got) == 3 * 2 and {r["id"] for r in got} == {"10", "11", "12"}  # row 15 has no image: dropped
     parts = [
@@ -144,24 +136,7 @@ def test_jsonl_run_rows_traces_and_sharing(tmp_path, loopback):
     srv = loopback(script)
     data, out = write_jsonl(tmp_path / "q.jsonl"), tmp_path / "out"
     assert (
-        evaluate.main(
-            [
-                "--data",
-                data,
-                "--base-url",
-                srv.url,
-                "--out",
-                str(out),
-                "--seeds",
-                "2",
-                "--max-steps",
-                "3",
-                "--concurrency",
-                "3",
-                "--judge-format",
-                "text",
-            ]
-        )
+        evaluate.main(argv(data, srv.url, out, "--seeds 2 --max-steps 3 --concurrency 3 --judge-format text"))
         == 0
     )
     rows = rows_of(out)
@@ -177,7 +152,8 @@ def test_jsonl_run_rows_traces_and_sharing(tmp_path, loopback):
         assert r["pred"] == r["trace"]["answer"][-1] and r["correct"] == (r["pred"] == r["answer"])
         n = 1 if r["method"] == "base" else 3
         assert all(len(st["candidates"]) == n for st in r["trace"]["steps"])
-        # each step records what it cost (verdict.run's meter: the chain's clients' usage), and the trace sums it
+        # each step records what it cost (verdict.run's meter: the chain's clients'
+        # usage), and the trace sums it
         usage = r["trace"]["totals"]["usage"]
         assert (
             usage["calls"] == r["calls"]
@@ -225,44 +201,9 @@ def test_rules_share_calls_when_chains_coincide(tmp_path, loopback):
 
     alone_srv, all_srv = loopback(agreeing), loopback(agreeing)
     data = write_jsonl(tmp_path / "q.jsonl", n=2)
-    assert (
-        evaluate.main(
-            [
-                "--data",
-                data,
-                "--base-url",
-                alone_srv.url,
-                "--out",
-                str(tmp_path / "a"),
-                "--seeds",
-                "2",
-                "--rules",
-                "verdict",
-                "--judge-format",
-                "text",
-            ]
-        )
-        == 0
-    )
-    assert (
-        evaluate.main(
-            [
-                "--data",
-                data,
-                "--base-url",
-                all_srv.url,
-                "--out",
-                str(tmp_path / "b"),
-                "--seeds",
-                "2",
-                "--rules",
-                ",".join(verdict.RULES),
-                "--judge-format",
-                "text",
-            ]
-        )
-        == 0
-    )
+    flags = "--seeds 2 --judge-format text --rules "
+    assert evaluate.main(argv(data, alone_srv.url, tmp_path / "a", flags + "verdict")) == 0
+    assert evaluate.main(argv(data, all_srv.url, tmp_path / "b", flags + ",".join(verdict.RULES))) == 0
     assert (
         len(all_srv.chats) == len(alone_srv.chats) == 2 * 2 * (1 + 3 * 3 + 1 + 2 * 3)
     )  # 2 items, 2 seeds, 2 steps
@@ -285,22 +226,13 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path, loopback):
 
     srv = loopback(blocking)
     data, out, ref = write_jsonl(tmp_path / "q.jsonl", n=5), tmp_path / "out", tmp_path / "ref"
-    args = [
-        "--data",
-        data,
-        "--base-url",
-        srv.url,
-        "--seeds",
-        "2",
-        "--max-steps",
-        "3",
-        "--retries",
-        "0",
-        "--judge-format",
-        "text",
-    ]
+    flags = "--seeds 2 --max-steps 3 --retries 0 --judge-format text"
     proc = subprocess.Popen(
-        [sys.executable, os.path.join(HERE, "evaluate.py"), *args, "--out", str(out), "--concurrency", "1"],
+        [
+            sys.executable,
+            os.path.join(HERE, "evaluate.py"),
+            *argv(data, srv.url, out, flags + " --concurrency 1"),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -314,8 +246,8 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path, loopback):
     assert len(before) == 2 * 2 * len(evaluate.METHODS)  # items q0 and q1, both seeds, every method
     with open(out / "results.jsonl", "a") as fh:  # as if killed in the middle of writing a row
         fh.write('{"format": "verdict-eval-row/1", "data": "q", "id": "q2", "se')
-    assert evaluate.main([*args, "--out", str(out)]) == 0
-    assert evaluate.main([*args, "--out", str(ref), "--concurrency", "3"]) == 0
+    assert evaluate.main(argv(data, srv.url, out, flags)) == 0
+    assert evaluate.main(argv(data, srv.url, ref, flags + " --concurrency 3")) == 0
     after = rows_of(out)
     keys = [Row.from_json(r).key for r in after]
     assert len(keys) == len(set(keys)) == 5 * 2 * len(evaluate.METHODS)
@@ -325,7 +257,7 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path, loopback):
     assert comparable(got) == comparable(want)
     n = len(srv.chats)
     assert (
-        evaluate.main([*args, "--out", str(out)]) == 0 and len(srv.chats) == n
+        evaluate.main(argv(data, srv.url, out, flags)) == 0 and len(srv.chats) == n
     )  # all done: no request at all
 
 
@@ -344,25 +276,13 @@ def test_budget_stops_chains(tmp_path, loopback, judge_model):
     out = tmp_path / "out"
     assert (
         evaluate.main(
-            [
-                "--data",
+            argv(
                 write_jsonl(tmp_path / "q.jsonl", n=1),
-                "--base-url",
                 srv.url,
-                "--out",
-                str(out),
-                "--seeds",
-                "1",
-                "--rules",
-                "base,verdict",
-                "--max-steps",
-                "5",
-                "--max-calls",
-                "12",
-                *judge_model,
-                "--judge-format",
-                "text",
-            ]
+                out,
+                "--seeds 1 --rules base,verdict --max-steps 5 --max-calls 12 --judge-format text",
+            )
+            + judge_model
         )
         == 0
     )
@@ -398,22 +318,8 @@ def test_json_refused_falls_back_to_text_once_for_the_whole_run(tmp_path, loopba
 
     srv = loopback(refuse_json)
     out = tmp_path / "out"
-    proc = run(
-        [
-            "--data",
-            write_jsonl(tmp_path / "q.jsonl", n=3),
-            "--base-url",
-            srv.url,
-            "--out",
-            str(out),
-            "--seeds",
-            "1",
-            "--rules",
-            "verdict",
-            "--concurrency",
-            "3",
-        ]
-    )  # json, the default
+    data = write_jsonl(tmp_path / "q.jsonl", n=3)
+    proc = run(argv(data, srv.url, out, "--seeds 1 --rules verdict --concurrency 3"))  # json, the default
     assert proc.returncode == 0, proc.stderr
     assert (
         proc.stderr.count("refused response_format") == 1
@@ -445,22 +351,13 @@ def test_judge_modes_are_rows_that_share_the_reasoners_candidates(tmp_path, loop
     data, out = write_jsonl(tmp_path / "q.jsonl", n=2), tmp_path / "out"
     assert (
         evaluate.main(
-            [
-                "--data",
+            argv(
                 data,
-                "--base-url",
                 srv.url,
-                "--out",
-                str(out),
-                "--seeds",
-                "1",
-                "--rules",
-                "base,verdict",
-                "--judge-modes",
-                "plain,prior,premises,prior+premises,premises+gate",
-                "--judge-format",
-                "text",
-            ]
+                out,
+                "--seeds 1 --rules base,verdict --judge-format text "
+                "--judge-modes plain,prior,premises,prior+premises,premises+gate",
+            )
         )
         == 0
     )
@@ -504,7 +401,8 @@ def test_judge_modes_are_rows_that_share_the_reasoners_candidates(tmp_path, loop
         and stats["verdict+premises"]["degraded_rate"] == 0
     )
     assert stats["verdict"]["extra_calls_per_item"] == 0 and stats["verdict"]["degraded_rate"] is None
-    # Per item: the 5 premise checks of the gate row (its distinct candidates); every mode's sheet ok on both items.
+    # Per item: the 5 premise checks of the gate row (its distinct candidates); every
+    # mode's sheet ok on both items.
     assert {m: r["gate_checks"] for m, r in rows.items()} == {
         m: 5 if m == "verdict+premises+gate" else 0 for m in rows
     }
@@ -539,20 +437,7 @@ def test_endpoint_error_is_a_row_and_is_retried(tmp_path, loopback):
 
     srv = loopback(flaky)
     data, out = write_jsonl(tmp_path / "q.jsonl", n=3), tmp_path / "out"
-    args = [
-        "--data",
-        data,
-        "--base-url",
-        srv.url,
-        "--out",
-        str(out),
-        "--seeds",
-        "1",
-        "--rules",
-        "base,verdict",
-        "--judge-format",
-        "text",
-    ]
+    args = argv(data, srv.url, out, "--seeds 1 --rules base,verdict --judge-format text")
     assert evaluate.main(args) == 3  # 2 of 6 chains failed: more than --max-error-rate 0.05
     assert evaluate.main(args + ["--max-error-rate", "0.5"]) == 0  # the same table, under a laxer threshold
     rows = {r["id"]: r for r in rows_of(out) if r["method"] == "verdict"}
@@ -567,16 +452,7 @@ def test_endpoint_error_is_a_row_and_is_retried(tmp_path, loopback):
 
 def test_unreachable_endpoint_fails_fast(tmp_path):
     out = run(
-        [
-            "--data",
-            write_jsonl(tmp_path / "q.jsonl"),
-            "--base-url",
-            "http://127.0.0.1:9/v1",
-            "--retries",
-            "0",
-            "--out",
-            str(tmp_path / "out"),
-        ]
+        argv(write_jsonl(tmp_path / "q.jsonl"), "http://127.0.0.1:9/v1", tmp_path / "out", "--retries 0")
     )
     assert out.returncode == 2 and out.stderr.count("\n") == 1
     assert out.stderr.startswith("evaluate.py: error: the endpoint cannot be used:")
@@ -590,12 +466,7 @@ def test_unreachable_endpoint_fails_fast(tmp_path):
         (["--rules", "base,median"], "--rules must list distinct methods"),
         (["--concurrency", "0"], "--concurrency must be >= 1"),
         (["--max-calls", "0"], "--max-calls must be >= 1"),
-        (["--tau", "nan"], "--tau must be in [0, 1)"),
-        (["--tau", "5"], "--tau must be in [0, 1) (s̄* <= 1: tau >= 1 accepts nothing), got tau=5.0"),
-        (["--eps", "-1"], "--eps must be in (0, 1]"),
-        (["--n", "0"], "--n must be an integer >= 1, got n=0"),
-        (["--max-steps", "0"], "--max-steps must be an integer >= 1, got max_steps=0"),
-        (["--mode-max-tokens", "0"], "--mode-max-tokens must be >= 1"),
+        *VERIFIER_ERRORS,
         (["--data", "x.csv"], "unknown format '.csv'"),
         (["--data", "nowhere.jsonl"], "nowhere.jsonl: no such file"),
         (["--base-url", ""], "--base-url is required"),
@@ -607,15 +478,9 @@ def test_unreachable_endpoint_fails_fast(tmp_path):
     ],
 )
 def test_bad_flags_one_line_exit_2(tmp_path, args, message):
-    base = [
-        "--data",
-        write_jsonl(tmp_path / "q.jsonl"),
-        "--base-url",
-        "http://127.0.0.1:9/v1",
-        "--out",
-        str(tmp_path / "o"),
-    ]
-    out = run(base + args, cwd=tmp_path)
+    out = run(
+        argv(write_jsonl(tmp_path / "q.jsonl"), "http://127.0.0.1:9/v1", tmp_path / "o") + args, cwd=tmp_path
+    )
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and message in out.stderr, out.stderr
 
 
@@ -633,7 +498,7 @@ def test_bad_flags_one_line_exit_2(tmp_path, args, message):
 def test_a_bad_setting_exits_2_before_any_request(tmp_path, loopback, bad):
     srv = loopback(script)
     data = write_jsonl(tmp_path / "q.jsonl")
-    out = run(["--data", data, "--base-url", srv.url, "--out", str(tmp_path / "o"), *bad])
+    out = run(argv(data, srv.url, tmp_path / "o") + bad)
     assert out.returncode == 2 and out.stderr.count("\n") == 1
     assert out.stderr.startswith("evaluate.py: error: "), out.stderr
     assert srv.requests == [] and not (tmp_path / "o").exists()
@@ -660,18 +525,7 @@ def test_demo_and_evaluate_share_the_verifier_flags(capsys):
 
 def test_other_settings_in_out_dir_refused(tmp_path, loopback):
     srv = loopback(script)
-    args = [
-        "--data",
-        write_jsonl(tmp_path / "q.jsonl", n=1),
-        "--base-url",
-        srv.url,
-        "--out",
-        str(tmp_path / "o"),
-        "--seeds",
-        "1",
-        "--rules",
-        "base",
-    ]
+    args = argv(write_jsonl(tmp_path / "q.jsonl", n=1), srv.url, tmp_path / "o", "--seeds 1 --rules base")
     assert evaluate.main(args) == 0
     out = run(args + ["--max-steps", "2"])
     assert out.returncode == 2 and "holds a run with other settings (config); use another --out" in out.stderr
@@ -699,28 +553,8 @@ def test_live_structure(tmp_path, live_url):
                 )
                 + "\n"
             )
-    out = run(
-        [
-            "--data",
-            str(path),
-            "--base-url",
-            live_url,
-            "--out",
-            str(tmp_path / "o"),
-            "--seeds",
-            "1",
-            "--rules",
-            "base,verdict",
-            "--n",
-            "2",
-            "--max-steps",
-            "1",
-            "--max-tokens",
-            "24",
-            "--score-only",
-        ],
-        timeout=900,
-    )
+    flags = "--seeds 1 --rules base,verdict --n 2 --max-steps 1 --max-tokens 24 --score-only"
+    out = run(argv(path, live_url, tmp_path / "o", flags), timeout=900)
     assert out.returncode == 0, out.stderr
     rows = rows_of(tmp_path / "o")
     assert len(rows) == 5 * 2 and {r["method"] for r in rows} == {"base", "verdict"}
@@ -737,7 +571,7 @@ def test_live_structure(tmp_path, live_url):
     assert judged and all((m["format_used"], m["fallback"]) == ("json", None) for m in judged)
 
 
-# ----------------------------------------------------------------------------- run directory, cache, exit status
+# -------------------------------------------------------------------------- run directory, cache, exit status
 
 
 def test_out_dir_made_against_another_endpoint_is_refused(tmp_path, loopback):
@@ -769,24 +603,8 @@ def test_cache_error_stops_the_run_and_keeps_finished_rows(tmp_path, loopback, m
 
     monkeypatch.setattr(evaluate.client.Cache, "get", failing_get)
     out = tmp_path / "out"
-    code = evaluate.main(
-        [
-            "--data",
-            write_jsonl(tmp_path / "q.jsonl", n=4),
-            "--base-url",
-            srv.url,
-            "--out",
-            str(out),
-            "--seeds",
-            "1",
-            "--rules",
-            "base,verdict",
-            "--concurrency",
-            "1",
-            "--judge-format",
-            "text",
-        ]
-    )
+    flags = "--seeds 1 --rules base,verdict --concurrency 1 --judge-format text"
+    code = evaluate.main(argv(write_jsonl(tmp_path / "q.jsonl", n=4), srv.url, out, flags))
     err = capsys.readouterr().err
     assert (
         code == 2 and "evaluate.py: error: the response cache cannot be used:" in err and "malformed" in err
@@ -807,18 +625,7 @@ def test_second_run_on_the_same_out_dir_is_refused_at_once(tmp_path, loopback):
         return script(body, path)
 
     srv = loopback(holding)
-    args = [
-        "--data",
-        write_jsonl(tmp_path / "q.jsonl", n=2),
-        "--base-url",
-        srv.url,
-        "--out",
-        str(tmp_path / "o"),
-        "--seeds",
-        "1",
-        "--rules",
-        "base",
-    ]
+    args = argv(write_jsonl(tmp_path / "q.jsonl", n=2), srv.url, tmp_path / "o", "--seeds 1 --rules base")
     proc = subprocess.Popen(
         [sys.executable, os.path.join(HERE, "evaluate.py"), *args],
         stdout=subprocess.DEVNULL,
@@ -838,22 +645,8 @@ def test_second_run_on_the_same_out_dir_is_refused_at_once(tmp_path, loopback):
 
 def test_every_row_failing_exits_non_zero_and_says_so_at_the_top(tmp_path, loopback):
     srv = loopback(lambda body, path: (500, {"error": {"message": "the model crashed"}}))
-    out = run(
-        [
-            "--data",
-            write_jsonl(tmp_path / "q.jsonl", n=2),
-            "--base-url",
-            srv.url,
-            "--out",
-            str(tmp_path / "o"),
-            "--seeds",
-            "1",
-            "--rules",
-            "base",
-            "--retries",
-            "0",
-        ]
-    )
+    data = write_jsonl(tmp_path / "q.jsonl", n=2)
+    out = run(argv(data, srv.url, tmp_path / "o", "--seeds 1 --rules base --retries 0"))
     assert out.returncode == 3, out.stderr
     md = (tmp_path / "o" / "summary.md").read_text()
     assert "2 of 2 chains (100.0%) ended in an error" in md.split("Accuracy")[0]  # above the table
@@ -865,16 +658,7 @@ def test_every_row_failing_exits_non_zero_and_says_so_at_the_top(tmp_path, loopb
 
 def test_empty_tsv_is_one_clear_error(tmp_path):
     (tmp_path / "Empty.tsv").write_text("")
-    out = run(
-        [
-            "--data",
-            str(tmp_path / "Empty.tsv"),
-            "--base-url",
-            "http://127.0.0.1:9/v1",
-            "--out",
-            str(tmp_path / "o"),
-        ]
-    )
+    out = run(argv(tmp_path / "Empty.tsv", "http://127.0.0.1:9/v1", tmp_path / "o"))
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Empty.tsv: empty file" in out.stderr, (
         out.stderr
     )
@@ -887,20 +671,7 @@ def test_non_utf8_byte_skips_its_row_and_names_file_and_line(tmp_path, loopback)
         b"2\tWhich is caf\xe9?\tx\ty\tA\n3\tWhich is larger, 3 or 4?\t3\t4\tB\n"
     )
     srv = loopback(script)
-    out = run(
-        [
-            "--data",
-            str(path),
-            "--base-url",
-            srv.url,
-            "--out",
-            str(tmp_path / "o"),
-            "--seeds",
-            "1",
-            "--rules",
-            "base",
-        ]
-    )
+    out = run(argv(path, srv.url, tmp_path / "o", "--seeds 1 --rules base"))
     assert out.returncode == 0, out.stderr
     assert "Bad.tsv line 3: not valid UTF-8 (byte 0xe9" in out.stderr
     assert {r["id"] for r in rows_of(tmp_path / "o")} == {"1", "3"}
@@ -915,7 +686,7 @@ def test_every_row_skipped_or_no_item_exits_non_zero(tmp_path):
         (bad, "AllBad.tsv: no item to run: 2 rows read, 2 skipped"),
         (header_only, "Header.tsv: no item to run: 0 rows read"),
     ):
-        out = run(["--data", str(path), "--base-url", "http://127.0.0.1:9/v1", "--out", str(tmp_path / "o")])
+        out = run(argv(path, "http://127.0.0.1:9/v1", tmp_path / "o"))
         assert out.returncode == 2 and message in out.stderr, out.stderr
 
 
@@ -934,22 +705,7 @@ def test_limit_does_not_read_the_whole_file(tmp_path, loopback):
     srv = loopback(script)
     tracemalloc.start()
     try:
-        code = evaluate.main(
-            [
-                "--data",
-                str(path),
-                "--limit",
-                "2",
-                "--base-url",
-                srv.url,
-                "--out",
-                str(tmp_path / "o"),
-                "--seeds",
-                "1",
-                "--rules",
-                "base",
-            ]
-        )
+        code = evaluate.main(argv(path, srv.url, tmp_path / "o", "--limit 2 --seeds 1 --rules base"))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -958,8 +714,9 @@ def test_limit_does_not_read_the_whole_file(tmp_path, loopback):
 
 
 def test_extract_model_reads_what_the_rules_cannot_and_is_counted_apart(tmp_path, loopback):
-    """The reasoner answers "the larger number" (no letter, no option text): without --extract-model the item is
-    unanswered; with it, the extraction model (another server) names the letter, in one call counted apart."""
+    """The reasoner answers "the larger number" (no letter, no option text): without --extract-model the item
+    is unanswered; with it, the extraction model (another server) names the letter, in
+    one call counted apart."""
 
     def vague(body, path):
         if role_of(body["messages"]) == "reasoner":
@@ -967,27 +724,11 @@ def test_extract_model_reads_what_the_rules_cannot_and_is_counted_apart(tmp_path
         return script(body, path)
 
     srv, extractor = loopback(vague), loopback(lambda body, path: chat_response(["B"]))
-    args = [
-        "--data",
-        write_jsonl(tmp_path / "q.jsonl", n=2),
-        "--base-url",
-        srv.url,
-        "--seeds",
-        "1",
-        "--rules",
-        "base",
-        "--max-calls",
-        "1",
-    ]
-    assert evaluate.main(args + ["--out", str(tmp_path / "plain")]) == 0
+    data, flags = write_jsonl(tmp_path / "q.jsonl", n=2), "--seeds 1 --rules base --max-calls 1"
+    assert evaluate.main(argv(data, srv.url, tmp_path / "plain", flags)) == 0
     assert {r["extracted"] for r in rows_of(tmp_path / "plain")} == {"unanswered"}
-    assert (
-        evaluate.main(
-            args
-            + ["--out", str(tmp_path / "x"), "--extract-model", "reader", "--extract-base-url", extractor.url]
-        )
-        == 0
-    )
+    extract = " --extract-model reader --extract-base-url " + extractor.url
+    assert evaluate.main(argv(data, srv.url, tmp_path / "x", flags + extract)) == 0
     rows = rows_of(tmp_path / "x")
     assert [(r["pred"], r["extracted"], r["correct"], r["calls"], r["extract_calls"]) for r in rows] == [
         ("B", "judge", True, 1, 1),
@@ -1007,8 +748,8 @@ def test_extract_model_reads_what_the_rules_cannot_and_is_counted_apart(tmp_path
 
 
 def look_and_revise(body, path):
-    """Candidates every judge rejects (json scores 8, 2, 8: the conflict), a region request naming the top-left
-    quarter, and a reviser whose "Final answer: A" the judges accept (6, 6, 6)."""
+    """Candidates every judge rejects (json scores 8, 2, 8: the conflict), a region request naming the
+    top-left quarter, and a reviser whose "Final answer: A" the judges accept (6, 6, 6)."""
     role = role_of(body["messages"])
     if role == "reasoner":
         return chat_response([f"Maybe {j}." for j in range(body["n"])])
@@ -1028,39 +769,26 @@ def test_zoom_and_revise_rows_record_their_paths_and_costs(tmp_path, loopback):
     out = tmp_path / "out"
     assert (
         evaluate.main(
-            [
-                "--data",
-                str(path),
-                "--base-url",
+            argv(
+                path,
                 srv.url,
-                "--out",
-                str(out),
-                "--seeds",
-                "1",
-                "--limit",
-                "1",
-                "--rules",
-                "verdict",
-                "--judge-modes",
-                "plain,zoom",
-                "--revise",
-                "--n",
-                "2",
-                "--max-steps",
-                "2",
-            ]
+                out,
+                "--seeds 1 --limit 1 --rules verdict --judge-modes plain,zoom --revise --n 2 --max-steps 2",
+            )
         )
         == 0
     )
     rows = {r["method"]: r for r in rows_of(out)}
     assert list(rows) == ["verdict", "verdict+zoom", "verdict+revise", "verdict+zoom+revise"]
-    # Without revision every step falls back to "Maybe 0." until max_steps; with it, step 1's revision is taken.
+    # Without revision every step falls back to "Maybe 0." until max_steps; with it,
+    # step 1's revision is taken.
     assert rows["verdict"]["stopped"] == "max_steps" and rows["verdict+revise"]["stopped"] == "final"
     assert rows["verdict+revise"]["correct"] and not rows["verdict"]["correct"]
     # verdict+zoom: a region request per candidate of each step (2 steps × 2), every box valid.
     z = rows["verdict+zoom"]
     assert (z["zoom_requests"], z["zoomed"], z["extra_calls"]) == (4, 4, 4) and z["revisions"] == 0
-    # The revision costs the reviser's call and its 3 judgements; in the zoom mode also the revision's region request.
+    # The revision costs the reviser's call and its 3 judgements; in the zoom mode also the
+    # revision's region request.
     r, zr = rows["verdict+revise"], rows["verdict+zoom+revise"]
     assert (r["revisions"], r["revised"], r["revise_calls"]) == (1, 1, 4) and r["revise_tokens"] > 0
     assert (zr["revisions"], zr["revised"], zr["revise_calls"], zr["zoom_requests"]) == (1, 1, 5, 3)

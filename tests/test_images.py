@@ -190,7 +190,7 @@ def test_modes_i_and_i16_with_the_same_pixels_render_the_same(tmp_path):
     assert np.array_equal(out[0][..., 0], np.round(a / 65535 * 255).astype(np.uint8))  # 0..65535 -> 0..255
 
 
-# ----------------------------------------------------------------------------- chat messages: where the images go
+# ------------------------------------------------------------------------- chat messages: where the images go
 
 
 def test_images_come_first_unless_the_question_names_them():
@@ -202,8 +202,8 @@ def test_images_come_first_unless_the_question_names_them():
         {"role": "system", "content": "sys"},
         {"role": "user", "content": [r, b, t("Question:\nIs it red?")]},
     ]
-    # MMMU (VLMEvalKit's split_MMMU): each <image k> of the question becomes the k-th image, at that place; an image
-    # named twice is sent twice; the text before and after the question stays as it is.
+    # MMMU (VLMEvalKit's split_MMMU): each <image k> of the question becomes the k-th image, at that place; an
+    # image named twice is sent twice; the text before and after the question stays as it is.
     q = "Compare <image 2> with <image 2> and A. <image 1>"
     got = messages("sys", (red, blue), f"Question:\n{q}\n\nWrite the next step.", question=q)
     assert got[0] == {"role": "system", "content": "sys"} and got[1]["content"] == [
@@ -220,7 +220,8 @@ def test_images_come_first_unless_the_question_names_them():
         t("Question: "),
         b,
     ]  # image 1 is never named: left out, as VLMEvalKit leaves it out
-    # a marker outside the question (a previous step, a candidate) is text, and so is one with no image sent at all
+    # a marker outside the question (a previous step, a candidate) is text, and so is one
+    # with no image sent at all
     step = messages("sys", (red, blue), f"{q}\nStep 1: see <image 1>", question=q)[1]["content"]
     assert (
         step[-1] == t("\nStep 1: see <image 1>") and len([p for p in step if p["type"] == "image_url"]) == 3

@@ -632,8 +632,8 @@ def test_live_reasoner_and_judges(live_url):
 @pytest.mark.live
 def test_live_json_judge_scores_and_weighs_its_score_digit(live_url):
     """One json judge call on a real server: a validated score d / 9, and, where the server returns
-    top_logprobs (llama-server does), its probability-weighted twin, read at the score digit of the real token
-    stream."""
+    top_logprobs (llama-server does), its probability-weighted twin, read at the score digit of
+    the real token stream."""
     client = Client(live_url, "live", timeout=300.0, retries=1)
     j = Judge(client, "logical", fmt="json")
     question, step = "What is 2 + 3?\nA. 4\nB. 5", "2 + 3 = 5, so the answer is B."

@@ -18,6 +18,7 @@ from modes import JudgeMode
 from modes.calls import ModeCalls
 from judges import Judge, Reasoner, make_judges, thread_map
 from perf.loopback import chat_response, role_of, user_text
+from test_judges import REFUSE
 
 nan = math.nan
 
@@ -267,7 +268,8 @@ def test_fact_sheet_malformed_twice_degrades_and_the_trace_records_it(loopback):
         ('{"objects": ["a cube"], "numbers": [], "relations": [], "structure": []}', "objects entry"),
         ('{"objects": [{"fact": " "}], "numbers": [], "relations": [], "structure": []}', "objects entry"),
         (
-            '{"objects": [{"fact": "cube", "uncertain": "no"}], "numbers": [], "relations": [], "structure": []}',
+            '{"objects": [{"fact": "cube", "uncertain": "no"}], '
+            '"numbers": [], "relations": [], "structure": []}',
             "objects entry",
         ),
         ('{"objects": [], "numbers": [], "relations": [], "structure": []}', "no fact"),
@@ -309,7 +311,8 @@ def test_gate_arithmetic_against_hand_computed_values():
     assert evpv.alpha(1.0) == 1.0 and evpv.alpha(0.0) == 0.0
     assert evpv.gate(0.9, 1.0) == 0.9 and evpv.gate(0.2, 1.0) == pytest.approx(0.2)  # r = 1: unchanged
     assert evpv.gate(0.9, 0.0) == 0.5 and evpv.gate(0.2, 0.0) == 0.5  # r = 0: to neutral 0.5
-    # r = 0.5: σ(0) = 0.5 and α = (0.5 − 0.0066928509) / 0.9866142982 = 0.5; ŝ_V = 0.9 -> 0.5 + 0.5 · 0.4 = 0.7
+    # r = 0.5: σ(0) = 0.5 and α = (0.5 − 0.0066928509) / 0.9866142982 = 0.5;
+    # ŝ_V = 0.9 -> 0.5 + 0.5 · 0.4 = 0.7
     assert evpv.gate(0.9, 0.5) == pytest.approx(0.7)
     # r = 0.7: σ(2) = 0.8807970780, α = (0.8807970780 − 0.0066928509) / 0.9866142982 = 0.8859634699;
     # ŝ_V = 0.9 -> 0.5 + 0.8859634699 · 0.4 = 0.8543853880; ŝ_V = 0.1 -> 0.5 − 0.3543853880 = 0.1456146120
@@ -346,11 +349,13 @@ def test_visual_target_gates_the_visual_score_before_the_consensus_and_the_trace
     srv, d = run_gated(loopback, png, mode)
     s_hat = np.array(d["steps"][0]["s_hat"], dtype=float)
     # ŝ_V = 0.8 per candidate: supported (r = 1) stays 0.8; contradicted (r = 0) goes to 0.5; one uncertain
-    # claim (r = 0.5, α = 0.5) gives 0.5 + 0.5 · 0.3 = 0.65; an unreadable check leaves 0.8; an abstention stays NaN
+    # claim (r = 0.5, α = 0.5) gives 0.5 + 0.5 · 0.3 = 0.65; an unreadable check leaves
+    # 0.8; an abstention stays NaN
     assert s_hat[:, 0] == pytest.approx([0.8, 0.5, 0.65, 0.8, nan], nan_ok=True)
     assert (s_hat[:, 1:] == 0.8).all()  # only the visual judge is gated
     checks = [b for b in srv.chats if role(b) == "premise_check"]
-    # 4 candidates checked ("hidden" is not, as its visual score is NaN), the unreadable one asked twice; text only
+    # 4 candidates checked ("hidden" is not, as its visual score is NaN), the unreadable
+    # one asked twice; text only
     assert len(checks) == 5 and all(isinstance(b["messages"][1]["content"], str) for b in checks)
     text = user_text(checks[0])
     assert (
@@ -527,16 +532,6 @@ def test_judges_gating_one_candidate_at_once_share_one_check(loopback):
 
 # ----------------------------------------------------------------------------- structured output
 
-REFUSE = (
-    400,
-    {
-        "error": {
-            "code": 400,
-            "type": "invalid_request_error",  # llama-server's words for an unknown type
-            "message": 'response_format type must be one of "text" or "json_object", but got: json_schema',
-        }
-    },
-)
 SCHEMA_KEYWORDS = {
     "type",
     "properties",
@@ -581,7 +576,8 @@ def test_schemas_bound_every_list_and_string_with_keywords_servers_enforce():
 @pytest.mark.parametrize("seed", range(5))
 def test_every_reply_the_schemas_allow_is_read_back_unchanged(seed):
     # What a server applying the schema can send, however the model fills it, parses to the same content
-    # (a sheet with no fact at all aside: the schema allows it, and the parser rejects it as evidence of nothing).
+    # (a sheet with no fact at all aside: the schema allows it, and the parser rejects
+    # it as evidence of nothing).
     rng = np.random.default_rng(seed)
     text = lambda: "".join(rng.choice(list("ab cd{}\"'[],:xyz0189")) for _ in range(rng.integers(1, 81)))
     for _ in range(50):
@@ -653,8 +649,9 @@ def test_without_the_json_format_no_request_sends_a_schema(loopback, fmt):
 
 def test_a_refused_schema_switches_the_judges_and_the_modes_to_prose_once(loopback, capsys):
     # The server refuses response_format (llama-server's 400 for a type it does not know). The first request
-    # that sends it is the fact sheet (asked for inside the visual judge's first call): the run falls back there,
-    # says so once, asks for the sheet again with the prompt alone, and no later request sends a schema.
+    # that sends it is the fact sheet (asked for inside the visual judge's first call): the run falls back
+    # there, says so once, asks for the sheet again with the prompt alone, and no
+    # later request sends a schema.
     handler = modes_handler()
     srv = loopback(lambda body, path: REFUSE if "response_format" in body else handler(body, path))
     client = Client(srv.url, "m", retries=0)

@@ -1,5 +1,6 @@
-"""Tests for perf/overhead.py: the step modes' calls and skips, adaptive judging's exactness, the token figures and
-the result's fields, the tables and the picture, all against the simulated server with no sleeping."""
+"""Tests for perf/overhead.py: the step modes' calls and skips, adaptive judging's exactness, the token
+figures and the result's fields, the tables and the picture, all against the simulated
+server with no sleeping."""
 
 import math
 import re
@@ -46,7 +47,8 @@ def test_run_chains_counts(mode, judge_requests, skipped, layout):
     second = [text for text in second if "<step>\nObservation 1." in text]  # the judge prompts of step 2
     # 3 judges × 3 distinct candidates; in the per-role layout the judges differ by their system message only
     assert len(second) == 9 and len(set(second)) == (9 if layout == "shared" else 3)
-    # each step's usage is the change of the client's counters: every request of the step, and its prompt tokens
+    # each step's usage is the change of the client's counters: every request of the
+    # step, and its prompt tokens
     assert sum(u["replies"] for u in out.usage) == len(chats) and all(
         u["cache_reports"] == u["replies"] for u in out.usage
     )
@@ -78,19 +80,14 @@ def test_any_rule_extends_the_chain_by_the_one_string_the_candidates_are(seed):
 
 
 def test_token_figures_count_the_steps_after_each_chains_first():
-    u = lambda prompt, computed, replies, reports: dict(
-        prompt_tokens=prompt,
-        computed_prompt_tokens=computed,
-        replies=replies,
-        cache_reports=reports,
-        completion_tokens=replies,
-    )
+    names = ("prompt_tokens", "computed_prompt_tokens", "replies", "cache_reports")
+    u = lambda *values: {**dict(zip(names, values)), "completion_tokens": values[2]}  # a token per reply
     runs = [
         [u(1000, 1000, 1, 1), u(300, 60, 1, 1), u(320, 40, 1, 1)],  # chain 1: the first step is left out
         [u(900, 900, 1, 1), u(500, 100, 2, 2), u(280, 20, 1, 1)],
     ]  # chain 2
-    # after the first step: 4 steps, (300 + 320 + 500 + 280) / 4 = 350 prompt tokens, (60 + 40 + 100 + 20) / 4 = 55
-    # computed, (1 + 1 + 2 + 1) / 4 = 1.25 completion tokens
+    # after the first step: 4 steps, (300 + 320 + 500 + 280) / 4 = 350 prompt tokens,
+    # (60 + 40 + 100 + 20) / 4 = 55 computed, (1 + 1 + 2 + 1) / 4 = 1.25 completion tokens
     assert overhead.token_figures(runs, 3) == (350.0, 55.0, 1.25, 1.0)
     runs[1][1] = u(
         500, 100, 2, 1
@@ -141,14 +138,11 @@ def test_overhead_results_and_tables(tmp_path):
 
 
 def test_server_ms_sums_llama_servers_timings_per_step():
-    u = lambda replies, reports, prompt_ms, predicted_ms: dict(
-        replies=replies,
-        timings_reports=reports,
-        timings_prompt_ms=prompt_ms,
-        timings_predicted_ms=predicted_ms,
-    )
+    names = ("replies", "timings_reports", "timings_prompt_ms", "timings_predicted_ms")
+    u = lambda *values: dict(zip(names, values))
     runs = [[u(1, 1, 30.0, 100.0), u(10, 10, 90.0, 500.0)], [u(1, 1, 20.0, 80.0), u(10, 10, 60.0, 520.0)]]
-    # every step of every repetition: 4 steps, (30 + 90 + 20 + 60) / 4 = 50 ms on prompts, 1,200 / 4 = 300 generating
+    # every step of every repetition: 4 steps, (30 + 90 + 20 + 60) / 4 = 50 ms on prompts,
+    # 1,200 / 4 = 300 generating
     assert overhead.server_ms(runs) == (50.0, 300.0)
     runs[1][1] = u(10, 9, 60.0, 520.0)  # a reply without timings: the figure is unknown
     assert overhead.server_ms(runs) is None and overhead.server_ms([[]]) is None

@@ -34,7 +34,8 @@ REPLIES = {
 
 
 def by_role(body, path):
-    """Each role's reply: n candidates for the reasoner, a json-format score from a judge, the judge modes' JSON."""
+    """Each role's reply: n candidates for the reasoner, a json-format score from a judge,
+    the judge modes' JSON."""
     role = role_of(body["messages"])
     if role == "reasoner":
         return chat_response([f"The chair is nearer ({i})." for i in range(body["n"])])
@@ -90,8 +91,8 @@ def test_every_request_of_a_step_is_byte_identical_up_to_its_role(loopback, png,
 
 
 def test_role_first_keeps_each_roles_prefix_from_step_to_step(loopback):
-    # role-first: every request of a step is the same up to the role (system message and question), and a role's
-    # request of one step begins with all of its request of the step before, up to the steps it shows.
+    # role-first: every request of a step is the same up to the role (system message and question), and a
+    # role's request of one step begins with all of its request of the step before, up to the steps it shows.
     srv = loopback(by_role)
     client = Client(srv.url, "m")
     g = ModeCalls(client, JudgeMode(prior=True), layout="role-first")
@@ -145,16 +146,18 @@ def test_each_role_reads_its_own_instructions_and_task_in_either_layout(role):
     assert role_of(msgs) == role_of(old) == role_of(first) == role
 
 
-# The user message of each role as this project sent it before the shared layout, written out (the premise check's
-# fact sheet is its evidence; the prior's and the fact sheet's tasks are long, and are each file's [task]).
+# The user message of each role as this project sent it before the shared layout, written out (the premise
+# check's fact sheet is its evidence; the prior's and the fact sheet's tasks are long,
+# and are each file's [task]).
 TODAY = {
     "reasoner": "Question:\n{question}\n\nSteps so far:\n{steps}\n\nWrite the next step only.",
-    "visual": "Question:\n{question}\n\n{evidence}Previous steps:\n{steps}\n\nStep to check:\n<step>\n{step}\n</step>\n\n"
-    "{reply}",
+    "visual": "Question:\n{question}\n\n{evidence}Previous steps:\n{steps}\n\n"
+    "Step to check:\n<step>\n{step}\n</step>\n\n{reply}",
     "prior": "Question:\n{question}\n\n" + load_prompt("prior")["task"],
     "premises": "Question (it tells you what to look at; do not answer it):\n{question}\n\n"
     + load_prompt("premises")["task"],
-    "premise_check": "Fact sheet:\n{facts}\n\nQuestion:\n{question}\n\nPrevious steps:\n{steps}\n\nStep to check:\n<step>\n"
+    "premise_check": "Fact sheet:\n{facts}\n\nQuestion:\n{question}\n\nPrevious steps:\n{steps}\n\n"
+    "Step to check:\n<step>\n"
     '{step}\n</step>\n\nReply with the JSON object only, in this form: {"claims": [{"claim": "<the '
     'claim, in a few words>", "label": "supported" or "contradicted" or "uncertain"}]}',
 }

@@ -165,7 +165,8 @@ def test_logprob_score_ignores_the_quoted_candidate():
             ("</step>", {}),
         ]
     )
-    # The judge's own line says 3 (p = 0.6) or 4 (p = 0.4): (3·0.6 + 4·0.4) / 9; "Score: 9" is the quoted candidate's.
+    # The judge's own line says 3 (p = 0.6) or 4 (p = 0.4): (3·0.6 + 4·0.4) / 9; "Score: 9"
+    # is the quoted candidate's.
     assert logprob_score(lp) == pytest.approx((3 * 0.6 + 4 * 0.4) / 9)
     assert parse_score("Score: 3\n<step>\nScore: 9\n</step>", "digit") == pytest.approx(3 / 9)
 
@@ -185,7 +186,8 @@ def test_digit_probs_are_the_servers_own_probabilities_at_the_score_digit():
 
 
 def json_tokens(reason: str, digit: str, alternatives: dict) -> dict:
-    """The logprobs of a json reply as llama-server sends them: in a ```json fence the content no longer has."""
+    """The logprobs of a json reply as llama-server sends them: in a ```json fence the
+    content no longer has."""
     return token_logprobs(
         [
             ("```", {}),
@@ -208,7 +210,8 @@ def json_tokens(reason: str, digit: str, alternatives: dict) -> dict:
 
 
 def test_digit_probs_when_the_digit_is_a_token_of_its_own():
-    # The value starts where the token "Score: " ends, so the next token, "7", is the digit's (7: 0.6, 3: 0.2).
+    # The value starts where the token "Score: " ends, so the next token, "7", is the
+    # digit's (7: 0.6, 3: 0.2).
     lp = token_logprobs([("Score: ", {}), ("7", {"7": 0.6, "3": 0.2, "x": 0.2})])
     assert digit_probs(lp).tolist() == pytest.approx([0, 0, 0, 0.2, 0, 0, 0, 0.6, 0, 0])
     assert logprob_score(lp) == pytest.approx((3 * 0.2 + 7 * 0.6) / 0.8 / 9)

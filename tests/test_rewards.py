@@ -145,8 +145,8 @@ def test_iou_matches_a_pixel_count(seed):
 
 
 def test_matched_iou_golden():
-    # pred A = [0,0,10,10], B = [0,0,10,5]; ref R1 = [0,0,10,10], R2 = [0,0,10,6]. IoU: A–R1 = 1, A–R2 = 60/100,
-    # B–R1 = 50/100, B–R2 = 50/60. Greedy: A–R1 (1), then B–R2 (5/6): (1 + 5/6) / 2 = 11/12.
+    # pred A = [0,0,10,10], B = [0,0,10,5]; ref R1 = [0,0,10,10], R2 = [0,0,10,6]. IoU: A–R1 = 1,
+    # A–R2 = 60/100, B–R1 = 50/100, B–R2 = 50/60. Greedy: A–R1 (1), then B–R2 (5/6): (1 + 5/6) / 2 = 11/12.
     A, B, R1, R2 = [0, 0, 10, 10], [0, 0, 10, 5], [0, 0, 10, 10], [0, 0, 10, 6]
     assert matched_iou([A, B], [R1, R2]) == pytest.approx(11 / 12)
     assert matched_iou([A], [R1, [20, 20, 30, 30]]) == pytest.approx(0.5)  # a missed reference counts 0
@@ -186,7 +186,8 @@ def test_grounding_reward_golden():
 
 @pytest.mark.parametrize("seed", range(3))
 def test_grounding_reward_is_the_same_in_pixels_and_in_norm1000(seed):
-    # ReVISE de-normalises both boxes to pixels; IoU is unchanged by a per-axis rescaling, so the reward is too.
+    # ReVISE de-normalises both boxes to pixels; IoU is unchanged by a per-axis
+    # rescaling, so the reward is too.
     rng = np.random.default_rng(seed)
     W, H = 1920, 1080
     for _ in range(20):

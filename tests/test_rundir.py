@@ -1,5 +1,5 @@
-"""Tests for harness/rundir.py: the lock, the settings check, the results file, and shards: two shards run against
-two servers and merged give the same tables as one unsharded run; shards of other runs are refused."""
+"""Tests for harness/rundir.py: the lock, the settings check, the results file, and shards: two shards run
+against two servers and merged give the same tables as one unsharded run; shards of other runs are refused."""
 
 import json
 import os
@@ -8,7 +8,7 @@ import pytest
 
 import evaluate
 from harness import rundir
-from test_evaluate import rows_of, run, script, write_jsonl
+from test_evaluate import argv, rows_of, run, script, write_jsonl
 from test_tables import fake_row, three_dsr_rows
 
 
@@ -91,17 +91,11 @@ def comparable(summary: dict) -> dict:
 
 
 def test_two_shards_merged_equal_one_unsharded_run(tmp_path, loopback):
-    data = [a for f in mixed_data(tmp_path) for a in ("--data", f)]
-    common = data + ["--seeds", "2", "--rules", "base,verdict", "--max-steps", "3"]
+    data, flags = mixed_data(tmp_path), "--seeds 2 --rules base,verdict --max-steps 3"
     one, node1, node2 = loopback(script), loopback(script), loopback(script)
-    assert evaluate.main(common + ["--base-url", one.url, "--out", str(tmp_path / "all")]) == 0
+    assert evaluate.main(argv(data, one.url, tmp_path / "all", flags)) == 0
     for i, node in ((1, node1), (2, node2)):  # one server per node
-        assert (
-            evaluate.main(
-                common + ["--base-url", node.url, "--out", str(tmp_path / f"s{i}"), "--shard", f"{i}/2"]
-            )
-            == 0
-        )
+        assert evaluate.main(argv(data, node.url, tmp_path / f"s{i}", f"{flags} --shard {i}/2")) == 0
     shard_ids = [{r["id"] for r in rows_of(tmp_path / f"s{i}")} for i in (1, 2)]
     assert (
         shard_ids[0] and shard_ids[1] and not shard_ids[0] & shard_ids[1]
@@ -126,21 +120,13 @@ def test_two_shards_merged_equal_one_unsharded_run(tmp_path, loopback):
 
 def test_merge_refuses_what_is_not_one_run(tmp_path, loopback):
     srv = loopback(script)
-    base = [
-        "--data",
-        write_jsonl(tmp_path / "q.jsonl", n=3),
-        "--base-url",
-        srv.url,
-        "--seeds",
-        "1",
-        "--rules",
-        "base",
-    ]
+    data = write_jsonl(tmp_path / "q.jsonl", n=3)
+    base = lambda out, flags="": argv(data, srv.url, tmp_path / out, "--seeds 1 --rules base " + flags)
     for i in (1, 2):
-        assert evaluate.main(base + ["--out", str(tmp_path / f"s{i}"), "--shard", f"{i}/2"]) == 0
-    assert evaluate.main(base + ["--out", str(tmp_path / "t2"), "--shard", "2/2", "--max-steps", "3"]) == 0
-    assert evaluate.main(base + ["--out", str(tmp_path / "three"), "--shard", "1/3"]) == 0
-    assert evaluate.main(base + ["--out", str(tmp_path / "whole")]) == 0
+        assert evaluate.main(base(f"s{i}", f"--shard {i}/2")) == 0
+    assert evaluate.main(base("t2", "--shard 2/2 --max-steps 3")) == 0
+    assert evaluate.main(base("three", "--shard 1/3")) == 0
+    assert evaluate.main(base("whole")) == 0
     d = lambda *names: [str(tmp_path / n) for n in names]
     for dirs, message in (
         (d("s1", "t2"), "was run with other settings than"),

@@ -1,5 +1,6 @@
-"""Tests for perf/simserver.py: the latency model's arithmetic, the pseudo-tokens and block hashes of a prompt, the
-prefix cache as the two prompt layouts meet it, and the simulated replies. No timing is asserted."""
+"""Tests for perf/simserver.py: the latency model's arithmetic, the pseudo-tokens and block hashes of a
+prompt, the prefix cache as the two prompt layouts meet it, and the simulated replies.
+No timing is asserted."""
 
 import json
 
@@ -77,9 +78,9 @@ def test_block_hashes_are_prefix_stable():
 @pytest.mark.parametrize("layout", ["shared", "per-role"])
 def test_the_prefix_cache_serves_what_the_layout_shares(layout):
     # The reasoner's request, then a judge's of the same step, on a cold simulated server: the judge's cached
-    # tokens are the full blocks of the units both requests begin with. In the shared layout that is the system
-    # message, the image's 1,280 tokens, the question and the steps; in the per-role layout nothing (the system
-    # messages differ from their first word on).
+    # tokens are the full blocks of the units both requests begin with. In the shared layout that is the
+    # system message, the image's 1,280 tokens, the question and the steps; in the per-role layout nothing
+    # (the system messages differ from their first word on).
     state = verdict.State("Is the mug left of the laptop?", (Image.new("RGB", (32, 32), "red"),), ("A mug.",))
     reasoner = role_messages("reasoner", state, layout)
     judge = role_messages("visual", state, layout, step="The mug is left.", reply="Score: <a digit>")
@@ -154,10 +155,11 @@ def lcp(a: list, b: list) -> int:
     "question", ["Is the mug left of the laptop?", "In <image 2>, is the mug left of <image 1>?"]
 )
 def test_the_prefix_cache_is_a_longest_common_prefix_in_whole_blocks(layout, question):
-    # Oracle: vLLM's chained block hashes make block i cached exactly when an earlier prompt began with the same
-    # (i + 1)·BLOCK units, so a request's cached tokens are BLOCK · max over earlier prompts p of lcp(p, it) // BLOCK.
-    # The requests are those of three steps (the reasoner's, then 3 judges × 3 candidates), laid out by prompting.py
-    # with two images, first or at the question's <image k>, as the server receives them in sequential mode.
+    # Oracle: vLLM's chained block hashes make block i cached exactly when an earlier prompt began with the
+    # same (i + 1)·BLOCK units, so a request's cached tokens are BLOCK · max over earlier prompts p of
+    # lcp(p, it) // BLOCK. The requests are those of three steps (the reasoner's, then 3 judges × 3
+    # candidates), laid out by prompting.py with two images, first or at the question's <image k>, as the
+    # server receives them in sequential mode.
     images = (Image.new("RGB", (32, 32), "red"), Image.new("RGB", (32, 32), "blue"))
     sim, seen, state = (
         SimulatedServer(LatencyModel(time_scale=0.0, image_tokens=64)),

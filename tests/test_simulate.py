@@ -111,7 +111,8 @@ def test_perfect_check_and_step_target_never_accept_a_contradicted_step(seed, ta
     # With p_detect = 1 every contradicted step is flagged (r = 0, α = 0), and the step target sets each
     # answering judge's score to 0.5 exactly. The consensus of a constant vector is that constant, so
     # s̄* = 0.5 (the raw mean too), and a filter that needs s̄* > τ rejects it for every τ ≥ 0.5, whatever
-    # the noise, λ, the fooled judges, the false alarms or the abstentions (fewer than 2 answers: never accepted).
+    # the noise, λ, the fooled judges, the false alarms or the abstentions (fewer than 2
+    # answers: never accepted).
     rng = np.random.default_rng(seed)
     fools = tuple(int(j) for j in np.flatnonzero(rng.random(3) < 0.7))
     sc = Scenario(
@@ -131,7 +132,8 @@ def test_perfect_check_and_step_target_never_accept_a_contradicted_step(seed, ta
     r = measure(d, sc)
     for rule in ("verdict", "no-rank", "raw-dual"):  # the rules whose filter asks for a mean above τ
         assert np.all(r[rule]["contradicted_accepted"] == 0.0), rule
-    # The guarantee is the step target's: gating ŝ_V alone leaves a premise that fools all three judges accepted.
+    # The guarantee is the step target's: gating ŝ_V alone leaves a premise that fools
+    # all three judges accepted.
     fooled_all = measure(
         d, replace(sc, premise_fools=(0, 1, 2), mu_fool=0.9, tau=0.6, lam=verdict.STUBBORNNESS, gate="visual")
     )

@@ -166,7 +166,8 @@ def test_3dsrbench_four_settings_by_hand():
     rows = three_dsr_rows()
     hits = lambda st: sorted((r.input["qid"], h) for r, h in tables.questions(rows, st))
     assert tables.accuracy(tables.questions(rows, "vanilla")) == 6 / 8
-    # flip_eval: a question with its flip twin, kept at the non-flip row: X (✓·✗), X-1 (✓·✓), Y (✓·✓), Y-1 (✗·✓).
+    # flip_eval: a question with its flip twin, kept at the non-flip row: X (✓·✗), X-1
+    # (✓·✓), Y (✓·✓), Y-1 (✗·✓).
     assert hits("flip_eval") == [("X", False), ("X-1", True), ("Y", True), ("Y-1", False)]
     # circ_eval: with its rotations, kept at rotation 0: X (✓✓), X-flip (✗✓), Y (✓✗), Y-flip (✓✓).
     assert hits("circ_eval") == [("X", True), ("X-flip", False), ("Y", False), ("Y-flip", True)]
@@ -195,7 +196,8 @@ def test_3dsrbench_four_settings_by_hand():
 
 
 def test_circular_groups_by_hand():
-    """Rotations share a g_index (here computed as index mod 10^6): a question is right only if every rotation is."""
+    """Rotations share a g_index (here computed as index mod 10^6): a question is right
+    only if every rotation is."""
     marks = [
         (1, True, "a"),
         (1000001, True, "a"),
@@ -257,7 +259,8 @@ def test_cv_bench_2d_overall_is_the_mean_over_sources():
 
 
 def test_splits_are_columns_and_acc_csv_is_vlmevalkits(tmp_path):
-    """MMMU: dev 1 of 2, validation 2 of 2; l2-category (subject) columns come before category (discipline)."""
+    """MMMU: dev 1 of 2, validation 2 of 2; l2-category (subject) columns come before
+    category (discipline)."""
     spec = [
         ("dev", True, "Art", "Art & Design"),
         ("dev", False, "Math", "Science"),

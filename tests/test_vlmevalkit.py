@@ -10,8 +10,8 @@ import re
 import evaluate
 from images import encode_image
 from perf.loopback import chat_response, role_of, user_text
-from test_benchmarks import b64, png
-from test_evaluate import script
+from test_benchmarks import MATHVISTA, b64, png, tsv
+from test_evaluate import argv, script
 
 COLOURS = [
     "red",
@@ -33,14 +33,9 @@ def image(k: int) -> bytes:
     return png(COLOURS[k % len(COLOURS)], size=(8 + k, 6))
 
 
-def write(path, header, rows):
-    with open(path, "w", newline="") as fh:
-        csv.writer(fh, delimiter="\t", lineterminator="\n").writerows([header] + rows)
-    return str(path)
-
-
 def benchmarks_dir(tmp):
-    """{file name: {tag: [image bytes, in the order the request must carry them]}}; each question holds its [tag]."""
+    """{file name: {tag: [image bytes, in the order the request must carry them]}}; each
+    question holds its [tag]."""
     want, k = {}, iter(range(100))
 
     def img(tag, file, n=1):
@@ -80,7 +75,7 @@ def benchmarks_dir(tmp):
         ]
         for i, q in enumerate(["X", "X-1", "X-flip", "X-flip-1"])
     ]
-    files = [write(tmp / "3DSRBench.tsv", head, rows)]
+    files = [tsv(tmp / "3DSRBench.tsv", head, rows)]
     # CV-Bench: the prompt column is the whole text; 2D has a source per row, 3D a category.
     for dim, extra in (("2D", ["ADE20K", "COCO", "COCO"]), ("3D", ["Depth", "Distance", "Depth"])):
         head = [
@@ -108,7 +103,7 @@ def benchmarks_dir(tmp):
             ]
             for i in range(3)
         ]
-        files.append(write(tmp / f"CV-Bench-{dim}.tsv", head, rows))
+        files.append(tsv(tmp / f"CV-Bench-{dim}.tsv", head, rows))
     # BLINK: a list literal of 2 to 4 images per row.
     head = ["index", "image", "question", "A", "B", "C", "D", "answer", "category"]
     rows = [
@@ -125,7 +120,7 @@ def benchmarks_dir(tmp):
         ]
         for i, n in enumerate((2, 3, 4))
     ]
-    files.append(write(tmp / "BLINK.tsv", head, rows))
+    files.append(tsv(tmp / "BLINK.tsv", head, rows))
     # MMStar: category and l2_category; a question may repeat its options.
     head = ["index", "question", "A", "B", "C", "D", "answer", "category", "l2_category", "image"]
     rows = [
@@ -143,7 +138,7 @@ def benchmarks_dir(tmp):
         ]
         for i in range(3)
     ]
-    files.append(write(tmp / "MMStar.tsv", head, rows))
+    files.append(tsv(tmp / "MMStar.tsv", head, rows))
     # AI2D_TEST: a row that reuses another row's image by its index, and one without an image (dropped).
     head = ["index", "image", "question", "A", "B", "C", "D", "answer", "category"]
     rows = [
@@ -162,7 +157,7 @@ def benchmarks_dir(tmp):
         ["2", "", "[AI-2] No image", "x", "y", "", "", "A", "partsOfA"],
     ]
     want["AI2D_TEST"]["AI-1"] = want["AI2D_TEST"]["AI-0"]
-    files.append(write(tmp / "AI2D_TEST.tsv", head, rows))
+    files.append(tsv(tmp / "AI2D_TEST.tsv", head, rows))
     return files, want
 
 
@@ -178,19 +173,7 @@ def images_sent(chat) -> list:
 def test_the_six_benchmarks_run_with_the_right_images_in_every_request(tmp_path, loopback):
     files, want = benchmarks_dir(tmp_path)
     srv, out = loopback(script), tmp_path / "out"
-    args = [
-        "--base-url",
-        srv.url,
-        "--out",
-        str(out),
-        "--seeds",
-        "1",
-        "--rules",
-        "base,verdict",
-        "--max-steps",
-        "2",
-    ]
-    assert evaluate.main([a for f in files for a in ("--data", f)] + args) == 0
+    assert evaluate.main(argv(files, srv.url, out, "--seeds 1 --rules base,verdict --max-steps 2")) == 0
     urls = {tag: [encode_image(im) for im in ims] for tags in want.values() for tag, ims in tags.items()}
     seen = set()
     for chat in srv.chats:
@@ -229,24 +212,14 @@ def test_mmmu_images_in_place_and_mathvista_values(tmp_path, loopback):
     """MMMU: a two-image row whose text names <image 2> before <image 1>: every request carries the text up to
     each placeholder, then that image, with no image first. MathVista: a free-form row scored by its value."""
     red, blue = png("red"), png("blue")
-    mmmu = write(
+    mmmu = tsv(
         tmp_path / "MMMU_DEV_VAL.tsv",
         ["index", "image", "question", "A", "B", "answer", "split"],
         [["1", repr([b64(red), b64(blue)]), "Is <image 2> darker than <image 1>?", "yes", "no", "A", "dev"]],
     )
-    math = write(
+    math = tsv(
         tmp_path / "MathVista_MINI.tsv",
-        [
-            "index",
-            "image",
-            "question",
-            "answer",
-            "question_type",
-            "answer_type",
-            "choices",
-            "precision",
-            "unit",
-        ],
+        [c for c in MATHVISTA if c != "answer_option"],
         [["7", b64(red), "What is 6 + 8?", "14", "free_form", "integer", "", "", ""]],
     )
 
@@ -260,27 +233,8 @@ def test_mmmu_images_in_place_and_mathvista_values(tmp_path, loopback):
         return script(body, path)
 
     srv = loopback(answer_14)
-    assert (
-        evaluate.main(
-            [
-                "--data",
-                mmmu,
-                "--data",
-                math,
-                "--base-url",
-                srv.url,
-                "--out",
-                str(tmp_path / "o"),
-                "--seeds",
-                "1",
-                "--rules",
-                "base,verdict",
-                "--max-steps",
-                "2",
-            ]
-        )
-        == 0
-    )
+    flags = "--seeds 1 --rules base,verdict --max-steps 2"
+    assert evaluate.main(argv([mmmu, math], srv.url, tmp_path / "o", flags)) == 0
     r, b = encode_image(red), encode_image(blue)
     placed = [c for c in srv.chats if "darker" in json.dumps(c)]
     assert placed
