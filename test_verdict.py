@@ -18,6 +18,15 @@ NAN = float("nan")
 LAM = np.array(V.STUBBORNNESS)
 SEEDS = range(8)
 TINIEST = 5e-324  # the smallest positive float (subnormal): λ has no floor above it
+NOTHING_COUNTED = {  # Trace.totals() of a chain with no steps
+    "steps": 0,
+    "fallbacks": 0,
+    "fallback_rate": 0.0,
+    "abstentions": 0,
+    "judge_calls": 0,
+    "revisions": 0,
+    "revised": 0,
+}
 
 
 def papers_system(lam):
@@ -142,8 +151,9 @@ def test_tiny_lambda_golden():
     for lam in (1e-14, 1e-17, 1e-300, TINIEST):
         want = 8 / 15 + lam * (s_hat - 8 / 15) / (lam + 1.5)
         np.testing.assert_allclose(consensus(s_hat, [lam] * 3), want, rtol=0, atol=1e-15)
-    # m = 2, c = 1: det A = λ_1 + λ_2 + λ_1 λ_2 and s_1 = ((1 + λ_2) λ_1 ŝ_1 + λ_2 ŝ_2) / det → (λ_1 ŝ_1 + λ_2 ŝ_2)
-    # / (λ_1 + λ_2): with λ = (1e-17, 2e-17) and ŝ = (0.9, 0.3) both scores are 0.5 (to 1e-17).
+    # m = 2, c = 1: det A = λ_1 + λ_2 + λ_1 λ_2 and s_1 = ((1 + λ_2) λ_1 ŝ_1 + λ_2 ŝ_2) / det
+    # → (λ_1 ŝ_1 + λ_2 ŝ_2) / (λ_1 + λ_2): with λ = (1e-17, 2e-17) and ŝ = (0.9, 0.3) both scores are 0.5
+    # (to 1e-17).
     np.testing.assert_allclose(consensus([0.9, 0.3], [1e-17, 2e-17]), [0.5, 0.5], rtol=0, atol=1e-15)
     # An agreeing candidate is accepted at any λ > 0: it is a fixed point (s̄* = 0.7, Δ* = 0).
     sel = select([[0.7, 0.7, 0.7], [0.9, 0.2, 0.5]], [1e-17] * 3)
@@ -367,8 +377,10 @@ def test_select_all_defaults_are_the_papers():
 
 def test_fallback_keys_subtract_the_dispersion():
     # Both candidates are rejected. With the paper's λ (s* = M ŝ, M above):
-    #   0: (0.9, 0.2, 0.9):    s̄* .67561, Δ* .12683 > ε;  s̄* − Δ* = .54878;  raw mean .66667, raw Δ .31111: .35556
-    #   1: (0.58, 0.57, 0.58): s̄* .57679 < τ, Δ* .00181; s̄* − Δ* = .57498;  raw mean .57667 < τ, raw Δ .00444: .57222
+    #   0: (0.9, 0.2, 0.9):    s̄* .67561, Δ* .12683 > ε;  s̄* − Δ* = .54878;
+    #                          raw mean .66667, raw Δ .31111: .35556
+    #   1: (0.58, 0.57, 0.58): s̄* .57679 < τ, Δ* .00181; s̄* − Δ* = .57498;
+    #                          raw mean .57667 < τ, raw Δ .00444: .57222
     # Ranking by s̄* (or s̄* + Δ*, or the raw mean) alone would pick 0.
     s_hat = [[0.9, 0.2, 0.9], [0.58, 0.57, 0.58]]
     for rule in ("verdict", "raw-dual"):
@@ -458,11 +470,12 @@ def test_batched_select_equals_select_step_by_step(seed):
             assert np.array_equal(batch.accepted[t], one.accepted), (rule, t)
 
 
-def reference_candidate(row, lam, tau):
-    """One candidate's statistics, in plain Python over the judges who answered; s* by the oracle."""
+def reference_candidate(row, lam, tau, solve=solve_system):
+    """One candidate's statistics, in plain Python over the judges who answered (DESIGN §4); s* is their own
+    game, solved by `solve` (the oracle; tests/test_claims.py passes verdict.consensus)."""
     raw = [float(x) for x in row if not math.isnan(x)]
     star = (
-        list(solve_system(raw, [lam_i for x, lam_i in zip(row, lam) if not math.isnan(x)]))
+        [float(x) for x in solve(raw, [lam_i for x, lam_i in zip(row, lam) if not math.isnan(x)])]
         if len(raw) >= 2
         else raw
     )
@@ -735,15 +748,7 @@ def test_no_judges_is_the_base_reasoner_alone():
     assert rec.selection.s_star.shape == (2, 0) and rec.selection.accepted.dtype == bool
     assert rec.selection.s_bar_star.dtype == float and np.isnan(rec.selection.delta_star).all()
     d = trace.to_dict()
-    assert d["totals"] == {
-        "steps": 2,
-        "fallbacks": 0,
-        "fallback_rate": 0.0,
-        "abstentions": 0,
-        "judge_calls": 0,
-        "revisions": 0,
-        "revised": 0,
-    }
+    assert d["totals"] == {**NOTHING_COUNTED, "steps": 2}
     assert d["steps"][0]["s_bar_star"] == [None, None] and json.loads(json.dumps(d, allow_nan=False)) == d
 
 
@@ -764,15 +769,7 @@ def test_stop_ends_the_chain_and_keeps_the_completed_steps():
     assert trace.question == "q" and trace.config == Config()
     stopped_in_proposal = run("q", lambda s, n: (_ for _ in ()).throw(V.Stop("no more calls")), judges)
     assert stopped_in_proposal.stopped == "no more calls" and stopped_in_proposal.steps == ()
-    assert stopped_in_proposal.totals() == {
-        "steps": 0,
-        "fallbacks": 0,
-        "fallback_rate": 0.0,
-        "abstentions": 0,
-        "judge_calls": 0,
-        "revisions": 0,
-        "revised": 0,
-    }
+    assert stopped_in_proposal.totals() == NOTHING_COUNTED
 
 
 def test_the_loop_passes_the_question_images_and_chosen_steps():
@@ -1129,9 +1126,9 @@ REJECTED = {
 
 
 def revise_agents(revised: str | None, counters: dict | None = None):
-    """Candidates "a" (conflicting, the fallback: 0.6423 − 0.1268 = 0.5155 beats b's 0.5 − 0) and "b" (constant 0.5,
-    below τ), judges scoring REJECTED, and a reviser that writes `revised`; seen collects what it was given.
-    Every call adds 1 to counters["calls"]: the proposal, each judgement, the revision."""
+    """Candidates "a" (conflicting, the fallback: 0.6423 − 0.1268 = 0.5155 beats b's 0.5 − 0) and "b"
+    (constant 0.5, below τ), judges scoring REJECTED, and a reviser that writes `revised`; seen collects what
+    it was given. Every call adds 1 to counters["calls"]: the proposal, each judgement, the revision."""
     counters, seen = counters if counters is not None else {"calls": 0}, []
 
     def count(f):

@@ -1,26 +1,19 @@
 """VERDICT: VERification via Disagreement-Informed Coupled Thresholding.
 
-Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
-Disagreement-Aware Consensus", ECCV 2026. This module implements:
+Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via Disagreement-Aware
+Consensus", ECCV 2026. This module implements:
 
 - the coordination-game consensus (the agents' utility and its fixed point), in closed form;
 - the consensus confidence s̄*, the dispersion Δ*, the dual acceptance test and the fallback ranking by
-  s̄* − Δ*: paper_rule, for one step as the paper states it; select, batched, with the baselines;
-- the aggregation baselines of the results table and the ablations (no filter, no ranking,
-  raw averages), with the definitions fixed below because the paper gives none;
-- the step-wise loop: propose n candidates, score each with m judges, select, extend; a meter (any
-  counters the caller keeps, e.g. tokens) read around every step records what each step cost;
-- revise on reject (after ReVISE, "Think, Look, and Revise", which the paper does not have): when no
-  candidate passes the rule's filter, an optional `revise` callable writes one revised step, which the same
-  judges score; it is taken if it passes the filter, and otherwise the fallback stands.
+  s̄* − Δ*: paper_rule, for one step as the paper states it; select, batched, with the baselines of the
+  results table and the ablations (definitions fixed in select, as the paper gives none);
+- the step-wise loop (propose n candidates, score each with m judges, select, extend), with an optional
+  meter of each step's cost and revise on reject (after ReVISE, which the paper does not have): see step.
 
-Pure NumPy and the standard library. It imports no other module of this project, so the file
-can be copied alone into another code base.
-
-Two statements of the paper are wrong and are implemented as the mathematics says (the tests
-pin both): the consensus does NOT preserve the plain mean unless all λ are equal (it preserves
-Σ λ_i s_i), and Proposition 1's second example has Δ* = 0.0181, not ≈ 0.04 (0.0444 is the raw
-dispersion).
+Pure NumPy and the standard library. It imports no other module of this project, so the file can be copied
+alone into another code base. Two statements of the paper are wrong and are implemented as the mathematics
+says (the tests pin both): the consensus does NOT preserve the plain mean unless all λ are equal (it
+preserves Σ λ_i s_i), and Proposition 1's second example has Δ* = 0.0181, not ≈ 0.04 (0.0444 is the raw Δ).
 """
 
 from __future__ import annotations
@@ -45,27 +38,22 @@ TRACE_FORMAT = "verdict-trace/4"  # /4 adds each judge call's record ("calls") t
 
 
 def _check_lam(lam, m: int) -> np.ndarray:
-    """λ as a float vector of length m, every entry finite and > 0.
-
-    There is no lower floor: consensus is accurate to rounding for every λ > 0, down to the smallest
-    subnormal float (5e-324); see its docstring."""
+    """λ as a float vector of m ≥ 2 entries, each finite and > 0 (no lower floor: see consensus)."""
+    if m < 2:  # the game needs at least one other agent to agree with
+        raise ValueError(f"need at least m=2 judges, got m={m}")
     lam = np.asarray(lam, dtype=float)
     if lam.ndim != 1 or lam.shape[0] != m:
         raise ValueError(f"lam must have one stubbornness per judge (m={m}), got shape {lam.shape}")
-    if m < 2:  # the game needs at least one other agent to agree with
-        raise ValueError(f"need at least m=2 judges, got m={m}")
     if not np.all(np.isfinite(lam)) or np.any(lam <= 0):  # λ ≤ 0 breaks uniqueness
         raise ValueError(f"every stubbornness must be finite and > 0, got lam={lam.tolist()}")
     return lam
 
 
 def _check_scores(s_hat) -> np.ndarray:
-    """Raw scores as floats in [0, 1]; NaN is allowed and means the judge abstained."""
+    """Raw scores as floats in [0, 1]; NaN is allowed and means the judge abstained (m: see _check_lam)."""
     s_hat = np.asarray(s_hat, dtype=float)
     if s_hat.ndim == 0:  # a bare number has no judge axis
         raise ValueError(f"scores must have shape [..., m], got shape {s_hat.shape}")
-    if s_hat.shape[-1] < 2:  # a single judge has nobody to disagree with
-        raise ValueError(f"need at least m=2 judges, got m={s_hat.shape[-1]}")
     bad = s_hat[~(np.isnan(s_hat) | ((s_hat >= 0) & (s_hat <= 1)))]
     if bad.size:  # out of range or ±inf: never clamped, it is a bug in the judge
         raise ValueError(f"scores must lie in [0, 1] (NaN = abstain), got {bad[0]!r}")
@@ -84,6 +72,11 @@ def _check_step(s_hat, lam, tau, eps, batched: bool = True) -> tuple:
     return s_hat, _check_lam(lam, s_hat.shape[-1])
 
 
+def _real(x, kind: type = numbers.Real) -> bool:
+    """x is a number of that kind and not a bool (np.bool_ is no numbers.Real; True is a numbers.Integral)."""
+    return isinstance(x, kind) and not isinstance(x, bool)
+
+
 def _nanmean(x: np.ndarray) -> np.ndarray:
     """Mean over the last axis of the non-NaN entries; NaN where a row has none.  [..., m] -> [...]"""
     answered = ~np.isnan(x)
@@ -97,16 +90,12 @@ def _nanmean(x: np.ndarray) -> np.ndarray:
 
 def consensus_matrix(lam=STUBBORNNESS) -> np.ndarray:
     """The matrix M with s* = M ŝ, for m = len(lam) judges who all answered.  -> [m, m]
-
-    M = A⁻¹ diag(λ) where A_ii = 1 + λ_i and A_ij = −1/(m−1) (the paper's m×m system).
-    Every row sums to 1, so a constant score vector is a fixed point.
-    """
-    lam = _check_lam(lam, len(np.atleast_1d(lam)))
-    return consensus(np.eye(len(lam)), lam).T  # column j is the response to ŝ = e_j
+    M = A⁻¹ diag(λ), A_ii = 1 + λ_i, A_ij = −1/(m−1) (the paper's system); each row sums to 1 (M 1 = 1)."""
+    return consensus(np.eye(np.size(lam)), lam).T  # column j is the response to ŝ = e_j
 
 
 def consensus(s_hat, lam=STUBBORNNESS) -> np.ndarray:
-    """Consensus scores s*: the unique Nash equilibrium of the judges' coordination game.  [..., m] -> [..., m]
+    """Consensus scores s*: the unique Nash equilibrium of the judges' coordination game. [..., m] -> [..., m]
 
     Agent i maximises u_i = −(s_i − s̄_{−i})² − λ_i (s_i − ŝ_i)², s̄_{−i} = (1/(m−1)) Σ_{j≠i} s_j,
     so at the fixed point (1 + λ_i) s_i − (1/(m−1)) Σ_{j≠i} s_j = λ_i ŝ_i.
@@ -115,15 +104,13 @@ def consensus(s_hat, lam=STUBBORNNESS) -> np.ndarray:
         S = Σ_j s_j = (Σ_i λ_i ŝ_i / a_i) / (1 − c Σ_i 1/a_i),    s_i = (λ_i ŝ_i + c S) / a_i.
     The denominator is computed in a form that subtracts nothing. Since 1 + c = m c, a_i − m c = λ_i:
         1 − c Σ_i 1/a_i = Σ_i (1/m − c/a_i) = Σ_i (a_i − m c) / (m a_i) = (1/m) Σ_i λ_i/a_i  > 0,
-    so S = m · Σ_i w_i ŝ_i / Σ_i w_i with w_i = λ_i/a_i: m times a weighted mean of ŝ, the solution
-    exists and is unique. The textbook form 1 − c Σ 1/a_i subtracts two numbers that agree to about
-    −log10 λ digits, and loses them as λ → 0 (at λ = 1e-14, s* is off by about 0.1%; at λ = 1e-17 the
-    difference is 0). Here every term is positive, and w is scaled by 1/max λ (a common factor cancels),
-    so every finite λ > 0 is accepted, subnormal ones included, and s* is accurate to rounding.
+    so S = m · Σ_i w_i ŝ_i / Σ_i w_i with w_i = λ_i/a_i: m times a weighted mean of ŝ, the solution exists
+    and is unique. The textbook form loses about −log10 λ digits as λ → 0 (s* is 0.1% off at λ = 1e-14);
+    here every term is positive and w is scaled by 1/max λ, so every finite λ > 0 gives s* to rounding.
 
-    Abstentions: a NaN in ŝ removes that judge from its row's game. The row is solved over the
-    m' judges that answered (their own λ, c = 1/(m'−1)); the abstainer's s* is NaN. With m' = 1
-    there is nobody to agree with and s* = ŝ; with m' = 0 the row is all NaN.
+    Abstentions: a NaN in ŝ removes that judge from its row's game. The row is solved over the m' judges
+    that answered (their own λ, c = 1/(m'−1)); the abstainer's s* is NaN. With m' = 1 there is nobody to
+    agree with and s* = ŝ; with m' = 0 the row is all NaN.
     Invariant (not the plain mean, see erratum 1): Σ_i λ_i s*_i = Σ_i λ_i ŝ_i.
     """
     s_hat = _check_scores(s_hat)
@@ -139,10 +126,8 @@ def consensus(s_hat, lam=STUBBORNNESS) -> np.ndarray:
 
 def _closed_form(s_hat: np.ndarray, lam: np.ndarray) -> np.ndarray:
     """The closed form of `consensus`, with λ [m] for all rows or λ [r, m] per row.  [..., m] -> [..., m]
-
-    λ_i = 0 marks a judge who did not answer (ŝ_i = NaN): its weight w_i is 0, so it takes no part
-    in S, m' counts the λ_i > 0, and its s_i = (0·NaN + c S)/a_i is NaN. Every row needs m' ≥ 2.
-    """
+    λ_i = 0 marks a judge who did not answer (ŝ_i = NaN): its weight w_i is 0, so it takes no part in S,
+    m' counts the λ_i > 0, and its s_i = (0·NaN + c S)/a_i is NaN. Every row needs m' ≥ 2."""
     k = (lam > 0).sum(-1, keepdims=True)  # [1] or [r, 1]: m', the judges in the game
     c = 1.0 / (k - 1)
     a = 1.0 + lam + c  # [m] or [r, m]
@@ -153,8 +138,7 @@ def _closed_form(s_hat: np.ndarray, lam: np.ndarray) -> np.ndarray:
 
 
 def dispersion(s) -> np.ndarray:
-    """Δ = (1/m) Σ_i |s_i − s̄|, the mean absolute deviation over the last axis.  [..., m] -> [...]
-    NaN entries (abstentions) are left out; a row with no answer gives NaN."""
+    """Δ = (1/m) Σ_i |s_i − s̄| over the last axis, NaN (abstentions) left out.  [..., m] -> [...]"""
     s = np.asarray(s, dtype=float)
     return _nanmean(np.abs(s - _nanmean(s)[..., None]))
 
@@ -164,13 +148,9 @@ def dispersion(s) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Selection:
-    """One step's decision over n candidates scored by m judges.
-
-    `s_star`, `s_bar_star` and `delta_star` are always VERDICT's consensus statistics, whatever the
-    rule, so traces of different rules can be compared; a rule on raw scores (mean, min, ...) ranks by
-    its own statistics, which are not stored. `accepted` is the rule's own filter.
-    For batched input [..., n, m], `index`, `fallback` and `verified` are arrays of shape [...].
-    """
+    """One step's decision over n candidates scored by m judges. `accepted` is the rule's own filter; the
+    consensus statistics are VERDICT's whatever the rule, so traces of different rules compare. For batched
+    input [..., n, m], `index`, `fallback` and `verified` are arrays of shape [...]."""
 
     index: int  # the chosen candidate
     fallback: bool  # True when no candidate passed the rule's filter
@@ -191,9 +171,7 @@ def _q(x) -> np.ndarray:
 
 def _best(*keys) -> np.ndarray:
     """Index of the lexicographic maximum of keys, first key most significant, per row.  [..., n] -> [...]
-
-    NaN counts as −∞; values are rounded to DECIMALS; ties go to the lowest index.
-    """
+    NaN counts as −∞; values are rounded to DECIMALS; ties go to the lowest index."""
     desc = [-_q(np.nan_to_num(np.asarray(k, float), nan=-np.inf)) for k in reversed(keys)]  # [..., n] each
     return np.lexsort(desc)[..., 0]  # a stable ascending sort on −key, last key first: [..., n] -> [...]
 
@@ -241,81 +219,46 @@ def select(s_hat, lam=STUBBORNNESS, tau: float = TAU, eps: float = EPS, rule: st
     return select_all(s_hat, lam, tau, eps, rules=(rule,))[rule]
 
 
-@dataclass(frozen=True)
-class _Stats:
-    """Everything the rules rank by, for one batch of steps.  Each field is [..., n] unless noted."""
-
-    s_hat: np.ndarray  # [..., n, m] raw scores
-    verified: np.ndarray  # 2 or more judges answered
-    s_bar_star: np.ndarray
-    delta_star: np.ndarray
-    s_bar: np.ndarray  # raw mean ŝ̄
-    delta: np.ndarray  # raw dispersion Δ̂
-    tau: float
-    eps: float
-
-    def dual(self, mean: np.ndarray, disp: np.ndarray) -> np.ndarray:
-        """The dual test: verified, mean > τ and dispersion < ε (strict, on rounded values)."""
-        return self.verified & (_q(mean) > self.tau) & (_q(disp) < self.eps)
-
-
-def _rule(rule: str, st: _Stats) -> tuple:
-    """(accepted [..., n], ranking keys, most significant first) of one rule; see select."""
-    if rule in ("verdict", "raw-dual"):  # the dual test; rank by the mean if any passes, else by mean − Δ
-        mean, disp = (st.s_bar_star, st.delta_star) if rule == "verdict" else (st.s_bar, st.delta)  # [..., n]
-        dual = st.dual(mean, disp)
-        return dual, (np.where(dual.any(-1, keepdims=True), mean, mean - disp),)
-    if rule == "no-rank":  # VERDICT's filter, then sampling order
-        return st.dual(st.s_bar_star, st.delta_star), ()
-    if rule == "variance":
-        std = np.sqrt(_nanmean((st.s_hat - st.s_bar[..., None]) ** 2))  # [..., n, m] -> [..., n]
-        return st.verified & (_q(std) < st.eps), (st.s_bar,)
-    keys = {  # rules with no filter: every verified candidate is eligible
-        "mean": (st.s_bar,),
-        "min": (np.fmin.reduce(st.s_hat, axis=-1),),  # fmin/fmax skip NaN
-        "max": (np.fmax.reduce(st.s_hat, axis=-1),),
-        "majority": ((_q(st.s_hat) > st.tau).sum(-1), st.s_bar),  # NaN > τ is False
-        "no-filter": (st.s_bar_star,),
-    }[rule]
-    return st.verified, keys
+def _check_rule(rule: str) -> None:
+    if rule not in RULES:
+        raise ValueError(f"unknown rule {rule!r}; expected one of {', '.join(RULES)}")
 
 
 def select_all(s_hat, lam=STUBBORNNESS, tau: float = TAU, eps: float = EPS, rules=RULES) -> dict:
     """`select` for several rules, with one consensus.  [n, m] or [..., n, m] -> {rule: Selection}"""
     s_hat, lam = _check_step(s_hat, lam, tau, eps)
-    for rule in rules:
-        if rule not in RULES:
-            raise ValueError(f"unknown rule {rule!r}; expected one of {', '.join(RULES)}")
     s_star = consensus(s_hat, lam)  # [..., n, m]
-    st = _Stats(
-        s_hat=s_hat,
-        verified=(~np.isnan(s_hat)).sum(-1) >= 2,
-        s_bar_star=_nanmean(s_star),
-        delta_star=dispersion(s_star),  # [..., n] each
-        s_bar=_nanmean(s_hat),
-        delta=dispersion(s_hat),
-        tau=tau,
-        eps=eps,
-    )
+    verified = (~np.isnan(s_hat)).sum(-1) >= 2  # [..., n] 2 or more judges answered
+    s_bar_star, delta_star = _nanmean(s_star), dispersion(s_star)  # [..., n] each
+    s_bar, delta = _nanmean(s_hat), dispersion(s_hat)  # [..., n] raw mean ŝ̄ and dispersion Δ̂
+    dual = lambda mean, disp: verified & (_q(mean) > tau) & (_q(disp) < eps)  # strict, on rounded values
+
+    def filter_and_keys(rule: str) -> tuple:  # (accepted [..., n], ranking keys, most significant first)
+        if rule in ("verdict", "raw-dual"):  # the dual test; rank by the mean if any passes, else by mean − Δ
+            mean, disp = (s_bar_star, delta_star) if rule == "verdict" else (s_bar, delta)
+            ok = dual(mean, disp)
+            return ok, (np.where(ok.any(-1, keepdims=True), mean, mean - disp),)
+        if rule == "no-rank":  # VERDICT's filter, then sampling order
+            return dual(s_bar_star, delta_star), ()
+        if rule == "variance":
+            std = np.sqrt(_nanmean((s_hat - s_bar[..., None]) ** 2))  # [..., n, m] -> [..., n]
+            return verified & (_q(std) < eps), (s_bar,)
+        return verified, {  # rules with no filter: every verified candidate is eligible
+            "mean": (s_bar,),
+            "min": (np.fmin.reduce(s_hat, axis=-1),),  # fmin/fmax skip NaN
+            "max": (np.fmax.reduce(s_hat, axis=-1),),
+            "majority": ((_q(s_hat) > tau).sum(-1), s_bar),  # NaN > τ is False
+            "no-filter": (s_bar_star,),
+        }[rule]
+
     out = {}
     for rule in rules:
-        accepted, keys = _rule(rule, st)
-        index, fallback, verified = (
-            _best(st.verified, accepted, *keys),
-            ~accepted.any(-1),
-            st.verified.any(-1),
-        )
+        _check_rule(rule)
+        accepted, keys = filter_and_keys(rule)
+        index, fallback, judged = _best(verified, accepted, *keys), ~accepted.any(-1), verified.any(-1)
         if s_hat.ndim == 2:
-            index, fallback, verified = int(index), bool(fallback), bool(verified)
-        out[rule] = Selection(
-            index=index,
-            fallback=fallback,
-            verified=verified,
-            accepted=accepted,
-            s_star=s_star,
-            s_bar_star=st.s_bar_star,
-            delta_star=st.delta_star,
-        )
+            index, fallback, judged = int(index), bool(fallback), bool(judged)
+        out[rule] = Selection(index, fallback, judged, accepted, s_star, s_bar_star, delta_star)
     return out
 
 
@@ -328,10 +271,8 @@ class Config:
     (demo.py and evaluate.py build theirs from their flags); ValueError names a value out of range. λ: m ≥ 2,
     each finite and > 0; n, max_steps: integers ≥ 1; τ in [0, 1): s̄* ≤ 1, so τ ≥ 1 accepts nothing (τ < 0 is
     no bar); ε in (0, 1]: Δ* ≥ 0, so ε ≤ 0 accepts nothing (Δ ≤ 1/2: ε > 1/2 passes every Δ; ε > 1: a typo).
-    `final` is a regular expression; a chosen step in which it is found (re.search) ends the chain.
-    The default matches "Final answer:" in any case. The reasoner's sampling (T = 0.8, top-p = 0.6)
-    belongs to whoever proposes the candidates, not to the loop.
-    """
+    `final`: a regular expression (default: "Final answer:", any case); a chosen step in which re.search
+    finds it ends the chain. The reasoner's sampling (T = 0.8, top-p = 0.6) belongs to the proposer."""
 
     lam: tuple = STUBBORNNESS
     n: int = 3
@@ -349,12 +290,11 @@ class Config:
             ("tau", float, lambda x: 0 <= x < 1, "in [0, 1) (s̄* <= 1: tau >= 1 accepts nothing)"),
             ("eps", float, lambda x: 0 < x <= 1, "in (0, 1] (Δ* >= 0: eps <= 0 accepts nothing)"),
         ):
-            v, abstract = getattr(self, name), numbers.Integral if kind is int else numbers.Real
-            if not (isinstance(v, abstract) and not isinstance(v, bool) and ok(v)):  # NaN fails too
+            v = getattr(self, name)
+            if not (_real(v, numbers.Integral if kind is int else numbers.Real) and ok(v)):  # NaN fails too
                 raise ValueError(f"{name} must be {what}, got {name}={v!r}")
             object.__setattr__(self, name, kind(v))
-        if self.rule not in RULES:
-            raise ValueError(f"unknown rule {self.rule!r}; expected one of {', '.join(RULES)}")
+        _check_rule(self.rule)
         try:
             re.compile(self.final)
         except re.error as e:
@@ -381,10 +321,9 @@ class State:
 
 @dataclass(frozen=True)
 class Judgement:
-    """One judge call's score and its record. A judge that has a method judgement(state, step) returning one
+    """One judge call's score and its record. A judge with a method judgement(state, step) returning one
     (judges.Judge has) is called through it, so what came with each score (a reason, the reply format, ...)
-    reaches the StepRecord beside that score, in the order of the calls (StepRecord.calls). Any other judge
-    is a plain callable, judge(state, step) -> ŝ, and its calls' records are None."""
+    reaches StepRecord.calls in call order. A plain callable judge(state, step) -> ŝ records None."""
 
     score: float  # ŝ: a real number in [0, 1], or NaN to abstain
     record: dict | None = None  # what the trace keeps about this call, JSON-ready; None: nothing
@@ -392,9 +331,8 @@ class Judgement:
 
 @dataclass(frozen=True)
 class Revision:
-    """The revised step of a step whose candidates all failed the rule's filter (see step): its text, its raw
-    scores ŝ [m] from the same judges, and `selection`, the rule applied to it alone ([1, m]): its consensus
-    statistics, and accepted[0], whether it passes the filter (for VERDICT, the dual test s̄* > τ, Δ* < ε)."""
+    """The revised step written when every candidate failed the rule's filter (see step): its text, its raw
+    scores ŝ [m] by the same judges, and `selection`, the rule applied to it alone ([1, m])."""
 
     candidate: str
     s_hat: np.ndarray  # [m], NaN = abstained
@@ -422,12 +360,10 @@ class Revision:
 
 @dataclass(frozen=True)
 class StepRecord:
-    """One step of the loop: the candidates, their raw scores ŝ and the decision.
-    With no judges (the base reasoner alone) ŝ is [n, 0] and candidate 0 is taken, unverified.
-    `selection` is always the decision over the n candidates; `revision` (None unless a reviser wrote one)
-    is the revised step, chosen instead of the fallback when it passed the filter. `calls` holds each judge
-    call's record (Judgement.record), laid out like s_hat, which is the order of the calls (candidate-major):
-    calls[i][k] came with judge k's score of candidate i, however many candidates share its text."""
+    """One step of the loop: the candidates, their raw scores ŝ and the decision over them (`selection`);
+    with no judges (the base reasoner alone) ŝ is [n, 0] and candidate 0 is taken, unverified. `revision`
+    (None unless a reviser wrote one) is chosen instead of the fallback when it passed the filter. `calls`
+    is laid out like s_hat, the order of the calls: calls[i][k] came with judge k's score of candidate i."""
 
     candidates: tuple  # [n] str
     s_hat: np.ndarray  # [n, m], NaN = abstained
@@ -447,17 +383,16 @@ class StepRecord:
 
     @property
     def fallback(self) -> bool:
-        """True when the step's choice came from the fallback ranking (no candidate, nor a revision, passed)."""
+        """True when the choice came from the fallback ranking (no candidate, nor a revision, passed)."""
         return self.selection.fallback and not self.revised
 
     @property
     def abstentions(self) -> int:
-        return int(np.isnan(self.s_hat).sum()) + (
-            int(np.isnan(self.revision.s_hat).sum()) if self.revision else 0
-        )
+        revised = self.revision.s_hat if self.revision else ()
+        return int(np.isnan(self.s_hat).sum() + np.isnan(revised).sum())
 
     def to_dict(self) -> dict:
-        sel = self.selection
+        sel, calls = self.selection, [list(r) for r in self.calls]
         return {
             "candidates": list(self.candidates),
             "s_hat": _jsonable(self.s_hat),
@@ -471,11 +406,7 @@ class StepRecord:
             "abstentions": self.abstentions,
             **({"usage": dict(self.usage)} if self.usage else {}),
             **({"revision": self.revision.to_dict()} if self.revision else {}),
-            **(
-                {"calls": [list(r) for r in self.calls]}
-                if any(c is not None for r in self.calls for c in r)
-                else {}
-            ),
+            **({"calls": calls} if any(c is not None for r in calls for c in r) else {}),
         }
 
 
@@ -486,8 +417,7 @@ class Stop(Exception):
 
 @dataclass(frozen=True)
 class Trace:
-    """A whole chain. `stopped` is "final" (a final answer was chosen), "max_steps", or the message
-    of the Stop that a proposer or judge raised. `meta` carries what the caller adds (model names, ...)."""
+    """A whole chain; `stopped`: "final", "max_steps" or a Stop's message; `meta`: what the caller adds."""
 
     question: str
     steps: tuple  # [T] StepRecord
@@ -508,9 +438,8 @@ class Trace:
         return last[re.search(self.config.final, last).end() :].strip()
 
     def totals(self) -> dict:
-        """Counts over the steps, and "usage": each counter of the steps' usage summed (with a meter). A step
-        whose revision was taken is no fallback; "revisions" counts the revisions written, "revised" those
-        taken, and judge_calls includes the revisions' judgements."""
+        """Counts over the steps; "usage" sums each counter of the steps' usage (with a meter). A taken
+        revision is no fallback; "revisions" and "revised" count those written and taken; judge_calls too."""
         fallbacks = sum(r.fallback for r in self.steps)
         revisions = [r.revision for r in self.steps if r.revision is not None]
         usage = {k: sum(r.usage.get(k, 0) for r in self.steps) for rec in self.steps for k in rec.usage}
@@ -544,26 +473,6 @@ def _jsonable(x: np.ndarray) -> list:
     return [None if v != v else v for v in x.tolist()] if x.ndim == 1 else [_jsonable(r) for r in x]
 
 
-def _unjudged(n: int) -> Selection:
-    """The base reasoner's 'decision' over n candidates and no judge: candidate 0, unverified."""
-    return Selection(
-        index=0,
-        fallback=False,
-        verified=False,
-        accepted=np.ones(n, bool),
-        s_star=np.empty((n, 0)),
-        s_bar_star=np.full(n, np.nan),
-        delta_star=np.full(n, np.nan),
-    )
-
-
-def _judgement(judge: Callable, state: State, step: str) -> Any:
-    """One judge call as a Judgement: judge.judgement(state, step) when the judge has that method (checked by
-    _judged), else Judgement(judge(state, step)), the plain callable's score with no record."""
-    ask = getattr(judge, "judgement", None)
-    return Judgement(judge(state, step)) if ask is None else ask(state, step)
-
-
 def _judged(answer: Any, i: int, judge: Callable) -> Judgement:
     """Judge i's answer, checked: a Judgement of a float and a dict or None. Its score is a real number in
     [0, 1], or NaN to abstain. None, a string, a bool or an out-of-range number is a bug in the judge, never
@@ -571,8 +480,7 @@ def _judged(answer: Any, i: int, judge: Callable) -> Judgement:
     if not isinstance(answer, Judgement):
         raise ValueError(f"judge {i} ({judge!r}): judgement returned {answer!r}, not a verdict.Judgement")
     s, record = answer.score, answer.record
-    real = isinstance(s, numbers.Real) and not isinstance(s, bool)  # np.bool_ is no numbers.Real
-    if not (real and (0 <= s <= 1 or s != s)):  # s != s: NaN (no float() of a huge int)
+    if not (_real(s) and (0 <= s <= 1 or s != s)):  # s != s: NaN (no float() of a huge int)
         raise ValueError(
             f"judge {i} ({judge!r}) returned {s!r}; a judge returns a real number in [0, 1], "
             f"or NaN to abstain"
@@ -582,12 +490,12 @@ def _judged(answer: Any, i: int, judge: Callable) -> Judgement:
     return Judgement(float(s), record)
 
 
-def _reading(meter: Callable[[], dict]) -> dict:
-    """meter(), checked: a dict of counter name -> finite real number (a bool is no count)."""
+def _reading(meter: Callable[[], dict] | None) -> dict:
+    """meter(), checked: a dict of counter name -> finite real number (no bool); {} with no meter."""
+    if meter is None:
+        return {}
     counters = meter()
-    ok = lambda k, v: (
-        isinstance(k, str) and isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
-    )
+    ok = lambda k, v: isinstance(k, str) and _real(v) and math.isfinite(v)
     if not (isinstance(counters, dict) and all(ok(k, v) for k, v in counters.items())):
         raise ValueError(f"meter must return a dict of counter names to finite numbers, got {counters!r}")
     return counters
@@ -596,21 +504,21 @@ def _reading(meter: Callable[[], dict]) -> dict:
 def _scored(state: State, candidates: Sequence[str], judges: Sequence[Callable], map_fn: Callable) -> tuple:
     """ŝ of every candidate by every judge, and each call's record: k×m calls through map_fn, candidate-major.
     -> (ŝ [k, m], records [k][m])"""
+
+    def call(cj: tuple) -> Any:  # a judge's own judgement(state, step) if it has one, else its plain score
+        ask = getattr(cj[1], "judgement", None)
+        return Judgement(cj[1](state, cj[0])) if ask is None else ask(state, cj[0])
+
     calls = [(c, j) for c in candidates for j in judges]  # candidate-major: [k·m]
-    m, answers = len(judges), list(map_fn(lambda cj: _judgement(cj[1], state, cj[0]), calls))
+    m, answers = len(judges), list(map_fn(call, calls))
     answers = [_judged(a, i % m, judges[i % m]) for i, a in enumerate(answers)]  # [k·m] Judgement
     records = tuple(tuple(a.record for a in answers[i : i + m]) for i in range(0, len(answers), m))  # [k][m]
     return np.array([a.score for a in answers]).reshape(len(candidates), m), records  # [k·m] -> [k, m]
 
 
-def _now(meter: Callable[[], dict] | None) -> dict:
-    """The meter's counters now; {} with no meter."""
-    return _reading(meter) if meter is not None else {}
-
-
 def _usage(meter: Callable[[], dict] | None, before: dict) -> dict:
-    """Each counter's change since `before`: after[k] − before[k] (0 before for a new key); {} with no meter."""
-    return {k: v - before.get(k, 0) for k, v in _now(meter).items()}
+    """Each counter's change since `before`: after[k] − before[k] (0 for a new key); {} with no meter."""
+    return {k: v - before.get(k, 0) for k, v in _reading(meter).items()}
 
 
 def step(
@@ -625,44 +533,42 @@ def step(
     """One VERDICT step: propose config.n candidates, score each with every judge (n×m calls, through
     map_fn, candidate-major), select with config.rule. With no judges, candidate 0 is taken unverified.
     With a meter (a callable returning {counter: number}, e.g. a client's usage), the record's usage is
-    each counter's change from before the step to after it: after[k] − before[k] (0 before for a new key).
+    each counter's change over the step: after[k] − before[k] (0 before for a new key).
 
     Revise on reject: when no candidate passes the rule's filter (selection.fallback) and `revise` is given,
-    revise(state, the record so far) returns one revised step (a string) or None (no revision). The same
-    judges score it (m calls), and config.rule is applied to it alone: it is chosen if it passes the filter
-    (VERDICT: s̄* > τ and Δ* < ε), else the fallback candidate stands. The record keeps the n candidates and
-    their selection as they were, and the revision apart (StepRecord.revision), with what it cost (usage).
+    revise(state, the record so far) returns one revised step or None. The same judges score it (m calls)
+    and config.rule is applied to it alone: it is chosen if it passes the filter (VERDICT: s̄* > τ and
+    Δ* < ε), else the fallback stands. The record keeps the candidates' selection, and the revision apart.
 
-    propose(state, n) -> list of candidate steps (at least one).
-    judge(state, step) -> a real number in [0, 1] (int, float, numpy floating), or NaN to abstain;
-    anything else (None, "0.9", True, 1.5) raises ValueError naming the judge. judges are in the order
-    of config.lam. A judge with a method judgement(state, step) is called through it instead: it returns a
-    Judgement, such a score with the call's record, which the StepRecord keeps in `calls`, in call order.
-    map_fn(f, items) must return the results in the order of items (as map and Executor.map do).
-    """
-    before = _now(meter)
+    propose(state, n) -> list of candidate steps (at least one). judge(state, step) -> a real number in
+    [0, 1] (int, float, numpy floating), or NaN to abstain; anything else (None, "0.9", True, 1.5) raises
+    ValueError naming the judge. judges are in the order of config.lam; one with a method judgement(state,
+    step) is called through it (see Judgement). map_fn(f, items) must return the results in the order of
+    items (as map and Executor.map do)."""
+    before = _reading(meter)
     if judges and len(judges) != len(config.lam):  # one stubbornness per judge
         raise ValueError(f"got {len(judges)} judges but {len(config.lam)} stubbornness values in config.lam")
     candidates = tuple(propose(state, config.n))
     if not candidates or not all(isinstance(c, str) for c in candidates):
         raise ValueError(f"propose must return a non-empty list of strings, got {candidates!r}")
-    if not judges:
-        s_hat, calls, selection = np.empty((len(candidates), 0)), (), _unjudged(len(candidates))
+    if not judges:  # the base reasoner alone: candidate 0, unverified
+        n, s_hat, calls = len(candidates), np.empty((len(candidates), 0)), ()
+        selection = Selection(
+            0, False, False, np.ones(n, bool), s_hat, np.full(n, np.nan), np.full(n, np.nan)
+        )
     else:
         s_hat, calls = _scored(state, candidates, judges, map_fn)  # [n, m], [n][m]
         selection = select(s_hat, config.lam, config.tau, config.eps, config.rule)
     record = StepRecord(candidates, s_hat, selection, _usage(meter, before), calls=calls)
     if revise is None or not selection.fallback:  # (with no judges there is no fallback)
         return record
-    at = _now(meter)
-    text = revise(state, record)
-    if text is None:  # the reviser declined: the fallback stands
-        return replace(record, usage=_usage(meter, before))
-    if not isinstance(text, str):
-        raise ValueError(f"revise must return a string or None, got {text!r}")
-    r_hat, r_calls = _scored(state, [text], judges, map_fn)  # [1, m], [1][m]
-    checked = select(r_hat, config.lam, config.tau, config.eps, config.rule)
-    revision = Revision(text, r_hat[0], checked, _usage(meter, at), r_calls[0])
+    at, text, revision = _reading(meter), revise(state, record), None
+    if text is not None:  # (None: the reviser declined, and the fallback stands)
+        if not isinstance(text, str):
+            raise ValueError(f"revise must return a string or None, got {text!r}")
+        r_hat, r_calls = _scored(state, [text], judges, map_fn)  # [1, m], [1][m]
+        checked = select(r_hat, config.lam, config.tau, config.eps, config.rule)
+        revision = Revision(text, r_hat[0], checked, _usage(meter, at), r_calls[0])
     return replace(record, usage=_usage(meter, before), revision=revision)
 
 
@@ -676,15 +582,11 @@ def run(
     meter: Callable[[], dict] | None = None,
     revise: Callable[[State, StepRecord], str | None] | None = None,
 ) -> Trace:
-    """The step-wise loop: `step` until the chosen step matches `config.final` or after
-    `config.max_steps` steps, extending the chain with each chosen step.
-
-    image: None, one image, or a list/tuple of images, passed through in State.images.
-    judges=() runs the base reasoner alone (candidate 0 of each step, unverified).
-    A proposer or judge that raises Stop ends the chain: the trace keeps the steps completed before it.
-    meter: read around every step (see step); Trace.totals()["usage"] sums the steps' usage.
-    revise: called on a step whose candidates all fail the rule's filter (see step); None: never.
-    """
+    """The step-wise loop: `step`, extending the chain with each chosen step, until the chosen step matches
+    `config.final` or after `config.max_steps` steps. image: None, one image, or a list/tuple of images,
+    passed through in State.images. judges=() runs the base reasoner alone (candidate 0, unverified). A
+    proposer or judge that raises Stop ends the chain: the trace keeps the steps completed before it.
+    meter, revise: as in step, every step; Trace.totals()["usage"] sums the steps' usage."""
     state, records = State(question, as_images(image)), []
     for _ in range(config.max_steps):
         try:

@@ -21,6 +21,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import verdict as V
+from test_verdict import reference_candidate, reference_rule  # one candidate's statistics and rule
 
 pytestmark = pytest.mark.filterwarnings("error")  # the math warns about nothing, abstentions included
 
@@ -194,56 +195,12 @@ def test_proposition_1_weighted_averages_do_not_determine_the_dispersion(case):
 # ----------------------------------------------------------------------------- selection
 
 
-def candidate(row, lam, tau):
-    """One candidate's statistics in plain Python, over the judges who answered (DESIGN §4): s* is their own
-    game, verdict.consensus on them alone (test_verdict.py checks the consensus against an oracle)."""
-    who = [k for k, x in enumerate(row) if not math.isnan(x)]
-    raw = [float(row[k]) for k in who]
-    star = [float(x) for x in V.consensus(raw, [lam[k] for k in who])] if len(raw) >= 2 else raw
-    mean = lambda v: sum(v) / len(v) if v else NAN
-    mad = lambda v: mean([abs(x - mean(v)) for x in v])
-    return {
-        "verified": len(raw) >= 2,
-        "s_bar_star": mean(star),
-        "delta_star": mad(star),
-        "s_bar": mean(raw),
-        "delta": mad(raw),
-        "std": math.sqrt(mean([(x - mean(raw)) ** 2 for x in raw])) if raw else NAN,
-        "min": min(raw, default=NAN),
-        "max": max(raw, default=NAN),
-        "above": sum(round(x, 12) > tau for x in raw),
-    }
-
-
-def rule_of(rule, c, tau, eps):
-    """(accepted, ranking keys if some candidate is accepted, if none is) of candidate c, per select's
-    docstring: strict inequalities on values rounded to 12 decimals; under 2 answers, never accepted."""
-    dual = lambda mean, disp: c["verified"] and round(mean, 12) > tau and round(disp, 12) < eps
-    if rule == "verdict":
-        s_bar_star, delta_star = c["s_bar_star"], c["delta_star"]
-        return dual(s_bar_star, delta_star), (s_bar_star,), (s_bar_star - delta_star,)
-    if rule == "raw-dual":
-        return dual(c["s_bar"], c["delta"]), (c["s_bar"],), (c["s_bar"] - c["delta"],)
-    if rule == "no-rank":
-        return dual(c["s_bar_star"], c["delta_star"]), (), ()
-    if rule == "variance":
-        return c["verified"] and round(c["std"], 12) < eps, (c["s_bar"],), (c["s_bar"],)
-    keys = {
-        "mean": (c["s_bar"],),
-        "min": (c["min"],),
-        "max": (c["max"],),
-        "majority": (c["above"], c["s_bar"]),
-        "no-filter": (c["s_bar_star"],),
-    }[rule]
-    return c["verified"], keys, keys
-
-
 def reference_select(s_hat, lam, tau, eps, rule):
     """(index, fallback, accepted [n], rank [n], candidates [n]), one candidate at a time. Candidate k ranks
     by (verified, accepted, the rule's keys): the keys for acceptance if any is accepted, else the fallback
     (NaN as −∞, rounded to 12 decimals). The highest rank is chosen; ties go to the lowest index."""
-    cs = [candidate(row, lam, tau) for row in s_hat]
-    judged_ = [rule_of(rule, c, tau, eps) for c in cs]
+    cs = [reference_candidate(row, lam, tau, V.consensus) for row in s_hat]  # s* of the judges who answered
+    judged_ = [reference_rule(rule, c, tau, eps) for c in cs]
     some = any(ok for ok, _, _ in judged_)
     rounded = lambda keys: tuple(-math.inf if math.isnan(x) else round(x, 12) for x in keys)
     rank = [(c["verified"], ok) + rounded(key if some else fb) for c, (ok, key, fb) in zip(cs, judged_)]
