@@ -33,6 +33,7 @@ from typing import Callable
 
 import requests
 
+import images
 from cache import Cache, CacheError, cache_key  # noqa: F401 (CacheError: callers catch client.CacheError)
 from replies import one_line
 
@@ -464,6 +465,14 @@ def add_endpoint_args(parser) -> None:
     g.add_argument(
         "--cache", help="sqlite response cache file (demo.py: off by default; evaluate.py: OUT/cache.sqlite)"
     )
+    g.add_argument(
+        "--max-pixels",
+        type=int,
+        default=images.MAX_PIXELS,
+        help=f"most pixels an image is sent at, downscaled keeping its aspect ratio ({images.MAX_PIXELS} = "
+        "16384·28·28, VLMEvalKit's max_pixels for Qwen2.5-VL-7B; serve vLLM with the matching "
+        "--mm-processor-kwargs, docs/serving.md)",
+    )
 
 
 def endpoint_client(args, url: str, model: str, cache: Cache | None = None) -> Client:
@@ -472,8 +481,10 @@ def endpoint_client(args, url: str, model: str, cache: Cache | None = None) -> C
 
 
 def clients_from_args(args) -> tuple:
-    """(reasoner client, judge client) from add_endpoint_args' flags; the same object when they agree.
-    ValueError for an unusable URL, CacheError for an unusable cache file."""
+    """(reasoner client, judge client) from add_endpoint_args' flags; the same object when they agree. Sets
+    the image budget (--max-pixels) every request of the process sends images at. ValueError for an unusable
+    URL or budget, CacheError for an unusable cache file."""
+    images.set_pixel_budget(args.max_pixels)
     cache = Cache(args.cache) if args.cache else None
     reasoner = endpoint_client(args, args.base_url, args.model, cache)
     judge_url, judge_model = args.judge_base_url or args.base_url, args.judge_model or args.model

@@ -47,7 +47,8 @@ VLMEvalKit uses gpt-4o-mini whenever a key is set); its calls are counted apart.
 
 Output in OUT (harness/rundir.py, harness/tables.py): results.jsonl (one "verdict-eval-row/2" per (item, seed,
 method), appended and flushed as each finishes, with its input columns and full trace), summary.md,
-summary.json ("verdict-eval/2"), summary.png, <data>_acc.csv and predictions/. A re-run with the same OUT
+summary.json ("verdict-eval/2"), summary.png, and VLMEvalKit's prediction and accuracy files in
+OUT/<model>-<method>/seed<k>/ (docs/benchmarks.md). A re-run with the same OUT
 keeps finished rows, runs again rows that ended in an error, and drops a truncated last line; OUT/run.json
 holds the settings (endpoints included), and a re-run with other ones is refused; a second run on an OUT in
 use stops at once. --concurrency K runs K items at once; within an item every call runs one after another, so
@@ -226,6 +227,7 @@ def run_record(args, config: verdict.Config) -> dict:
                 "score_only": args.score_only,
                 "judge_format": args.judge_format,
                 "mode_max_tokens": args.mode_max_tokens,
+                "max_pixels": args.max_pixels,
                 "extract_model": args.extract_model,
                 "extract_base_url": url(args.extract_base_url or args.judge_base_url or args.base_url)
                 if args.extract_model

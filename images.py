@@ -7,7 +7,8 @@ images. An image is sent as a PNG data URL inside an OpenAI-style chat message:
 
 - load: a path, bytes or a PIL image, decoded at once so that a truncated file fails early;
 - encode_image: EXIF orientation applied, any colour mode to RGB, downscaled to the pixel budget
-  (Qwen2.5-VL's default, 1280 visual tokens of 28×28 pixels), lossless PNG, memoised;
+  (pixel_budget: by default VLMEvalKit's max_pixels for Qwen2.5-VL-7B, 16384 visual tokens of 28×28 pixels;
+  demo.py's and evaluate.py's --max-pixels), lossless PNG, memoised;
 - messages: [system, user] with the images first, then the text, so a server's prefix cache can reuse
   the image across calls; or, when the question names them as <image k> (MMMU), each image at its
   marker inside the question; a plain string when there is no image;
@@ -31,7 +32,12 @@ from typing import Sequence
 import numpy as np
 from PIL import Image, ImageFont, ImageOps
 
-MAX_PIXELS = 1280 * 28 * 28  # Qwen2.5-VL's default budget: 1280 visual tokens of 28×28 pixels
+# VLMEvalKit (e8e78f05, vlmeval/config.py) runs Qwen2.5-VL-7B-Instruct with min_pixels = 1280·28·28 and
+# max_pixels = 16384·28·28. The client only downscales, to MAX_PIXELS by default; raising a small image to
+# MIN_PIXELS is the server's processor's job (vLLM: --mm-processor-kwargs, docs/serving.md).
+MIN_PIXELS = 1280 * 28 * 28  # 1 003 520
+MAX_PIXELS = 16384 * 28 * 28  # 12 845 056: the default budget
+_budget = [MAX_PIXELS]  # the budget in force (set_pixel_budget)
 PLACEHOLDER = re.compile(r"<image (\d+)>")  # a question's k-th image, where the question names it (MMMU)
 
 
@@ -111,14 +117,27 @@ def budget_size(size: tuple, max_pixels: int) -> tuple:
     return w2, h2
 
 
-def encode_image(image, max_pixels: int = MAX_PIXELS) -> str:
+def pixel_budget() -> int:
+    """The pixel budget in force: MAX_PIXELS unless set_pixel_budget changed it."""
+    return _budget[0]
+
+
+def set_pixel_budget(max_pixels: int) -> None:
+    """Set the budget every image is sent at from now on (--max-pixels, for the reasoner and every judge)."""
+    if not (isinstance(max_pixels, int) and max_pixels >= 1):  # bool is int, but True pixels is no budget
+        raise ValueError(f"--max-pixels must be an integer >= 1, got {max_pixels!r}")
+    _budget[0] = max_pixels
+
+
+def encode_image(image, max_pixels: int | None = None) -> str:
     """A "data:image/png;base64,..." URL for a path, bytes or PIL.Image.
 
     EXIF orientation applied, any mode converted to RGB (alpha composited on white), downscaled to
-    at most `max_pixels` pixels keeping the aspect ratio, encoded as PNG (lossless: the model sees
-    the pixels it was given). Memoised, so the n×m judge calls of a step encode once. Thread-safe, also
+    at most `max_pixels` pixels (default: pixel_budget()) keeping the aspect ratio, encoded as PNG (lossless:
+    the model sees the pixels it was given). Memoised, so the n×m judge calls of a step encode once. Thread-safe, also
     for one lazily opened PIL image encoded from several threads at once.
     """
+    max_pixels = pixel_budget() if max_pixels is None else max_pixels
     if not (isinstance(max_pixels, int) and max_pixels >= 1):
         raise ValueError(f"max_pixels must be an integer >= 1, got max_pixels={max_pixels!r}")
     with (
@@ -143,7 +162,7 @@ def encode_image(image, max_pixels: int = MAX_PIXELS) -> str:
 
 
 def messages(
-    system: str, images: Sequence, text: str, question: str | None = None, max_pixels: int = MAX_PIXELS
+    system: str, images: Sequence, text: str, question: str | None = None, max_pixels: int | None = None
 ) -> list:
     """[system, user]: the system message, then the user message: the images, then the text.
 

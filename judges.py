@@ -70,6 +70,15 @@ def one_step(text: str) -> str:
 # ----------------------------------------------------------------------------- reasoner
 
 
+SEED_STRIDE = 1000  # sampling seeds per reasoner seed (see Reasoner)
+
+
+def sampling_seed(seed: int, i: int, n: int) -> int:
+    """The `seed` field of reasoner seed `seed`'s i-th request of a step for n candidates; the server
+    samples its choices j < n with seed + j, all inside [seed·SEED_STRIDE, (seed + 1)·SEED_STRIDE)."""
+    return seed * SEED_STRIDE + i * n
+
+
 class Reasoner:
     """The base reasoner: propose(state, n) -> n candidate next steps, for verdict.run.
 
@@ -77,8 +86,14 @@ class Reasoner:
     explicitly (vLLM serving Qwen2.5-VL otherwise applies the model's top_k = 1 and every candidate
     comes out identical; top_k=None omits it for hosted APIs that reject it). Each candidate is one
     step: generation stops at STOP and `one_step` trims the rest. If the server returns fewer
-    choices (llama-cpp-python ignores n), at most `max_topups` further requests (default: n) with
-    seeds seed+1, seed+2, ... ask for the rest. Candidates are kept as the model wrote them, even empty.
+    choices (llama-cpp-python ignores n), at most `max_topups` further requests (default: n) ask for the rest.
+    Candidates are kept as the model wrote them, even empty.
+
+    Sampling seeds (sampling_seed): vLLM and llama-server give the j-th of a request's choices the seed
+    `seed + j`, so reasoner seeds 0 and 1 sent as is would share n − 1 of their first step's n candidates.
+    Reasoner seed k therefore owns the block [k·SEED_STRIDE, (k + 1)·SEED_STRIDE), and its i-th request
+    of a step (0: the first, then the top-ups) sends k·SEED_STRIDE + i·n: no two seeds, and no two requests
+    of one step, share a sampling seed.
     The same state and seed give byte-identical requests (so a Cache shares them across runs).
     The prompt asks for "Final answer: <letter or value>", which verdict.FINAL_ANSWER recognises.
     `layout` is how the request is laid out (role_messages): "shared" (the default) shares its prefix with the
@@ -100,6 +115,8 @@ class Reasoner:
             raise ValueError(
                 f"need temperature >= 0 and 0 < top_p <= 1, got temperature={temperature!r}, top_p={top_p!r}"
             )
+        if not (isinstance(seed, int) and seed >= 0):  # a negative seed would reach into another's block
+            raise ValueError(f"seed must be an integer >= 0, got seed={seed!r}")
         check_layout(layout)
         self.client, self.temperature, self.top_p, self.top_k = client, temperature, top_p, top_k
         self.max_tokens, self.seed, self.max_topups, self.layout = max_tokens, seed, max_topups, layout
@@ -108,8 +125,14 @@ class Reasoner:
         if not (isinstance(n, int) and n >= 1):
             raise ValueError(f"n must be an integer >= 1, got n={n!r}")
         msgs = role_messages("reasoner", state, self.layout)
+        requests = 1 + (n if self.max_topups is None else self.max_topups)
+        if requests * n > SEED_STRIDE:  # the step's seeds would run into the next reasoner seed's block
+            raise ValueError(
+                f"n = {n} with {requests - 1} top-ups needs {requests * n} sampling seeds, more than "
+                f"SEED_STRIDE = {SEED_STRIDE}"
+            )
         candidates: list = []
-        for i in range(1 + (n if self.max_topups is None else self.max_topups)):
+        for i in range(requests):
             if len(candidates) >= n:
                 break
             r = self.client.chat(
@@ -118,7 +141,7 @@ class Reasoner:
                 top_p=self.top_p,
                 top_k=self.top_k,
                 n=n - len(candidates),
-                seed=self.seed + i,
+                seed=sampling_seed(self.seed, i, n),
                 stop=STOP,
                 max_tokens=self.max_tokens,
             )

@@ -7,10 +7,11 @@ unweighted Avg and the gain over the base model. This module writes, from evalua
 
 - summary.json ("verdict-eval/2") and summary.md: that table, the per-method statistics, what reading
   each file found, and accuracy per category, l2-category and split;
-- <data>_acc.csv per file, laid out as VLMEvalKit's _acc.csv (split, Overall, then one column per
-  l2-category and per category, fractions in [0, 1], every field quoted), with a method and a setting column;
-- predictions/<method>-seed<k>_<data>.tsv: every input column but the image, then prediction and hit, as
-  VLMEvalKit's prediction files (the method and seed play the model's part in the name);
+- VLMEvalKit's own files, one directory per (model, method, seed), OUT/<model>/seed<k>/ (write_runs):
+  <model>_<data>.tsv, the predictions (every input column but the image, then the whole output), and
+  <model>_<data>_acc.csv (split, Overall, then one column per l2-category and per category, fractions in
+  [0, 1], every field quoted); 3DSRBench's <model>_3DSRBench_results.tsv and MathVista's
+  <model>_<data>_<judge>.tsv and _score.csv in their place. VLMEvalKit's dataset.evaluate() reads them;
 - summary.png: accuracy per method and benchmark, bars ± the std over seeds.
 
 Scoring follows VLMEvalKit per dataset (benchmarks.scoring): one row one question ("vanilla"); circular
@@ -23,9 +24,11 @@ of them), of which the table shows vanilla; CV-Bench-2D, whose Overall is the un
 
 from __future__ import annotations
 
+import ast
 import csv
 import json
 import os
+import re
 import statistics
 
 import charts
@@ -421,33 +424,124 @@ def render(s: dict) -> str:
 # ----------------------------------------------------------------------------- files
 
 
-def write_acc_csv(path: str, records: list) -> None:
-    """A per-category table as VLMEvalKit's _acc.csv: every field quoted, fractions, empty for none."""
+FAIL_MSG = "Failed to obtain answer via API."  # VLMEvalKit's (inference.py), as vlmevalkit/verdict_model.py
+
+
+def write_acc_csv(path: str, records: list, sep: str = ",") -> None:
+    """A per-category table as VLMEvalKit's _acc.csv (dump: every field quoted): fractions, empty for none."""
     keys = list(dict.fromkeys(k for r in records for k in r))
     with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh, quoting=csv.QUOTE_ALL)
+        w = csv.writer(fh, delimiter=sep, quoting=csv.QUOTE_ALL, lineterminator="\n")
         w.writerow(keys)
         w.writerows([["" if r.get(k) is None else r[k] for k in keys] for r in records])
 
 
-def write_predictions(folder: str, rows: list) -> list:
-    """One TSV per (file, method, seed): the row's input columns (never the image), prediction, hit (0/1),
-    in the file's order. Returns the paths written."""
+def model_name(model: str, method: str) -> str:
+    """VLMEvalKit's model name of a method's runs: --model's last path part, "-", the method; a character
+    that is not a letter, digit or one of . _ + - becomes "-" ("Qwen/Qwen2.5-VL-7B-Instruct", "verdict+zoom"
+    -> "Qwen2.5-VL-7B-Instruct-verdict+zoom")."""
+    base = re.sub(r"[^A-Za-z0-9._+-]", "-", model.rstrip("/").rsplit("/", 1)[-1]) or "model"
+    return f"{base}-{method}"
+
+
+def dataset_name(data: str) -> str:
+    """VLMEvalKit's dataset name of a file: its name, less the "_local" of a file LOCALIZE wrote."""
+    return data[: -len("_local")] if data.endswith("_local") else data
+
+
+def output(r: Row) -> str:
+    """The model's whole final output, VLMEvalKit's prediction: the chain's chosen steps, one per line; an
+    error row, VLMEvalKit's failure message and the error (VLMEvalKit asks such items again)."""
+    if r.error:
+        return f"{FAIL_MSG} ({r.error})"
+    chain = (r.trace or {}).get("chain")
+    return "\n".join(chain) if chain else (r.prediction or "")
+
+
+def write_predictions(path: str, rows: list) -> None:
+    """One run's predictions as VLMEvalKit's <model>_<data>.tsv (PRED_FORMAT=tsv): the file's columns but the
+    image, then prediction (the whole output), every field quoted, in the file's order."""
+    rows = sorted(rows, key=lambda r: r.row)
+    keys = [k for k in dict.fromkeys(k for r in rows for k in r.input) if k not in ("image", "prediction")]
+    write_acc_csv(
+        path, [{**{k: r.input.get(k, "") for k in keys}, "prediction": output(r)} for r in rows], "\t"
+    )
+
+
+def _skills(cell: str) -> list:
+    """MathVista's skills cell, read as MathVista_acc reads it: a Python list literal, else the cell."""
+    try:
+        out = ast.literal_eval(cell)
+    except (ValueError, SyntaxError):
+        return [cell]
+    return list(out) if isinstance(out, (list, tuple)) else [cell]
+
+
+def write_mathvista(path: str, rows: list, judge: str) -> None:
+    """MathVista's result files: <model>_<data>_<judge>.tsv, the predictions with res (the answer read) and
+    log ("Prefetch succeed" when the rules read it, "Succeed" when --extract-model did, else empty), which
+    VLMEvalKit's evaluate() scores as is; and <model>_<data>_<judge>_score.csv, MathVista_acc's table
+    (Task&Skill, tot, prefetch, hit, prefetch_rate, acc in %), Overall, then skills and tasks as met."""
+    rows = sorted(rows, key=lambda r: r.row)
+    write_predictions(path, rows)
+    log = lambda r: (
+        "Prefetch succeed"
+        if r.extracted in ("letter", "text", "value")
+        else "Succeed" * (r.extracted == "judge")
+    )
+    with open(path, encoding="utf-8", newline="") as fh:
+        table = list(csv.reader(fh, delimiter="\t"))
+    table[0] += ["res", "log"]
+    for line, r in zip(table[1:], rows):
+        line += ["" if r.pred is None else r.pred, log(r)]
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        csv.writer(fh, delimiter="\t", quoting=csv.QUOTE_ALL, lineterminator="\n").writerows(table)
+    tot: dict = {}
+    for r in rows:
+        for k in ["Overall"] + _skills(r.input.get("skills", "")) + [r.input.get("task", "")]:
+            t = tot.setdefault(k, [0, 0, 0])  # tot, prefetch, hit
+            t[0], t[1], t[2] = t[0] + 1, t[1] + (log(r) == "Prefetch succeed"), t[2] + r.correct
+    recs = [
+        {"Task&Skill": k, "tot": n, "prefetch": f, "hit": h, "prefetch_rate": 100 * f / n, "acc": 100 * h / n}
+        for k, (n, f, h) in tot.items()
+    ]
+    write_acc_csv(path[: -len(".tsv")] + "_score.csv", recs)
+
+
+def write_runs(out: str, summary: dict, rows: list) -> list:
+    """VLMEvalKit's files, one directory per (model, method, seed): OUT/<model>/seed<k>/, <model> being
+    model_name(--model, method), as VLMEvalKit's work_dir/<model>/<eval_id>/. In each, per file:
+    <model>_<data>.tsv (predictions) and <model>_<data>_acc.csv (report_acc of that seed's rows); for
+    3DSRBench <model>_3DSRBench_results.tsv (setting, Overall, categories) in place of the _acc.csv; for
+    MathVista write_mathvista's two files. Returns the directories written."""
     by: dict = {}
-    for r in sorted(rows, key=lambda r: r.row):
-        by.setdefault((r.data, str(r.method), r.seed), []).append(r)
-    os.makedirs(folder, exist_ok=True)
-    paths = []
-    for (data, method, seed), rs in sorted(by.items()):
-        keys = list(dict.fromkeys(k for r in rs for k in r.input))
-        paths.append(os.path.join(folder, f"{method}-seed{seed}_{data}.tsv"))
-        with open(paths[-1], "w", newline="", encoding="utf-8") as fh:
-            w = csv.writer(fh, delimiter="\t", lineterminator="\n")
-            w.writerow(keys + ["prediction", "hit"])
-            w.writerows(
-                [[r.input.get(k, "") for k in keys] + [r.prediction or "", int(r.correct)] for r in rs]
-            )
-    return paths
+    for r in rows:
+        by.setdefault((str(r.method), r.seed), {}).setdefault(r.data, []).append(r)
+    judge = re.sub(r"[^A-Za-z0-9._+-]", "-", summary["settings"].get("extract_model") or "exact_matching")
+    dirs = []
+    for (method, seed), files in sorted(by.items()):
+        model = model_name(summary["settings"]["model"], method)
+        dirs.append(os.path.join(out, model, f"seed{seed}"))
+        os.makedirs(dirs[-1], exist_ok=True)
+        for data, rs in files.items():
+            stem = os.path.join(dirs[-1], f"{model}_{dataset_name(data)}")
+            write_predictions(stem + ".tsv", rs)
+            scoring = summary["reading"][data]["scoring"] if data in summary["reading"] else None
+            if "mathvista" in data.lower():
+                write_mathvista(f"{stem}_{judge}.tsv", rs, judge)
+            elif scoring and scoring["setting"] == "3dsr":
+                recs = [
+                    {"setting": st, **{k: v for k, v in rec.items() if k != "split"}}
+                    for st in SETTINGS["3dsr"]
+                    for rec in breakdown(rs, st, scoring["macro"])
+                ]
+                write_acc_csv(stem + "_results.tsv", recs, "\t")
+            else:
+                write_acc_csv(
+                    stem + "_acc.csv",
+                    breakdown(rs, scoring["setting"] if scoring else "vanilla", scoring and scoring["macro"]),
+                )
+    return dirs
 
 
 def picture(s: dict, path: str) -> list:
@@ -492,14 +586,12 @@ def picture(s: dict, path: str) -> list:
 
 
 def write(out: str, summary: dict, rows: list) -> str:
-    """summary.json, summary.md, summary.png, <data>_acc.csv per file and predictions/ in `out`; returns the
+    """summary.json, summary.md, summary.png and VLMEvalKit's files (write_runs) in `out`; returns the
     markdown."""
     md = render(summary)
     for name, text in (("summary.json", json.dumps(summary, indent=1, allow_nan=False)), ("summary.md", md)):
         with open(os.path.join(out, name), "w", encoding="utf-8") as fh:
             fh.write(text)
-    for f in summary["files"]:
-        write_acc_csv(os.path.join(out, f"{f}_acc.csv"), summary["breakdown"][f])
-    write_predictions(os.path.join(out, "predictions"), rows)
+    write_runs(out, summary, rows)
     picture(summary, os.path.join(out, "summary.png"))
     return md

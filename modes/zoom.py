@@ -19,7 +19,7 @@ the mode  before it scores a candidate, the visual judge names at most K regions
 Box conventions (a box is [x1, y1, x2, y2], x to the right, y down, x2 > x1 and y2 > y1):
   "source"    pixels of the source image, after its EXIF orientation (what the model is shown);
   "sent"      pixels of the image as images.encode_image sends it: downscaled to the pixel budget
-              (images.MAX_PIXELS), aspect ratio kept;
+              (images.pixel_budget()), aspect ratio kept;
   "norm1000"  ReVISE's normalised coordinates: 0..1000 across the width and across the height.
 The judge names boxes in "norm1000". They are relative to the image, so they mean the same region of the
 image as sent and of the source image; to_source maps them to source pixels (x·W/1000, y·H/1000) and the
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-from images import MAX_PIXELS, encode_image, load, to_rgb
+from images import encode_image, load, pixel_budget, to_rgb
 from replies import json_object, one_line
 
 COORDS = ("source", "sent", "norm1000")
@@ -70,7 +70,7 @@ def check_box(box, name: str = "box") -> tuple:
     return b
 
 
-def sent_size(image, max_pixels: int = MAX_PIXELS) -> tuple:
+def sent_size(image, max_pixels: int | None = None) -> tuple:
     """(width, height) of `image` as images.encode_image sends it at `max_pixels` (read from the PNG it
     encodes, which is memoised, so a judge that already sent the image pays nothing)."""
     png = base64.b64decode(encode_image(image, max_pixels).split(",", 1)[1])
@@ -160,7 +160,7 @@ class Crop:
     zoom: float  # output pixels per source pixel, before rounding to whole pixels
 
 
-def out_size(w: int, h: int, zoom: float, min_side: int = MIN_SIDE, max_pixels: int = MAX_PIXELS) -> tuple:
+def out_size(w: int, h: int, zoom: float, min_side: int = MIN_SIDE, max_pixels: int | None = None) -> tuple:
     """The (width, height) a w×h crop is resampled to, and the scale s:
 
       s = min(zoom, 4.0)                    App. B's cap
@@ -177,6 +177,7 @@ def out_size(w: int, h: int, zoom: float, min_side: int = MIN_SIDE, max_pixels: 
     s = min(float(zoom), MAX_ZOOM)
     if min_side:
         s = max(s, min_side / min(w, h))
+    max_pixels = pixel_budget() if max_pixels is None else max_pixels
     s = min(s, math.sqrt(max_pixels / (w * h)))
     short, long_ = (max(1, math.floor(v * s + 1e-9)) for v in sorted((w, h)))
     long_ = min(long_, MAX_RATIO * short)
@@ -184,7 +185,7 @@ def out_size(w: int, h: int, zoom: float, min_side: int = MIN_SIDE, max_pixels: 
 
 
 def zoom_in(
-    image, box, zoom: float = 1.0, *, coords: str, min_side: int = MIN_SIDE, max_pixels: int = MAX_PIXELS
+    image, box, zoom: float = 1.0, *, coords: str, min_side: int = MIN_SIDE, max_pixels: int | None = None
 ) -> Crop:
     """ReVISE's ZoomIn (App. B): a high-resolution crop of `image` centred on `box`.
 

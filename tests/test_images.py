@@ -90,9 +90,10 @@ def test_exif_orientation_is_applied(tmp_path):
 def test_huge_image_is_downscaled_to_the_budget_keeping_aspect(tmp_path):
     path = tmp_path / "huge.png"
     Image.new("RGB", (2400, 1800), "white").save(path, compress_level=1)
-    w, h = decode(encode_image(path)).size
-    assert 0.98 * images.MAX_PIXELS <= w * h <= images.MAX_PIXELS
+    w, h = decode(encode_image(path, max_pixels=images.MIN_PIXELS)).size  # 4.3 MP at a 1.0 MP budget
+    assert 0.98 * images.MIN_PIXELS <= w * h <= images.MIN_PIXELS
     assert abs(w / h - 4 / 3) < 0.01
+    assert decode(encode_image(path)).size == (2400, 1800)  # the default budget, 12.8 MP: sent as is
     w, h = decode(encode_image(path, max_pixels=100)).size
     assert w * h <= 100 and (w, h) == (11, 8)
     assert decode(encode_image(path.read_bytes(), max_pixels=12)).size == (4, 3)
@@ -235,3 +236,31 @@ def test_image_placement_refuses_a_missing_image_or_a_question_not_in_the_text()
         messages("sys", (red,), "Question: <image 1> or <image 2>?", question="<image 1> or <image 2>?")
     with pytest.raises(ValueError, match="does not hold the question"):
         messages("sys", (red,), "Question: something else", question="<image 1>?")
+
+
+def test_the_default_budget_is_vlmevalkits_and_max_pixels_sets_it(tmp_path):
+    """VLMEvalKit e8e78f05 (vlmeval/config.py) runs Qwen2.5-VL-7B-Instruct with min_pixels = 1280·28·28 and
+    max_pixels = 16384·28·28; the budget is the latter, and --max-pixels (client.py, shared by demo.py and
+    evaluate.py) sets the one every image is sent at."""
+    import argparse
+
+    import client
+
+    assert (images.MIN_PIXELS, images.MAX_PIXELS) == (1_003_520, 12_845_056) == (1280 * 784, 16384 * 784)
+    assert images.pixel_budget() == images.MAX_PIXELS
+    p = argparse.ArgumentParser()
+    client.add_endpoint_args(p)
+    assert p.parse_args([]).max_pixels == images.MAX_PIXELS
+    path = tmp_path / "a.png"
+    Image.new("RGB", (40, 30), "white").save(path)
+    args = p.parse_args(["--base-url", "http://127.0.0.1:9/v1", "--max-pixels", "300"])
+    try:
+        client.clients_from_args(args)
+        assert images.pixel_budget() == 300 and decode(encode_image(path)).size == (20, 15)
+        with pytest.raises(ValueError, match="--max-pixels must be an integer >= 1, got 0"):
+            client.clients_from_args(
+                p.parse_args(["--base-url", "http://127.0.0.1:9/v1", "--max-pixels", "0"])
+            )
+    finally:
+        images.set_pixel_budget(images.MAX_PIXELS)
+    assert decode(encode_image(path)).size == (40, 30)

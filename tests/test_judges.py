@@ -63,7 +63,7 @@ def test_reasoner_request_shape_with_image(loopback, png):
         0.6,
         -1,
         3,
-        5,
+        5_000,  # seed 5's block of sampling seeds starts at 5 · SEED_STRIDE
     )
     assert body["stop"] == judges.STOP and body["max_tokens"] == 77
     system, user = body["messages"]
@@ -141,7 +141,30 @@ def test_n_ignored_then_top_up_requests_with_distinct_seeds(loopback):
     )  # ignores n, like llama-cpp-python
     out = Reasoner(Client(srv.url, "m"), seed=10)(verdict.State("q"), 3)
     assert out == ["candidate"] * 3
-    assert [(b["n"], b["seed"]) for b in srv.chats] == [(3, 10), (2, 11), (1, 12)]
+    # seed 10 owns [10 000, 11 000); request i sends 10 000 + 3i, and the server samples seed + j, j < n
+    assert [(b["n"], b["seed"]) for b in srv.chats] == [(3, 10_000), (2, 10_003), (1, 10_006)]
+
+
+@pytest.mark.parametrize("choices", [None, 1, 2])  # all n (vLLM, llama-server), 1 (llama-cpp-python), 2
+def test_no_two_seeds_nor_top_ups_share_a_sampling_seed(loopback, choices):
+    """Reasoner seeds 0, 1, 2 with n = 3 on the same step (the same prompt, as every seed's first step is):
+    the sampling seeds the server uses, seed + j for each choice j it returns, never repeat. Sent as is,
+    seeds 0 and 1 shared 2 of 3 (0 + {1, 2} = 1 + {0, 1})."""
+    srv = loopback(lambda body, path: chat_response(["s"] * min(body["n"], choices or body["n"])))
+    for seed in (0, 1, 2):
+        assert len(Reasoner(Client(srv.url, "m"), seed=seed)(verdict.State("q"), 3)) == 3
+    used = [b["seed"] + j for b in srv.chats for j in range(min(b["n"], choices or b["n"]))]
+    assert len(used) == 9 and len(set(used)) == 9
+    assert {b["seed"] // judges.SEED_STRIDE for b in srv.chats} == {0, 1, 2}
+
+
+def test_seeds_beyond_the_stride_and_negative_seeds_are_refused(loopback):
+    srv = loopback(lambda body, path: chat_response("one"))
+    with pytest.raises(ValueError, match="SEED_STRIDE"):
+        Reasoner(Client(srv.url, "m"))(verdict.State("q"), 40)  # 41 requests × 40 > 1000
+    with pytest.raises(ValueError, match="seed must be an integer >= 0"):
+        Reasoner(Client(srv.url, "m"), seed=-1)
+    assert srv.chats == []
 
 
 def test_top_ups_are_bounded(loopback):

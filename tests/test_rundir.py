@@ -106,12 +106,16 @@ def test_two_shards_merged_equal_one_unsharded_run(tmp_path, loopback):
     want, got = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("all", "m"))
     assert comparable(got) == comparable(want)
     assert got["settings"]["base_url"] == sorted([node1.url, node2.url]) and got["settings"]["shard"] is None
-    for name in ["3DSRBench_acc.csv", "q_acc.csv"] + [
-        f"predictions/{m}-seed{s}_{f}.tsv"
+    names = [
+        f"default-{m}/seed{s}/default-{m}_{f}"
         for m in ("base", "verdict")
         for s in (0, 1)
-        for f in ("q", "3DSRBench")
-    ]:
+        for f in ("q.tsv", "q_acc.csv", "3DSRBench.tsv", "3DSRBench_results.tsv")
+    ]  # VLMEvalKit's files, one directory per (model, method, seed)
+    assert sorted(str(p.relative_to(tmp_path / "m")) for p in (tmp_path / "m").glob("*/seed*/*")) == sorted(
+        names
+    )
+    for name in names:
         assert (tmp_path / "m" / name).read_text() == (tmp_path / "all" / name).read_text(), name
     assert sorted(map(json.dumps, rows_of(tmp_path / "m"))) == sorted(
         map(json.dumps, rows_of(tmp_path / "s1") + rows_of(tmp_path / "s2"))

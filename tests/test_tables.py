@@ -4,6 +4,7 @@ prediction files, and the picture's bars against the numbers they show."""
 
 import csv
 import math
+import os
 from dataclasses import replace
 
 from PIL import Image
@@ -295,28 +296,125 @@ def test_splits_are_columns_and_acc_csv_is_vlmevalkits(tmp_path):
     ]
 
 
-def test_predictions_tsv_has_the_input_columns_prediction_and_hit(tmp_path):
+def test_predictions_tsv_is_vlmevalkits_with_the_whole_output(tmp_path):
+    """VLMEvalKit's <model>_<data>.tsv (PRED_FORMAT=tsv, dump: every field quoted): the file's columns but the
+    image, then prediction, the chain's steps one per line (an error row: VLMEvalKit's failure message)."""
+    chain = {"totals": {}, "chain": ["The cup is left.", "Final answer: A\tand more"]}
     rows = [
-        fake_row(
-            "MMStar",
-            0,
-            "verdict",
-            ok,
-            id=i,
-            row=r,
-            prediction=p,
-            input={"index": i, "question": f"q{i}", "A": "x", "B": "y", "answer": "A", "category": "math"},
+        replace(
+            fake_row("MMStar", 0, "verdict", ok, id=i, row=r, error=err, input=inp(i)),
+            trace=chain if err is None else None,
         )
-        for i, r, ok, p in (("2", 3, False, "B"), ("1", 2, True, "A\tand more"))
+        for i, r, ok, err in (("2", 3, False, "EndpointError: 500"), ("1", 2, True, None))
     ]
-    paths = tables.write_predictions(str(tmp_path / "predictions"), rows)
-    assert [p.rsplit("/", 1)[1] for p in paths] == ["verdict-seed0_MMStar.tsv"]
-    with open(paths[0], newline="") as fh:
+    path = tmp_path / "m_MMStar.tsv"
+    tables.write_predictions(str(path), rows)
+    assert (
+        path.read_text().splitlines()[0]
+        == '"index"\t"question"\t"A"\t"B"\t"answer"\t"category"\t"prediction"'
+    )
+    with open(path, newline="") as fh:
         table = list(csv.reader(fh, delimiter="\t"))
-    assert table == [
-        ["index", "question", "A", "B", "answer", "category", "prediction", "hit"],
-        ["1", "q1", "x", "y", "A", "math", "A\tand more", "1"],  # in the file's order; a tab survives quoting
-        ["2", "q2", "x", "y", "A", "math", "B", "0"],
+    assert table[1:] == [
+        ["1", "q1", "x", "y", "A", "math", "The cup is left.\nFinal answer: A\tand more"],  # the file's order
+        ["2", "q2", "x", "y", "A", "math", "Failed to obtain answer via API. (EndpointError: 500)"],
+    ]
+
+
+def inp(i, **more):
+    return {
+        "index": i,
+        "image": "aGk=",
+        "question": f"q{i}",
+        "A": "x",
+        "B": "y",
+        "answer": "A",
+        "category": "math",
+    } | more
+
+
+def test_runs_are_one_directory_per_model_method_and_seed_with_vlmevalkits_names(tmp_path):
+    """OUT/<model>/seed<k>/ per (model, method, seed): <model>_<data>.tsv and _acc.csv; 3DSRBench's
+    _results.tsv (setting, Overall, categories: 4 rows); MathVista's _<judge>.tsv (res, log) and
+    _score.csv."""
+    rows = [
+        fake_row("MMStar", s, m, ok, id=str(i), row=i, input=inp(str(i), category=c))
+        for m in ("base", "verdict")
+        for s in (0, 1)
+        for i, ok, c in ((1, True, "math"), (2, s == 1, "math"), (3, False, "ocr"))
+    ]
+    qids = ("a0000001", "a0000001-flip", "a0000002")
+    rows += [
+        fake_row("3DSRBench", 0, "base", ok, id=q, row=i, input=inp(q, qid=q, category="height"))
+        for i, (q, ok) in enumerate(zip(qids, (True, False, True)))
+    ]
+    mv = {"task": "figure question answering", "skills": "['arithmetic reasoning', 'statistical reasoning']"}
+    rows += [
+        replace(
+            fake_row(
+                "MathVista_MINI", 0, "base", ok, id=str(i), row=i, extracted=how, input=inp(str(i), **mv)
+            ),
+            pred=pred,
+        )
+        for i, ok, how, pred in ((1, True, "value", "14"), (2, False, "unanswered", None))
+    ]
+    reading = {
+        "MMStar": {"scoring": {"setting": "vanilla", "macro": None}},
+        "3DSRBench": {"scoring": {"setting": "3dsr", "macro": None}},
+        "MathVista_MINI": {"scoring": {"setting": "vanilla", "macro": None}},
+    }
+    summary = {
+        "settings": {"model": "Qwen/Qwen2.5-VL-7B-Instruct", "extract_model": None},
+        "reading": reading,
+    }
+    dirs = tables.write_runs(str(tmp_path), summary, rows)
+    m = "Qwen2.5-VL-7B-Instruct"
+    assert [os.path.relpath(d, tmp_path) for d in dirs] == [
+        f"{m}-base/seed0",
+        f"{m}-base/seed1",
+        f"{m}-verdict/seed0",
+        f"{m}-verdict/seed1",
+    ]
+    here = tmp_path / f"{m}-verdict" / "seed1"
+    assert sorted(os.listdir(here)) == [f"{m}-verdict_MMStar.tsv", f"{m}-verdict_MMStar_acc.csv"]
+    # seed 1: hits 1, 1, 0 -> Overall 2/3, math 2/2, ocr 0/1
+    assert (here / f"{m}-verdict_MMStar_acc.csv").read_text().splitlines() == [
+        '"split","Overall","math","ocr"',
+        f'"none","{2 / 3}","1.0","0.0"',
+    ]
+    base = tmp_path / f"{m}-base" / "seed0"
+    assert sorted(os.listdir(base)) == sorted(
+        f"{m}-base_{f}"
+        for f in (
+            "MMStar.tsv",
+            "MMStar_acc.csv",
+            "3DSRBench.tsv",
+            "3DSRBench_results.tsv",
+            "MathVista_MINI.tsv",
+            "MathVista_MINI_exact_matching.tsv",
+            "MathVista_MINI_exact_matching_score.csv",
+        )
+    )
+    # 3DSRBench: a0000001 right, its flip wrong, a0000002 right: vanilla 2/3; flip_eval (a0000001 with its
+    # flip, a0000002 alone) 1/2; circ_eval groups by the first 8 characters (a0000001's flip apart) 2/3;
+    # flip_circ_eval 1/2
+    assert (base / f"{m}-base_3DSRBench_results.tsv").read_text().splitlines() == [
+        '"setting"\t"Overall"\t"height"',
+        f'"vanilla"\t"{2 / 3}"\t"{2 / 3}"',
+        '"flip_eval"\t"0.5"\t"0.5"',
+        f'"circ_eval"\t"{2 / 3}"\t"{2 / 3}"',
+        '"flip_circ_eval"\t"0.5"\t"0.5"',
+    ]
+    with open(base / f"{m}-base_MathVista_MINI_exact_matching.tsv", newline="") as fh:
+        table = list(csv.reader(fh, delimiter="\t"))
+    assert table[0][-3:] == ["prediction", "res", "log"]
+    assert [r[-2:] for r in table[1:]] == [["14", "Prefetch succeed"], ["", ""]]
+    assert (base / f"{m}-base_MathVista_MINI_exact_matching_score.csv").read_text().splitlines() == [
+        '"Task&Skill","tot","prefetch","hit","prefetch_rate","acc"',
+        '"Overall","2","1","1","50.0","50.0"',
+        '"arithmetic reasoning","2","1","1","50.0","50.0"',
+        '"statistical reasoning","2","1","1","50.0","50.0"',
+        '"figure question answering","2","1","1","50.0","50.0"',
     ]
 
 

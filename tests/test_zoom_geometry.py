@@ -83,11 +83,12 @@ def test_conversions_golden():
 
 
 def test_sent_size_is_the_size_encode_image_sends():
-    img = Image.new("RGB", (2000, 1500), GREY)  # 3.0 MP, above the 1.0 MP budget
-    w, h = sent_size(img)
-    png = base64.b64decode(images.encode_image(img).split(",", 1)[1])
+    img = Image.new("RGB", (2000, 1500), GREY)  # 3.0 MP, above a 1.0 MP budget
+    w, h = sent_size(img, images.MIN_PIXELS)
+    png = base64.b64decode(images.encode_image(img, images.MIN_PIXELS).split(",", 1)[1])
     assert (w, h) == Image.open(io.BytesIO(png)).size
-    assert w * h <= images.MAX_PIXELS and (w, h) != (2000, 1500)
+    assert w * h <= images.MIN_PIXELS and (w, h) != (2000, 1500)
+    assert sent_size(img) == (2000, 1500)  # under the default budget, 16384·28·28: sent as is
     assert sent_size(Image.new("RGB", (64, 48))) == (64, 48)  # under the budget: sent as is
 
 
