@@ -133,9 +133,9 @@ def encode_image(image, max_pixels: int | None = None) -> str:
     """A "data:image/png;base64,..." URL for a path, bytes or PIL.Image.
 
     EXIF orientation applied, any mode converted to RGB (alpha composited on white), downscaled to
-    at most `max_pixels` pixels (default: pixel_budget()) keeping the aspect ratio, encoded as PNG (lossless:
-    the model sees the pixels it was given). Memoised, so the n×m judge calls of a step encode once. Thread-safe, also
-    for one lazily opened PIL image encoded from several threads at once.
+    at most `max_pixels` pixels (default: pixel_budget()) keeping the aspect ratio, encoded as PNG
+    (lossless: the model sees the pixels it was given). Memoised, so the n×m judge calls of a step encode
+    once. Thread-safe, also for one lazily opened PIL image encoded from several threads at once.
     """
     max_pixels = pixel_budget() if max_pixels is None else max_pixels
     if not (isinstance(max_pixels, int) and max_pixels >= 1):
