@@ -51,6 +51,7 @@ class Value:
     answer_type: str = "text"
     precision: int | None = None
     unit: str = ""
+    dtype: str = "object"  # the answer column's pandas dtype (harness/cells.py): VLMEvalKit's int() reads it
 
 
 # ----------------------------------------------------------------------------- options (can_infer)
@@ -155,15 +156,43 @@ def value_matches(pred: str, answer: str, value: Value) -> bool:
     return _normal_text(pred) == _normal_text(answer)
 
 
+def typed(answer: str, dtype: str):
+    """A printed answer cell back as the value pandas held (an int, a float, else the text)."""
+    try:
+        return int(answer) if dtype == "int" else float(answer) if dtype == "float" else answer
+    except ValueError:
+        return answer
+
+
+def post_check(response, answer: str, value: Value):
+    """VLMEvalKit's MathVista rule (utils/mathvista.py post_check) on a free-form row: the value read, or
+    None when it is not read. integer: int() of the reply and the answer, equal; float: float() of both,
+    equal exactly (1.449 is not 1.45); any other answer_type compares the string 'None' with the answer,
+    so it is never right. Returns (value read or None, right)."""
+    ans = typed(answer, value.dtype)
+    kind = {"integer": int, "float": float}.get(value.answer_type)
+    if kind is None:  # res = str(None): never the answer (a cell "None" is a missing value, "nan")
+        return None, False
+    try:
+        res = kind(response)
+        ans = kind(ans)
+    except (ValueError, OverflowError, TypeError):
+        return (res if "res" in locals() else None), False
+    return res, res == ans
+
+
 def score(item, text) -> tuple:
-    """(prediction, how, correct) for an item (options, answer, value) and its final answer text."""
+    """(prediction, how, correct) for an item (options, answer, value) and its final answer text, as
+    VLMEvalKit scores it under exact matching: a multiple-choice reply nothing is read from is "Z", which
+    is right when the answer is Z; a MathVista value by its rule (post_check): a value it reads as right
+    but 0 is not taken (VLMEvalKit then asks its judge), and a reply it cannot read is unanswered."""
     if item.value is None:
         pred, how = extract(text, item.options)
-        return pred, how, pred == item.answer
-    pred = read_value(text, item.value)
-    if pred is None:
-        return None, "unanswered", False
-    return pred, "value", value_matches(pred, item.answer, item.value)
+        return pred, how, (pred or "Z") == item.answer
+    res, right = post_check("" if text is None else str(text), item.answer, item.value)
+    if res is None or (right and not res):  # not read, or the falsy 0 that VLMEvalKit's prefetch drops
+        return (None if res is None else str(res)), "unanswered", False
+    return str(res), "value", right
 
 
 # ----------------------------------------------------------------------------- a model that extracts
@@ -193,5 +222,9 @@ def ask_model(chat, item, text: str) -> tuple:
                     (None, "declined", False) if letter == "Z" else (letter, "judge", letter == item.answer)
                 )
         elif (pred := read_value(reply, item.value)) is not None and _normal_text(reply) != "none":
-            return pred, "judge", value_matches(pred, item.answer, item.value)
+            return (
+                pred,
+                "judge",
+                post_check(pred, item.answer, item.value)[1],
+            )  # the value, by VLMEvalKit's rule
     return None, "unanswered", False

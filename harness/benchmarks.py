@@ -41,6 +41,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from harness.answers import Value
+from harness.cells import NA_VALUES, Column, mangle, shown
 from images import PLACEHOLDER, load as load_image
 
 LETTER = re.compile(r"[A-Z]")
@@ -134,15 +135,21 @@ def decode_image(s) -> bytes:
 
 def image_file(base: str, name: str, allow_any_path: bool = False, also: str = "") -> str:
     """The path of an image file a benchmark file names: relative to its directory `base` (or to `also`
-    within it). Absolute paths and paths that leave `base` raise ValueError unless allow_any_path, as do a
-    missing file and one that does not decode."""
+    within it), or absolute inside `base`'s tree (VLMEvalKit's LOCALIZE writes LMUData/images/<name>/...).
+    A path that resolves outside `base` after following symlinks raises ValueError unless allow_any_path,
+    as do a missing file and one that does not decode."""
     full = os.path.normpath(os.path.join(base, name))
-    if not allow_any_path and (os.path.isabs(name) or os.path.commonpath([full, base]) != base):
-        raise ValueError(f"image path {name} is outside {base}; --allow-any-path reads it")
     if also and not os.path.isfile(full) and os.path.isfile(os.path.join(base, also, name)):
         full = os.path.normpath(os.path.join(base, also, name))
+    if not allow_any_path:
+        real, root = os.path.realpath(full), os.path.realpath(base)
+        if os.path.commonpath([real, root]) != root:
+            raise ValueError(
+                f"image path {name} resolves to {real} (symlinks followed), outside {root}, the data file's "
+                "directory tree; --allow-any-path reads it"
+            )
     if not os.path.isfile(full):
-        raise ValueError(f"image file not found: {name}")
+        raise ValueError(f"image file not found: {name} (looked for {full})")
     load_image(full)  # decode now: a broken file is this row's error, not a failed request
     return full
 
@@ -151,6 +158,9 @@ def make_item(
     data, id, row, question="", options=(), answer="", images=(), hint="", prompt="", value=None, **extra
 ) -> Item:
     """Validate one row's fields (ValueError names what is wrong) and build its Item."""
+    if extra.pop("as_read", False):  # a TSV row, scored as VLMEvalKit scores it: every cell as pandas read it
+        text = prompt or build_question(question, options, hint)
+        return Item(data, str(id), row, text, tuple(options), answer, tuple(images), value=value, **extra)
     answer = str(answer).strip() if answer is not None else ""
     if not (prompt or (isinstance(question, str) and question.strip())):
         raise ValueError("missing question")
@@ -173,13 +183,29 @@ def scoring(name: str, columns) -> dict:
         "3dsr"
         if "3dsrbench" in low and "qid" in columns
         else "circular"
-        if "g_index" in columns or any(c in low for c in CIRCULAR_NAMES)
+        if any(c in low for c in CIRCULAR_NAMES)  # by name only: g_index alone is not circular
         else "vanilla"
     )
     return {
         "setting": setting,
         "macro": "source" if name.startswith("CV-Bench-2D") and "source" in columns else None,
+        "kind": kind(name),
     }
+
+
+def kind(name: str) -> str:
+    """The conventions VLMEvalKit applies to a file, chosen by its name as build_dataset chooses a class:
+    "mathvista" (MathVista_MINI: a VQA file), "mmmu" ('MMMU' in the name: open questions become A/B),
+    "cvbench" (CV-Bench-2D/3D: the prompt column is the text), else "mcq"."""
+    return (
+        "mathvista"
+        if "MathVista" in name
+        else "mmmu"
+        if "MMMU" in name
+        else "cvbench"
+        if name.startswith("CV-Bench")
+        else "mcq"
+    )
 
 
 def _check_utf8(text: str, where: str = "") -> None:
@@ -210,9 +236,15 @@ def _records(fh):
         at = pos[0]
 
 
+def swallowed(cells: list) -> int:
+    """Lines inside a quoted cell that look like rows of their own (they hold a tab): an unclosed " in an
+    earlier cell made them part of it, as it does for pandas (and so for VLMEvalKit)."""
+    return sum(line.count("\t") > 0 for c in cells if "\n" in c for line in c.split("\n")[1:])
+
+
 def _cell(cells: list, i: int | None) -> str:
-    v = cells[i].strip() if i is not None and i < len(cells) else ""
-    return "" if v.lower() == "nan" else v  # pandas writes a missing value as "" or "nan"
+    v = cells[i] if i is not None and i < len(cells) else ""
+    return "" if v in NA_VALUES else v  # a missing value, as pandas reads it
 
 
 class _TsvImages:
@@ -236,8 +268,8 @@ class _TsvImages:
         if index not in self.at:  # a later row: scan ahead, noting every row on the way
             self.fh.seek(self.scanned)
             for _, start, end, cells in _records(self.fh):
-                self.note(_cell(cells, self.index), start, end)
-                if _cell(cells, self.index) == index:
+                self.note(_cell(cells, self.index).strip(), start, end)
+                if _cell(cells, self.index).strip() == index:
                     break
         if index not in self.at:
             raise ValueError(f"image refers to index {index!r}, which no row has")
@@ -279,45 +311,49 @@ def _list_cell(field: str) -> list:
     return parts
 
 
-def _mathvista(r: dict) -> dict:
-    """MathVista's row: the question cell as is; multi_choice -> options from `choices`, answer
-    `answer_option` (else the letter of `answer`); any other question_type -> a free-form Value."""
+def _mathvista(r: dict, dtypes: dict) -> dict:
+    """MathVista's row: the question cell as is; multi_choice -> options from `choices` (a list literal),
+    answer `answer_option`; any other question_type -> a free-form Value, compared by VLMEvalKit's rule."""
     if r["question_type"] != "multi_choice":
         try:
             precision = int(float(r["precision"])) if r["precision"] else None
         except ValueError:
             raise ValueError(f"precision {r['precision']!r} is not a number") from None
         return dict(
-            prompt=r["question"],
+            prompt=r["question"] or "nan",
             options=(),
-            answer=r["answer"],
-            value=Value(r["answer_type"] or "text", precision, r["unit"]),
+            answer=r["answer"] or "nan",
+            value=Value(
+                r["answer_type"] or "text", precision, r["unit"] or "", dtypes.get("answer", "object")
+            ),
         )
     try:
-        choices = ast.literal_eval(r["choices"])
+        choices = ast.literal_eval(r["choices"] or "")
     except (ValueError, SyntaxError):
         choices = None
     if not isinstance(choices, (list, tuple)) or len(choices) > 26:
-        raise ValueError(f"choices must be a list literal of at most 26 options, got {r['choices'][:40]!r}")
-    options = [(chr(65 + i), str(c)) for i, c in enumerate(choices)]
-    answer = r["answer_option"] or next((k for k, v in options if v == r["answer"]), r["answer"])
-    return dict(prompt=r["question"], options=options, answer=answer)
-
-
-def _question(r: dict, letters: list, mmmu: bool, mathvista: bool) -> dict:
-    """What a row asks and how its answer is read, by the dataset's conventions."""
-    if mathvista:
-        return _mathvista(r)
-    options = [(k, r[k]) for k in letters if r[k]]
-    if mmmu and not options and r["answer"]:  # an open question: A is its answer text, B "Other Answers"
-        return dict(
-            prompt=build_question(r["question"], (), r["hint"]),
-            answer="A",
-            options=[("A", r["answer"]), ("B", "Other Answers")],
+        raise ValueError(
+            f"choices must be a list literal of at most 26 options, got {(r['choices'] or '')[:40]!r}"
         )
-    return dict(
-        question=r["question"], options=options, answer=r["answer"], hint=r["hint"], prompt=r["prompt"]
-    )
+    options = [(chr(65 + i), str(c)) for i, c in enumerate(choices)]
+    return dict(prompt=r["question"] or "nan", options=options, answer=r["answer_option"] or "nan")
+
+
+def _question(r: dict, letters: list, kind: str, dtypes: dict) -> dict:
+    """What a row asks and how its answer is read, by the dataset's conventions (None: a missing value)."""
+    if kind == "mathvista":
+        return _mathvista(r, dtypes)
+    options = [(k, r[k]) for k in letters if r[k] is not None]
+    question, hint, answer = r["question"] or "nan", r["hint"] or "", r["answer"] or "nan"
+    if kind == "mmmu":  # MMMU_preproc: an open question (no A) reads A = its answer, B = "Other Answers"
+        prompt = build_question(question, options, hint)
+        if r["A"] is None:
+            filled = {**dict(options), "A": r["answer"], "B": "Other Answers"}
+            options = sorted((k, v) for k, v in filled.items() if v is not None)
+        gt = answer if LETTER.fullmatch(answer) else "A"
+        return dict(prompt=prompt, options=options, answer=gt)
+    prompt = r["prompt"] if kind == "cvbench" else None
+    return dict(question=question, options=options, answer=answer, hint=hint, prompt=prompt or "")
 
 
 def _check_placeholders(item: Item) -> Item:
@@ -328,10 +364,18 @@ def _check_placeholders(item: Item) -> Item:
 
 
 def _header(fields: list, path: str, warnings: list) -> list:
-    """A TSV's column names, checked: a question or prompt column; a warning when no image column."""
-    fields = [c.lstrip("\ufeff").strip() for c in fields]  # a BOM is not part of "index"
-    if _BAD_BYTE.search("".join(fields)):
+    """A TSV's column names as pandas names them (not stripped; a repeated name gets ".1"), checked: a
+    question or prompt column; a warning when no image column, and for each repeated name."""
+    raw = [fields[0].lstrip("\ufeff")] + fields[1:] if fields else fields  # a BOM is not part of "index"
+    if _BAD_BYTE.search("".join(raw)):
         raise ValueError(f"{path} line 1: the header is not valid UTF-8")
+    fields = mangle(raw)
+    for k, (a, b) in enumerate(zip(raw, fields)):
+        if a != b:
+            warnings.append(
+                f"{os.path.basename(path)}: column {k + 1} repeats the name {a!r}; as pandas does for "
+                f"VLMEvalKit, it is read as {b!r}" + (", which is no option" if LETTER.fullmatch(a) else "")
+            )
     if "question" not in fields and "prompt" not in fields:
         raise ValueError(f"{path}: no question or prompt column (columns: {', '.join(fields) or 'none'})")
     if "image" not in fields and "image_path" not in fields:
@@ -342,36 +386,63 @@ def _header(fields: list, path: str, warnings: list) -> list:
     return fields
 
 
-def _tsv_item(name: str, line: int, cells: list, fields: list, images: _TsvImages, keep) -> Item | None:
+def _tsv_item(
+    name: str, line: int, cells: list, fields: list, images: _TsvImages, keep, dtypes: dict
+) -> Item | None:
     """One TSV record as an Item, or None for a row without an image; ValueError says what is wrong."""
     if len(cells) > len(fields):
         raise ValueError(f"{len(cells)} cells, the header has {len(fields)}")
     for k, cell in zip(fields, cells):
         _check_utf8(cell, f" in column {k}")
-    r = defaultdict(str, {k: _cell(cells, i) for i, k in enumerate(fields)})  # a missing column reads ""
-    if "image" in fields and not r["image"]:  # VLMEvalKit drops a row without an image
+    raw = {k: cells[i] if i < len(cells) else "" for i, k in enumerate(fields)}
+    r = defaultdict(lambda: None, {k: shown(v, dtypes.get(k, "object")) for k, v in raw.items()})
+    if "image" in fields and raw["image"] in NA_VALUES:  # VLMEvalKit drops a row without an image
         return None
-    id = r["index"] or str(line)
+    id = _cell(cells, images.index).strip() or str(line)
     ims = (
-        images.of_cell(r["image"], keep(id))
+        images.of_cell(raw["image"], keep(id))
         if "image" in fields
-        else images.of_paths(r["image_path"])
+        else images.of_paths(raw["image_path"])
         if "image_path" in fields
         else ()
     )
-    mmmu = "MMMU" in name.upper()
+    k = kind(name)
     item = make_item(
         name,
         id,
         line,
         images=ims,
-        fields=tuple((k, cells[i] if i < len(cells) else "") for i, k in enumerate(fields) if k != "image"),
-        **_question(r, [c for c in fields if LETTER.fullmatch(c)], mmmu, "question_type" in fields),
+        fields=tuple((c, v) for c, v in raw.items() if c != "image"),
+        as_read=True,
+        **_question(r, [c for c in fields if LETTER.fullmatch(c)], k, dtypes),
     )
-    return _check_placeholders(item) if mmmu else item
+    return _check_placeholders(item) if k == "mmmu" else item
 
 
-def _tsv(path: str, name: str, keep, allow_any_path: bool, warnings: list):
+def _types(path: str, fields: list, warnings: list, limit: int | None = None) -> dict:
+    """{column: dtype} as pandas infers it from every cell (the image columns are left out), and a warning
+    for each record that swallowed rows into a quoted cell."""
+    cols = {k: Column() for k in fields if k not in ("image", "image_path")}
+    with open(path, "rb") as fh:
+        records = _records(fh)
+        next(records, None)
+        for n_read, (line, _, _, cells) in enumerate(records, 1):
+            if n := swallowed(cells):
+                warnings.append(
+                    f"{os.path.basename(path)} line {line}: a quoted cell holds {n} line(s) that look like "
+                    'rows (an unclosed "?); pandas, and so VLMEvalKit, reads them as part of that cell too'
+                )
+            for i, k in enumerate(fields):
+                if k in cols:
+                    cols[k].note(cells[i] if i < len(cells) else "")
+            if (
+                limit is not None and n_read >= limit
+            ):  # --limit: typed as a file of the rows it reads would be
+                break
+    return {k: c.dtype for k, c in cols.items()}
+
+
+def _tsv(path: str, name: str, keep, allow_any_path: bool, warnings: list, info: dict):
     """(line, Item | Skipped | None for a row without an image) for each record of a VLMEvalKit TSV."""
     csv.field_size_limit(2**31 - 1)  # a base64 image is one huge field
     with open(path, "rb") as fh:
@@ -380,12 +451,13 @@ def _tsv(path: str, name: str, keep, allow_any_path: bool, warnings: list):
         if head is None:
             raise ValueError(f"{path}: empty file (no header line)")
         fields = _header(head[3], path, warnings)
+        dtypes = info["dtypes"] = _types(path, fields, warnings, info.get("limit"))
         images = _TsvImages(path, fields, name, allow_any_path)
         try:
             for line, start, end, cells in records:
-                images.note(_cell(cells, images.index), start, end)
+                images.note(_cell(cells, images.index).strip(), start, end)
                 try:
-                    yield line, _tsv_item(name, line, cells, fields, images, keep)
+                    yield line, _tsv_item(name, line, cells, fields, images, keep, dtypes)
                 except ValueError as e:
                     yield line, Skipped(os.path.basename(path), line, str(e))
         finally:
@@ -409,6 +481,8 @@ def _jsonl_item(name: str, line: int, text: str, base: str, allow_any_path: bool
         d = json.loads(text)
     except ValueError:
         raise ValueError("not valid JSON") from None
+    except RecursionError:  # a line nested 100,000 deep: one row's error, not a crash
+        raise ValueError("not valid JSON here: nested too deep to read") from None
     _check_utf8(text)
     given = d.get("options") if isinstance(d, dict) else None
     if not isinstance(given, dict) or not all(isinstance(k, str) and LETTER.fullmatch(k) for k in given):
@@ -433,7 +507,7 @@ def _jsonl_item(name: str, line: int, text: str, base: str, allow_any_path: bool
     )
 
 
-def _jsonl(path: str, name: str, keep, allow_any_path: bool, warnings: list):
+def _jsonl(path: str, name: str, keep, allow_any_path: bool, warnings: list, info: dict):
     """(line, Item | Skipped) for each non-blank line of a JSONL benchmark."""
     base = os.path.dirname(os.path.abspath(path))
     with open(path, "rb") as fh:
@@ -462,7 +536,8 @@ def load(path: str, limit: int | None = None, keep=None, allow_any_path: bool = 
         raise ValueError(f"{path}: no such file")
     keep = keep or (lambda id: True)
     warnings, items, skipped, first, read, dropped, limited, columns = [], [], [], {}, 0, 0, False, []
-    rows = readers[ext.lower()](path, name, keep, allow_any_path, warnings)
+    info: dict = {"limit": limit}
+    rows = readers[ext.lower()](path, name, keep, allow_any_path, warnings, info)
     try:
         for line, got in rows:
             read += 1
@@ -480,6 +555,5 @@ def load(path: str, limit: int | None = None, keep=None, allow_any_path: bool = 
                     break
     finally:
         rows.close()
-    return Loaded(
-        name, file, items, len(first), read, skipped, dropped, warnings, scoring(name, columns), limited
-    )
+    how = {**scoring(name, columns), "dtypes": info.get("dtypes", {})}  # dtypes: the TSV's, for the quirks
+    return Loaded(name, file, items, len(first), read, skipped, dropped, warnings, how, limited)

@@ -121,9 +121,39 @@ def test_extract_names_how(text, expected):
     ],
 )
 def test_free_form_values(text, answer, value, correct):
+    # The corrected reading (read_value, value_matches), which the summary reports beside VLMEvalKit's rule;
+    # answers.score follows the rule (test_mathvista_rule_path).
+    pred = answers.read_value(text, value)
+    ok = pred is not None and answers.value_matches(pred, answer, value)
+    assert ok == bool(correct) and (pred is None) == (correct is None), pred
+
+
+@pytest.mark.parametrize(
+    "text, answer, value, expected",
+    [
+        ("14", "14", Value("integer", dtype="int"), ("14", "value", True)),
+        (" 14 ", "14", Value("integer"), ("14", "value", True)),  # int() strips spaces
+        ("14.0", "14", Value("integer"), (None, "unanswered", False)),  # int("14.0") fails
+        ("14", "14.0", Value("integer", dtype="float"), ("14", "value", True)),  # int(14.0) of a float column
+        ("12", "14", Value("integer"), ("12", "value", False)),
+        ("0", "0", Value("integer"), ("0", "unanswered", False)),  # prefetch drops the falsy 0
+        ("1.449", "1.45", Value("float", 2), ("1.449", "value", False)),  # exact float comparison
+        ("1.45", "1.45", Value("float", 2), ("1.45", "value", True)),
+        ("There are 14 birds.", "14", Value("integer"), (None, "unanswered", False)),
+        ("yes", "yes", Value("text"), (None, "unanswered", False)),  # str(None) == answer: never
+        ("[1, 2]", "[1, 2]", Value("list"), (None, "unanswered", False)),
+    ],
+)
+def test_mathvista_rule_path(text, answer, value, expected):
+    """VLMEvalKit's post_check (utils/mathvista.py at e8e78f05) under exact matching, row by row."""
     item = Item("MathVista_MINI", "1", 2, "q", (), answer, value=value)
-    pred, how, ok = answers.score(item, text)
-    assert (how, ok) == (("unanswered", False) if correct is None else ("value", correct)), pred
+    assert answers.score(item, text) == expected
+
+
+def test_multiple_choice_z_answer_hits_when_nothing_is_read():
+    # extract_answer_from_item returns "Z" when can_infer fails; an answer cell "Z" then matches it.
+    item = Item("X", "1", 2, "q", (("A", "a"), ("B", "b")), "Z")
+    assert answers.score(item, "no idea")[2] and not answers.score(item, "A")[2]
 
 
 @pytest.mark.parametrize(

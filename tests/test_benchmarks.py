@@ -7,6 +7,7 @@ import csv
 import io
 import json
 
+import os
 import pytest
 from PIL import Image
 
@@ -68,8 +69,11 @@ def test_tsv_reference_multi_image_and_malformed_rows(tmp_path):
     path, (red, blue, green) = tiny_tsv(tmp_path)
     f = benchmarks.load(str(path))
     items, skipped = f.items, f.skipped
-    assert f.name == "Tiny" and [it.id for it in items] == ["10", "11", "12"]
-    assert (f.read, f.total, f.dropped, f.warnings, f.limited) == (6, 3, 1, [], False)
+    # row 13 has no answer: VLMEvalKit scores it (its answer reads "nan", never right), so it is an item
+    assert (
+        f.name == "Tiny" and [it.id for it in items] == ["10", "11", "12", "13"] and items[3].answer == "nan"
+    )
+    assert (f.read, f.total, f.dropped, f.warnings, f.limited) == (6, 4, 1, [], False)
     assert items[0].images == (red,) and items[1].images == (red,) and items[2].images == (blue, green)
     assert items[1].images[0] is items[0].images[0] or items[1].images == (red,)
     assert dict(items[0].fields) == {
@@ -91,13 +95,12 @@ def test_tsv_reference_multi_image_and_malformed_rows(tmp_path):
         "Please select the correct answer from the options above.",
     ]
     assert [(s.row, s.reason.split(" (")[0]) for s in skipped] == [
-        (5, "missing answer"),
         (6, "undecodable image"),
     ]
 
 
 def test_tsv_prompt_column_is_used_as_is(tmp_path):
-    path = tmp_path / "P.tsv"
+    path = tmp_path / "CV-Bench-3D.tsv"  # by name: VLMEvalKit's CVBench reads the prompt column
     path.write_text(
         "index\tquestion\tA\tB\tanswer\tprompt\n1\tq?\tx\ty\tB\tThe whole text, as the dataset wants it.\n"
         "2\tq?\tx\ty\tA\t\n3\tq?\tx\ty\tA\t\textra cell\n"
@@ -107,6 +110,9 @@ def test_tsv_prompt_column_is_used_as_is(tmp_path):
     assert items[0].question == "The whole text, as the dataset wants it." and items[0].answer == "B"
     assert items[1].question.startswith("Question: q?\nOptions:\nA. x\nB. y")
     assert [(s.row, s.reason) for s in skipped] == [(4, "7 cells, the header has 6")]
+    other = tmp_path / "P.tsv"  # any other name: the prompt column is not read (ImageMCQDataset.build_prompt)
+    other.write_text(path.read_text())
+    assert benchmarks.load(str(other)).items[0].question.startswith("Question: q?\nOptions:")
 
 
 def test_jsonl_images_and_malformed_rows(tmp_path):
@@ -149,8 +155,8 @@ def test_jsonl_images_and_malformed_rows(tmp_path):
     assert sorted(reasons) == [3, 4, 6, 7, 8, 9]  # line 5 is blank
     assert reasons[3] == "answer 'C' is not one of the options A, B" and reasons[4] == "not valid JSON"
     assert reasons[6].startswith('"options" must be an object') and reasons[7] == "missing question"
-    assert (
-        reasons[8] == "repeated id '1' (first at row 1)" and reasons[9] == "image file not found: missing.png"
+    assert reasons[8] == "repeated id '1' (first at row 1)" and reasons[9].startswith(
+        "image file not found: missing.png (looked for "
     )
 
 
@@ -171,7 +177,9 @@ def test_missing_image_file_is_reported_as_missing(tmp_path):
         + "\n"
     )
     f = benchmarks.load(str(tmp_path / "set.jsonl"))
-    assert f.items == [] and f.skipped[0].reason == "image file not found: pics/missing.png"
+    assert f.items == [] and f.skipped[0].reason.startswith(
+        "image file not found: pics/missing.png (looked for "
+    )
 
 
 def test_paths_outside_the_data_directory_are_refused_unless_allowed(tmp_path):
@@ -186,8 +194,10 @@ def test_paths_outside_the_data_directory_are_refused_unless_allowed(tmp_path):
     path.write_text("".join(json.dumps(d) + "\n" for d in lines))
     f = benchmarks.load(str(path))
     assert f.items == [] and [s.reason.split(";")[0] for s in f.skipped] == [
-        f"image path {outside} is outside {tmp_path / 'data'}",
-        "image path ../secret.png is outside " + str(tmp_path / "data"),
+        f"image path {outside} resolves to {outside} (symlinks followed), outside {tmp_path / 'data'}, "
+        "the data file's directory tree",
+        f"image path ../secret.png resolves to {outside} (symlinks followed), outside {tmp_path / 'data'}, "
+        "the data file's directory tree",
     ]
     assert "--allow-any-path" in f.skipped[0].reason
     f = benchmarks.load(str(path), allow_any_path=True)
@@ -321,7 +331,8 @@ def test_mmmu_open_questions_and_placeholders(tmp_path):
     plain = benchmarks.load(
         tsv(tmp_path / "Other.tsv", ["index", "question", "A", "B", "answer"], [["1", "q", "", "", "42"]])
     )
-    assert plain.skipped[0].reason == "needs at least two options, got 0"  # only MMMU keeps open questions
+    # another name: scored as VLMEvalKit scores it (no options, so never right), not skipped
+    assert plain.skipped == [] and (plain.items[0].options, plain.items[0].answer) == ((), "42")
 
 
 MATHVISTA = (
@@ -357,9 +368,9 @@ def test_mathvista_rows(tmp_path):
     mc, fl, integer, by_text = f.items
     assert mc.options == (("A", "3"), ("B", "4")) and mc.answer == "B" and mc.value is None
     assert mc.question == "Hint: ...\nQuestion: Which?\nChoices:\n(A) 3\n(B) 4"  # the question cell, as is
-    assert fl.value == benchmarks.Value("float", 1, "cm") and fl.answer == "7.1" and fl.options == ()
-    assert integer.value == benchmarks.Value("integer", None, "")
-    assert by_text.answer == "B"  # no answer_option: the letter of the choice equal to the answer
+    assert fl.value == benchmarks.Value("float", 1, "cm", "float") and fl.answer == "7.1" and fl.options == ()
+    assert integer.value == benchmarks.Value("integer", None, "", "float")
+    assert by_text.answer == "nan"  # VLMEvalKit reads answer_option alone: a missing one is never right
     assert f.skipped[0].reason.startswith("choices must be a list literal")
 
 
@@ -370,11 +381,59 @@ def test_mathvista_rows(tmp_path):
         ("3DSRBench", ["index"], {"setting": "vanilla", "macro": None}),
         ("MMBench_DEV_EN", ["index"], {"setting": "circular", "macro": None}),
         ("BLINK_circular", ["index"], {"setting": "circular", "macro": None}),
-        ("mine", ["index", "g_index"], {"setting": "circular", "macro": None}),
+        ("mine", ["index", "g_index"], {"setting": "vanilla", "macro": None}),  # circular only by name
         ("BLINK", ["index", "category"], {"setting": "vanilla", "macro": None}),
         ("CV-Bench-2D", ["index", "source"], {"setting": "vanilla", "macro": "source"}),
         ("CV-Bench-3D", ["index", "source"], {"setting": "vanilla", "macro": None}),
     ],
 )
 def test_scoring_by_dataset(name, columns, expected):
+    expected = {**expected, "kind": benchmarks.kind(name)}
     assert benchmarks.scoring(name, columns) == expected
+
+
+def test_pandas_cells_duplicate_columns_swallowed_rows_deep_json_and_symlinks(tmp_path):
+    """Issue 24 faults 10, 17, 18, 19 and pandas' cell rules (values checked with pandas 3.1.1)."""
+    from harness.cells import Column, mangle, shown
+
+    def dtype(cells):
+        c = Column()
+        for x in cells:
+            c.note(x)
+        return c.dtype
+
+    assert [
+        dtype(x) for x in (["1", ""], ["01", " 2"], ["true", "False"], ["True", "None"], ["1 ", "x"])
+    ] == [
+        "float",
+        "int",
+        "bool",
+        "object-bool",
+        "object",
+    ]
+    assert (shown("1", "float"), shown("01", "int"), shown("true", "bool"), shown("NA", "object")) == (
+        "1.0",
+        "1",
+        "True",
+        None,
+    )
+    assert mangle(["A", "A", "B", "A.1"]) == ["A", "A.2", "B", "A.1"]  # pandas' names
+    dup = tmp_path / "Dup.tsv"  # fault 19: the second A is "A.1", no option
+    dup.write_text("index\tquestion\tA\tA\tB\tanswer\n1\tq\tx\ty\tz\tB\n")
+    f = benchmarks.load(str(dup))
+    assert f.items[0].options == (("A", "x"), ("B", "z")) and "read as 'A.1'" in f.warnings[0]
+    quote = tmp_path / "Q.tsv"  # fault 10: an unclosed quote swallows rows: warned
+    quote.write_text('index\tquestion\tA\tB\tanswer\n1\t"q\tx\ty\tA\n2\tq\tx\ty\tA\n3\tq"\tx\ty\tA\n')
+    assert any("look like rows" in w for w in benchmarks.load(str(quote)).warnings)
+    deep = tmp_path / "deep.jsonl"  # fault 17: one clear error for that line
+    deep.write_text("[" * 100_000 + "\n")
+    assert benchmarks.load(str(deep)).skipped[0].reason == "not valid JSON here: nested too deep to read"
+    (tmp_path / "data").mkdir()
+    (tmp_path / "secret.png").write_bytes(png("red"))
+    os.symlink(tmp_path / "secret.png", tmp_path / "data" / "in.png")  # fault 18: a link that leaves
+    with pytest.raises(ValueError, match="symlinks followed"):
+        benchmarks.image_file(str(tmp_path / "data"), "in.png")
+    (tmp_path / "data" / "images" / "X").mkdir(parents=True)  # LOCALIZE's absolute path inside the tree
+    (tmp_path / "data" / "images" / "X" / "1.png").write_bytes(png("red"))
+    inside = str(tmp_path / "data" / "images" / "X" / "1.png")
+    assert benchmarks.image_file(str(tmp_path / "data"), inside) == inside

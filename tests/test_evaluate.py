@@ -108,7 +108,8 @@ def test_tsv_run_sends_every_image_and_reports_skipped_rows(tmp_path, loopback):
     out = tmp_path / "out"
     assert evaluate.main(argv(path, srv.url, out, "--seeds 1 --rules base,verdict --judge-format text")) == 0
     got = rows_of(out)
-    assert len(got) == 3 * 2 and {r["id"] for r in got} == {"10", "11", "12"}  # row 15 has no image: dropped
+    # row 15 has no image: dropped; row 13 has no answer: scored, as VLMEvalKit scores it
+    assert len(got) == 4 * 2 and {r["id"] for r in got} == {"10", "11", "12", "13"}
     parts = [
         [p for p in c["messages"][1]["content"] if p["type"] == "image_url"]
         if isinstance(c["messages"][1]["content"], list)
@@ -119,10 +120,11 @@ def test_tsv_run_sends_every_image_and_reports_skipped_rows(tmp_path, loopback):
     assert parts and all(len(p) == 2 for p in parts)  # both images of the multi-image row, every call
     summary = json.loads((out / "summary.json").read_text())
     reading = summary["reading"]["Tiny"]
-    assert (reading["read"], reading["total"], reading["dropped"]) == (6, 3, 1)
-    assert [s["row"] for s in reading["skipped"]] == [5, 6]
+    assert (reading["read"], reading["total"], reading["dropped"]) == (6, 4, 1)
+    assert [s["row"] for s in reading["skipped"]] == [6]
     assert (
-        "Tiny.tsv: 2 malformed row(s) skipped\n- line 5: missing answer" in (out / "summary.md").read_text()
+        "Tiny.tsv: 1 malformed row(s) skipped\n- line 6: undecodable image"
+        in (out / "summary.md").read_text()
     )
 
 
@@ -679,7 +681,8 @@ def test_non_utf8_byte_skips_its_row_and_names_file_and_line(tmp_path, loopback)
 
 def test_every_row_skipped_or_no_item_exits_non_zero(tmp_path):
     bad = tmp_path / "AllBad.tsv"
-    bad.write_text("index\tquestion\tA\tB\tanswer\n1\tq?\tx\ty\t\n2\tq?\tx\t\tA\n")
+    # rows VLMEvalKit's pandas could not read (more cells than the header); a missing answer is scored now
+    bad.write_text("index\tquestion\tA\tB\tanswer\n1\tq?\tx\ty\tA\tz\n2\tq?\tx\ty\tA\tz\n")
     header_only = tmp_path / "Header.tsv"
     header_only.write_text("index\tquestion\tA\tB\tanswer\n")
     for path, message in (
