@@ -30,7 +30,8 @@ class CacheError(RuntimeError):
 def cache_key(payload: dict, endpoint: str) -> str:
     """sha256 over the canonical JSON of the endpoint (a base URL) and a request (model, messages, sampling
     parameters, n, seed), with every data URL (image) replaced by its own sha256. Two servers that report
-    the same model name never share an entry."""
+    the same model name never share an entry. Text with a lone surrogate (a JSONL cell's "\\ud800") has a
+    key too: UTF-8 with surrogatepass, which leaves every other text's bytes, and so its key, unchanged."""
 
     def strip(x):
         if isinstance(x, dict):
@@ -38,7 +39,7 @@ def cache_key(payload: dict, endpoint: str) -> str:
         if isinstance(x, list):
             return [strip(v) for v in x]
         if isinstance(x, str) and x.startswith("data:"):
-            return "sha256:" + hashlib.sha256(x.encode()).hexdigest()
+            return "sha256:" + hashlib.sha256(x.encode("utf-8", "surrogatepass")).hexdigest()
         return x
 
     canon = json.dumps(
@@ -47,7 +48,7 @@ def cache_key(payload: dict, endpoint: str) -> str:
         separators=(",", ":"),
         ensure_ascii=False,
     )
-    return hashlib.sha256(canon.encode()).hexdigest()
+    return hashlib.sha256(canon.encode("utf-8", "surrogatepass")).hexdigest()  # a lone "\ud800" too
 
 
 class Cache:

@@ -23,15 +23,17 @@ import argparse
 import copy
 import ipaddress
 import json
-import math
 import os
 import random
+import re
+import socket
 import threading
 import time
 import urllib.parse
 from typing import Callable
 
 import requests
+import urllib3
 
 import images
 from cache import Cache, CacheError, cache_key  # noqa: F401 (CacheError: callers catch client.CacheError)
@@ -39,6 +41,7 @@ from replies import one_line
 
 MAX_WAIT = 60.0  # seconds; no single retry waits longer, whatever Retry-After says
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"  # the variable the API key is read from, unless told otherwise
+MAX_REPORTED = 10**15  # the largest token count or millisecond figure a reply may report: sums stay finite
 
 
 class EndpointError(RuntimeError):
@@ -74,13 +77,45 @@ def _retry_after(r: requests.Response) -> float | None:
     return min(wait, MAX_WAIT) if wait >= 0 else None
 
 
+def api_key(name: str) -> str | None:
+    """The API key in $name without the whitespace around it (a key read from a CRLF file ends in "\\r\\n",
+    which no key contains); None when $name is unset or blank. ValueError, naming the variable and never
+    the key, when what is left cannot go into an HTTP header: a control character, or a character outside
+    Latin-1 (a typographic quote or dash pasted in, say), which no request could carry."""
+    key = os.environ.get(name, "").strip()
+    if any(ord(c) < 32 or ord(c) == 127 or ord(c) > 255 for c in key):  # unsendable in a header
+        raise ValueError(
+            f"${name} holds a character that an HTTP header cannot carry (a control character, or one "
+            "outside Latin-1 such as a typographic quote); the key is not shown: set the variable again"
+        )
+    return key or None
+
+
+def _redactor(name: str) -> Callable[[str], str]:
+    """text with the key in $name (as sent, and as stored, surrounding whitespace included) replaced by
+    ***; never raises."""
+    raw = os.environ.get(name, "")
+    keys = sorted({k for k in (raw, raw.strip()) if k}, key=len, reverse=True)  # the longer form first
+
+    def redact(text: str) -> str:
+        for k in keys:
+            text = text.replace(k, "***")
+        return text
+
+    return redact
+
+
+def _count_ok(v) -> bool:
+    """A token count a server may report: an int in [0, MAX_REPORTED] (a bool is no count)."""
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_REPORTED
+
+
 def reported_usage(response: dict) -> dict:
     """The token counts a response reports in its OpenAI "usage" object: {"prompt_tokens": int,
-    "completion_tokens": int}, each 0 when the server sent none."""
+    "completion_tokens": int}, each 0 when the server sent none, or a value that is no count (not an int,
+    negative, or above MAX_REPORTED, which would overflow the sums)."""
     usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
-    return {
-        k: usage[k] if isinstance(usage.get(k), int) else 0 for k in ("prompt_tokens", "completion_tokens")
-    }
+    return {k: usage[k] if _count_ok(usage.get(k)) else 0 for k in ("prompt_tokens", "completion_tokens")}
 
 
 def reported_cache(response: dict) -> dict:
@@ -90,20 +125,20 @@ def reported_cache(response: dict) -> dict:
         vLLM leaves it out when it is 0, so a missing value is unknown, not 0);
     "cache_n", "prompt_n": llama-server's timings, the prompt tokens reused from its cache and those computed;
     "prompt_ms", "predicted_ms": llama-server's timings, the milliseconds it spent computing the prompt and
-        generating the reply (a request's own; requests in parallel slots overlap in wall time)."""
+        generating the reply (a request's own; requests in parallel slots overlap in wall time).
+    A value that is not a number in [0, MAX_REPORTED] is malformed and counts as not reported: a huge
+    figure would overflow Client.usage's sums to inf."""
     usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
     details = (
         usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
     )
     timings = response.get("timings") if isinstance(response.get("timings"), dict) else {}
-    count = lambda d, k: (
-        d[k] if isinstance(d.get(k), int) and not isinstance(d[k], bool) and d[k] >= 0 else None
-    )
+    count = lambda d, k: d[k] if _count_ok(d.get(k)) else None
     ms = lambda k: (
         float(timings[k])
         if isinstance(timings.get(k), (int, float))
         and not isinstance(timings[k], bool)
-        and 0 <= timings[k] < math.inf
+        and 0 <= timings[k] <= MAX_REPORTED
         else None
     )
     return {
@@ -171,13 +206,99 @@ class InFlight:
             del self._flights[key]
 
 
+_current = threading.local()  # .deadline: the _Deadline of the request this thread is making, if any
+
+
+class _Deadline:
+    """The wall-clock bound of one request (Client.timeout): a watchdog thread that, `seconds` after the
+    request starts, shuts the socket of its connection down, so that no read outlasts it however slowly the
+    server trickles its bytes (requests' own timeout bounds each socket read, not the request). The
+    connection is the one _Pool hands this thread while the deadline is current, until it goes back to the
+    pool. `expired` tells the caller that a failure, or a reply cut short, was the deadline's doing."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.expired, self.conn = seconds, False, None
+        self._over, self._lock = threading.Event(), threading.Lock()
+
+    def __enter__(self) -> "_Deadline":
+        _current.deadline = self
+        threading.Thread(target=self._watch, daemon=True, name="verdict-deadline").start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _current.deadline = None
+        with self._lock:
+            self._over.set()
+
+    def connection(self, conn) -> None:
+        """Called by _Pool: this request's connection."""
+        with self._lock:
+            self.conn = conn
+
+    def _watch(self) -> None:
+        if self._over.wait(self.seconds):  # the request ended in time
+            return
+        while True:  # shut the connection down once it has a socket, unless the request ends first
+            with self._lock:
+                if self._over.is_set():
+                    return
+                sock = getattr(self.conn, "sock", None)
+                if sock is not None:
+                    self.expired = True  # before the shutdown: the request's thread reads it on waking
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)  # the blocked read returns at once
+                    except OSError:  # already closed
+                        pass
+                    return
+            if self._over.wait(0.01):  # connecting (the connect timeout bounds it), or the reply is read
+                return
+
+
+class _Pool(urllib3.HTTPConnectionPool):
+    """A connection pool that tells the current _Deadline which connection its request uses."""
+
+    def _get_conn(self, timeout=None):
+        conn = super()._get_conn(timeout)
+        deadline = getattr(_current, "deadline", None)
+        if deadline is not None:
+            deadline.connection(conn)
+        return conn
+
+    def _put_conn(self, conn) -> None:
+        deadline = getattr(_current, "deadline", None)
+        if deadline is not None:  # the reply is read: the connection goes back to the pool, not ours to shut
+            deadline.connection(None)
+        super()._put_conn(conn)
+
+
+class _HTTPSPool(_Pool, urllib3.HTTPSConnectionPool):
+    pass
+
+
+class _Adapter(requests.adapters.HTTPAdapter):
+    """requests' adapter with _Pool's connection pools, so that a _Deadline can end a request."""
+
+    def init_poolmanager(self, *args, **kwargs):
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"http": _Pool, "https": _HTTPSPool}
+
+    def proxy_manager_for(self, *args, **kwargs):
+        manager = super().proxy_manager_for(*args, **kwargs)
+        manager.pool_classes_by_scheme = {"http": _Pool, "https": _HTTPSPool}
+        return manager
+
+
 class Client:
     """POST {base_url}/chat/completions on a requests.Session, with bounded retries.
+
+    `timeout` bounds each attempt in wall-clock time, from sending the request to the last byte of the
+    reply (_Deadline), whatever the server's pace.
 
     Retries (at most `retries`, waiting backoff·2^attempt·U(0.5, 1) or Retry-After) happen only on
     connection errors, timeouts, 429, 5xx, and a 200 whose body is malformed (not JSON, no choices, a
     choice without string content); any other 4xx and an unusable URL raise EndpointError at once. The API
-    key is read from os.environ[api_key_env] at each request and never kept, printed or logged; every
+    key is read from os.environ[api_key_env] (api_key: stripped, and checked once here, so a key no header
+    can carry is a ValueError before any call) at each request and never kept, printed or logged; every
     EndpointError message goes through _error, which removes it.
 
     Identical calls in flight at the same time (the same cache key, on this client or its forks) send one
@@ -200,11 +321,13 @@ class Client:
     ):
         if not (isinstance(retries, int) and retries >= 0):
             raise ValueError(f"retries must be an integer >= 0, got retries={retries!r}")
-        if not (timeout > 0 and backoff >= 0):
+        if not (0 < timeout <= threading.TIMEOUT_MAX and backoff >= 0):  # a watchdog waits `timeout`
             raise ValueError(
-                f"need timeout > 0 and backoff >= 0, got timeout={timeout!r}, backoff={backoff!r}"
+                f"need timeout > 0 (and at most {threading.TIMEOUT_MAX:g} s) and backoff >= 0, "
+                f"got timeout={timeout!r}, backoff={backoff!r}"
             )
         self.base_url, self.model, self.api_key_env = check_base_url(base_url), model, api_key_env
+        api_key(api_key_env)  # a key no request can carry stops here, before any call
         self.timeout, self.retries, self.cache, self.backoff, self._sleep = (
             timeout,
             retries,
@@ -214,10 +337,8 @@ class Client:
         )
         self.on_chat, self.in_flight = on_chat, in_flight or InFlight()
         self.session = requests.Session()
-        self.session.mount(
-            "http://", requests.adapters.HTTPAdapter(pool_maxsize=64)
-        )  # one connection per thread
-        self.session.mount("https://", requests.adapters.HTTPAdapter(pool_maxsize=64))
+        self.session.mount("http://", _Adapter(pool_maxsize=64))  # one connection per thread
+        self.session.mount("https://", _Adapter(pool_maxsize=64))
         self._lock = threading.Lock()
         self._usage = dict(
             requests=0,
@@ -285,8 +406,7 @@ class Client:
     def _error(self, url: str, status: int | None, message: str) -> EndpointError:
         """The one way this client makes an EndpointError: the API key removed from the URL and the message,
         before the message is folded onto one line and shortened (so no part of the key survives the cut)."""
-        key = os.environ.get(self.api_key_env)
-        redact = (lambda text: text.replace(key, "***")) if key else (lambda text: text)
+        redact = _redactor(self.api_key_env)
         return EndpointError(redact(url), status, one_line(redact(message)))
 
     def chat(self, messages: list, **params) -> dict:
@@ -332,6 +452,12 @@ class Client:
         """(response, "cache") from the cache, else (response, "server") from the endpoint, then cached."""
         hit = self.cache.get(key) if self.cache is not None else None
         if hit is not None:
+            if problem := _shape_problem(hit):  # valid JSON, but not what put() stores: a damaged entry
+                raise CacheError(
+                    f"{self.cache.path}: entry {key[:16]} is not a chat completion ({one_line(problem, 80)}); "
+                    "the cache is damaged: delete it or choose another file"
+                )
+            hit = _whole_text(hit)  # an entry stored before lone surrogates were replaced
             self._count(cache_hits=1, call_tokens=sum(reported_usage(hit).values()))
             return hit, "cache"
         response = self._post(payload)
@@ -356,24 +482,31 @@ class Client:
     def _attempt(self, url: str, payload: dict) -> tuple:
         """One request: (body, None, None) for a valid reply; (None, EndpointError, Retry-After or None) for a
         failure worth retrying; EndpointError raised at once for one that retrying cannot help."""
-        key = os.environ.get(self.api_key_env)
         try:
-            r = self.session.post(
-                url,
-                json=payload,
-                headers={"Authorization": f"Bearer {key}"} if key else {},
-                timeout=self.timeout,
-            )
+            key = api_key(self.api_key_env)
+        except ValueError as e:  # the variable changed since __init__ checked it
+            raise self._error(url, None, str(e)) from None
+        deadline = _Deadline(self.timeout)
+        try:
+            with deadline:  # the whole request, not each read (which `timeout=` bounds as well)
+                r = self.session.post(
+                    url,
+                    json=payload,
+                    headers={"Authorization": f"Bearer {key}"} if key else {},
+                    timeout=self.timeout,
+                )
         except (
             requests.exceptions.InvalidURL,
             requests.exceptions.InvalidSchema,
             requests.exceptions.MissingSchema,
         ) as e:
             raise self._error(url, None, f"unusable URL: {e}") from None
-        except requests.Timeout:
-            return None, self._error(url, None, f"timed out after {self.timeout} s"), None
-        except requests.RequestException as e:  # connection refused, reset, DNS, ...
+        except requests.RequestException as e:  # connection refused, reset, DNS, a read timed out, ...
+            if deadline.expired or isinstance(e, requests.Timeout):
+                return None, self._error(url, None, f"timed out after {self.timeout:g} s"), None
             return None, self._error(url, None, f"connection failed: {e}"), None
+        if deadline.expired:  # a reply cut short by the deadline is no reply
+            return None, self._error(url, None, f"timed out after {self.timeout:g} s"), None
         if r.status_code == 429 or r.status_code >= 500:  # transient: wait as told, else back off
             return None, self._error(url, r.status_code, _server_message(r)), _retry_after(r)
         if r.status_code >= 400:  # the request itself is wrong
@@ -406,25 +539,48 @@ def _reuse_counts(tokens: dict, reuse: dict) -> dict:
     return counts
 
 
-def _chat_body(r: requests.Response) -> tuple:
-    """(body, None) if the body is JSON with non-empty "choices", each holding a message with string
-    content; else (None, what is wrong), unabridged (the caller redacts and shortens it)."""
-    try:
-        body = r.json()
-    except ValueError:
-        return None, f"HTTP {r.status_code} body is not JSON: {r.text}"
+SURROGATE = re.compile("[\ud800-\udfff]")  # after json.loads, a surrogate is always a lone one
+
+
+def _whole_text(x):
+    """x with every lone surrogate in its strings ("\\ud800" in a JSON reply) replaced by U+FFFD: such a
+    string is no text, and no UTF-8 file (a trace, a predictions TSV) or console could take it."""
+    if isinstance(x, str):
+        return SURROGATE.sub("\ufffd", x)
+    if isinstance(x, dict):
+        return {_whole_text(k): _whole_text(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_whole_text(v) for v in x]
+    return x
+
+
+def _shape_problem(body) -> str | None:
+    """None if body is a chat completion: a dict with non-empty "choices", each holding a message with string
+    content; else what is wrong, unabridged."""
     choices = body.get("choices") if isinstance(body, dict) else None
     if not isinstance(choices, list) or not choices:
-        said = f" (server said: {_server_message(r)})" if isinstance(body, dict) and "error" in body else ""
-        return None, f"response has no choices{said}"
+        return "response has no choices"
     for c in choices:
         if not (
             isinstance(c, dict)
             and isinstance(c.get("message"), dict)
             and isinstance(c["message"].get("content"), str)
         ):
-            return None, f"a choice has no message with string content: {json.dumps(c)}"
-    return body, None
+            return f"a choice has no message with string content: {json.dumps(c)}"
+    return None
+
+
+def _chat_body(r: requests.Response) -> tuple:
+    """(body, None) if the body is a chat completion (_shape_problem), its lone surrogates replaced
+    (_whole_text); else (None, what is wrong), unabridged (the caller redacts and shortens it)."""
+    try:
+        body = r.json()
+    except ValueError:
+        return None, f"HTTP {r.status_code} body is not JSON: {r.text}"
+    problem = _shape_problem(body)
+    if problem == "response has no choices" and isinstance(body, dict) and "error" in body:
+        problem += f" (server said: {_server_message(r)})"
+    return (None, problem) if problem else (_whole_text(body), None)
 
 
 # ----------------------------------------------------------------------------- command-line flags
@@ -449,7 +605,12 @@ def add_endpoint_args(parser) -> None:
         help=f"environment variable holding the API key ({DEFAULT_KEY_ENV}); when it "
         "is unset, no key is sent, with a warning if this flag was given or an endpoint is not loopback",
     )
-    g.add_argument("--timeout", type=float, default=120.0, help="seconds per request (120)")
+    g.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        help="seconds per request, from sending it to the reply's last byte, however slow the server (120)",
+    )
     g.add_argument(
         "--retries",
         type=int,
@@ -507,6 +668,6 @@ def key_warning(args) -> str | None:
     is not on loopback (a local server usually needs no key). It names the variable, never a key."""
     name = args.api_key_env or DEFAULT_KEY_ENV
     urls = [u for u in (args.base_url, args.judge_base_url) if u]
-    if os.environ.get(name) or (args.api_key_env is None and all(map(is_loopback, urls))):
+    if os.environ.get(name, "").strip() or (args.api_key_env is None and all(map(is_loopback, urls))):
         return None
     return f"warning: ${name} is not set, so no API key is sent to {' and '.join(urls)}"

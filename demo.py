@@ -22,8 +22,10 @@ Every run prints a table per step, writes the trace (--trace, JSON, verdict.TRAC
 decision plane (--plot, PNG): each candidate at (Δ*, s̄*), the acceptance region Δ* < ε, s̄* > τ shaded.
 Bad flags stop the run before any call (exit 2): a setting verdict.Config refuses (τ outside [0, 1), ε
 outside (0, 1], ...), a blank --question, --choices that are not two or more "A. text" options, an unusable
-URL. Live, when the API key's variable is unset although a key is expected (--api-key-env was given, or an
-endpoint is not on this machine), one warning goes to stderr; the key itself is never printed.
+URL, a --trace or --plot that cannot be written, an API key that no HTTP header can carry. Live, when the
+API key's variable is unset although a key is expected (--api-key-env was given, or an endpoint is not on
+this machine), one warning goes to stderr; the key itself is never printed. The trace and the plot are
+each written whole or not at all (a temporary file beside them, renamed into place).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import math
 import os
 import re
 import sys
+import tempfile
 from dataclasses import replace
 
 from PIL import Image, ImageDraw
@@ -284,6 +287,40 @@ def parse_choices(text: str) -> list:
     return options
 
 
+def check_output(path: str, flag: str, image: bool = False) -> None:
+    """ValueError naming the flag unless `path` can be written (by write_whole): not a directory, in an
+    existing directory where a file can be created, with a file extension PIL can save when `image`."""
+    folder = os.path.dirname(path) or "."
+    if image and os.path.splitext(path)[1].lower() not in Image.registered_extensions():
+        raise ValueError(f"{flag}: {path!r} has no image file extension PIL can write, such as .png")
+    if os.path.isdir(path):
+        raise ValueError(f"{flag}: {path!r} is a directory")
+    try:  # the one sure test (access() says yes to root on a read-only file system): make a file there
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".verdict-probe-"):
+            pass
+    except OSError as e:
+        raise ValueError(f"{flag}: cannot write {path!r} ({e.strerror or e})") from None
+
+
+def write_whole(path: str, save) -> None:
+    """save(a temporary path beside `path`, with its extension), then rename it onto `path`: a failure leaves
+    `path` as it was, never half written. OSError on failure, the temporary file removed."""
+    stem, ext = os.path.splitext(os.path.basename(path))
+    tmp = os.path.join(os.path.dirname(path), f".{stem}.{os.getpid()}.tmp{ext}")  # created by save: umask
+    try:
+        save(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def write_text(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
 def check_args(args) -> tuple:
     """(config, judge mode) from the flags; ValueError names the first bad flag, before any call is made.
     verdict.Config checks the numbers (τ in [0, 1), ε in (0, 1], ...; see its docstring)."""
@@ -298,6 +335,8 @@ def check_args(args) -> tuple:
         raise ValueError(f"judge mode {mode.name!r} needs a live model (--base-url)")
     if args.revise and args.base_url is None:
         raise ValueError("--revise needs a live model (--base-url)")
+    check_output(args.trace, "--trace")
+    check_output(args.plot, "--plot", image=True)
     if args.question is not None and not args.question.strip():
         raise ValueError("--question is blank")
     if args.choices is not None:
@@ -307,6 +346,7 @@ def check_args(args) -> tuple:
             client.check_base_url(url)
         if not args.question:
             raise ValueError("live mode needs --question")
+        client.api_key(args.api_key_env or client.DEFAULT_KEY_ENV)  # a key no request can carry
         missing = [p for p in args.image if not os.path.isfile(p)]
         if missing:
             raise ValueError(f"image file not found: {missing[0]}")
@@ -377,9 +417,13 @@ def main(argv=None) -> int:
     print_trace(trace)
     if "grounding" in trace.meta:
         print(mode_line(trace.meta["grounding"]))
-    with open(args.trace, "w") as fh:
-        json.dump(trace.to_dict(), fh, indent=1, allow_nan=False)
-    plot(trace, args.plot)
+    try:
+        text = json.dumps(trace.to_dict(), indent=1, allow_nan=False)  # before any file is touched
+        write_whole(args.trace, lambda tmp: write_text(tmp, text))
+        write_whole(args.plot, lambda tmp: plot(trace, tmp))
+    except (OSError, ValueError) as e:  # a full disk, say; a file not written is left as it was
+        print(f"demo.py: error: cannot write the trace or the plot: {e}", file=sys.stderr)
+        return 2
     print(f"wrote {args.trace} and {args.plot}")
     return 0
 
