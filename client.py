@@ -454,8 +454,8 @@ class Client:
         if hit is not None:
             if problem := _shape_problem(hit):  # valid JSON, but not what put() stores: a damaged entry
                 raise CacheError(
-                    f"{self.cache.path}: entry {key[:16]} is not a chat completion ({one_line(problem, 80)}); "
-                    "the cache is damaged: delete it or choose another file"
+                    f"{self.cache.path}: entry {key[:16]} is not a chat completion "
+                    f"({one_line(problem, 80)}); the cache is damaged: delete it or choose another file"
                 )
             hit = _whole_text(hit)  # an entry stored before lone surrogates were replaced
             self._count(cache_hits=1, call_tokens=sum(reported_usage(hit).values()))

@@ -152,7 +152,7 @@ def test_api_key_strips_and_refuses_without_showing_the_key(monkeypatch):
         Client("http://127.0.0.1:9/v1", "m", api_key_env="K")
 
 
-# ----------------------------------------------------------------------------- fault 7: a wall-clock --timeout
+# ------------------------------------------------------------------------- fault 7: a wall-clock --timeout
 
 
 class Trickler:
@@ -177,7 +177,10 @@ class Trickler:
             with conn:
                 conn.recv(65536)
                 body = json.dumps(chat_response("x" * self.body_bytes)).encode()
-                head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                head = (
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n"
+                )
                 data = head.encode() + body
                 if not self.head:
                     conn.sendall(head.encode())
