@@ -55,6 +55,10 @@ use stops at once. --concurrency K runs K items at once; within an item every ca
 at most K requests are in flight (set K to the server's parallel slots). --shard i/k runs the items whose id
 hashes to i of k; `python evaluate.py merge OUT1 ... --out OUT` merges the shards.
 
+Sweeps. --sweep tau=0.01,0.1,0.6 (eps, lam_V, lam_L, lam_C alike), --judge-model A,B or --model A,B with one
+--judge-model: each setting a run in OUT/<setting>/ against one response cache, then the sweep's tables and
+picture in OUT (harness/sweep.py; docs/sweeps.md).
+
 Exit status: 0; 2 when nothing could run (a bad flag or file, a file with no item, an OUT in use, an
 endpoint that never answered or refused us with 401, 403 or 404, a response cache that cannot be used:
 the rows already written are kept); 3 when more than --max-error-rate of the chains ended in an error
@@ -72,7 +76,7 @@ from dataclasses import asdict, replace
 import client
 import judges
 import verdict
-from harness import benchmarks, rundir, tables
+from harness import benchmarks, rundir, sweep, tables
 from harness.chains import Harness, Progress, Settings
 from harness.rows import Method
 from modes import add_verifier_args, config_of, modes_of
@@ -118,6 +122,13 @@ def parse_args(argv):
     p.add_argument(
         "--allow-any-path", action="store_true", help="read image paths outside the data file's directory"
     )
+    p.add_argument(
+        "--sweep",
+        help="NAME=V1,V2,... for NAME in tau, eps, lam_V, lam_L, lam_C: a run per value, in OUT/NAME=V, on "
+        "the same items, seeds and judges, sharing every identical request; --judge-model A,B and --model "
+        "A,B (with one --judge-model) compare models so (harness/sweep.py)",
+    )
+    p.add_argument("--lam", type=sweep.floats, help="stubbornness λ_V,λ_L,λ_C (1.5,1.0,0.8)")
     add_verifier_args(p)  # --n, --tau, --eps, --max-steps, --judge-mode, --revise, --mode-max-tokens
     # --base-url, --model, --judge-*, --timeout, --retries, --concurrency, --cache
     client.add_endpoint_args(p)
@@ -261,6 +272,14 @@ def main(argv=None) -> int:
     if argv[:1] == ["merge"]:
         return merge_main(argv[1:])
     args = parse_args(argv)
+    if sweep.wanted(args):  # several settings or models: each a run of its own (harness/sweep.py)
+        return sweep.main(args, one_run, check_args)
+    return one_run(args)
+
+
+def one_run(args, tap=None) -> int:
+    """One run: the flags checked, OUT locked, the run. tap(reasoner, judge), when given, is shown the
+    run's clients before any call (a sweep counts each setting's requests)."""
     try:
         methods, config = check_args(args)
         record = run_record(args, config)
@@ -268,18 +287,20 @@ def main(argv=None) -> int:
     except (ValueError, OSError) as e:
         return fail(e)
     try:
-        return run(args, methods, config, record)
+        return run(args, methods, config, record, tap)
     finally:
         held.close()
 
 
-def run(args, methods: list, config: verdict.Config, record: dict) -> int:
+def run(args, methods: list, config: verdict.Config, record: dict, tap=None) -> int:
     """The run itself, in a locked OUT."""
     try:
         rundir.claim(args.out, record)
         loaded = load_data(args)
         args.cache = args.cache or os.path.join(args.out, "cache.sqlite")  # so the methods always share calls
         reasoner, judge = client.clients_from_args(args)
+        if tap is not None:
+            tap(reasoner, judge)
         extractor = (
             client.endpoint_client(args, record["extract_base_url"], args.extract_model, reasoner.cache)
             if args.extract_model

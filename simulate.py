@@ -41,12 +41,14 @@ filter, contradicted_chosen = P(the chosen candidate has a contradicted premise 
 Each is the mean over `seeds` independent seeds of `trials` steps, ± the 95% Student-t half-width
 over seeds. All rules and all values of a sweep see the same random draws, so differences between
 rules are paired. `python simulate.py` writes docs/simulation_report.md and docs/simulation.png
-(perf/simulation_report.py).
+(perf/simulation_report.py). `python simulate.py --sweep tau=0.01,0.1,0.6` draws instead the τ, ε or λ
+curve of evaluate.py's --sweep (curve), in its form, to set beside a real model's.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -333,6 +335,41 @@ def run(trials: int = 2500, seeds: int = 20, seed: int = 0) -> dict:
     return {sw.name: [(v, measure(d, sw.at(v))) for v in sw.values] for sw in SWEEPS + GATE_SWEEPS}
 
 
+def curve(text: str, trials: int = 2500, seeds: int = 20, seed: int = 0, base: Scenario = Scenario()) -> dict:
+    """evaluate.py's sweep drawn from the noise model: `text` is its --sweep ("tau=0.01,0.1,0.6", any knob of
+    harness/sweep.KNOBS), `base` the world. -> a "verdict-sweep/1" summary (harness/sweep.py's), whose
+    per-seed accuracies (%) are a correct candidate chosen given one exists, base being candidate 0 (the
+    reasoner alone); harness.sweep.picture draws it as it draws a real model's."""
+    from harness.sweep import SWEEP_FORMAT, parse_sweep  # here: harness is not needed by the study itself
+
+    settings, d = parse_sweep(text), draw(seeds, trials, seed)
+    cell = lambda xs: {"mean": float(np.mean(xs)), "std": float(np.std(xs, ddof=1)), "per_seed": list(xs)}
+    acc, methods = {}, ["base", "mean", "verdict"]  # the paper's figures: VERDICT, Mean and the base model
+    for st in settings:
+        lam = tuple(st.value if "lam_" + j == st.axis else x for j, x in zip("VLC", base.lam))  # one λ
+        at = replace(base, lam=lam) if st.axis.startswith("lam_") else replace(base, **{st.axis: st.value})
+        got, correct = measure(d, at), d.u_correct < at.p_correct  # {rule: {measure: [S]}}, [N, n]
+        exists = correct.any(1).reshape(seeds, trials)  # [S, T]
+        first = (correct[:, 0].reshape(seeds, trials) & exists).sum(1) / exists.sum(1)  # [S] candidate 0
+        per = {"base": first, "mean": got["mean"]["accuracy"], "verdict": got["verdict"]["accuracy"]}  # [S]
+        acc[st.label] = {m: {"Avg": cell([100 * float(x) for x in per[m]])} for m in methods}
+    margin = {k: {"Avg": v["verdict"]["Avg"]["mean"] - v["mean"]["Avg"]["mean"]} for k, v in acc.items()}
+    return {
+        "format": SWEEP_FORMAT,
+        "axis": settings[0].axis,
+        "settings": [st.label for st in settings],
+        "values": [st.value for st in settings],
+        "ticks": [st.tick for st in settings],
+        "methods": methods,
+        "columns": ["Avg"],
+        "seeds": list(range(seeds)),
+        "source": f"python simulate.py --sweep {text} --trials {trials} --seeds {seeds} --seed {seed}",
+        "note": f"SIMULATED (simulate.py's iid world, sigma = {base.sigma}), steps of one decision each",
+        "accuracy": acc,
+        "margin": margin,
+    }
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description="Monte-Carlo study: when does VERDICT's consensus beat the mean?")
     p.add_argument("--trials", type=int, default=2500, help="steps per seed and setting (default 2500)")
@@ -343,7 +380,29 @@ def main(argv=None) -> int:
     p.add_argument(
         "--out", default="docs", help="directory for simulation_report.md and simulation.png (docs)"
     )
+    p.add_argument(
+        "--sweep",
+        action="append",
+        help="NAME=V1,V2,... as evaluate.py's (tau, eps, lam_V, lam_L, lam_C): instead of the report, the "
+        "curve this noise model predicts, as OUT/sim_NAME.json and .png in the form of evaluate.py's sweep "
+        "(repeat the flag for more)",
+    )
     a = p.parse_args(argv)
+    if a.sweep:
+        from harness.sweep import picture
+
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+        for text in a.sweep:
+            s = curve(text, a.trials, a.seeds, a.seed)
+            path = Path(a.out) / f"sim_{s['axis']}"
+            path.with_suffix(".json").write_text(json.dumps(s, indent=1), encoding="utf-8")
+            picture(
+                s,
+                str(path.with_suffix(".png")),
+                f"Simulated accuracy (%) against {s['axis']}, ± std over seeds",
+            )
+            print(f"wrote {path}.json and {path}.png")
+        return 0
     from perf.simulation_report import markdown, plot  # here: it imports this module, run as __main__
 
     results = run(a.trials, a.seeds, a.seed)

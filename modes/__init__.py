@@ -127,6 +127,8 @@ def config_of(args, **fields) -> verdict.Config:
     """verdict.Config from add_verifier_args' flags and `fields`; ValueError names the flag of a value out of
     Config's range ("--tau must be in [0, 1) ..., got tau=5.0")."""
     flags = {"n": args.n, "tau": args.tau, "eps": args.eps, "max_steps": args.max_steps}
+    if getattr(args, "lam", None) is not None:  # evaluate.py's --lam (and its sweeps)
+        flags["lam"] = args.lam
     try:
         return verdict.Config(**flags, **fields)
     except ValueError as e:  # Config's message starts with the field's name

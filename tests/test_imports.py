@@ -17,6 +17,7 @@ LEAVES = (
     "harness.benchmarks",
     "harness.tables",
     "harness.rundir",
+    "harness.sweep",
     "modes.zoom",
     "modes.evpv",
     "modes.rewards",
