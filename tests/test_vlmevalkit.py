@@ -189,6 +189,8 @@ def test_the_six_benchmarks_run_with_the_right_images_in_every_request(tmp_path,
         "base,verdict",
         "--max-steps",
         "2",
+        "--judge-format",
+        "text",  # the script's judges reply in text
     ]
     assert evaluate.main([a for f in files for a in ("--data", f)] + args) == 0
     urls = {tag: [encode_image(im) for im in ims] for tags in want.values() for tag, ims in tags.items()}
@@ -277,6 +279,8 @@ def test_mmmu_images_in_place_and_mathvista_values(tmp_path, loopback):
                 "base,verdict",
                 "--max-steps",
                 "2",
+                "--judge-format",
+                "text",  # the script's judges reply in text
             ]
         )
         == 0
