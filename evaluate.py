@@ -45,24 +45,30 @@ truncated response; answers.score turns it into a letter (VLMEvalKit's can_infer
 --extract-model, a model on any OpenAI-compatible endpoint reads what the rules cannot (off by default;
 VLMEvalKit uses gpt-4o-mini whenever a key is set); its calls are counted apart.
 
-Output in OUT (harness/rundir.py, harness/tables.py): results.jsonl (one "verdict-eval-row/2" per (item, seed,
-method), appended and flushed as each finishes, with its input columns and full trace), summary.md,
-summary.json ("verdict-eval/2"), summary.png, and VLMEvalKit's prediction and accuracy files in
-OUT/<model>-<method>/seed<k>/ (docs/benchmarks.md). A re-run with the same OUT
-keeps finished rows, runs again rows that ended in an error, and drops a truncated last line; OUT/run.json
-holds the settings (endpoints included), and a re-run with other ones is refused; a second run on an OUT in
-use stops at once. --concurrency K runs K items at once; within an item every call runs one after another, so
-at most K requests are in flight (set K to the server's parallel slots). --shard i/k runs the items whose id
-hashes to i of k; `python evaluate.py merge OUT1 ... --out OUT` merges the shards.
+Output in OUT (harness/rundir.py, harness/tables.py): results.jsonl (one "verdict-eval-row/3" per (item, seed,
+method), appended whole and flushed as each finishes, with its input columns, the digest of its item's input
+(question, options, answer, columns, image bytes) and full trace), summary.md, summary.json ("verdict-eval/3":
+also each file's sha256 and its items' digests), summary.png, and VLMEvalKit's prediction
+and accuracy files in OUT/<model>-<method>/seed<k>/ (docs/benchmarks.md). A re-run with
+the same OUT keeps finished rows, runs again rows that ended in an error and the rows of an item whose input
+changed (or is unknown: rows of format /2), says how many items changed, and drops a truncated last line.
+OUT/run.json holds the settings (endpoints included), written once the inputs are read: a re-run with other
+ones is refused; a second run on an OUT in use stops at once. --concurrency K runs K items at once; within an
+item every call runs one after another, so at most K requests are in flight (set K to the server's parallel
+slots). --shard i/k runs the items whose id hashes to i of k; `python evaluate.py merge OUT1 ... --out OUT`
+merges the shards: of one run, read from the same files (sha256), into an OUT that holds no run yet.
 
 Sweeps. --sweep tau=0.01,0.1,0.6 (eps, lam_V, lam_L, lam_C alike), --judge-model A,B or --model A,B with one
 --judge-model: each setting a run in OUT/<setting>/ against one response cache, then the sweep's tables and
 picture in OUT (harness/sweep.py; docs/sweeps.md).
 
-Exit status: 0; 2 when nothing could run (a bad flag or file, a file with no item, an OUT in use, an
-endpoint that never answered or refused us with 401, 403 or 404, a response cache that cannot be used:
-the rows already written are kept); 3 when more than --max-error-rate of the chains ended in an error
-(an EndpointError after the first reply, which is that row's error and counts wrong).
+Exit status: 0; 2 when nothing could run or the run could not go on (a bad flag or file, a file with no item,
+an OUT in use or damaged, an endpoint that never answered or refused us with 401, 403 or 404, a response
+cache that cannot be used, a full disk: the rows already written are kept, whole); 3 when more than
+--max-error-rate of the chains ended in an error (an EndpointError after the first reply, which is that
+row's error and counts wrong), or when the judges of a judged method never gave a score (every judge call
+abstained: its rows are the reasoner's alone); 130 on Ctrl-C (the chains in flight finish, and every
+finished row is kept). Each error is one line on stderr.
 """
 
 from __future__ import annotations
@@ -77,7 +83,7 @@ import client
 import judges
 import verdict
 from harness import benchmarks, rundir, sweep, tables
-from harness.chains import Harness, Progress, Settings
+from harness.chains import Harness, Progress, Settings, file_sha256, input_digest
 from harness.rows import Method
 from modes import add_verifier_args, config_of, modes_of
 
@@ -183,11 +189,11 @@ def check_args(args) -> tuple:
     return methods, config
 
 
-def load_data(args) -> list:
-    """Every --data file, read (this shard's items); ValueError for a file that cannot run: unreadable, no
-    item at all, or a name another --data file has."""
+def load_data(args) -> tuple:
+    """([every --data file, read (this shard's items)], {its name: the sha256 of its bytes}); ValueError for a
+    file that cannot run: unreadable, no item at all, or a name another --data file has."""
     shard = parse_shard(args.shard)
-    loaded = []
+    loaded, shas = [], {}
     for path in args.data:
         name = os.path.splitext(os.path.basename(path))[0]
         keep = None if shard is None else (lambda id, name=name: shard_of(name, id, shard[1]) == shard[0])
@@ -199,12 +205,13 @@ def load_data(args) -> list:
                 f"{f.dropped} without an image{first}"
             )
         loaded.append(f)
+        shas[f.name] = file_sha256(path)
     names = [f.name for f in loaded]
     if len(set(names)) != len(names):
         raise ValueError(
             f"two --data files have the same name {next(n for n in names if names.count(n) > 1)!r}"
         )
-    return loaded
+    return loaded, shas
 
 
 def settings_of(args, config: verdict.Config) -> Settings:
@@ -255,20 +262,38 @@ def fail(e) -> int:
 
 
 def finish(summary: dict) -> int:
-    """The exit status of a finished table: 3 if too many of its chains ended in an error, else 0."""
+    """The exit status of a finished table: 3, with a line on stderr for each reason, if the judges of a
+    judged method never gave a score or too many of its chains ended in an error; else 0."""
+    status = 0
+    if summary["silent_judges"]:
+        print(
+            f"evaluate.py: {tables.silent_judges(summary)}: their rows equal the reasoner's alone",
+            file=sys.stderr,
+        )
+        status = 3
     e = summary["errors"]
-    if not e["over"]:
-        return 0
-    print(
-        f"evaluate.py: {e['rows']} of {summary['rows']} chains ({e['rate']:.1%}) ended in an error, above "
-        f"--max-error-rate {summary['max_error_rate']}; run the same command again to retry them",
-        file=sys.stderr,
-    )
-    return 3
+    if e["over"]:
+        print(
+            f"evaluate.py: {e['rows']} of {summary['rows']} chains ({e['rate']:.1%}) ended in an error, "
+            f"above --max-error-rate {summary['max_error_rate']}; run the same command again to retry them",
+            file=sys.stderr,
+        )
+        status = 3
+    return status
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    """The command; Ctrl-C ends it with one line and exit 130, the rows finished kept."""
+    try:
+        return _main(sys.argv[1:] if argv is None else list(argv))
+    except KeyboardInterrupt:
+        print(
+            "evaluate.py: interrupted; the rows finished are kept: the same command resumes", file=sys.stderr
+        )
+        return 130
+
+
+def _main(argv: list) -> int:
     if argv[:1] == ["merge"]:
         return merge_main(argv[1:])
     args = parse_args(argv)
@@ -293,10 +318,13 @@ def one_run(args, tap=None) -> int:
 
 
 def run(args, methods: list, config: verdict.Config, record: dict, tap=None) -> int:
-    """The run itself, in a locked OUT."""
+    """The run itself, in a locked OUT. OUT/run.json records the settings only once the inputs are read and
+    the clients made: a run that cannot start pins nothing."""
+    results = os.path.join(args.out, "results.jsonl")
     try:
-        rundir.claim(args.out, record)
-        loaded = load_data(args)
+        rundir.check(args.out, record)
+        loaded, shas = load_data(args)
+        digests = {(it.data, it.id): input_digest(it) for f in loaded for it in f.items}
         args.cache = args.cache or os.path.join(args.out, "cache.sqlite")  # so the methods always share calls
         reasoner, judge = client.clients_from_args(args)
         if tap is not None:
@@ -306,6 +334,8 @@ def run(args, methods: list, config: verdict.Config, record: dict, tap=None) -> 
             if args.extract_model
             else None
         )
+        rundir.claim(args.out, record)
+        done, dropped, stale = rundir.load_rows(results, digests)
     except (ValueError, OSError, client.CacheError) as e:
         return fail(e)
     if warning := client.key_warning(args):
@@ -315,12 +345,8 @@ def run(args, methods: list, config: verdict.Config, record: dict, tap=None) -> 
             print(f"evaluate.py: warning: {w}", file=sys.stderr)
         for s in f.skipped:
             print(f"evaluate.py: skipping {s.file} line {s.row}: {s.reason}", file=sys.stderr)
-    seeds, results = list(range(args.seeds)), os.path.join(args.out, "results.jsonl")
-    done, dropped = rundir.load_rows(results)
-    if dropped:
-        print(
-            f"evaluate.py: {results}: {dropped} unfinished or failed row(s) will run again", file=sys.stderr
-        )
+    changed = report_dropped(results, dropped, stale)
+    seeds = list(range(args.seeds))
     plan = [it for f in loaded for it in f.items]
     keys = [(it.data, it.id, s, str(m)) for it in plan for s in seeds for m in methods]
     todo = [
@@ -329,22 +355,60 @@ def run(args, methods: list, config: verdict.Config, record: dict, tap=None) -> 
     ]
     todo = [t for t in todo if t[1]]
     progress = Progress(len(plan), len(todo), [done[k] for k in keys if k in done])
-    harness = Harness(reasoner, judge, settings_of(args, config), results, done, progress, extractor)
-    fatal = harness.run(todo, args.concurrency)
+    harness = Harness(reasoner, judge, settings_of(args, config), results, done, progress, extractor, digests)
+    try:
+        fatal = harness.run(todo, args.concurrency)
+    except OSError as e:  # results.jsonl cannot be opened
+        return fail(e)
     if fatal:
         return fail(fatal)
     rows = [done[k] for k in keys if k in done]
+    reading = {
+        f.name: {
+            **f.reading(),
+            "sha256": shas[f.name],
+            "changed": len({id for data, id in changed if data == f.name}),
+            "inputs": {it.id: digests[it.data, it.id] for it in f.items},  # what each row ran
+        }
+        for f in loaded
+    }
     ctx = {
         "files": [f.name for f in loaded],
         "methods": [str(m) for m in methods],
         "seeds": seeds,
         "settings": record,
-        "reading": {f.name: f.reading() for f in loaded},
+        "reading": reading,
         "max_error_rate": args.max_error_rate,
     }
     summary = tables.summarize(rows, ctx)
-    print(tables.write(args.out, summary, rows), end="")
+    try:
+        md = tables.write(args.out, summary, rows)
+    except OSError as e:
+        return fail(
+            f"cannot write the tables in {args.out}: {e}; the rows are kept: the same command resumes"
+        )
+    print(md, end="")
     return finish(summary)
+
+
+def report_dropped(results: str, dropped: int, stale: list) -> set:
+    """Say on stderr which rows of a resumed run run again; returns the (data, id) of the items that run
+    again for an input changed since their rows were written (or unknown: rows of an older format)."""
+    if dropped > len(stale):
+        print(
+            f"evaluate.py: {results}: {dropped - len(stale)} unfinished or failed row(s) will run again",
+            file=sys.stderr,
+        )
+    items = {(r.data, r.id) for r in stale}
+    unknown = {(r.data, r.id) for r in stale if r.input_digest is None}
+    if items:
+        print(
+            f"evaluate.py: {len(items)} item(s) changed since their rows were written"
+            + (f" ({len(unknown)} of unknown input: rows of an older format)" if unknown else "")
+            + f"; their {len(stale)} row(s) will run again",
+            file=sys.stderr,
+        )
+    return items
 
 
 def merge_main(argv) -> int:

@@ -7,6 +7,7 @@ verdict.run with the same reasoner and judges and only verdict.select's rule dif
 sampled chain (n = 1, no judges). evaluate.py checks the flags, reads the files and writes the tables;
 this module runs the chains between:
 
+- input_digest: what a row records of the item it ran (question, options, answer, columns, image bytes);
 - run_chain: one chain, its answer read (answers.score, then the extraction model if any), as a rows.Row
   with its cost (calls, tokens, seconds), its judge mode's record and its revisions;
 - Settings: what every chain shares, from the flags (evaluate.settings_of);
@@ -22,17 +23,18 @@ It makes requests (client, judges, modes.calls): the harness readers never impor
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 import client
 import judges
 import verdict
-from harness import answers
+from harness import answers, rundir
 from harness.benchmarks import Item
 from harness.rows import Method, Row
 from modes import calls
@@ -126,8 +128,42 @@ def read_answer(item: Item, text: str | None, extractor: client.Client | None) -
     )
 
 
-def run_chain(item: Item, seed: int, method: Method, clients: ChainClients, settings: Settings) -> tuple:
-    """(row of results.jsonl, None), or (error row, the exception) on EndpointError or ValueError."""
+def input_digest(item: Item) -> str:
+    """The digest of everything a chain of `item` reads or is scored against: its question, options, answer,
+    how a value is compared, its input columns and the bytes of its images (a path's file is read). Two
+    items with the same digest run the same chains; a row records it (Row.input_digest). OSError if an
+    image file cannot be read."""
+    h = hashlib.sha256()
+    text = [item.question, item.options, item.answer, asdict(item.value) if item.value else None, item.fields]
+    h.update(json.dumps(text).encode("ascii") + b"\n")  # ensure_ascii: a lone surrogate is escaped
+    for image in item.images:
+        if isinstance(image, (bytes, bytearray)):
+            h.update(hashlib.sha256(image).digest())
+        else:
+            h.update(bytes.fromhex(file_sha256(image)))
+    return h.hexdigest()[:32]
+
+
+def file_sha256(path: str) -> str:
+    """The sha256 of a file's bytes (hex), read in chunks; OSError if it cannot be read."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def run_chain(
+    item: Item,
+    seed: int,
+    method: Method,
+    clients: ChainClients,
+    settings: Settings,
+    digest: str | None = None,
+) -> tuple:
+    """(row of results.jsonl, None), or (error row, the exception) on EndpointError or ValueError. The row
+    records `digest`, input_digest(item) when it is None."""
+    digest = digest or input_digest(item)
     config = replace(settings.config, rule=method.rule) if method.judged else replace(settings.config, n=1)
     evidence = calls.ModeCalls(clients.judges, method.mode, **settings.mode_kw)
     before, clients.budget.spent = clients.usage(), 0
@@ -192,6 +228,7 @@ def run_chain(item: Item, seed: int, method: Method, clients: ChainClients, sett
         zoomed=sum(e["path"] == "zoom" for e in record.get("zoom", [])),
         extract_calls=ex_calls,
         extract_tokens=ex_tokens,
+        input_digest=digest,
         input=dict(item.fields),
         trace=replace(trace, meta=meta).to_dict() if trace else None,
     ), error
@@ -249,10 +286,11 @@ class Progress:
 
 class Harness:
     """Runs each item's chains in one thread, --concurrency items at once, appending every row to
-    results.jsonl (and to `done`) as it finishes. Fail fast: if, before any reply came, the endpoint could not
-    be reached or refused us (401, 403, 404), or if the response cache cannot be used (client.CacheError,
-    never one item's error), every thread stops, the chain that met it leaves no row, and run() returns
-    why."""
+    results.jsonl (and to `done`) as it finishes, each row recording its item's digest (`digests`). Fail
+    fast: every thread stops, and run() returns why, if a row cannot be written (a full disk: the file
+    keeps the rows before, whole), if the response cache cannot be used (client.CacheError, never one
+    item's error), or if, before any reply came, the endpoint could not be reached or refused us (401,
+    403, 404); the chain that met it leaves no row."""
 
     def __init__(
         self,
@@ -263,14 +301,16 @@ class Harness:
         done: dict,
         progress: Progress,
         extractor: client.Client | None = None,
+        digests: dict | None = None,
     ):
         self.reasoner, self.judge, self.extractor = reasoner, judge, extractor
         self.settings, self.results, self.done, self.progress = settings, results, done, progress
+        self.digests = digests or {}  # {(data, id): input_digest(item)}, computed once per item
         self.lock, self.stop, self.reached = threading.Lock(), threading.Event(), threading.Event()
         self.fatal: str | None = None
 
     def run(self, todo: list, concurrency: int) -> str | None:
-        with open(self.results, "a", encoding="utf-8") as self.fh:
+        with open(self.results, "ab", buffering=0) as self.fh:  # unbuffered: a row is on disk, or not at all
             pool = ThreadPoolExecutor(max_workers=concurrency)
             try:
                 for f in [pool.submit(self.item, it, chains) for it, chains in todo]:
@@ -288,14 +328,16 @@ class Harness:
                 if self.stop.is_set():
                     return
                 try:
-                    row, error = run_chain(item, seed, method, clients, self.settings)
+                    digest = self.digests.get((item.data, item.id))
+                    row, error = run_chain(item, seed, method, clients, self.settings, digest)
                 except client.CacheError as e:
                     return self.halt(f"the response cache cannot be used: {e}")
                 if row.replies:
                     self.reached.set()
                 if self.refused(error):
                     return self.halt(f"the endpoint cannot be used: {error}")
-                self.write(row)
+                if not self.write(row):
+                    return
             with self.lock:
                 self.progress.item_done()
         finally:
@@ -315,9 +357,17 @@ class Harness:
             and not self.reached.is_set()
         )
 
-    def write(self, row: Row) -> None:
+    def write(self, row: Row) -> bool:
+        """Append the row to results.jsonl, whole (rundir.append); False, with every thread stopped, if it
+        cannot be written (a full disk): the file ends with the last row written."""
         with self.lock:
-            self.fh.write(json.dumps(row.to_json(), allow_nan=False) + "\n")
-            self.fh.flush()
+            try:
+                rundir.append(self.fh, json.dumps(row.to_json(), allow_nan=False) + "\n")
+            except OSError as e:
+                why = f"cannot write {self.results}: {e.strerror or e}; the rows before are kept"
+                self.fatal = self.fatal or why
+                self.stop.set()
+                return False
             self.done[row.key] = row
             self.progress.count(row)
+        return True

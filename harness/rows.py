@@ -7,8 +7,10 @@ between evaluate.py, which writes a Row per chain, and tables.py and rundir.py, 
 
 - Method: "base", or a rule of verdict.RULES judged in a judge mode (JudgeMode), revising on reject
   or not; its str is its one spelling, "verdict+zoom+revise", and Method.parse reads it back;
-- Row: every field of a row, typed; to_json is the object results.jsonl holds ("verdict-eval-row/2"),
-  from_json reads one back and raises ValueError naming the first bad field.
+- Row: every field of a row, typed; to_json is the object results.jsonl holds ("verdict-eval-row/3"),
+  from_json reads one back and raises ValueError naming the first bad field. A row of format /3 records
+  the digest of the input it ran (chains.input_digest); a row of format /2 (before it) reads as one of
+  unknown input (input_digest None), which a resumed run runs again.
 
 Left out: the trace stays verdict.Trace.to_dict's dict (it has its own format), and the input columns
 stay the benchmark file's values.
@@ -22,7 +24,8 @@ from dataclasses import MISSING, dataclass, field, fields
 import verdict
 from modes import JudgeMode
 
-ROW_FORMAT = "verdict-eval-row/2"
+ROW_FORMAT = "verdict-eval-row/3"
+OLDER_ROW_FORMATS = ("verdict-eval-row/2",)  # read, as rows of unknown input
 EXTRACTED = ("letter", "text", "value", "judge", "declined", "unanswered")  # how answers.py read an answer
 # a fact sheet: valid at once, valid when asked once more, malformed twice
 SHEET_STATUSES = ("ok", "retried", "degraded")
@@ -119,6 +122,7 @@ class Row:
     zoomed: int = 0  # region requests that sent close-ups
     extract_calls: int = 0  # calls of the extraction model (--extract-model)
     extract_tokens: int = 0  # and their tokens
+    input_digest: str | None = None  # the digest of the item it ran (chains.input_digest); None: unknown
     input: dict = field(default_factory=dict)  # the item's input columns, never the image
     trace: dict | None = None  # verdict.Trace.to_dict() with its meta; None when it failed
 
@@ -135,6 +139,8 @@ class Row:
             raise ValueError(
                 f"row field 'extracted' must be one of {', '.join(EXTRACTED)}, got {self.extracted!r}"
             )
+        if self.input_digest == "":
+            raise ValueError("row field 'input_digest' must be a digest or null, got ''")
         if self.fact_sheet_status not in (None,) + SHEET_STATUSES:
             raise ValueError(
                 f"row field 'fact_sheet_status' must be one of {', '.join(SHEET_STATUSES)} "
@@ -157,16 +163,19 @@ class Row:
     @classmethod
     def from_json(cls, d) -> Row:
         """A row of results.jsonl, read back. ValueError names what is wrong: another format, a missing or
-        unknown field, a field of the wrong type or value ("correct": "yes")."""
+        unknown field, a field of the wrong type or value ("correct": "yes"). A row of an older format
+        (OLDER_ROW_FORMATS) reads with input_digest None: its input is unknown."""
         if not isinstance(d, dict):
             raise ValueError(f"a row is a JSON object, got {type(d).__name__}")
-        if d.get("format") != ROW_FORMAT:
-            raise ValueError(f"a row of format {d.get('format')!r}, not {ROW_FORMAT!r}")
-        known = {f.name: f for f in fields(cls)}
+        form = d.get("format")
+        if form != ROW_FORMAT and form not in OLDER_ROW_FORMATS:
+            raise ValueError(f"a row of format {form!r}, not {ROW_FORMAT!r}")
+        known = {f.name: f for f in fields(cls) if form == ROW_FORMAT or f.name != "input_digest"}
         unknown = [k for k in d if k not in known and k != "format"]
         if unknown:
-            raise ValueError(f"row field {unknown[0]!r} is not a field of {ROW_FORMAT}")
+            raise ValueError(f"row field {unknown[0]!r} is not a field of {form}")
         required = [k for k, f in known.items() if f.default is MISSING and f.default_factory is MISSING]
+        required += ["input_digest"] if form == ROW_FORMAT else []
         missing = [k for k in required if k not in d]
         if missing:
             raise ValueError(f"row field {missing[0]!r} is missing")

@@ -8,12 +8,17 @@ benchmarks, a long run that is resumed after a kill and split over machines. A r
 - .lock: held (flock) by the run using OUT, released when its process ends, even by SIGKILL; a second run
   on the same OUT stops at once;
 - run.json ("verdict-eval-run/2"): the settings a resumed run must share, the endpoints included (answers
-  from another server are never mixed into a table), and the shard "i/k" if any;
-- results.jsonl: one row (rows.Row) per (item, seed, method), appended as each finishes (evaluate.py);
+  from another server are never mixed into a table), and the shard "i/k" if any; written whole (a
+  temporary file renamed), once the run's inputs are read; a damaged one is a ValueError, never a traceback;
+- results.jsonl: one row (rows.Row) per (item, seed, method), appended whole as each finishes (append: a
+  full disk leaves the rows before, and no partial line); a row records its item's input digest, and
+  load_rows drops the rows of an item whose input changed, so that they run again;
 - the tables (tables.py).
 
-merge: shard directories of one run (same settings, shards 1/k..k/k, each finished) become one directory
-whose tables equal those of the same run unsharded. Shards may differ in their endpoints only.
+merge: shard directories of one run (same settings, same files by sha256, shards 1/k..k/k, each finished)
+become one directory whose tables equal those of the same run unsharded; of each shard, the rows of the
+items its last run ran (its summary's inputs). Shards may differ in their endpoints only. The merged
+directory must hold no run: a finished run's rows are never replaced.
 """
 
 from __future__ import annotations
@@ -58,21 +63,33 @@ def lock(out: str):
     return fh
 
 
+def _json(path: str):
+    """The JSON value of a file; ValueError naming the file if it is not UTF-8 JSON."""
+    with open(path, encoding="utf-8") as fh:
+        try:
+            return json.load(fh)
+        except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+            raise ValueError(f"{path} is damaged (not UTF-8 JSON: {e})") from None
+
+
 def read_run(out: str) -> dict | None:
-    """OUT/run.json, or None if OUT holds no run; ValueError if it is of another format."""
+    """OUT/run.json, or None if OUT holds no run; ValueError if it is of another format or damaged (not a
+    JSON object of this format with its settings)."""
     path = os.path.join(out, "run.json")
     if not os.path.exists(path):
         return None
-    with open(path, encoding="utf-8") as fh:
-        run = json.load(fh)
-    if run.get("format") != RUN_FORMAT:
-        raise ValueError(f"{path} is of format {run.get('format')!r}, not {RUN_FORMAT!r}; use another --out")
+    run = _json(path)
+    if not isinstance(run, dict) or run.get("format") != RUN_FORMAT:
+        form = run.get("format") if isinstance(run, dict) else f"a JSON {type(run).__name__}"
+        raise ValueError(f"{path} is of format {form!r}, not {RUN_FORMAT!r}; use another --out")
+    if not isinstance(run.get("settings"), dict):
+        raise ValueError(f"{path} is damaged (its settings are missing); use another --out")
     return run
 
 
-def claim(out: str, settings: dict) -> None:
-    """Check that the run OUT holds has these settings (or that it holds none), then record them: two
-    runs never share a table."""
+def check(out: str, settings: dict) -> None:
+    """ValueError if OUT holds a run with other settings (or a damaged run.json): two runs never share a
+    table."""
     old = read_run(out)
     diff = [k for k in settings if old is not None and old["settings"].get(k) != settings[k]]
     if diff:
@@ -83,74 +100,155 @@ def claim(out: str, settings: dict) -> None:
             for k in diff
         )
         raise ValueError(f"{out} holds a run with other settings ({shown}); use another --out")
-    with open(os.path.join(out, "run.json"), "w", encoding="utf-8") as fh:
-        json.dump({"format": RUN_FORMAT, "settings": settings}, fh, indent=1)
+
+
+def claim(out: str, settings: dict) -> None:
+    """check, then record the settings in OUT/run.json (atomically: a full disk leaves the old one)."""
+    check(out, settings)
+    _write_atomic(
+        os.path.join(out, "run.json"), json.dumps({"format": RUN_FORMAT, "settings": settings}, indent=1)
+    )
+
+
+def _write_atomic(path: str, text: str) -> None:
+    """Write a file whole or not at all: a temporary file, then renamed over it; the temporary file is removed
+    if writing it fails (OSError raised)."""
+    try:
+        with open(path + ".tmp", "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(path + ".tmp", path)
+    except OSError:
+        if os.path.exists(path + ".tmp"):
+            os.remove(path + ".tmp")
+        raise
+
+
+def append(fh, line: str) -> None:
+    """Append a line to results.jsonl, open unbuffered ("ab", buffering=0), whole or not at all: if writing
+    fails (OSError: a full disk), the file is cut back to where it ended, and the error raised."""
+    data = memoryview(line.encode("utf-8"))
+    end = fh.seek(0, os.SEEK_END)
+    try:
+        while data:
+            data = data[os.write(fh.fileno(), data) :]
+    except OSError:
+        fh.truncate(end)
+        raise
 
 
 def read_rows(path: str) -> tuple:
-    """(the rows of results.jsonl in file order, the file's text). A truncated or unreadable line (a run
-    killed mid-write), a row of another format and a malformed one (Row.from_json) are left out."""
+    """(the rows of results.jsonl in file order, the file's bytes). A truncated or unreadable line (a run
+    killed mid-write, a byte that is not UTF-8), a row of an unknown format and a malformed one
+    (Row.from_json) are left out. OSError if the file cannot be read (a directory)."""
     if not os.path.exists(path):
-        return [], ""
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
+        return [], b""
+    with open(path, "rb") as fh:
+        raw = fh.read()
     rows = []
-    for line in text.splitlines():
+    for line in raw.splitlines():
         try:
-            rows.append(Row.from_json(json.loads(line)))
-        except ValueError:  # json's errors too
+            rows.append(Row.from_json(json.loads(line.decode("utf-8"))))
+        except ValueError:  # json's errors and UnicodeDecodeError too
             pass
-    return rows, text
+    return rows, raw
 
 
-def load_rows(path: str) -> tuple:
-    """({key: row} of finished rows, how many lines were dropped), for a resumed run. Besides what
-    read_rows leaves out, a repeated key and a row that ended in an error are dropped, and the file is
-    rewritten without them (atomically), so they run again."""
-    found, text = read_rows(path)
+def load_rows(path: str, inputs: dict | None = None) -> tuple:
+    """({key: row} of finished rows, how many lines were dropped, [the rows dropped as made from another
+    input]), for a resumed run. Besides what read_rows leaves out, a repeated key, a row that ended in an
+    error, and, with inputs ({(data, id): chains.input_digest of the item this run reads}), a row of one of
+    those items whose digest differs (None: a row of an older format, of unknown input) are dropped, and the
+    file is rewritten without them (atomically), so they run again. Rows of items not in inputs are kept."""
+    found, raw = read_rows(path)
     rows: dict = {}
+    stale = []
     for row in found:
-        if row.key not in rows and not row.error:
+        digest = (inputs or {}).get((row.data, row.id), row.input_digest)
+        if row.key in rows or row.error:
+            continue
+        if digest != row.input_digest:
+            stale.append(row)
+        else:
             rows[row.key] = row
-    dropped = sum(bool(line.strip()) for line in text.splitlines()) - len(rows)
-    if dropped or (text and not text.endswith("\n")):
-        with open(path + ".tmp", "w", encoding="utf-8") as fh:
-            fh.writelines(json.dumps(r.to_json(), allow_nan=False) + "\n" for r in rows.values())
-        os.replace(path + ".tmp", path)
-    return rows, dropped
+    dropped = sum(bool(line.strip()) for line in raw.splitlines()) - len(rows)
+    if dropped or (raw and not raw.endswith(b"\n")):
+        _write_atomic(path, "".join(json.dumps(r.to_json(), allow_nan=False) + "\n" for r in rows.values()))
+    return rows, dropped, stale
 
 
 # ----------------------------------------------------------------------------- merging shards
 
 
+def _summary_shaped(s: dict) -> bool:
+    """A summary has what merge reads: its context (tables.CONTEXT), files and methods as names, seeds as
+    ints, and per file its reading with the items it ran (inputs: {id: digest}) and their counts."""
+    names = lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)
+    if not (all(k in s for k in tables.CONTEXT) and names(s["files"]) and names(s["methods"])):
+        return False
+    if not (isinstance(s["seeds"], list) and all(type(x) is int for x in s["seeds"])):
+        return False
+    per_file = lambda r: isinstance(r, dict) and isinstance(r.get("inputs"), dict)
+    counts = lambda r: type(r.get("items")) is int and type(r.get("changed")) is int
+    return isinstance(s["reading"], dict) and all(
+        per_file(s["reading"].get(f)) and counts(s["reading"][f]) for f in s["files"]
+    )
+
+
+def read_summary(d: str) -> dict:
+    """The summary.json of a finished run in `d`; ValueError if it has none (its run has not finished), or
+    one of another format or shape."""
+    path = os.path.join(d, "summary.json")
+    if not os.path.exists(path):
+        raise ValueError(f"{d} has no summary.json: its run has not finished")
+    s = _json(path)
+    form = s.get("format") if isinstance(s, dict) else f"a JSON {type(s).__name__}"
+    if form != tables.SUMMARY_FORMAT:
+        raise ValueError(
+            f"{path} is of format {form!r}, not {tables.SUMMARY_FORMAT!r}; run that shard again to write it"
+        )
+    if not _summary_shaped(s):
+        raise ValueError(
+            f"{path} is damaged (a field is missing or malformed); run that shard again to write it"
+        )
+    return s
+
+
 def _shard(d: str) -> tuple:
-    """(settings, summary, rows) of a finished shard directory; ValueError says why it is not one."""
+    """(settings, summary, rows) of a finished shard directory: the rows of the items its last run ran, made
+    from the input it read (a row of an item beyond a smaller --limit of a later resume is left out);
+    ValueError says why it is not one."""
     run = read_run(d)
     if run is None:
         raise ValueError(f"{d} holds no run (no run.json)")
     if not run["settings"].get("shard"):
         raise ValueError(f"{d} is not a shard (it ran without --shard)")
-    if not os.path.exists(os.path.join(d, "summary.json")):
-        raise ValueError(f"{d} has no summary.json: its run has not finished")
-    with open(os.path.join(d, "summary.json"), encoding="utf-8") as fh:
-        summary = json.load(fh)
-    found = read_rows(os.path.join(d, "results.jsonl"))[0]
-    rows = {r.key: r for r in found}  # a later row replaces an earlier
-    plan = set(summary["files"]), set(summary["methods"]), set(summary["seeds"])
-    rows = [r for r in rows.values() if r.data in plan[0] and str(r.method) in plan[1] and r.seed in plan[2]]
-    for f in summary["files"]:
-        n = len({r.id for r in rows if r.data == f})
-        if n != summary["reading"][f]["items"]:
-            raise ValueError(
-                f"{d}/results.jsonl holds finished rows of {n} items of {f}, its summary ran "
-                f"{summary['reading'][f]['items']}; run that shard again to finish it"
-            )
-    return run["settings"], summary, rows
+    summary = read_summary(d)
+    inputs = {
+        (f, id): digest for f in summary["files"] for id, digest in summary["reading"][f]["inputs"].items()
+    }
+    methods, seeds = set(summary["methods"]), set(summary["seeds"])
+    rows = {}
+    for r in read_rows(os.path.join(d, "results.jsonl"))[0]:  # a later row replaces an earlier
+        if inputs.get((r.data, r.id)) == r.input_digest and str(r.method) in methods and r.seed in seeds:
+            rows[r.key] = r
+    missing = len(inputs) * len(methods) * len(seeds) - len(rows)
+    if missing:
+        raise ValueError(
+            f"{d}/results.jsonl lacks {missing} row(s) of the items its summary.json ran (its input or its "
+            "rows changed since); run that shard again, with the command of its last run, to finish it"
+        )
+    return run["settings"], summary, list(rows.values())
+
+
+PER_SHARD = ("items", "inputs", "changed")  # what the reading of one file differs in between shards
 
 
 def merge(dirs: list, out: str, max_error_rate: float) -> tuple:
-    """(summary, rows) of the shards in `dirs` merged into `out` (written there). ValueError if they are not
-    the shards 1/k..k/k of one run: other settings, other files read otherwise, missing or repeated shards."""
+    """(summary, rows) of the shards in `dirs` merged into `out` (written there). ValueError if `out` holds
+    a run already (its rows are never replaced), or if they are not the shards 1/k..k/k of one run: other
+    settings, other files or other contents of them (sha256), read otherwise, missing or repeated shards."""
+    if read_run(out) is not None:
+        raise ValueError(f"{out} holds a run already (run.json); merge into a new --out")
     shards = [_shard(d) for d in dirs]
     ref, ref_summary, _ = shards[0]
     same = lambda s: {k: v for k, v in s.items() if k not in ENDPOINTS + ("shard",)}
@@ -173,12 +271,19 @@ def merge(dirs: list, out: str, max_error_rate: float) -> tuple:
                 )
         for f in summary["files"]:
             a, b = (
-                {x: v for x, v in r["reading"][f].items() if x != "items"} for r in (summary, ref_summary)
+                {x: v for x, v in r["reading"][f].items() if x not in PER_SHARD}
+                for r in (summary, ref_summary)
             )
+            if a.get("sha256") != b.get("sha256"):
+                raise ValueError(
+                    f"{d} read another content of {f} than {dirs[0]} (sha256 {a.get('sha256')} against "
+                    f"{b.get('sha256')}): shards made from different inputs do not merge; "
+                    "run them again on one"
+                )
             if a != b:
                 raise ValueError(
                     f"{d} read {f} otherwise than {dirs[0]} (rows read, items, skipped); "
-                    "were the shards given the same file and --limit?"
+                    "were the shards given the same file and --limit? Run them again with the same"
                 )
     have = sorted(int(s["shard"].split("/")[0]) for s, _, _ in shards)
     if have != list(range(1, int(k) + 1)):
@@ -188,7 +293,12 @@ def merge(dirs: list, out: str, max_error_rate: float) -> tuple:
         )
     rows = [r for _, _, rs in shards for r in rs]
     reading = {
-        f: {**ref_summary["reading"][f], "items": sum(s["reading"][f]["items"] for _, s, _ in shards)}
+        f: {
+            **ref_summary["reading"][f],
+            "items": sum(s["reading"][f]["items"] for _, s, _ in shards),
+            "inputs": {id: v for _, s, _ in shards for id, v in s["reading"][f]["inputs"].items()},
+            "changed": sum(s["reading"][f]["changed"] for _, s, _ in shards),
+        }
         for f in ref_summary["files"]
     }
     urls = {key: sorted({s.get(key) for s, _, _ in shards if s.get(key)}) for key in ENDPOINTS}
@@ -199,7 +309,7 @@ def merge(dirs: list, out: str, max_error_rate: float) -> tuple:
         "reading": reading,
         "max_error_rate": max_error_rate,
     }
-    claim(out, settings)
-    with open(os.path.join(out, "results.jsonl"), "w", encoding="utf-8") as fh:
-        fh.writelines(json.dumps(r.to_json(), allow_nan=False) + "\n" for r in rows)
+    text = "".join(json.dumps(r.to_json(), allow_nan=False) + "\n" for r in rows)
+    _write_atomic(os.path.join(out, "results.jsonl"), text)
+    claim(out, settings)  # last: a merge that failed before leaves no run in `out`, and may be run again
     return tables.summarize(rows, ctx), rows

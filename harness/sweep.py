@@ -264,7 +264,7 @@ def summarize(args, settings: list, tallies: dict) -> dict:
         folder = os.path.join(args.out, s.folder)
         with open(os.path.join(folder, "summary.json"), encoding="utf-8") as fh:
             subs[s.label] = json.load(fh)
-        rows, _ = rundir.load_rows(os.path.join(folder, "results.jsonl"))
+        rows = rundir.load_rows(os.path.join(folder, "results.jsonl"))[0]
         uncached[0] += sum(r.calls for r in rows.values())
         uncached[1] += sum(r.tokens for r in rows.values())
     first = subs[settings[0].label]

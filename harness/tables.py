@@ -5,8 +5,10 @@ Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reaso
 Disagreement-Aware Consensus", ECCV 2026, reports accuracy per benchmark (mean ± std over seeds), the
 unweighted Avg and the gain over the base model. This module writes, from evaluate.py's rows (rows.Row):
 
-- summary.json ("verdict-eval/2") and summary.md: that table, the per-method statistics, what reading
-  each file found, and accuracy per category, l2-category and split;
+- summary.json ("verdict-eval/3") and summary.md: that table, the per-method statistics, what reading
+  each file found (and its sha256, the digest of every item run, how many items ran again for a changed
+  input), the judged methods whose judges never gave a score, and accuracy per category, l2-category
+  and split;
 - VLMEvalKit's own files, one directory per (model, method, seed), OUT/<model>/seed<k>/ (write_runs):
   <model>_<data>.tsv, the predictions (every input column but the image, then the whole output), and
   <model>_<data>_acc.csv (split, Overall, then one column per l2-category and per category, fractions in
@@ -35,7 +37,7 @@ import charts
 from harness.rows import EXTRACTED, SHEET_STATUSES, Method, Row
 from images import font
 
-SUMMARY_FORMAT = "verdict-eval/2"
+SUMMARY_FORMAT = "verdict-eval/3"
 SETTINGS = {
     "vanilla": ("vanilla",),
     "circular": ("circular",),
@@ -225,6 +227,7 @@ def summarize(rows: list, ctx: dict) -> dict:
     }
     kept = [r for rs in by.values() for r in rs]
     errors = sum(bool(r.error) for r in kept)
+    stats = {m: _stats([r for r in kept if str(r.method) == m], m) for m in methods}
     return {
         "format": SUMMARY_FORMAT,
         **{k: ctx[k] for k in CONTEXT},
@@ -233,7 +236,9 @@ def summarize(rows: list, ctx: dict) -> dict:
         "gain_over_base": gain,
         "variants": variants,
         "breakdown": detail,
-        "stats": {m: _stats([r for r in kept if str(r.method) == m], m) for m in methods},
+        "stats": stats,
+        # judged methods whose judges abstained on every call: their rows are the reasoner's alone
+        "silent_judges": [m for m in methods if stats[m]["abstention_rate"] == 1],
         "rows": len(kept),
         "errors": {
             "rows": errors,
@@ -285,7 +290,8 @@ def _head(first: str, cs: list) -> list:
 
 
 def _warnings(s: dict) -> list:
-    """The lines above everything else: too many errors, files read without images."""
+    """The lines above everything else: too many errors, judges that never scored, files read without
+    images."""
     e, out = s["errors"], []
     if e["over"]:
         out.append(
@@ -293,23 +299,40 @@ def _warnings(s: dict) -> list:
             f"--max-error-rate {s['max_error_rate']:.1%}: the table counts them as wrong. "
             "Run the same command again to retry them.**"
         )
+    if s["silent_judges"]:
+        out.append(f"**{silent_judges(s)}: their rows equal the reasoner's alone.**")
     out += [f"**Warning: {w}.**" for f in s["files"] for w in s["reading"][f]["warnings"]]
     return out + [""] if out else []
+
+
+def silent_judges(s: dict) -> str:
+    """The sentence that says which judged methods never got a score from a judge."""
+    return (
+        f"the judges never gave a score in {', '.join(s['silent_judges'])} (every judge call abstained); "
+        "check the judge model and --judge-format"
+    )
 
 
 def _reading(s: dict) -> list:
     out = [
         "Reading: rows read, items (valid rows), rows skipped as malformed, rows dropped for having no image "
-        "(as VLMEvalKit drops them), items in this run.",
+        "(as VLMEvalKit drops them), items in this run"
+        + (
+            ", of which ran again for an input changed since their rows were written"
+            if any(s["reading"][f].get("changed") for f in s["files"])
+            else ""
+        )
+        + ".",
         "",
     ]
     out += _head("File", ["rows read", "items", "skipped", "no image", "run"])
     for f in s["files"]:
         x = s["reading"][f]
         note = " (read up to --limit)" if x["limited"] else ""
+        changed = f" ({x['changed']} changed)" if x.get("changed") else ""
         out.append(
             f"| {x['file']}{note} | {x['read']} | {x['total']} | {len(x['skipped'])} | {x['dropped']} "
-            f"| {x['items']} |"
+            f"| {x['items']}{changed} |"
         )
     return out
 

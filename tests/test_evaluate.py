@@ -146,7 +146,7 @@ def test_jsonl_run_rows_traces_and_sharing(tmp_path, loopback):
     assert len({Row.from_json(r).key for r in rows}) == len(rows)
     for r in rows:
         assert (
-            r["format"] == "verdict-eval-row/2"
+            r["format"] == "verdict-eval-row/3"
             and r["error"] is None
             and r["trace"]["format"] == verdict.TRACE_FORMAT
         )
@@ -567,7 +567,7 @@ def test_live_structure(tmp_path, live_url):
         if r["trace"]:
             assert r["trace"]["format"] == verdict.TRACE_FORMAT and r["stopped"] in ("final", "max_steps")
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
-    assert summary["format"] == "verdict-eval/2" and set(summary["accuracy"]) == {"base", "verdict"}
+    assert summary["format"] == "verdict-eval/3" and set(summary["accuracy"]) == {"base", "verdict"}
     assert summary["stats"]["verdict"]["abstention_rate"] <= 0.05
     judged = [r["trace"]["meta"]["judges"] for r in rows if r["method"] == "verdict" and r["trace"]]
     assert judged and all((m["format_used"], m["fallback"]) == ("json", None) for m in judged)

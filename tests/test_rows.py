@@ -47,6 +47,7 @@ def full_row() -> dict:
         "zoomed": 0,
         "extract_calls": 1,
         "extract_tokens": 30,
+        "input_digest": "0123456789abcdef0123456789abcdef",
         "input": {"index": "17", "category": "math"},
         "trace": {"format": verdict.TRACE_FORMAT, "steps": [], "totals": {"steps": 2}},
     }
@@ -114,12 +115,23 @@ def test_a_missing_or_unknown_field_another_format_or_no_object_is_named():
     d = full_row()
     with pytest.raises(ValueError, match="row field 'correct' is missing"):
         Row.from_json({k: v for k, v in d.items() if k != "correct"})
-    with pytest.raises(ValueError, match="row field 'colour' is not a field of verdict-eval-row/2"):
+    with pytest.raises(ValueError, match="row field 'colour' is not a field of verdict-eval-row/3"):
         Row.from_json({**d, "colour": "red"})
-    with pytest.raises(ValueError, match="a row of format 'verdict-eval-row/1', not 'verdict-eval-row/2'"):
+    with pytest.raises(ValueError, match="row field 'input_digest' is missing"):
+        Row.from_json({k: v for k, v in d.items() if k != "input_digest"})
+    with pytest.raises(ValueError, match="a row of format 'verdict-eval-row/1', not 'verdict-eval-row/3'"):
         Row.from_json({**d, "format": "verdict-eval-row/1"})
     with pytest.raises(ValueError, match="a row is a JSON object, got list"):
         Row.from_json([d])
+
+
+def test_a_row_of_the_older_format_reads_as_one_of_unknown_input():
+    old = {k: v for k, v in full_row().items() if k != "input_digest"}
+    row = Row.from_json({**old, "format": "verdict-eval-row/2"})
+    assert row.input_digest is None and row.key == ("MMStar", "17", 2, "verdict+premises+gate+revise")
+    with pytest.raises(ValueError, match="row field 'input_digest' is not a field of verdict-eval-row/2"):
+        Row.from_json({**full_row(), "format": "verdict-eval-row/2"})
+    assert Row.from_json(row.to_json()) == row  # written again as /3, still of unknown input
 
 
 def test_a_row_built_in_code_is_checked_too():

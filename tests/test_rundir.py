@@ -38,27 +38,41 @@ def test_claim_names_what_differs(tmp_path):
 def test_load_rows_drops_what_must_run_again(tmp_path):
     row = lambda id, **kw: json.dumps(fake_row("d", 0, "base", True, id=id, **kw).to_json())
     path = tmp_path / "results.jsonl"
-    path.write_text(
-        "\n".join(
-            [
-                row("1"),
-                row("2", error="EndpointError: x"),
-                row("1"),
-                "{not json",
-                json.dumps(
-                    {"format": "verdict-eval-row/1", "data": "d", "id": "3", "seed": 0, "method": "base"}
-                ),
-                row("4"),
-                json.dumps({**json.loads(row("6")), "correct": "yes"}),
-            ]
-        )
-        + "\n"
-        + row("5")[:20]
+    lines = [
+        row("1"),
+        row("2", error="EndpointError: x"),
+        row("1"),
+        "{not json",
+        json.dumps({"format": "verdict-eval-row/1", "data": "d", "id": "3", "seed": 0, "method": "base"}),
+        row("4"),
+        json.dumps({**json.loads(row("6")), "correct": "yes"}),
+    ]
+    path.write_bytes(
+        "\n".join(lines).encode()
+        + b"\n"
+        + row("7").encode().replace(b'"d"', b'"\xff"')  # a byte that is not UTF-8
+        + b"\n"
+        + row("5").encode()[:20]
     )
-    rows, dropped = rundir.load_rows(str(path))
-    assert [k[1] for k in rows] == ["1", "4"] and dropped == 6  # "correct": "yes" is malformed: it runs again
+    rows, dropped, stale = rundir.load_rows(str(path))
+    assert [k[1] for k in rows] == ["1", "4"] and dropped == 7  # "correct": "yes" is malformed: it runs again
+    assert stale == []
     assert [json.loads(line)["id"] for line in path.read_text().splitlines()] == ["1", "4"]  # rewritten
     assert rundir.read_rows(str(path))[0] == list(rows.values())
+
+
+def test_load_rows_drops_the_rows_of_a_changed_input(tmp_path):
+    row = lambda id, digest: fake_row("d", 0, "base", True, id=id, input_digest=digest).to_json()
+    old = {**row("3", None), "format": "verdict-eval-row/2"}
+    del old["input_digest"]
+    path = tmp_path / "results.jsonl"
+    rows = (row("1", "a1"), row("2", "b1"), old, row("9", "z"))
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    inputs = {("d", "1"): "a1", ("d", "2"): "b2", ("d", "3"): "c1"}  # item 2 changed; 9 is not read now
+    rows, dropped, stale = rundir.load_rows(str(path), inputs)
+    assert [k[1] for k in rows] == ["1", "9"] and dropped == 2
+    assert [(r.id, r.input_digest) for r in stale] == [("2", "b1"), ("3", None)]  # 3: of unknown input
+    assert [json.loads(line)["id"] for line in path.read_text().splitlines()] == ["1", "9"]
 
 
 def mixed_data(tmp_path) -> list:
@@ -91,7 +105,7 @@ def comparable(summary: dict) -> dict:
 
 
 def test_two_shards_merged_equal_one_unsharded_run(tmp_path, loopback):
-    data, flags = mixed_data(tmp_path), "--seeds 2 --rules base,verdict --max-steps 3"
+    data, flags = mixed_data(tmp_path), "--seeds 2 --rules base,verdict --max-steps 3 --judge-format text"
     one, node1, node2 = loopback(script), loopback(script), loopback(script)
     assert evaluate.main(argv(data, one.url, tmp_path / "all", flags)) == 0
     for i, node in ((1, node1), (2, node2)):  # one server per node

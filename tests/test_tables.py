@@ -38,6 +38,7 @@ def fake_row(data, seed, method, correct, steps=1, fallbacks=0, abstentions=0, j
         replies=0,
         seconds=kw.get("seconds", 1.0),
         trace={"totals": totals},
+        input_digest=kw.get("input_digest"),
     )
 
 
@@ -105,7 +106,7 @@ def test_summary_arithmetic_by_hand():
         fake_row("g", 1, "verdict", True, steps=2, fallbacks=0, judge_calls=18),
     ]
     s = tables.summarize(rows, context(["f", "g"], ["base", "verdict"], [0, 1]))
-    assert s["format"] == "verdict-eval/2" and s["columns"] == ["f", "g"]
+    assert s["format"] == "verdict-eval/3" and s["columns"] == ["f", "g"]
     acc = s["accuracy"]
     # base: f = 50, 100 -> mean 75, sample std sqrt((25² + 25²) / 1) = 35.355; g = 0, 100 -> 50 ± 70.711;
     # Avg per seed = (50 + 0)/2 = 25 and (100 + 100)/2 = 100 -> 62.5 ± sqrt(2 · 37.5²) = 53.033.

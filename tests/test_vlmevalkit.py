@@ -173,7 +173,12 @@ def images_sent(chat) -> list:
 def test_the_six_benchmarks_run_with_the_right_images_in_every_request(tmp_path, loopback):
     files, want = benchmarks_dir(tmp_path)
     srv, out = loopback(script), tmp_path / "out"
-    assert evaluate.main(argv(files, srv.url, out, "--seeds 1 --rules base,verdict --max-steps 2")) == 0
+    assert (
+        evaluate.main(
+            argv(files, srv.url, out, "--seeds 1 --rules base,verdict --max-steps 2 --judge-format text")
+        )
+        == 0
+    )
     urls = {tag: [encode_image(im) for im in ims] for tags in want.values() for tag, ims in tags.items()}
     seen = set()
     for chat in srv.chats:
@@ -233,8 +238,8 @@ def test_mmmu_images_in_place_and_mathvista_values(tmp_path, loopback):
             body = {**body, "messages": [body["messages"][0], {**body["messages"][1], "content": [text]}]}
         return script(body, path)
 
-    srv = loopback(answer_14)
-    flags = "--seeds 1 --rules base,verdict --max-steps 2"
+    srv = loopback(answer_14)  # its judges reply in text
+    flags = "--seeds 1 --rules base,verdict --max-steps 2 --judge-format text"
     assert evaluate.main(argv([mmmu, math], srv.url, tmp_path / "o", flags)) == 0
     r, b = encode_image(red), encode_image(blue)
     placed = [c for c in srv.chats if "darker" in json.dumps(c)]

@@ -1,0 +1,328 @@
+"""Tests for a run directory under faults (issue 24): rows tied to their input (a changed item runs again,
+the summary says how many, merge refuses shards of different inputs), merge never replacing a finished run,
+judges that never score, a full disk, a first run that fails before it starts, damaged run directories,
+Ctrl-C and a shard resumed with a smaller --limit. Each error a user can cause is one line on stderr and a
+non-zero exit."""
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import evaluate
+from perf.loopback import chat_response, role_of, user_text
+from test_evaluate import HERE, rows_of, run, script, write_jsonl
+
+BASE = ["--seeds", "1", "--rules", "base,verdict", "--max-steps", "3", "--judge-format", "text"]
+
+
+def summary_of(out) -> dict:
+    return json.loads((out / "summary.json").read_text())
+
+
+def rewrite(path, n=4, **changes):
+    """The JSONL file of write_jsonl with some items changed: {index: {field: value}}."""
+    write_jsonl(path, n=n)
+    items = [json.loads(line) for line in path.read_text().splitlines()]
+    for i, change in changes.items():
+        items[int(i[1:])].update(change)
+    path.write_text("".join(json.dumps(it) + "\n" for it in items))
+
+
+def one_line_error(p, exit=2) -> str:
+    assert p.returncode == exit and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr
+    return p.stderr
+
+
+# ----------------------------------------------------------------------------- rows tied to their input
+
+
+def test_changed_items_run_again_and_the_summary_says_how_many(tmp_path, loopback, capsys):
+    srv, data, out = loopback(script), tmp_path / "q.jsonl", tmp_path / "out"
+    write_jsonl(data, n=4)
+    args = ["--data", str(data), "--base-url", srv.url, "--out", str(out), *BASE]
+    assert evaluate.main(args) == 0
+    first = {r["id"]: r for r in rows_of(out)}
+    assert all(len(r["input_digest"]) == 32 for r in first.values())
+    rewrite(data, q1={"answer": "A"}, q2={"question": "Which is larger, 7 or 8?"})  # a key fixed, a question
+    capsys.readouterr()
+    assert evaluate.main(args) == 0
+    assert "2 item(s) changed since their rows were written; their 4 row(s) will run again" in (
+        capsys.readouterr().err
+    )
+    rows = rows_of(out)
+    assert len(rows) == len({(r["id"], r["method"]) for r in rows}) == 8  # one row per key, none stale
+    assert {r["answer"] for r in rows if r["id"] == "q1"} == {"A"}
+    assert any("7 or 8" in user_text(c) for c in srv.chats)
+    assert {r["input_digest"] for r in rows if r["id"] in ("q1", "q2")}.isdisjoint(
+        {first["q1"]["input_digest"], first["q2"]["input_digest"]}
+    )
+    s = summary_of(out)
+    assert s["reading"]["q"]["changed"] == 2 and set(s["reading"]["q"]["inputs"]) == {"q0", "q1", "q2", "q3"}
+    assert "| 4 (2 changed) |" in (out / "summary.md").read_text()
+    n = len(srv.chats)
+    assert evaluate.main(args) == 0 and len(srv.chats) == n  # nothing changed: nothing runs
+    assert summary_of(out)["reading"]["q"]["changed"] == 0
+
+
+def test_rows_of_the_older_format_are_of_unknown_input_and_run_again(tmp_path, loopback, capsys):
+    srv, data, out = loopback(script), write_jsonl(tmp_path / "q.jsonl", n=2), tmp_path / "out"
+    args = ["--data", data, "--base-url", srv.url, "--out", str(out), *BASE]
+    assert evaluate.main(args) == 0
+    old = [
+        {**{k: v for k, v in r.items() if k != "input_digest"}, "format": "verdict-eval-row/2"}
+        for r in rows_of(out)
+    ]
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in old))
+    capsys.readouterr()
+    assert evaluate.main(args) == 0
+    assert "2 item(s) changed since their rows were written (2 of unknown input" in capsys.readouterr().err
+    assert [r["format"] for r in rows_of(out)] == ["verdict-eval-row/3"] * 4
+
+
+def test_merge_refuses_shards_made_from_different_inputs(tmp_path, loopback):
+    srv, data = loopback(script), tmp_path / "q.jsonl"
+    common = ["--data", str(data), "--base-url", srv.url, *BASE]
+    write_jsonl(data, n=6)
+    assert evaluate.main(common + ["--out", str(tmp_path / "s1"), "--shard", "1/2"]) == 0
+    rewrite(data, n=6, q5={"answer": "A"})
+    assert evaluate.main(common + ["--out", str(tmp_path / "s2"), "--shard", "2/2"]) == 0
+    p = run(["merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "m")])
+    assert "read another content of q" in one_line_error(p) and "different inputs" in p.stderr
+    assert not (tmp_path / "m" / "run.json").exists()
+
+
+# ----------------------------------------------------------------------------- merge
+
+
+def test_merge_never_replaces_a_finished_run(tmp_path, loopback):
+    srv, data = loopback(script), write_jsonl(tmp_path / "q.jsonl", n=4)
+    common = ["--data", data, "--base-url", srv.url, *BASE]
+    for out, shard in (("s1", ["--shard", "1/2"]), ("s2", ["--shard", "2/2"]), ("whole", [])):
+        assert evaluate.main(common + ["--out", str(tmp_path / out), *shard]) == 0
+    before = (tmp_path / "whole" / "results.jsonl").read_text()
+    for target in ("whole", "s1"):
+        p = run(["merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / target)])
+        assert "holds a run already" in one_line_error(p)
+    assert (tmp_path / "whole" / "results.jsonl").read_text() == before
+    assert (
+        run(["merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "m")]).returncode
+        == 0
+    )
+
+
+def test_a_shard_resumed_with_a_smaller_limit_merges(tmp_path, loopback):
+    srv, data = loopback(script), write_jsonl(tmp_path / "q.jsonl", n=8)
+    common = ["--data", data, "--base-url", srv.url, *BASE]
+    shard = lambda i, limit: evaluate.main(
+        common + ["--out", str(tmp_path / f"s{i}"), "--shard", f"{i}/2", "--limit", str(limit)]
+    )
+    merge = lambda: run(["merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "m")])
+    assert shard(1, 6) == 0 and shard(2, 6) == 0 and shard(1, 3) == 0
+    assert "the same file and --limit? Run them again with the same" in one_line_error(merge())
+    assert shard(2, 3) == 0
+    p = merge()
+    assert p.returncode == 0, p.stderr
+    assert evaluate.main(common + ["--out", str(tmp_path / "all"), "--limit", "3"]) == 0
+    got, want = summary_of(tmp_path / "m"), summary_of(tmp_path / "all")
+    assert (
+        got["accuracy"] == want["accuracy"]
+        and got["reading"]["q"]["inputs"] == want["reading"]["q"]["inputs"]
+    )
+    assert len(rows_of(tmp_path / "m")) == 3 * 2
+
+
+# ----------------------------------------------------------------------------- judges that never score
+
+
+def test_judges_that_never_score_exit_3_with_one_line(tmp_path, loopback, capsys):
+    def abstaining(body, path):
+        if role_of(body["messages"]) != "reasoner":
+            return 200, chat_response(["I would rather not say."])
+        return script(body, path)
+
+    srv, out = loopback(abstaining), tmp_path / "out"
+    args = ["--data", write_jsonl(tmp_path / "q.jsonl", n=2), "--base-url", srv.url, "--out", str(out), *BASE]
+    assert evaluate.main(args) == 3
+    err = [line for line in capsys.readouterr().err.splitlines() if "judges" in line]
+    assert err == [
+        "evaluate.py: the judges never gave a score in verdict (every judge call abstained); check the judge "
+        "model and --judge-format: their rows equal the reasoner's alone"
+    ]
+    assert summary_of(out)["silent_judges"] == ["verdict"]
+    assert "**the judges never gave a score in verdict" in (out / "summary.md").read_text()
+
+
+# ----------------------------------------------------------------------------- a full disk
+
+
+def test_a_full_disk_is_one_line_exit_2_and_leaves_whole_rows(tmp_path, loopback, monkeypatch, capsys):
+    srv, out = loopback(script), tmp_path / "out"
+    args = ["--data", write_jsonl(tmp_path / "q.jsonl", n=4), "--base-url", srv.url, "--out", str(out), *BASE]
+    args += ["--concurrency", "1"]
+    real, results, writes = os.write, out / "results.jsonl", []
+
+    def full_disk(fd, data):  # the third row: half of it is written, then the disk is full
+        if not (results.exists() and os.path.samestat(os.fstat(fd), os.stat(results))):
+            return real(fd, data)
+        writes.append(len(data))
+        if len(writes) < 3:
+            return real(fd, data)
+        if len(writes) == 3:
+            return real(fd, bytes(data[: len(data) // 2]))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "write", full_disk)
+    capsys.readouterr()
+    assert evaluate.main(args) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert [line for line in err if "evaluate.py" in line] == [
+        f"evaluate.py: error: cannot write {results}: No space left on device; the rows before are kept"
+    ]
+    assert results.read_text().endswith("\n") and len(rows_of(out)) == 2  # whole rows only
+    monkeypatch.setattr(os, "write", real)
+    assert evaluate.main(args) == 0 and len(rows_of(out)) == 4 * 2
+
+
+def test_tables_on_a_full_disk_are_one_line_and_the_rows_kept(tmp_path, loopback, monkeypatch, capsys):
+    srv, out = loopback(script), tmp_path / "out"
+    args = ["--data", write_jsonl(tmp_path / "q.jsonl", n=2), "--base-url", srv.url, "--out", str(out), *BASE]
+
+    def full(*a, **kw):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(evaluate.tables, "write", full)
+    capsys.readouterr()
+    assert evaluate.main(args) == 2
+    assert "cannot write the tables in" in capsys.readouterr().err and len(rows_of(out)) == 4
+
+
+# ----------------------------------------------------------------------------- a run that cannot start
+
+
+def test_a_run_that_fails_on_its_data_pins_no_settings(tmp_path, loopback):
+    srv, data, out = loopback(script), write_jsonl(tmp_path / "q.jsonl", n=2), tmp_path / "out"
+    typo = ["--data", data.replace("q.jsonl", "qq.jsonl"), "--base-url", srv.url, "--out", str(out), *BASE]
+    assert "no such file" in one_line_error(run(typo))
+    assert not (out / "run.json").exists()
+    assert evaluate.main(["--data", data, "--base-url", srv.url, "--out", str(out), *BASE, "--n", "2"]) == 0
+
+
+# ----------------------------------------------------------------------------- damaged run directories
+
+
+def _damage_run_list(d):
+    (d / "run.json").write_text("[]")
+
+
+def _damage_no_settings(d):
+    (d / "run.json").write_text('{"format": "verdict-eval-run/2"}')
+
+
+def _damage_run_not_json(d):
+    (d / "run.json").write_bytes(b'{"format": "verdict\xff')
+
+
+def _damage_results_dir(d):
+    os.remove(d / "results.jsonl")
+    os.mkdir(d / "results.jsonl")
+
+
+@pytest.mark.parametrize(
+    "damage, said",
+    [
+        (_damage_run_list, "is of format 'a JSON list', not 'verdict-eval-run/2'"),
+        (_damage_no_settings, "is damaged (its settings are missing)"),
+        (_damage_run_not_json, "is damaged (not UTF-8 JSON"),
+        (_damage_results_dir, "Is a directory"),
+    ],
+)
+def test_a_damaged_run_directory_is_one_line(tmp_path, loopback, damage, said):
+    srv, out = loopback(script), tmp_path / "out"
+    args = ["--data", write_jsonl(tmp_path / "q.jsonl", n=2), "--base-url", srv.url, "--out", str(out), *BASE]
+    assert evaluate.main(args) == 0
+    damage(out)
+    assert said in one_line_error(run(args))
+
+
+def test_rows_not_utf8_or_malformed_run_again(tmp_path, loopback):
+    srv, out = loopback(script), tmp_path / "out"
+    args = ["--data", write_jsonl(tmp_path / "q.jsonl", n=2), "--base-url", srv.url, "--out", str(out), *BASE]
+    assert evaluate.main(args) == 0
+    lines = (out / "results.jsonl").read_bytes().splitlines(keepends=True)
+    lines[0] = lines[0].replace(b'"q"', b'"\xff"')
+    lines[1] = json.dumps({**json.loads(lines[1]), "correct": "yes"}).encode() + b"\n"
+    (out / "results.jsonl").write_bytes(b"".join(lines))
+    p = run(args)
+    assert p.returncode == 0 and "Traceback" not in p.stderr
+    assert "2 unfinished or failed row(s) will run again" in p.stderr and len(rows_of(out)) == 4
+
+
+@pytest.mark.parametrize(
+    "damage, said",
+    [
+        (lambda d: (d / "summary.json").write_text("{}"), "summary.json is of format None"),
+        (lambda d: (d / "summary.json").write_text("[1]"), "is of format 'a JSON list'"),
+        (
+            lambda d: (d / "summary.json").write_text(
+                json.dumps({**json.loads((d / "summary.json").read_text()), "files": [{}]})
+            ),
+            "summary.json is damaged (a field is missing or malformed)",
+        ),
+        (
+            lambda d: (d / "results.jsonl").write_text(
+                "".join(json.dumps({**r, "correct": "yes"}) + "\n" for r in rows_of(d))
+            ),
+            "results.jsonl lacks 2 row(s) of the items its summary.json ran",
+        ),
+    ],
+)
+def test_a_damaged_shard_is_one_line(tmp_path, loopback, damage, said):
+    srv, data = loopback(script), write_jsonl(tmp_path / "q.jsonl", n=2)
+    common = ["--data", data, "--base-url", srv.url, *BASE, "--rules", "base"]
+    for i in (1, 2):
+        assert evaluate.main(common + ["--out", str(tmp_path / f"s{i}"), "--shard", f"{i}/2"]) == 0
+    shard = next(tmp_path / f"s{i}" for i in (1, 2) if rows_of(tmp_path / f"s{i}"))
+    damage(shard)
+    p = run(["merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "m")])
+    assert said in one_line_error(p)
+
+
+# ----------------------------------------------------------------------------- Ctrl-C
+
+
+def test_ctrl_c_is_one_line_exit_130_and_keeps_the_rows(tmp_path, loopback):
+    gate, reached = threading.Event(), threading.Event()
+
+    def blocking(body, path):
+        if "2 or 3" in user_text(body) and not gate.is_set():  # the third item: held until the signal
+            reached.set()
+            gate.wait(120)
+        return script(body, path)
+
+    srv, out = loopback(blocking), tmp_path / "out"
+    args = ["--data", write_jsonl(tmp_path / "q.jsonl", n=4), "--base-url", srv.url, "--out", str(out), *BASE]
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "evaluate.py"), *args, "--concurrency", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert reached.wait(120), "the run never reached the third item"
+        proc.send_signal(signal.SIGINT)
+    finally:
+        gate.set()
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert [line for line in err.splitlines() if "items" not in line] == [
+        "evaluate.py: interrupted; the rows finished are kept: the same command resumes"
+    ]
+    kept = rows_of(out)
+    assert len(kept) >= 2 * 2  # q0 and q1, both methods
+    assert evaluate.main(args) == 0 and rows_of(out)[: len(kept)] == kept
