@@ -20,7 +20,7 @@ extra calls and tokens.
 
 Every run prints a table per step, writes the trace (--trace, JSON, verdict.TRACE_FORMAT) and draws the
 decision plane (--plot, PNG): each candidate at (Δ*, s̄*), the acceptance region Δ* < ε, s̄* > τ shaded.
-Bad flags stop the run before any call (exit 2): a setting verdict.Config refuses (τ outside [0, 1), ε
+Bad flags stop the run before any call (exit 2): a setting verdict.Config refuses (τ outside [0, 1], ε
 outside (0, 1], ...), a blank --question, --choices that are not two or more "A. text" options, an unusable
 URL, a --trace or --plot that cannot be written, an API key that no HTTP header can carry. Live, when the
 API key's variable is unset although a key is expected (--api-key-env was given, or an endpoint is not on
@@ -323,7 +323,7 @@ def write_text(path: str, text: str) -> None:
 
 def check_args(args) -> tuple:
     """(config, judge mode) from the flags; ValueError names the first bad flag, before any call is made.
-    verdict.Config checks the numbers (τ in [0, 1), ε in (0, 1], ...; see its docstring)."""
+    verdict.Config checks the numbers (τ in [0, 1], ε in (0, 1], ...; see its docstring)."""
     config, modes = config_of(args, rule=args.rule), modes_of(args)
     if len(modes) != 1:
         raise ValueError(

@@ -163,7 +163,7 @@ def check_error_rate(rate: float) -> None:
 
 def check_args(args) -> tuple:
     """(methods (rows.Method), config) from the flags; ValueError names the first bad flag, before any call
-    is made. verdict.Config checks the numbers (τ in [0, 1), ε in (0, 1], ...; see its docstring)."""
+    is made. verdict.Config checks the numbers (τ in [0, 1], ε in (0, 1], ...; see its docstring)."""
     rules = [m.strip() for m in args.rules.split(",") if m.strip()]
     if not rules or len(set(rules)) != len(rules) or not set(rules) <= set(METHODS):
         raise ValueError(f"--rules must list distinct methods from {','.join(METHODS)}, got {args.rules!r}")

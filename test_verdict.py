@@ -609,8 +609,8 @@ def test_paper_rule_is_the_batched_verdict_rule(seed):
 @pytest.mark.parametrize(
     "kw, message",
     [
-        ({"tau": 5}, "tau must be in [0, 1)"),
-        ({"tau": 1}, "tau=1"),
+        ({"tau": 5}, "tau must be in [0, 1]"),
+        ({"tau": 1.5}, "tau=1.5"),
         ({"tau": 2.0}, "tau=2.0"),
         ({"tau": -0.5}, "tau=-0.5"),
         ({"tau": NAN}, "tau=nan"),
@@ -634,6 +634,8 @@ def test_config_refuses_a_setting_out_of_range(kw, message):
 
 def test_config_ranges_are_exactly_where_the_rule_can_accept():
     # Inside the ranges a unanimous candidate (s̄* = 1, Δ* = 0) passes; at τ = 1 or ε = 0 nothing ever does.
+    # τ = 1 is allowed: the paper's restrictive regime, where every step falls back.
+    assert Config(tau=1).tau == 1.0 and not select([[1.0, 1.0, 1.0]], tau=Config(tau=1).tau).accepted[0]
     for tau, eps in [(0, 1), (0.999999, 1e-9), (V.TAU, V.EPS)]:
         cfg = Config(tau=tau, eps=eps, n=np.int64(2), max_steps=np.int32(1))
         assert select([[1.0, 1.0, 1.0]], cfg.lam, cfg.tau, cfg.eps).accepted[0]

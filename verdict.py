@@ -267,12 +267,12 @@ def select_all(s_hat, lam=STUBBORNNESS, tau: float = TAU, eps: float = EPS, rule
 
 @dataclass(frozen=True)
 class Config:
-    """The knobs of the loop, with the paper's values (shared across all six benchmarks), checked once, here
-    (demo.py and evaluate.py build theirs from their flags); ValueError names a value out of range. λ: m ≥ 2,
-    each finite and > 0; n, max_steps: integers ≥ 1; τ in [0, 1): s̄* ≤ 1, so τ ≥ 1 accepts nothing (τ < 0 is
-    no bar); ε in (0, 1]: Δ* ≥ 0, so ε ≤ 0 accepts nothing (Δ ≤ 1/2: ε > 1/2 passes every Δ; ε > 1: a typo).
-    `final`: a regular expression (default: "Final answer:", any case); a chosen step in which re.search
-    finds it ends the chain. The reasoner's sampling (T = 0.8, top-p = 0.6) belongs to the proposer."""
+    """The knobs of the loop, with the paper's values, checked once, here (demo.py and evaluate.py build
+    theirs from their flags); ValueError names a value out of range. λ: m ≥ 2, each finite and > 0; n,
+    max_steps: integers ≥ 1; τ in [0, 1]: s̄* ≤ 1, so τ = 1 accepts nothing, the paper's restrictive regime
+    (every step by the fallback; τ > 1: a typo; τ < 0: no bar); ε in (0, 1]: Δ* ≥ 0, so ε ≤ 0 accepts
+    nothing (Δ ≤ 1/2: ε > 1/2 passes every Δ; ε > 1: a typo). `final`: a regular expression ("Final answer:",
+    any case) that ends the chain when re.search finds it in a chosen step."""
 
     lam: tuple = STUBBORNNESS
     n: int = 3
@@ -287,7 +287,7 @@ class Config:
         for name, kind, ok, what in (
             ("n", int, lambda x: x >= 1, "an integer >= 1"),
             ("max_steps", int, lambda x: x >= 1, "an integer >= 1"),
-            ("tau", float, lambda x: 0 <= x < 1, "in [0, 1) (s̄* <= 1: tau >= 1 accepts nothing)"),
+            ("tau", float, lambda x: 0 <= x <= 1, "in [0, 1] (s̄* <= 1: tau = 1 accepts nothing)"),
             ("eps", float, lambda x: 0 < x <= 1, "in (0, 1] (Δ* >= 0: eps <= 0 accepts nothing)"),
         ):
             v = getattr(self, name)

@@ -88,7 +88,7 @@ def add_verifier_args(parser) -> None:
         "--tau",
         type=float,
         default=d.tau,
-        help=f"confidence threshold τ in [0, 1): a candidate passes only if s̄* > τ ({d.tau})",
+        help=f"confidence threshold τ in [0, 1]: a candidate passes only if s̄* > τ ({d.tau})",
     )
     g.add_argument(
         "--eps",
@@ -125,7 +125,7 @@ def add_verifier_args(parser) -> None:
 
 def config_of(args, **fields) -> verdict.Config:
     """verdict.Config from add_verifier_args' flags and `fields`; ValueError names the flag of a value out of
-    Config's range ("--tau must be in [0, 1) ..., got tau=5.0")."""
+    Config's range ("--tau must be in [0, 1] ..., got tau=5.0")."""
     flags = {"n": args.n, "tau": args.tau, "eps": args.eps, "max_steps": args.max_steps}
     if getattr(args, "lam", None) is not None:  # evaluate.py's --lam (and its sweeps)
         flags["lam"] = args.lam

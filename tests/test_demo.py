@@ -276,8 +276,8 @@ def test_live_mode_with_judge_modes_records_them_in_the_trace(tmp_path):
 VERIFIER_ERRORS = [
     (flags.split(), message)
     for flags, message in (
-        ("--tau nan", "--tau must be in [0, 1)"),
-        ("--tau 5", "--tau must be in [0, 1) (s̄* <= 1: tau >= 1 accepts nothing), got tau=5.0"),
+        ("--tau nan", "--tau must be in [0, 1]"),
+        ("--tau 5", "--tau must be in [0, 1] (s̄* <= 1: tau = 1 accepts nothing), got tau=5.0"),
         ("--eps -1", "--eps must be in (0, 1]"),
         ("--n 0", "--n must be an integer >= 1, got n=0"),
         ("--max-steps 0", "--max-steps must be an integer >= 1, got max_steps=0"),
@@ -353,7 +353,7 @@ def test_errors_are_one_line_with_exit_2(tmp_path, args, needle):
         ("--eps", "0"),
         ("--eps", "1.5"),
         ("--tau", "5"),
-        ("--tau", "1"),
+        ("--tau", "1.01"),
     ],
 )
 def test_tau_and_eps_out_of_range_are_refused_before_any_call(tmp_path, flag, value):
@@ -364,7 +364,7 @@ def test_tau_and_eps_out_of_range_are_refused_before_any_call(tmp_path, flag, va
     assert len(out.stderr.splitlines()) == 1 and not (tmp_path / "verdict_trace.json").exists()
 
 
-@pytest.mark.parametrize("tau, eps", [("0", "1"), ("0.999", "0.01")])  # τ = 1 would accept nothing
+@pytest.mark.parametrize("tau, eps", [("0", "1"), ("1", "0.01")])  # τ = 1: every step by the fallback
 def test_tau_and_eps_at_the_ends_of_their_ranges_run_and_plot(tmp_path, tau, eps):
     out = run_demo(["--tau", tau, "--eps", eps], cwd=tmp_path)
     assert out.returncode == 0, out.stderr

@@ -172,7 +172,7 @@ def test_judge_models_share_the_reasoner_and_reasoners_the_judge(tmp_path, loopb
         ("--sweep tau=0.1,0.1", "two or more distinct"),
         ("--sweep rho=0.1,0.2", "NAME one of tau"),
         ("--sweep tau=0.1,x", "must be a number"),
-        ("--sweep tau=0.1,1.0", "--tau must be in [0, 1)"),
+        ("--sweep tau=0.1,1.5", "--tau must be in [0, 1]"),
         ("--sweep lam_V=1,-1", "lam"),
         ("--model a,b", "give --judge-model"),
         ("--sweep tau=0.1,0.2 --judge-model a,b", "one thing at a time"),
