@@ -340,7 +340,7 @@ def curve(text: str, trials: int = 2500, seeds: int = 20, seed: int = 0, base: S
     harness/sweep.KNOBS), `base` the world. -> a "verdict-sweep/1" summary (harness/sweep.py's), whose
     per-seed accuracies (%) are a correct candidate chosen given one exists, base being candidate 0 (the
     reasoner alone); harness.sweep.picture draws it as it draws a real model's."""
-    from harness.sweep import SWEEP_FORMAT, parse_sweep  # here: harness is not needed by the study itself
+    from harness.sweep import head, parse_sweep  # here: harness is not needed by the study itself
 
     settings, d = parse_sweep(text), draw(seeds, trials, seed)
     cell = lambda xs: {"mean": float(np.mean(xs)), "std": float(np.std(xs, ddof=1)), "per_seed": list(xs)}
@@ -354,20 +354,16 @@ def curve(text: str, trials: int = 2500, seeds: int = 20, seed: int = 0, base: S
         per = {"base": first, "mean": got["mean"]["accuracy"], "verdict": got["verdict"]["accuracy"]}  # [S]
         acc[st.label] = {m: {"Avg": cell([100 * float(x) for x in per[m]])} for m in methods}
     margin = {k: {"Avg": v["verdict"]["Avg"]["mean"] - v["mean"]["Avg"]["mean"]} for k, v in acc.items()}
-    return {
-        "format": SWEEP_FORMAT,
-        "axis": settings[0].axis,
-        "settings": [st.label for st in settings],
-        "values": [st.value for st in settings],
-        "ticks": [st.tick for st in settings],
-        "methods": methods,
-        "columns": ["Avg"],
-        "seeds": list(range(seeds)),
-        "source": f"python simulate.py --sweep {text} --trials {trials} --seeds {seeds} --seed {seed}",
-        "note": f"SIMULATED (simulate.py's iid world, sigma = {base.sigma}), steps of one decision each",
-        "accuracy": acc,
-        "margin": margin,
-    }
+    return head(
+        settings,
+        methods,
+        ["Avg"],
+        list(range(seeds)),
+        f"python simulate.py --sweep {text} --trials {trials} --seeds {seeds} --seed {seed}",
+        note=f"SIMULATED (simulate.py's iid world, sigma = {base.sigma}), steps of one decision each",
+        accuracy=acc,
+        margin=margin,
+    )
 
 
 def main(argv=None) -> int:

@@ -270,20 +270,33 @@ def summarize(args, settings: list, tallies: dict) -> dict:
     first = subs[settings[0].label]
     acc = {k: {m: v["accuracy"][m] for m in first["methods"]} for k, v in subs.items()}
     sent = tuple(sum(getattr(t, k) for t in tallies.values()) for k in ("sent", "sent_tokens"))
+    return head(
+        settings,
+        first["methods"],
+        first["columns"] + ["Avg"],
+        first["seeds"],
+        "evaluate.py " + " ".join(f"--data {d}" for d in args.data),
+        accuracy=acc,
+        margin=margins(acc),
+        fallback_rate={k: v["stats"].get("verdict", {}).get("fallback_rate") for k, v in subs.items()},
+        cost=cost({k: t.seen for k, t in tallies.items()}, sent, tuple(uncached)),
+    )
+
+
+def head(settings: list, methods: list, columns: list, seeds: list, source: str, **rest) -> dict:
+    """A sweep summary (SWEEP_FORMAT), evaluate's or simulate.py's: the axis, its settings, the methods,
+    columns and seeds, what produced it, then `rest` (accuracy, margin, ...)."""
     return {
         "format": SWEEP_FORMAT,
         "axis": settings[0].axis,
         "settings": [s.label for s in settings],
         "values": [s.value for s in settings],
         "ticks": [s.tick for s in settings],
-        "methods": first["methods"],
-        "columns": first["columns"] + ["Avg"],
-        "seeds": first["seeds"],
-        "source": "evaluate.py " + " ".join(f"--data {d}" for d in args.data),
-        "accuracy": acc,
-        "margin": margins(acc),
-        "fallback_rate": {k: v["stats"].get("verdict", {}).get("fallback_rate") for k, v in subs.items()},
-        "cost": cost({k: t.seen for k, t in tallies.items()}, sent, tuple(uncached)),
+        "methods": methods,
+        "columns": columns,
+        "seeds": seeds,
+        "source": source,
+        **rest,
     }
 
 
