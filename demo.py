@@ -39,7 +39,7 @@ from PIL import Image, ImageDraw
 
 import charts
 import client
-from modes import MODE_MAX_TOKENS, JudgeMode, add_verifier_args, calls, config_of, modes_of
+from modes import MODE_MAX_TOKENS, JudgeMode, add_verifier_args, calls, config_of, modes_of, score_only
 import judges
 import verdict
 
@@ -332,8 +332,8 @@ def run_live(args, config: verdict.Config, mode: JudgeMode) -> verdict.Trace:
         judge, mode, max_tokens=args.mode_max_tokens or MODE_MAX_TOKENS, fmt=args.judge_format
     )
     judge_fns = judges.make_judges(
-        judge, grounding=evidence, fmt=evidence.format
-    )  # one fallback for all requests
+        judge, grounding=evidence, fmt=evidence.format, score_only=score_only(args)
+    )  # one fallback for all requests; the score alone unless --reasons
     reviser = judges.Reviser(reasoner, judge_fns) if args.revise else None
     trace = verdict.run(
         question,
