@@ -203,7 +203,7 @@ def settings_of(args, config: verdict.Config) -> Settings:
         "fmt": judge_kw["fmt"],
         **({"max_tokens": args.mode_max_tokens} if args.mode_max_tokens else {}),
     }
-    return Settings(config, args.max_calls, args.max_tokens, judge_kw, mode_kw)
+    return Settings(config, args.max_calls, args.max_tokens, judge_kw, mode_kw, args.speculate)
 
 
 def run_record(args, config: verdict.Config) -> dict:

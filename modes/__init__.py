@@ -133,6 +133,15 @@ def add_verifier_args(parser) -> None:
         ),
     )
     g.add_argument(
+        "--speculate",
+        action="store_true",
+        help=(
+            "propose step t+1 after each candidate while the judges score step t (speculate.py): the "
+            "chosen candidate's proposal gives the next candidates, the others are dropped; the same "
+            "decisions, more reasoner tokens, faster only on a server with spare parallel capacity"
+        ),
+    )
+    g.add_argument(
         "--score-only", action="store_true", help=argparse.SUPPRESS
     )  # the default since judges reply with the score alone; kept so that older commands still run
 
