@@ -190,3 +190,10 @@ def test_demo_and_evaluate_take_speculate(tmp_path, monkeypatch, capsys):
     assert "speculation: " in capsys.readouterr().out
     args = evaluate.parse_args(["--data", "x.jsonl", "--base-url", "http://127.0.0.1:1/v1", "--speculate"])
     assert evaluate.settings_of(args, verdict.Config()).speculate is True
+
+
+def test_the_simulated_measurement_runs():
+    from perf.speculation import measure
+
+    ratios = measure(reps=1, time_scale=0.0, steps=3, questions=1)
+    assert set(ratios) == {"verdict", "speculate"} and all(len(r) == 1 and r[0] > 0 for r in ratios.values())
