@@ -42,8 +42,9 @@ from PIL import Image, ImageDraw
 
 import charts
 import client
-from modes import MODE_MAX_TOKENS, JudgeMode, add_verifier_args, calls, config_of, modes_of
+from modes import MODE_MAX_TOKENS, JudgeMode, add_verifier_args, calls, config_of, modes_of, score_only
 import judges
+import speculate
 import verdict
 
 QUESTION = (
@@ -372,25 +373,32 @@ def run_live(args, config: verdict.Config, mode: JudgeMode) -> verdict.Trace:
         judge, mode, max_tokens=args.mode_max_tokens or MODE_MAX_TOKENS, fmt=args.judge_format
     )
     judge_fns = judges.make_judges(
-        judge, grounding=evidence, fmt=evidence.format
-    )  # one fallback for all requests
+        judge, grounding=evidence, fmt=evidence.format, score_only=score_only(args)
+    )  # one fallback for all requests; the score alone unless --reasons
     reviser = judges.Reviser(reasoner, judge_fns) if args.revise else None
-    trace = verdict.run(
-        question,
-        judges.Reasoner(reasoner),
-        judge_fns,
-        config,
-        image=args.image or None,
-        map_fn=judges.thread_map(args.concurrency),
-        meter=lambda: client.total_usage((reasoner, judge)),
-        revise=reviser,
-    )
+    propose = judges.Reasoner(reasoner)
+    propose = speculate.Speculator(propose, config) if args.speculate else propose
+    try:
+        trace = verdict.run(
+            question,
+            propose,
+            judge_fns,
+            config,
+            image=args.image or None,
+            map_fn=judges.thread_map(args.concurrency),
+            meter=lambda: client.total_usage((reasoner, judge)),
+            revise=reviser,
+        )
+    finally:  # speculative proposals still running end, and are counted
+        propose.finish() if args.speculate else None
     usage = (
         {"reasoner": reasoner.usage}
         if reasoner is judge
         else {"reasoner": reasoner.usage, "judges": judge.usage}
     )
     grounded = {"grounding": evidence.record(question, args.image)} if mode.active else {}
+    if args.speculate:  # what speculation cost, per step and in totals
+        grounded["speculation"] = propose.record(len(trace.steps))
     return replace(
         trace,
         meta={
@@ -415,6 +423,8 @@ def main(argv=None) -> int:
         print(f"demo.py: error: {e}", file=sys.stderr)
         return 2
     print_trace(trace)
+    if "speculation" in trace.meta:
+        print(speculate.summary(trace.meta["speculation"]))
     if "grounding" in trace.meta:
         print(mode_line(trace.meta["grounding"]))
     try:

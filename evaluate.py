@@ -85,7 +85,7 @@ import verdict
 from harness import benchmarks, rundir, sweep, tables
 from harness.chains import Harness, Progress, Settings, file_sha256, input_digest
 from harness.rows import Method
-from modes import add_verifier_args, config_of, modes_of
+from modes import add_verifier_args, config_of, modes_of, score_only
 
 METHODS = ("base",) + verdict.RULES
 
@@ -111,7 +111,6 @@ def parse_args(argv):
     )
     p.add_argument("--max-tokens", type=int, default=256, help="tokens per reasoner step (256)")
     p.add_argument("--judge-max-tokens", type=int, help="tokens per judge reply (judges.py's default)")
-    p.add_argument("--score-only", action="store_true", help="judges reply with the score alone")
     judges.add_format_arg(p)
     p.add_argument("--extract-model", help="a model that reads the final answers the rules cannot (off)")
     p.add_argument("--extract-base-url", help="its endpoint (default: --judge-base-url, else --base-url)")
@@ -215,16 +214,15 @@ def load_data(args) -> tuple:
 
 
 def settings_of(args, config: verdict.Config) -> Settings:
-    judge_kw = {
-        k: v for k, v in (("max_tokens", args.judge_max_tokens), ("score_only", args.score_only)) if v
-    }
+    judge_kw = {"score_only": score_only(args)}  # the score alone unless --reasons
+    judge_kw.update({"max_tokens": args.judge_max_tokens} if args.judge_max_tokens else {})
     # one JudgeFormat for the run: a fallback to text holds for every chain
     judge_kw["fmt"] = judges.JudgeFormat(args.judge_format)
     mode_kw = {
         "fmt": judge_kw["fmt"],
         **({"max_tokens": args.mode_max_tokens} if args.mode_max_tokens else {}),
     }
-    return Settings(config, args.max_calls, args.max_tokens, judge_kw, mode_kw)
+    return Settings(config, args.max_calls, args.max_tokens, judge_kw, mode_kw, args.speculate)
 
 
 def run_record(args, config: verdict.Config) -> dict:
@@ -242,7 +240,7 @@ def run_record(args, config: verdict.Config) -> dict:
                 "max_calls": args.max_calls,
                 "max_tokens": args.max_tokens,
                 "judge_max_tokens": args.judge_max_tokens,
-                "score_only": args.score_only,
+                "score_only": score_only(args),
                 "judge_format": args.judge_format,
                 "mode_max_tokens": args.mode_max_tokens,
                 "max_pixels": args.max_pixels,

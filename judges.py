@@ -158,7 +158,8 @@ class Reviser:
 
     It shows the reasoner's model the best rejected candidate (the fallback's choice, record.chosen), each
     judge's raw score of it and the reason its reply gave (the "reason" in that call's record, record.calls:
-    the json format's "reason"; "(no reason given)" for a plain callable or a score-only reply), in
+    the json format's "reason"; "(no reason given)" for a plain callable or a score-only reply, the default:
+    then it revises from the scores alone, and --reasons gives it the judges' objections), in
     prompts/reviser.txt laid out like every role of the step (role_messages), and asks for one step at
     temperature 0 with a fixed seed (so a Cache serves it again). None when the reply holds no step.
     """
@@ -238,10 +239,12 @@ class Judge:
     question and previous steps, laid out by `layout` (role_messages: "shared", the default, puts the judge's
     instructions after the question and steps that every role of the step shares). Temperature 0: the judge
     is deterministic, as a frozen verifier should be.
-    `fmt` (a FORMATS name, or a JudgeFormat shared by a run's judges) is the reply asked for:
-      json  : {"reason", "score" 0..9} under score_schema() in response_format; ŝ = score / 9. If the server
-              refuses response_format, the run falls back to text (JudgeFormat).
-      text  : a rationale and a last line "Score: x", x in [0, 1] (score_only: the line alone).
+    `fmt` (a FORMATS name, or a JudgeFormat shared by a run's judges) is the reply asked for; score_only (the
+    default, as the paper's agents "return a single scalar") asks for the score alone, score_only=False (the
+    commands' --reasons) for a reason before it; the prompt is the same either way but for that reply line:
+      json  : {"score" 0..9} (or {"reason", "score"}) under score_schema() in response_format; ŝ = score / 9.
+              If the server refuses response_format, the run falls back to text (JudgeFormat).
+      text  : a last line "Score: x", x in [0, 1] (score_only=False: after a rationale).
       digit : the same with one digit 0..9; ŝ = digit / 9.
     Every reply is validated; if it holds no valid score, the judge asks once more (its own reply, then
     the follow-up) and abstains with NaN if that fails too. json and digit also ask for top_logprobs (0: not
@@ -261,7 +264,7 @@ class Judge:
         client: Client,
         name: str,
         max_tokens: int | None = None,
-        score_only: bool = False,
+        score_only: bool = True,
         fmt: str | JudgeFormat = "text",
         weighted: bool = False,
         top_logprobs: int = 20,

@@ -38,6 +38,7 @@ from harness import answers, rundir
 from harness.benchmarks import Item
 from harness.rows import Method, Row
 from modes import calls
+from speculate import Speculator
 
 # ----------------------------------------------------------------------------- one chain
 
@@ -64,6 +65,7 @@ class Settings:
     max_tokens: int  # per reasoner step
     judge_kw: dict  # Judge's max_tokens, score_only, and the run's one JudgeFormat
     mode_kw: dict  # ModeCalls' max_tokens, and the run's JudgeFormat (its JSON requests' schemas)
+    speculate: bool = False  # --speculate: a judged chain proposes its next step while judging (speculate.py)
 
 
 @dataclass
@@ -179,15 +181,20 @@ def run_chain(
         reviser = (
             judges.Reviser(clients.reasoner, judge_fns, settings.max_tokens, seed) if method.revise else None
         )
-        trace = verdict.run(
-            item.question,
-            reasoner,
-            judge_fns,
-            config,
-            item.images or None,
-            meter=clients.usage,
-            revise=reviser,
-        )
+        propose = Speculator(reasoner, config) if settings.speculate and method.judged else reasoner
+        try:
+            trace = verdict.run(
+                item.question,
+                propose,
+                judge_fns,
+                config,
+                item.images or None,
+                meter=clients.usage,
+                revise=reviser,
+            )
+        finally:  # speculative proposals still running end, and are counted
+            spent = propose.finish() if propose is not reasoner else None
+        trace = replace(trace, meta={"speculation": propose.record(len(trace.steps))}) if spent else trace
         text = final_text(trace)
         pred, how, correct, ex_calls, ex_tokens = read_answer(item, text, clients.extractor)
     except (client.EndpointError, ValueError) as e:
@@ -198,6 +205,7 @@ def run_chain(
         "seed": seed,
         **({"grounding": record} if evidence.mode.active else {}),
         **(judges.record(judge_fns) if trace else {}),
+        **(trace.meta if trace else {}),  # the speculation record, with --speculate
     }
     used = {k: v - before[k] for k, v in clients.usage().items()}
     return Row(

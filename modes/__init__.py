@@ -121,6 +121,29 @@ def add_verifier_args(parser) -> None:
         ),
     )
     g.add_argument("--mode-max-tokens", type=int, help=f"tokens per judge-mode reply ({MODE_MAX_TOKENS})")
+    g.add_argument(
+        "--reasons",
+        action="store_true",
+        help=(
+            "judges write a reason (at most two sentences) before their score; by default they reply "
+            "with the score alone, as the paper's agents do ('every agent returns a single scalar in "
+            "[0, 1]'), which makes a judge call a few tokens long. The prompts ask for the same "
+            "judgement either way; --revise shows the reviser these reasons (without them, only each "
+            "judge's score)"
+        ),
+    )
+    g.add_argument(
+        "--speculate",
+        action="store_true",
+        help=(
+            "propose step t+1 after each candidate while the judges score step t (speculate.py): the "
+            "chosen candidate's proposal gives the next candidates, the others are dropped; the same "
+            "decisions, more reasoner tokens, faster only on a server with spare parallel capacity"
+        ),
+    )
+    g.add_argument(
+        "--score-only", action="store_true", help=argparse.SUPPRESS
+    )  # the default since judges reply with the score alone; kept so that older commands still run
 
 
 def config_of(args, **fields) -> verdict.Config:
@@ -136,8 +159,18 @@ def config_of(args, **fields) -> verdict.Config:
         raise ValueError(f"--{name.replace('_', '-')} {rest}" if name in flags else str(e)) from None
 
 
+def score_only(args) -> bool:
+    """Whether the judges reply with the score alone (the default), from --reasons; ValueError when
+    --score-only (the old name of the default) is given with --reasons."""
+    if getattr(args, "reasons", False) and getattr(args, "score_only", False):
+        raise ValueError("--reasons and --score-only contradict each other (score alone is the default)")
+    return not getattr(args, "reasons", False)
+
+
 def modes_of(args) -> list:
-    """The JudgeModes of --judge-mode, in order, and --mode-max-tokens checked; ValueError names a bad one."""
+    """The JudgeModes of --judge-mode, in order, and --mode-max-tokens and --reasons checked; ValueError
+    names a bad one."""
+    score_only(args)
     modes = [JudgeMode.parse(m) for m in args.judge_mode.split(",")]
     if len(set(modes)) != len(modes):
         raise ValueError(f"--judge-mode lists a mode twice: {args.judge_mode!r}")

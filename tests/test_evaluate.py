@@ -555,7 +555,7 @@ def test_live_structure(tmp_path, live_url):
                 )
                 + "\n"
             )
-    flags = "--seeds 1 --rules base,verdict --n 2 --max-steps 1 --max-tokens 24 --score-only"
+    flags = "--seeds 1 --rules base,verdict --n 2 --max-steps 1 --max-tokens 24"  # judges: the score alone
     out = run(argv(path, live_url, tmp_path / "o", flags), timeout=900)
     assert out.returncode == 0, out.stderr
     rows = rows_of(tmp_path / "o")

@@ -202,7 +202,7 @@ def test_one_step(reply, step):
 
 def test_json_format_request_and_reply(loopback):
     srv = loopback(scripted('{"reason": "The cup is visible.", "score": 7}'))
-    j = Judge(Client(srv.url, "m"), "visual", fmt="json")
+    j = Judge(Client(srv.url, "m"), "visual", fmt="json", score_only=False)  # reasons: opt-in
     assert j(verdict.State("Is the cup left?"), "The cup is left.") == pytest.approx(7 / 9)
     (body,) = srv.chats
     assert body["response_format"] == {
@@ -241,7 +241,7 @@ def test_json_format_invalid_reply_is_asked_again_with_the_reason(loopback):
             "Score: 0.5",
         )
     )
-    j = Judge(Client(srv.url, "m"), "contextual", fmt="json")
+    j = Judge(Client(srv.url, "m"), "contextual", fmt="json", score_only=False)
     assert j(verdict.State("q"), "s") == pytest.approx(3 / 9)
     first, retry = srv.chats[:2]
     assert retry["messages"][2] == {"role": "assistant", "content": '{"reason": "ok", "score": 12}'}
@@ -757,3 +757,36 @@ def test_the_reviser_without_judge_reasons_and_with_an_empty_reply(loopback):
 )
 def test_reason_of_reads_the_reason_beside_the_score(text, fmt, reason):
     assert replies.reason_of(text, fmt) == reason
+
+
+# ----------------------------------------------------------------------------- the paper's judge by default
+
+
+def test_the_default_judge_replies_with_the_score_alone_and_its_weighted_score(loopback):
+    """The paper's agents return a single scalar: the default reply is {"score": d} under the schema {score},
+    with the probability-weighted score beside it. At the digit 6: p = 0.5, 0.3, 0.2 on 6, 7, 3, so
+    Σ p(d)·d/9 = (3 + 2.1 + 0.6) / 9 = 5.7 / 9."""
+    lp = token_logprobs([("{", {}), ('"score": ', {}), ("6", {"6": 0.5, "7": 0.3, "3": 0.2}), ("}", {})])
+    srv = loopback(lambda body, path: chat_response('{"score": 6}', logprobs=[lp]))
+    j = Judge(Client(srv.url, "m"), "logical", fmt="json")
+    s = j.judgement(verdict.State("Is 2 + 2 = 4?"), "2 + 2 = 4.")
+    (body,) = srv.chats
+    schema = body["response_format"]["json_schema"]["schema"]
+    assert schema == replies.score_schema(score_only=True) and list(schema["properties"]) == ["score"]
+    assert body["max_tokens"] == 24 and body["logprobs"] is True and body["top_logprobs"] == 20
+    assert replies.JSON_SCORE_ONLY in user_text(body) and replies.JSON_EXPLAIN not in user_text(body)
+    assert s.score == pytest.approx(6 / 9) and s.record["sampled"] == pytest.approx(6 / 9)
+    assert s.record["weighted"] == pytest.approx(5.7 / 9) and s.record["reason"] == ""
+
+
+def test_the_score_alone_asks_for_the_same_judgement():
+    """Only the reply shrinks: the request with --reasons and without differs only in the reply line."""
+    msgs = {}
+    for score_only in (True, False):
+        chat = lambda m, **p: msgs.setdefault(score_only, m) and chat_response('{"reason": "r", "score": 5}')
+        j = Judge(type("C", (), {"chat": staticmethod(chat)})(), "visual", fmt="json", score_only=score_only)
+        j(verdict.State("q"), "step")
+    short, long = (json.dumps(msgs[k]) for k in (True, False))
+    assert short.replace(json.dumps(replies.JSON_SCORE_ONLY)[1:-1], "R") == long.replace(
+        json.dumps(replies.JSON_EXPLAIN)[1:-1], "R"
+    )

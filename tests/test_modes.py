@@ -731,3 +731,31 @@ def test_live_judge_modes(live_url):
     sheet_calls = {"ok": 1, "retried": 2, "degraded": 2}[rec["fact_sheet_status"]]
     assert rec["extra_calls"] == 1 + sheet_calls + len(rec.get("gate", [])) and rec["extra_tokens"] > 0
     json.dumps(replace(trace, meta={"grounding": rec}).to_dict(), allow_nan=False)
+
+
+# ----------------------------------------------------------------------------- --reasons
+
+
+@pytest.mark.parametrize(
+    "flags, score_only",
+    [([], True), (["--reasons"], False), (["--score-only"], True)],
+)
+def test_judges_reply_with_the_score_alone_unless_reasons(flags, score_only):
+    import demo
+    import evaluate
+    from modes import score_only as score_only_of
+
+    for args in (
+        demo.parse_args(flags),
+        evaluate.parse_args(["--data", "x.jsonl", "--base-url", "http://127.0.0.1:1/v1"] + flags),
+    ):
+        assert score_only_of(args) is score_only
+    if score_only:
+        assert evaluate.settings_of(args, verdict.Config()).judge_kw["score_only"] is True
+
+
+def test_reasons_and_score_only_together_are_refused():
+    import demo
+
+    with pytest.raises(ValueError, match="--reasons and --score-only"):
+        demo.check_args(demo.parse_args(["--reasons", "--score-only"]))

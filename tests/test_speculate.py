@@ -1,0 +1,199 @@
+"""Speculative proposing (speculate.py): the same decisions as a plain run, step for step, and its cost
+recorded.
+
+A deterministic scripted server answers every role as a function of its request (a hash of the messages
+and the seed), so a plain run and a speculative one must produce the same trace in every judge mode and
+with revise on reject, whatever order the requests arrive in."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+
+import pytest
+from PIL import Image
+
+import judges
+import speculate
+import verdict
+from cache import Cache
+from client import Client
+from modes import JudgeMode, calls
+from perf.loopback import LoopbackServer, chat_response, role_of
+
+
+def digest(body, salt="") -> int:
+    return int(hashlib.sha256((json.dumps(body["messages"]) + salt).encode()).hexdigest(), 16)
+
+
+class Deterministic:
+    """Replies that depend on the request alone; counts the requests it answered, by role."""
+
+    def __init__(self, delay: float = 0.0):
+        self.lock, self.seen, self.delay = threading.Lock(), [], delay
+
+    def __call__(self, body, path):
+        role = role_of(body["messages"])
+        with self.lock:
+            self.seen.append((role, json.dumps(body, sort_keys=True)))
+        h = digest(body, str(body.get("seed")))
+        if role == "reasoner":
+            depth = json.dumps(body["messages"]).count("Step ")
+            texts = [
+                "Final answer: B"
+                if depth >= 2 and (h >> (8 * i)) % 3 == 0
+                else f"The cube {h % 97}.{i} is {'left' if (h >> i) % 2 else 'right'}."
+                for i in range(body.get("n", 1))
+            ]
+            return chat_response(texts, completion_tokens=7 * len(texts))
+        if role == "reviser":
+            return chat_response("Final answer: B" if h % 2 else f"The cube is at {h % 13}.")
+        if role == "prior":
+            return chat_response("- Find the cube first.")
+        if role == "premises":
+            facts = {"objects": [{"fact": "a cube"}], "numbers": [], "structure": [], "relations": []}
+            return chat_response(json.dumps(facts))
+        if role == "premise_check":
+            label = ("supported", "contradicted", "uncertain")[h % 3]
+            return chat_response(json.dumps({"claims": [{"claim": "the cube", "label": label}]}))
+        if role == "zoom":
+            return chat_response(json.dumps({"boxes": [[100, 100, 600, 600]]}))
+        time.sleep(self.delay)  # judges take a while: speculation overlaps them
+        d = h % 10
+        schema = json.dumps(body.get("response_format") or {})
+        if "response_format" in body:
+            return chat_response(
+                json.dumps({"reason": "ok", "score": d} if "reason" in schema else {"score": d})
+            )
+        return chat_response(f"Score: {d / 9:.3f}")
+
+
+def run(url, mode: JudgeMode, spec: bool, revise: bool, tmp_path, cache=None, score_only=True):
+    c = Client(url, "m", cache=cache)
+    image = tmp_path / "scene.png"
+    Image.new("RGB", (64, 64), (200, 40, 40)).save(image)
+    evidence = calls.ModeCalls(c, mode)
+    js = judges.make_judges(c, grounding=evidence, fmt=evidence.format, score_only=score_only)
+    config = verdict.Config(n=3, max_steps=5)
+    propose = judges.Reasoner(c, seed=7)
+    propose = speculate.Speculator(propose, config) if spec else propose
+    trace = verdict.run(
+        "Where is the cube?",
+        propose,
+        js,
+        config,
+        image=str(image),
+        map_fn=judges.thread_map(4),
+        revise=judges.Reviser(c, js) if revise else None,
+    )
+    return trace, (propose.finish(len(trace.steps)) if spec else None), c
+
+
+def decisions(trace) -> dict:
+    """The trace without its usage counters (speculation changes what the meter sees, not the decisions)."""
+    drop = lambda x: (
+        {k: drop(v) for k, v in x.items() if k != "usage"}
+        if isinstance(x, dict)
+        else [drop(v) for v in x]
+        if isinstance(x, list)
+        else x
+    )
+    return drop(trace.to_dict())
+
+
+MODES = ["plain", "prior", "premises+gate", "premises+gate-visual", "zoom", "prior+premises+gate+zoom"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("revise", [False, True])
+def test_speculation_never_changes_a_decision(tmp_path, mode, revise):
+    server = Deterministic(delay=0.005)
+    with LoopbackServer(server) as srv:
+        plain, _, _ = run(srv.url, JudgeMode.parse(mode), False, revise, tmp_path)
+        fast, spent, _ = run(srv.url, JudgeMode.parse(mode), True, revise, tmp_path)
+    assert decisions(fast) == decisions(plain)
+    assert len(plain.steps) >= 2  # the chains are long enough for speculation to matter
+    t = spent["totals"]
+    assert len(spent["steps"]) == len(plain.steps) and t["made"] == t["taken"] + t["dropped"]
+    assert t["taken"] >= 1 and t["tokens"] >= t["dropped_tokens"] and t["tokens"] > 0
+    if revise:
+        assert any(r.revision is not None for r in plain.steps)
+
+
+def test_the_record_per_step_and_no_request_twice(tmp_path):
+    """Each step: one proposal per distinct candidate that is not a final answer (none at the last step
+    allowed), taken = whether the next step's candidates came from one; every reasoner request the plain run
+    sends, the speculative run sends exactly once (the taken proposal is reused, not asked again)."""
+    server = Deterministic()
+    with LoopbackServer(server) as srv:
+        plain, _, _ = run(srv.url, JudgeMode(), False, False, tmp_path)
+        n_plain = len(server.seen)
+        fast, spent, _ = run(srv.url, JudgeMode(), True, False, tmp_path)
+    sent = [body for role, body in server.seen[n_plain:] if role == "reasoner"]
+    wanted = [body for role, body in server.seen[:n_plain] if role == "reasoner"]
+    assert len(set(sent)) == len(sent) and set(wanted) <= set(sent)  # no request twice; every one sent
+    for i, (record, counts) in enumerate(zip(fast.steps, spent["steps"])):
+        last = i + 1 == fast.config.max_steps
+        expected = 0 if last else len({c for c in record.candidates if "Final answer" not in c})
+        assert counts["made"] == expected
+        assert counts["taken"] == (1 if i + 1 < len(fast.steps) and counts["made"] else 0)
+    assert len(sent) == 1 + spent["totals"]["made"]  # the first step's proposal, then the speculative ones
+    assert spent["totals"]["dropped"] == len(sent) - len(wanted)
+
+
+def test_with_the_response_cache_a_speculative_request_is_not_sent_again(tmp_path):
+    server = Deterministic()
+    with LoopbackServer(server) as srv:
+        cache = Cache(str(tmp_path / "c.sqlite"))
+        fast, spent, c = run(srv.url, JudgeMode(), True, False, tmp_path, cache=cache)
+        replies = c.usage["replies"]
+        again, _, c2 = run(srv.url, JudgeMode(), False, False, tmp_path, cache=cache)
+    assert decisions(again) == decisions(fast)
+    assert c2.usage["replies"] == 0 and c2.usage["cache_hits"] == c2.usage["calls"]  # all from the cache
+    assert replies == len(server.seen)
+
+
+def test_a_failed_speculative_proposal_raises_only_when_taken():
+    config = verdict.Config(n=2, max_steps=3)
+    calls_made = []
+
+    def propose(state, n):
+        calls_made.append(state.steps)
+        if state.steps == ("a",):
+            raise verdict.Stop("budget")
+        return ["a", "b"] if not state.steps else ["Final answer: A", "Final answer: B"]
+
+    s = speculate.Speculator(propose, config)
+    trace = verdict.run("q", s, [lambda st, c: 0.9 if c == "b" else 0.1] * 3, config)
+    spent = s.finish(len(trace.steps))
+    assert trace.chain == ["b", "Final answer: A"] and trace.stopped == "final"  # "a"'s Stop was dropped
+    assert spent["totals"] == dict(made=2, taken=1, dropped=1, tokens=0, dropped_tokens=0)
+    s = speculate.Speculator(propose, config)
+    trace = verdict.run("q", s, [lambda st, c: 0.9 if c == "a" else 0.1] * 3, config)
+    s.finish()
+    assert trace.stopped == "budget" and trace.chain == ["a"]  # the taken proposal's Stop, as a plain run
+
+
+def test_demo_and_evaluate_take_speculate(tmp_path, monkeypatch, capsys):
+    import demo
+    import evaluate
+
+    monkeypatch.chdir(tmp_path)
+    with LoopbackServer(Deterministic()) as srv:
+        assert (
+            demo.main(["--base-url", srv.url, "--question", "Where?", "--max-steps", "4", "--speculate"]) == 0
+        )
+    d = json.loads((tmp_path / "verdict_trace.json").read_text())
+    assert len(d["meta"]["speculation"]["steps"]) == len(d["steps"])
+    assert "speculation: " in capsys.readouterr().out
+    args = evaluate.parse_args(["--data", "x.jsonl", "--base-url", "http://127.0.0.1:1/v1", "--speculate"])
+    assert evaluate.settings_of(args, verdict.Config()).speculate is True
+
+
+def test_the_simulated_measurement_runs():
+    from perf.speculation import measure
+
+    ratios = measure(reps=1, time_scale=0.0, steps=3, questions=1)
+    assert set(ratios) == {"verdict", "speculate"} and all(len(r) == 1 and r[0] > 0 for r in ratios.values())
