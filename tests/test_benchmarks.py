@@ -11,7 +11,7 @@ import os
 import pytest
 from PIL import Image
 
-from harness import benchmarks
+from harness import answers, benchmarks
 
 
 def png(color, size=(8, 6)) -> bytes:
@@ -368,8 +368,8 @@ def test_mathvista_rows(tmp_path):
     mc, fl, integer, by_text = f.items
     assert mc.options == (("A", "3"), ("B", "4")) and mc.answer == "B" and mc.value is None
     assert mc.question == "Hint: ...\nQuestion: Which?\nChoices:\n(A) 3\n(B) 4"  # the question cell, as is
-    assert fl.value == benchmarks.Value("float", 1, "cm", "float") and fl.answer == "7.1" and fl.options == ()
-    assert integer.value == benchmarks.Value("integer", None, "", "float")
+    assert fl.value == answers.Value("float", 1, "cm", "float") and fl.answer == "7.1" and fl.options == ()
+    assert integer.value == answers.Value("integer", None, "", "float")
     assert by_text.answer == "nan"  # VLMEvalKit reads answer_option alone: a missing one is never right
     assert f.skipped[0].reason.startswith("choices must be a list literal")
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from PIL import Image
 
-from harness import tables
+from harness import accuracy, tables, vlmeval_files
 from harness.rows import Method, Row
 
 VANILLA = {"setting": "vanilla", "macro": None}
@@ -165,8 +165,8 @@ def three_dsr_rows():
 
 def test_3dsrbench_four_settings_by_hand():
     rows = three_dsr_rows()
-    hits = lambda st: sorted((r.input["qid"], h) for r, h in tables.questions(rows, st))
-    assert tables.accuracy(tables.questions(rows, "vanilla")) == 6 / 8
+    hits = lambda st: sorted((r.input["qid"], h) for r, h in accuracy.questions(rows, st))
+    assert accuracy.accuracy(accuracy.questions(rows, "vanilla")) == 6 / 8
     # flip_eval: a question with its flip twin, kept at the non-flip row: X (✓·✗), X-1
     # (✓·✓), Y (✓·✓), Y-1 (✗·✓).
     assert hits("flip_eval") == [("X", False), ("X-1", True), ("Y", True), ("Y-1", False)]
@@ -213,10 +213,10 @@ def test_circular_groups_by_hand():
         )
         for n, (i, ok, c) in enumerate(marks)
     ]
-    pairs = tables.questions(rows, "circular")
+    pairs = accuracy.questions(rows, "circular")
     assert [(r.id, h) for r, h in pairs] == [("1", True), ("2", False)]
     with_column = [replace(r, input={**r.input, "g_index": "7"}) for r in rows[:3]]  # a g_index column wins
-    assert tables.questions(with_column, "circular") == []  # no row has index 7: no main row, no question
+    assert accuracy.questions(with_column, "circular") == []  # no row has index 7: no main row, no question
     s = tables.summarize(
         rows,
         context(
@@ -287,7 +287,7 @@ def test_splits_are_columns_and_acc_csv_is_vlmevalkits(tmp_path):
     assert (acc["MMMU_DEV_VAL (dev)"]["mean"], acc["MMMU_DEV_VAL (validation)"]["mean"]) == (50.0, 100.0)
     assert acc["Avg"]["mean"] == 50.0  # (50 + 100 + 0) / 3
     path = tmp_path / "acc.csv"
-    tables.write_acc_csv(str(path), s["breakdown"]["MMMU_DEV_VAL"])
+    vlmeval_files.write_acc_csv(str(path), s["breakdown"]["MMMU_DEV_VAL"])
     lines = path.read_text().splitlines()
     assert lines[0] == '"method","setting","split","Overall","Art","Math","Art & Design","Science"'
     assert lines[1:] == [
@@ -308,7 +308,7 @@ def test_predictions_tsv_is_vlmevalkits_with_the_whole_output(tmp_path):
         for i, r, ok, err in (("2", 3, False, "EndpointError: 500"), ("1", 2, True, None))
     ]
     path = tmp_path / "m_MMStar.tsv"
-    tables.write_predictions(str(path), rows)
+    vlmeval_files.write_predictions(str(path), rows)
     assert (
         path.read_text().splitlines()[0]
         == '"index"\t"question"\t"A"\t"B"\t"answer"\t"category"\t"prediction"'
@@ -367,7 +367,7 @@ def test_runs_are_one_directory_per_model_method_and_seed_with_vlmevalkits_names
         "settings": {"model": "Qwen/Qwen2.5-VL-7B-Instruct", "extract_model": None},
         "reading": reading,
     }
-    dirs = tables.write_runs(str(tmp_path), summary, rows)
+    dirs = vlmeval_files.write_runs(str(tmp_path), summary, rows)
     m = "Qwen2.5-VL-7B-Instruct"
     assert [os.path.relpath(d, tmp_path) for d in dirs] == [
         f"{m}-base/seed0",
