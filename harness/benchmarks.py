@@ -60,10 +60,12 @@ class Loaded:
         }
 
 
-def scoring(name: str, columns) -> dict:
-    """How tables.py scores a file's rows, as VLMEvalKit does for that dataset: 3DSRBench's four settings
-    from qid, circular groups (every rotation right) from g_index, or one row one question; CV-Bench-2D's
-    Overall is the unweighted mean over its `source` values."""
+def scoring(name: str, columns, splits=frozenset()) -> dict:
+    """How accuracy.py scores a file's rows, as VLMEvalKit does for that dataset: 3DSRBench's four settings
+    from qid, circular groups (every rotation right) from g_index, or one row one question. A CV-Bench file
+    whose rows' `split` cells are all "2D" (`splits`: the set of them) is scored as VLMEvalKit's
+    CVBench.evaluate scores it, by that test and not by name: its Overall is the unweighted mean over its
+    `source` values ("macro"); any other is report_acc's."""
     low = name.lower()
     setting = (
         "3dsr"
@@ -74,7 +76,9 @@ def scoring(name: str, columns) -> dict:
     )
     return {
         "setting": setting,
-        "macro": "source" if name.startswith("CV-Bench-2D") and "source" in columns else None,
+        "macro": "source"
+        if kind(name) == "cvbench" and "source" in columns and set(splits) == {"2D"}
+        else None,
         "kind": kind(name),
     }
 
@@ -151,6 +155,7 @@ def load(path: str, limit: int | None = None, keep=None, allow_any_path: bool = 
         raise ValueError(f"{path}: no such file")
     keep = keep or (lambda id: True)
     warnings, items, skipped, first, read, dropped, limited, columns = [], [], [], {}, 0, 0, False, []
+    splits = set()  # the valid rows' split cells (CV-Bench-2D's test)
     info: dict = {"limit": limit}
     rows = readers[ext.lower()](path, name, keep, allow_any_path, warnings, info)
     try:
@@ -164,11 +169,15 @@ def load(path: str, limit: int | None = None, keep=None, allow_any_path: bool = 
                 skipped.append(Skipped(file, line, f"repeated id {got.id!r} (first at row {first[got.id]})"))
             else:
                 first[got.id], columns = line, columns or [k for k, _ in got.fields]
+                splits.add(dict(got.fields).get("split"))
                 items += [got] if keep(got.id) else []
                 if limit is not None and len(first) >= limit:
                     limited = True
                     break
     finally:
         rows.close()
-    how = {**scoring(name, columns), "dtypes": info.get("dtypes", {})}  # dtypes: the TSV's, for the quirks
+    how = {
+        **scoring(name, columns, splits),
+        "dtypes": info.get("dtypes", {}),
+    }  # dtypes: the TSV's, for the quirks
     return Loaded(name, file, items, len(first), read, skipped, dropped, warnings, how, limited)

@@ -20,7 +20,7 @@ import os
 import statistics
 
 import charts
-from harness import vlmeval_files
+from harness import quirks, vlmeval_files
 from harness.accuracy import SETTINGS, accuracy, split_of, breakdown, questions
 from harness.rows import EXTRACTED, SHEET_STATUSES, Method
 from images import font
@@ -104,8 +104,8 @@ def summarize(rows: list, ctx: dict) -> dict:
     cols = columns(files, by)
     primary = lambda f: SETTINGS[reading[f]["scoring"]["setting"]][0]
 
-    def acc(m, f, split, s, setting=None):
-        pairs = questions(by.get((f, m, s), []), setting or primary(f))
+    def acc(m, f, split, s, setting=None, rows_by=by):
+        pairs = questions(rows_by.get((f, m, s), []), setting or primary(f))
         a = accuracy(
             [(r, h) for r, h in pairs if split is None or split_of(r) == split],
             reading[f]["scoring"]["macro"],
@@ -139,11 +139,31 @@ def summarize(rows: list, ctx: dict) -> dict:
             {"method": m, "setting": st, **rec}
             for m in methods
             for st in SETTINGS[reading[f]["scoring"]["setting"]]
-            for rec in breakdown(
-                [r for s in seeds for r in by.get((f, m, s), [])], st, reading[f]["scoring"]["macro"]
-            )
+            for rec in breakdown([r for s in seeds for r in by.get((f, m, s), [])], st, reading[f]["scoring"])
         ]
         for f in files
+    }
+    decided, fixed = {}, {}  # VLMEvalKit's quirks: the rows each decided, and the corrected reading
+    for f in files:
+        for m in methods:
+            for s in seeds:
+                counts, fixed[(f, m, s)] = quirks.tally(by.get((f, m, s), []), reading[f])
+                for q, n in counts.items():
+                    decided.setdefault(f, {}).setdefault(m, {}).setdefault(q, 0)
+                    decided[f][m][q] += n
+    quirk = {
+        f: {
+            "rows": {m: decided[f].get(m, {}) for m in methods},
+            "corrected": {
+                m: {
+                    c: _mean_std([acc(m, f, sp, s, rows_by=fixed) for s in seeds])
+                    for c, (g, sp) in cols.items()
+                    if g == f
+                }
+                for m in methods
+            },
+        }
+        for f in decided
     }
     kept = [r for rs in by.values() for r in rs]
     errors = sum(bool(r.error) for r in kept)
@@ -155,6 +175,7 @@ def summarize(rows: list, ctx: dict) -> dict:
         "gain_over_base": gain,
         "variants": variants,
         "breakdown": detail,
+        "quirks": quirk,
         "stats": {m: _stats([r for r in kept if str(r.method) == m], m) for m in methods},
         "rows": len(kept),
         "errors": {
@@ -236,6 +257,29 @@ def _reading(s: dict) -> list:
     return out
 
 
+def _quirks(s: dict) -> list:
+    """Per file whose rows a VLMEvalKit quirk decided: VLMEvalKit's accuracy beside the corrected reading's,
+    and the rows each quirk decided (a quirk that decided none is not shown)."""
+    out = []
+    for f, x in s["quirks"].items():
+        shown = [q for q in quirks.QUIRKS if any(q in x["rows"][m] for m in s["methods"])]
+        cols = list(next(iter(x["corrected"].values())))
+        out += [
+            "",
+            f"{f}: rows that VLMEvalKit's quirks decided (chains, all seeds; docs/parity.md). VLMEvalKit's "
+            "accuracy, as in the table, is the one comparable with published tables; the corrected reading "
+            "re-reads the same replies without the quirks (the prompts stayed VLMEvalKit's).",
+            "",
+        ]
+        heads = [h for c in cols for h in (f"{c} VLMEvalKit", f"{c} corrected")]
+        out += _head("Method", heads + shown)
+        for m in s["methods"]:
+            accs = [_pct(a) for c in cols for a in (s["accuracy"][m][c], x["corrected"][m][c])]
+            out.append(f"| {m} | " + " | ".join(accs + [str(x["rows"][m].get(q, 0)) for q in shown]) + " |")
+        out += [""] + [f"- {q}: {quirks.QUIRKS[q]}" for q in shown]
+    return out
+
+
 def _details(s: dict, f: str) -> list:
     """One file's 3DSRBench variants and its accuracy per split, l2-category and category (% over all
     seeds)."""
@@ -302,6 +346,7 @@ def render(s: dict) -> str:
             f"| {m} | " + " | ".join(fmt(g[c], "+.2f") for c in cols) + " |"
             for m, g in s["gain_over_base"].items()
         ]
+    out += _quirks(s)
     modes_ran = not all(Method.parse(m).plain for m in s["methods"])  # a judge mode or revise on reject
     stat_cols = STAT_COLUMNS + (MODE_COLUMNS if modes_ran else ())
     out += [

@@ -170,7 +170,7 @@ def _mathvista(r: dict, dtypes: dict) -> dict:
     return dict(prompt=r["question"] or "nan", options=options, answer=r["answer_option"] or "nan")
 
 
-def _question(r: dict, letters: list, kind: str, dtypes: dict) -> dict:
+def question(r: dict, letters: list, kind: str, dtypes: dict) -> dict:
     """What a row asks and how its answer is read, by the dataset's conventions (None: a missing value)."""
     if kind == "mathvista":
         return _mathvista(r, dtypes)
@@ -245,7 +245,7 @@ def _tsv_item(
         images=ims,
         fields=tuple((c, v) for c, v in raw.items() if c != "image"),
         as_read=True,
-        **_question(r, [c for c in fields if LETTER.fullmatch(c)], k, dtypes),
+        **question(r, [c for c in fields if LETTER.fullmatch(c)], k, dtypes),
     )
     return _check_placeholders(item) if k == "mmmu" else item
 

@@ -13,13 +13,13 @@ evaluate.py's rows (rows.Row), in OUT/<model>/seed<k>/ (write_runs):
 
 from __future__ import annotations
 
-import ast
 import csv
 import os
 import re
 
-from harness.accuracy import SETTINGS, breakdown
+from harness.accuracy import SETTINGS, breakdown, mathvista_table
 from harness.rows import Row
+from harness.tsv import kind
 
 
 FAIL_MSG = "Failed to obtain answer via API."  # VLMEvalKit's (inference.py), as vlmevalkit/verdict_model.py
@@ -66,15 +66,6 @@ def write_predictions(path: str, rows: list) -> None:
     )
 
 
-def _skills(cell: str) -> list:
-    """MathVista's skills cell, read as MathVista_acc reads it: a Python list literal, else the cell."""
-    try:
-        out = ast.literal_eval(cell)
-    except (ValueError, SyntaxError):
-        return [cell]
-    return list(out) if isinstance(out, (list, tuple)) else [cell]
-
-
 def write_mathvista(path: str, rows: list, judge: str) -> None:
     """MathVista's result files: <model>_<data>_<judge>.tsv, the predictions with res (the answer read) and
     log ("Prefetch succeed" when the rules read it, "Succeed" when --extract-model did, else empty), which
@@ -94,15 +85,7 @@ def write_mathvista(path: str, rows: list, judge: str) -> None:
         line += ["" if r.pred is None else r.pred, log(r)]
     with open(path, "w", newline="", encoding="utf-8") as fh:
         csv.writer(fh, delimiter="\t", quoting=csv.QUOTE_ALL, lineterminator="\n").writerows(table)
-    tot: dict = {}
-    for r in rows:
-        for k in ["Overall"] + _skills(r.input.get("skills", "")) + [r.input.get("task", "")]:
-            t = tot.setdefault(k, [0, 0, 0])  # tot, prefetch, hit
-            t[0], t[1], t[2] = t[0] + 1, t[1] + (log(r) == "Prefetch succeed"), t[2] + r.correct
-    recs = [
-        {"Task&Skill": k, "tot": n, "prefetch": f, "hit": h, "prefetch_rate": 100 * f / n, "acc": 100 * h / n}
-        for k, (n, f, h) in tot.items()
-    ]
+    recs = mathvista_table([(r, r.correct) for r in rows], lambda r: log(r) == "Prefetch succeed")
     write_acc_csv(path[: -len(".tsv")] + "_score.csv", recs)
 
 
@@ -125,18 +108,18 @@ def write_runs(out: str, summary: dict, rows: list) -> list:
             stem = os.path.join(dirs[-1], f"{model}_{dataset_name(data)}")
             write_predictions(stem + ".tsv", rs)
             scoring = summary["reading"][data]["scoring"] if data in summary["reading"] else None
-            if "mathvista" in data.lower():
+            if (scoring or {}).get("kind", kind(data)) == "mathvista":
                 write_mathvista(f"{stem}_{judge}.tsv", rs, judge)
             elif scoring and scoring["setting"] == "3dsr":
                 recs = [
                     {"setting": st, **{k: v for k, v in rec.items() if k != "split"}}
                     for st in SETTINGS["3dsr"]
-                    for rec in breakdown(rs, st, scoring["macro"])
+                    for rec in breakdown(rs, st, scoring)
                 ]
                 write_acc_csv(stem + "_results.tsv", recs, "\t")
             else:
                 write_acc_csv(
                     stem + "_acc.csv",
-                    breakdown(rs, scoring["setting"] if scoring else "vanilla", scoring and scoring["macro"]),
+                    breakdown(rs, scoring["setting"] if scoring else "vanilla", scoring),
                 )
     return dirs

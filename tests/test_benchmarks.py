@@ -375,6 +375,20 @@ def test_mathvista_rows(tmp_path):
 
 
 @pytest.mark.parametrize(
+    "name, columns, splits, macro",
+    [  # CVBench.evaluate: report_accuracy (per source, Overall their mean) when every split is "2D"
+        ("CV-Bench-2D", ["index", "source", "split"], {"2D"}, "source"),
+        ("CV-Bench-3D", ["index", "source", "split"], {"2D"}, "source"),  # by the test, not the name
+        ("CV-Bench-2D", ["index", "source", "split"], {"2D", "3D"}, None),
+        ("CV-Bench-2D", ["index", "split"], {"2D"}, None),  # no source column: report_acc
+        ("MMStar", ["index", "source", "split"], {"2D"}, None),  # not CVBench
+    ],
+)
+def test_cv_bench_is_averaged_over_sources_when_every_split_is_2d(name, columns, splits, macro):
+    assert benchmarks.scoring(name, columns, splits)["macro"] == macro
+
+
+@pytest.mark.parametrize(
     "name, columns, expected",
     [
         ("3DSRBench", ["index", "qid"], {"setting": "3dsr", "macro": None}),
@@ -383,7 +397,7 @@ def test_mathvista_rows(tmp_path):
         ("BLINK_circular", ["index"], {"setting": "circular", "macro": None}),
         ("mine", ["index", "g_index"], {"setting": "vanilla", "macro": None}),  # circular only by name
         ("BLINK", ["index", "category"], {"setting": "vanilla", "macro": None}),
-        ("CV-Bench-2D", ["index", "source"], {"setting": "vanilla", "macro": "source"}),
+        ("CV-Bench-2D", ["index", "source"], {"setting": "vanilla", "macro": None}),  # no split: report_acc
         ("CV-Bench-3D", ["index", "source"], {"setting": "vanilla", "macro": None}),
     ],
 )

@@ -250,13 +250,9 @@ def test_cv_bench_2d_overall_is_the_mean_over_sources():
     )
     assert math.isclose(s["accuracy"]["base"]["CV-Bench-2D"]["mean"], 100 / 3)
     rec = s["breakdown"]["CV-Bench-2D"][0]
-    assert list(rec) == ["method", "setting", "split", "Overall", "ADE20K", "COCO", "Count"]
-    assert (
-        math.isclose(rec["Overall"], 1 / 3)
-        and math.isclose(rec["ADE20K"], 2 / 3)
-        and rec["COCO"] == 0
-        and rec["Count"] == 0.5
-    )
+    # CVBench.report_accuracy: split, one column per source, Overall last; no category columns
+    assert list(rec) == ["method", "setting", "split", "ADE20K", "COCO", "Overall"]
+    assert math.isclose(rec["Overall"], 1 / 3) and math.isclose(rec["ADE20K"], 2 / 3) and rec["COCO"] == 0
 
 
 def test_splits_are_columns_and_acc_csv_is_vlmevalkits(tmp_path):
@@ -436,3 +432,34 @@ def test_picture_bars_show_the_means(tmp_path):
     assert all(a[2][2] < b[2][0] for a, b in zip(bars, bars[1:]))  # left to right, never overlapping
     width, height = Image.open(tmp_path / "s.png").size
     assert height == 380 and bars[-1][2][2] < width - 190  # the legend's 190 pixels stay clear
+
+
+def test_breakdown_types_labels_as_pandas_and_abbreviates_as_report_acc():
+    """Checked against VLMEvalKit e8e78f05's report_acc (docs/parity.md): category cells "10", "2", "2", "01"
+    are int64, so "01" is 1 and they sort 1, 2, 10; MMBench's l2-category names are abbreviated; "Split" is
+    split (column names are lower-cased); a category with no row in a split is empty there."""
+    spec = [("10", "coarse_perception", "dev", True), ("2", "coarse_perception", "dev", False)]
+    spec += [("2", "logic_reasoning", "dev", True), ("01", "logic_reasoning", "test", True)]
+    rows = [
+        fake_row("MMStar", 0, "base", ok, id=str(i), input={"category": c, "l2-category": l2, "Split": sp})
+        for i, (c, l2, sp, ok) in enumerate(spec)
+    ]
+    recs = accuracy.breakdown(rows, "vanilla", VANILLA)
+    assert [list(r) for r in recs] == [["split", "Overall", "CP", "LR", "1", "2", "10"]] * 2
+    assert recs[0] == {"split": "dev", "Overall": 2 / 3, "CP": 0.5, "LR": 1.0, "1": None, "2": 0.5, "10": 1.0}
+    assert recs[1] == {
+        "split": "test",
+        "Overall": 1.0,
+        "CP": None,
+        "LR": 1.0,
+        "1": 1.0,
+        "2": None,
+        "10": None,
+    }
+    mv = [  # MathVista_acc: Overall, then each row's skills and task as first met
+        fake_row("MathVista_MINI", 0, "base", ok, input={"task": t, "skills": sk})
+        for t, sk, ok in [("t1", "['a', 'b']", True), ("t2", "['b']", False)]
+    ]
+    assert accuracy.breakdown(mv, "vanilla", None) == [
+        {"split": "none", "Overall": 0.5, "a": 1.0, "b": 0.5, "t1": 1.0, "t2": 0.0}
+    ]
