@@ -7,42 +7,27 @@ unweighted Avg and the gain over the base model. This module writes, from evalua
 
 - summary.json ("verdict-eval/3") and summary.md: that table, the per-method statistics, what reading
   each file found (and its sha256, the digest of every item run, how many items ran again for a changed
-  input), the judged methods whose judges never gave a score, and accuracy per category, l2-category
-  and split;
-- VLMEvalKit's own files, one directory per (model, method, seed), OUT/<model>/seed<k>/ (write_runs):
-  <model>_<data>.tsv, the predictions (every input column but the image, then the whole output), and
-  <model>_<data>_acc.csv (split, Overall, then one column per l2-category and per category, fractions in
-  [0, 1], every field quoted); 3DSRBench's <model>_3DSRBench_results.tsv and MathVista's
-  <model>_<data>_<judge>.tsv and _score.csv in their place. VLMEvalKit's dataset.evaluate() reads them;
+  input), the judged methods whose judges never gave a score, the rows VLMEvalKit's quirks decided, and
+  accuracy per category, l2-category and split;
+- VLMEvalKit's own files (vlmeval_files.write_runs), one directory per (model, method, seed);
 - summary.png: accuracy per method and benchmark, bars ± the std over seeds.
 
-Scoring follows VLMEvalKit per dataset (benchmarks.scoring): one row one question ("vanilla"); circular
-files, where a question counts right only if all its rotations (rows sharing a g_index; without the column,
-index mod 10^6) are, kept at its main row (index = g_index); 3DSRBench's four settings from qid (vanilla;
-flip_eval, a question with its -flip twin; circ_eval, with its rotations -1, -2, ...; flip_circ_eval, all
-of them), of which the table shows vanilla; CV-Bench-2D, whose Overall is the unweighted mean over its
-`source` values. A file whose rows hold two or more `split` values gets one column per split.
+Accuracy is VLMEvalKit's on the same replies, per dataset (accuracy.py).
 """
 
 from __future__ import annotations
 
-import ast
-import csv
 import json
 import os
-import re
 import statistics
 
 import charts
-from harness.rows import EXTRACTED, SHEET_STATUSES, Method, Row
+from harness import quirks, vlmeval_files
+from harness.accuracy import SETTINGS, accuracy, split_of, breakdown, questions
+from harness.rows import EXTRACTED, SHEET_STATUSES, Method
 from images import font
 
 SUMMARY_FORMAT = "verdict-eval/3"
-SETTINGS = {
-    "vanilla": ("vanilla",),
-    "circular": ("circular",),
-    "3dsr": ("vanilla", "flip_eval", "circ_eval", "flip_circ_eval"),
-}
 CONTEXT = (
     "files",
     "methods",
@@ -51,51 +36,6 @@ CONTEXT = (
     "reading",
     "max_error_rate",
 )  # what a summary is made from
-
-
-# ----------------------------------------------------------------------------- questions and accuracy
-
-
-def _group(r: Row, setting: str) -> tuple:
-    """(the key of r's question under `setting`, r's own key): a question is kept at the row whose own key
-    is the question's key."""
-    inp = r.input
-    if setting == "circular":
-        own = str(inp.get("index") or r.id)
-        g = inp.get("g_index") or (str(int(own) % 1_000_000) if own.lstrip("-").isdigit() else own)
-        return str(g), own
-    qid = inp.get("qid", "")
-    base, flip = qid.split("-")[0], "-flip" in qid
-    key = {"flip_eval": qid.replace("-flip", ""), "circ_eval": base + "-flip" * flip, "flip_circ_eval": base}[
-        setting
-    ]
-    return key, qid
-
-
-def questions(rows: list, setting: str) -> list:
-    """[(row, hit)], one per question under `setting`: each row for "vanilla"; else a group of rows is one
-    question, right only if every row in it is, kept at its main row (a group without one is left out)."""
-    if setting == "vanilla":
-        return [(r, r.correct) for r in rows]
-    groups: dict = {}
-    for r in rows:
-        key, own = _group(r, setting)
-        g = groups.setdefault(key, [None, True])
-        g[0], g[1] = (r if own == key else g[0]), g[1] and r.correct
-    return [(main, hit) for main, hit in groups.values() if main is not None]
-
-
-def accuracy(pairs: list, macro: str | None = None) -> float | None:
-    """The share of hits; with `macro`, the unweighted mean over that input column's values of each one's
-    share."""
-    if not pairs:
-        return None
-    if macro is None:
-        return statistics.fmean(hit for _, hit in pairs)
-    by: dict = {}
-    for r, hit in pairs:
-        by.setdefault(r.input.get(macro, ""), []).append(hit)
-    return statistics.fmean(statistics.fmean(v) for v in by.values())
 
 
 def _mean_std(xs: list) -> dict:
@@ -109,31 +49,12 @@ def _mean_std(xs: list) -> dict:
     }
 
 
-def _split(r: Row) -> str:
-    return r.input.get("split") or "none"
-
-
 def columns(files: list, by: dict) -> dict:
     """{column name: (file, split or None)}: one column per file, or per split of a file with several."""
     out = {}
     for f in files:
-        splits = sorted({_split(r) for k, rs in by.items() if k[0] == f for r in rs})
+        splits = sorted({split_of(r) for k, rs in by.items() if k[0] == f for r in rs})
         out.update({f: (f, None)} if len(splits) < 2 else {f"{f} ({s})": (f, s) for s in splits})
-    return out
-
-
-def breakdown(rows: list, setting: str, macro: str | None) -> list:
-    """VLMEvalKit's report_acc over `rows` (all seeds pooled): one record per split with Overall, then the
-    accuracy per `source` (macro), l2-category and category value, each column sorted."""
-    pairs = questions(rows, setting)
-    out = []
-    for split in sorted({_split(r) for r, _ in pairs}):
-        here = [(r, h) for r, h in pairs if _split(r) == split]
-        rec = {"split": split, "Overall": accuracy(here, macro)}
-        for col in ([macro] if macro else []) + ["l2-category", "category"]:
-            for v in sorted({r.input[col] for r, _ in here if r.input.get(col)}):
-                rec[v] = accuracy([(r, h) for r, h in here if r.input.get(col) == v])
-        out.append(rec)
     return out
 
 
@@ -185,10 +106,11 @@ def summarize(rows: list, ctx: dict) -> dict:
     cols = columns(files, by)
     primary = lambda f: SETTINGS[reading[f]["scoring"]["setting"]][0]
 
-    def acc(m, f, split, s, setting=None):
-        pairs = questions(by.get((f, m, s), []), setting or primary(f))
+    def acc(m, f, split, s, setting=None, rows_by=by):
+        pairs = questions(rows_by.get((f, m, s), []), setting or primary(f))
         a = accuracy(
-            [(r, h) for r, h in pairs if split is None or _split(r) == split], reading[f]["scoring"]["macro"]
+            [(r, h) for r, h in pairs if split is None or split_of(r) == split],
+            reading[f]["scoring"]["macro"],
         )
         return None if a is None else 100 * a
 
@@ -219,11 +141,31 @@ def summarize(rows: list, ctx: dict) -> dict:
             {"method": m, "setting": st, **rec}
             for m in methods
             for st in SETTINGS[reading[f]["scoring"]["setting"]]
-            for rec in breakdown(
-                [r for s in seeds for r in by.get((f, m, s), [])], st, reading[f]["scoring"]["macro"]
-            )
+            for rec in breakdown([r for s in seeds for r in by.get((f, m, s), [])], st, reading[f]["scoring"])
         ]
         for f in files
+    }
+    decided, fixed = {}, {}  # VLMEvalKit's quirks: the rows each decided, and the corrected reading
+    for f in files:
+        for m in methods:
+            for s in seeds:
+                counts, fixed[(f, m, s)] = quirks.tally(by.get((f, m, s), []), reading[f])
+                for q, n in counts.items():
+                    decided.setdefault(f, {}).setdefault(m, {}).setdefault(q, 0)
+                    decided[f][m][q] += n
+    quirk = {
+        f: {
+            "rows": {m: decided[f].get(m, {}) for m in methods},
+            "corrected": {
+                m: {
+                    c: _mean_std([acc(m, f, sp, s, rows_by=fixed) for s in seeds])
+                    for c, (g, sp) in cols.items()
+                    if g == f
+                }
+                for m in methods
+            },
+        }
+        for f in decided
     }
     kept = [r for rs in by.values() for r in rs]
     errors = sum(bool(r.error) for r in kept)
@@ -236,6 +178,7 @@ def summarize(rows: list, ctx: dict) -> dict:
         "gain_over_base": gain,
         "variants": variants,
         "breakdown": detail,
+        "quirks": quirk,
         "stats": stats,
         # judged methods whose judges abstained on every call: their rows are the reasoner's alone
         "silent_judges": [m for m in methods if stats[m]["abstention_rate"] == 1],
@@ -337,6 +280,29 @@ def _reading(s: dict) -> list:
     return out
 
 
+def _quirks(s: dict) -> list:
+    """Per file whose rows a VLMEvalKit quirk decided: VLMEvalKit's accuracy beside the corrected reading's,
+    and the rows each quirk decided (a quirk that decided none is not shown)."""
+    out = []
+    for f, x in s["quirks"].items():
+        shown = [q for q in quirks.QUIRKS if any(q in x["rows"][m] for m in s["methods"])]
+        cols = list(next(iter(x["corrected"].values())))
+        out += [
+            "",
+            f"{f}: rows that VLMEvalKit's quirks decided (chains, all seeds; docs/parity.md). VLMEvalKit's "
+            "accuracy, as in the table, is the one comparable with published tables; the corrected reading "
+            "re-reads the same replies without the quirks (the prompts stayed VLMEvalKit's).",
+            "",
+        ]
+        heads = [h for c in cols for h in (f"{c} VLMEvalKit", f"{c} corrected")]
+        out += _head("Method", heads + shown)
+        for m in s["methods"]:
+            accs = [_pct(a) for c in cols for a in (s["accuracy"][m][c], x["corrected"][m][c])]
+            out.append(f"| {m} | " + " | ".join(accs + [str(x["rows"][m].get(q, 0)) for q in shown]) + " |")
+        out += [""] + [f"- {q}: {quirks.QUIRKS[q]}" for q in shown]
+    return out
+
+
 def _details(s: dict, f: str) -> list:
     """One file's 3DSRBench variants and its accuracy per split, l2-category and category (% over all
     seeds)."""
@@ -403,6 +369,7 @@ def render(s: dict) -> str:
             f"| {m} | " + " | ".join(fmt(g[c], "+.2f") for c in cols) + " |"
             for m, g in s["gain_over_base"].items()
         ]
+    out += _quirks(s)
     modes_ran = not all(Method.parse(m).plain for m in s["methods"])  # a judge mode or revise on reject
     stat_cols = STAT_COLUMNS + (MODE_COLUMNS if modes_ran else ())
     out += [
@@ -442,129 +409,6 @@ def render(s: dict) -> str:
             else []
         )
     return "\n".join(out) + "\n"
-
-
-# ----------------------------------------------------------------------------- files
-
-
-FAIL_MSG = "Failed to obtain answer via API."  # VLMEvalKit's (inference.py), as vlmevalkit/verdict_model.py
-
-
-def write_acc_csv(path: str, records: list, sep: str = ",") -> None:
-    """A per-category table as VLMEvalKit's _acc.csv (dump: every field quoted): fractions, empty for none."""
-    keys = list(dict.fromkeys(k for r in records for k in r))
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh, delimiter=sep, quoting=csv.QUOTE_ALL, lineterminator="\n")
-        w.writerow(keys)
-        w.writerows([["" if r.get(k) is None else r[k] for k in keys] for r in records])
-
-
-def model_name(model: str, method: str) -> str:
-    """VLMEvalKit's model name of a method's runs: --model's last path part, "-", the method; a character
-    that is not a letter, digit or one of . _ + - becomes "-" ("Qwen/Qwen2.5-VL-7B-Instruct", "verdict+zoom"
-    -> "Qwen2.5-VL-7B-Instruct-verdict+zoom")."""
-    base = re.sub(r"[^A-Za-z0-9._+-]", "-", model.rstrip("/").rsplit("/", 1)[-1]) or "model"
-    return f"{base}-{method}"
-
-
-def dataset_name(data: str) -> str:
-    """VLMEvalKit's dataset name of a file: its name, less the "_local" of a file LOCALIZE wrote."""
-    return data[: -len("_local")] if data.endswith("_local") else data
-
-
-def output(r: Row) -> str:
-    """The model's whole final output, VLMEvalKit's prediction: the chain's chosen steps, one per line; an
-    error row, VLMEvalKit's failure message and the error (VLMEvalKit asks such items again)."""
-    if r.error:
-        return f"{FAIL_MSG} ({r.error})"
-    chain = (r.trace or {}).get("chain")
-    return "\n".join(chain) if chain else (r.prediction or "")
-
-
-def write_predictions(path: str, rows: list) -> None:
-    """One run's predictions as VLMEvalKit's <model>_<data>.tsv (PRED_FORMAT=tsv): the file's columns but the
-    image, then prediction (the whole output), every field quoted, in the file's order."""
-    rows = sorted(rows, key=lambda r: r.row)
-    keys = [k for k in dict.fromkeys(k for r in rows for k in r.input) if k not in ("image", "prediction")]
-    write_acc_csv(
-        path, [{**{k: r.input.get(k, "") for k in keys}, "prediction": output(r)} for r in rows], "\t"
-    )
-
-
-def _skills(cell: str) -> list:
-    """MathVista's skills cell, read as MathVista_acc reads it: a Python list literal, else the cell."""
-    try:
-        out = ast.literal_eval(cell)
-    except (ValueError, SyntaxError):
-        return [cell]
-    return list(out) if isinstance(out, (list, tuple)) else [cell]
-
-
-def write_mathvista(path: str, rows: list, judge: str) -> None:
-    """MathVista's result files: <model>_<data>_<judge>.tsv, the predictions with res (the answer read) and
-    log ("Prefetch succeed" when the rules read it, "Succeed" when --extract-model did, else empty), which
-    VLMEvalKit's evaluate() scores as is; and <model>_<data>_<judge>_score.csv, MathVista_acc's table
-    (Task&Skill, tot, prefetch, hit, prefetch_rate, acc in %), Overall, then skills and tasks as met."""
-    rows = sorted(rows, key=lambda r: r.row)
-    write_predictions(path, rows)
-    log = lambda r: (
-        "Prefetch succeed"
-        if r.extracted in ("letter", "text", "value")
-        else "Succeed" * (r.extracted == "judge")
-    )
-    with open(path, encoding="utf-8", newline="") as fh:
-        table = list(csv.reader(fh, delimiter="\t"))
-    table[0] += ["res", "log"]
-    for line, r in zip(table[1:], rows):
-        line += ["" if r.pred is None else r.pred, log(r)]
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        csv.writer(fh, delimiter="\t", quoting=csv.QUOTE_ALL, lineterminator="\n").writerows(table)
-    tot: dict = {}
-    for r in rows:
-        for k in ["Overall"] + _skills(r.input.get("skills", "")) + [r.input.get("task", "")]:
-            t = tot.setdefault(k, [0, 0, 0])  # tot, prefetch, hit
-            t[0], t[1], t[2] = t[0] + 1, t[1] + (log(r) == "Prefetch succeed"), t[2] + r.correct
-    recs = [
-        {"Task&Skill": k, "tot": n, "prefetch": f, "hit": h, "prefetch_rate": 100 * f / n, "acc": 100 * h / n}
-        for k, (n, f, h) in tot.items()
-    ]
-    write_acc_csv(path[: -len(".tsv")] + "_score.csv", recs)
-
-
-def write_runs(out: str, summary: dict, rows: list) -> list:
-    """VLMEvalKit's files, one directory per (model, method, seed): OUT/<model>/seed<k>/, <model> being
-    model_name(--model, method), as VLMEvalKit's work_dir/<model>/<eval_id>/. In each, per file:
-    <model>_<data>.tsv (predictions) and <model>_<data>_acc.csv (report_acc of that seed's rows); for
-    3DSRBench <model>_3DSRBench_results.tsv (setting, Overall, categories) in place of the _acc.csv; for
-    MathVista write_mathvista's two files. Returns the directories written."""
-    by: dict = {}
-    for r in rows:
-        by.setdefault((str(r.method), r.seed), {}).setdefault(r.data, []).append(r)
-    judge = re.sub(r"[^A-Za-z0-9._+-]", "-", summary["settings"].get("extract_model") or "exact_matching")
-    dirs = []
-    for (method, seed), files in sorted(by.items()):
-        model = model_name(summary["settings"]["model"], method)
-        dirs.append(os.path.join(out, model, f"seed{seed}"))
-        os.makedirs(dirs[-1], exist_ok=True)
-        for data, rs in files.items():
-            stem = os.path.join(dirs[-1], f"{model}_{dataset_name(data)}")
-            write_predictions(stem + ".tsv", rs)
-            scoring = summary["reading"][data]["scoring"] if data in summary["reading"] else None
-            if "mathvista" in data.lower():
-                write_mathvista(f"{stem}_{judge}.tsv", rs, judge)
-            elif scoring and scoring["setting"] == "3dsr":
-                recs = [
-                    {"setting": st, **{k: v for k, v in rec.items() if k != "split"}}
-                    for st in SETTINGS["3dsr"]
-                    for rec in breakdown(rs, st, scoring["macro"])
-                ]
-                write_acc_csv(stem + "_results.tsv", recs, "\t")
-            else:
-                write_acc_csv(
-                    stem + "_acc.csv",
-                    breakdown(rs, scoring["setting"] if scoring else "vanilla", scoring and scoring["macro"]),
-                )
-    return dirs
 
 
 def picture(s: dict, path: str) -> list:
@@ -615,6 +459,6 @@ def write(out: str, summary: dict, rows: list) -> str:
     for name, text in (("summary.json", json.dumps(summary, indent=1, allow_nan=False)), ("summary.md", md)):
         with open(os.path.join(out, name), "w", encoding="utf-8") as fh:
             fh.write(text)
-    write_runs(out, summary, rows)
+    vlmeval_files.write_runs(out, summary, rows)
     picture(summary, os.path.join(out, "summary.png"))
     return md

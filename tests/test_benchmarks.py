@@ -11,7 +11,7 @@ import os
 import pytest
 from PIL import Image
 
-from harness import benchmarks
+from harness import answers, benchmarks
 
 
 def png(color, size=(8, 6)) -> bytes:
@@ -368,10 +368,24 @@ def test_mathvista_rows(tmp_path):
     mc, fl, integer, by_text = f.items
     assert mc.options == (("A", "3"), ("B", "4")) and mc.answer == "B" and mc.value is None
     assert mc.question == "Hint: ...\nQuestion: Which?\nChoices:\n(A) 3\n(B) 4"  # the question cell, as is
-    assert fl.value == benchmarks.Value("float", 1, "cm", "float") and fl.answer == "7.1" and fl.options == ()
-    assert integer.value == benchmarks.Value("integer", None, "", "float")
+    assert fl.value == answers.Value("float", 1, "cm", "float") and fl.answer == "7.1" and fl.options == ()
+    assert integer.value == answers.Value("integer", None, "", "float")
     assert by_text.answer == "nan"  # VLMEvalKit reads answer_option alone: a missing one is never right
     assert f.skipped[0].reason.startswith("choices must be a list literal")
+
+
+@pytest.mark.parametrize(
+    "name, columns, splits, macro",
+    [  # CVBench.evaluate: report_accuracy (per source, Overall their mean) when every split is "2D"
+        ("CV-Bench-2D", ["index", "source", "split"], {"2D"}, "source"),
+        ("CV-Bench-3D", ["index", "source", "split"], {"2D"}, "source"),  # by the test, not the name
+        ("CV-Bench-2D", ["index", "source", "split"], {"2D", "3D"}, None),
+        ("CV-Bench-2D", ["index", "split"], {"2D"}, None),  # no source column: report_acc
+        ("MMStar", ["index", "source", "split"], {"2D"}, None),  # not CVBench
+    ],
+)
+def test_cv_bench_is_averaged_over_sources_when_every_split_is_2d(name, columns, splits, macro):
+    assert benchmarks.scoring(name, columns, splits)["macro"] == macro
 
 
 @pytest.mark.parametrize(
@@ -383,7 +397,7 @@ def test_mathvista_rows(tmp_path):
         ("BLINK_circular", ["index"], {"setting": "circular", "macro": None}),
         ("mine", ["index", "g_index"], {"setting": "vanilla", "macro": None}),  # circular only by name
         ("BLINK", ["index", "category"], {"setting": "vanilla", "macro": None}),
-        ("CV-Bench-2D", ["index", "source"], {"setting": "vanilla", "macro": "source"}),
+        ("CV-Bench-2D", ["index", "source"], {"setting": "vanilla", "macro": None}),  # no split: report_acc
         ("CV-Bench-3D", ["index", "source"], {"setting": "vanilla", "macro": None}),
     ],
 )

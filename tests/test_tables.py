@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from PIL import Image
 
-from harness import tables
+from harness import accuracy, tables, vlmeval_files
 from harness.rows import Method, Row
 
 VANILLA = {"setting": "vanilla", "macro": None}
@@ -166,8 +166,8 @@ def three_dsr_rows():
 
 def test_3dsrbench_four_settings_by_hand():
     rows = three_dsr_rows()
-    hits = lambda st: sorted((r.input["qid"], h) for r, h in tables.questions(rows, st))
-    assert tables.accuracy(tables.questions(rows, "vanilla")) == 6 / 8
+    hits = lambda st: sorted((r.input["qid"], h) for r, h in accuracy.questions(rows, st))
+    assert accuracy.accuracy(accuracy.questions(rows, "vanilla")) == 6 / 8
     # flip_eval: a question with its flip twin, kept at the non-flip row: X (✓·✗), X-1
     # (✓·✓), Y (✓·✓), Y-1 (✗·✓).
     assert hits("flip_eval") == [("X", False), ("X-1", True), ("Y", True), ("Y-1", False)]
@@ -214,10 +214,10 @@ def test_circular_groups_by_hand():
         )
         for n, (i, ok, c) in enumerate(marks)
     ]
-    pairs = tables.questions(rows, "circular")
+    pairs = accuracy.questions(rows, "circular")
     assert [(r.id, h) for r, h in pairs] == [("1", True), ("2", False)]
     with_column = [replace(r, input={**r.input, "g_index": "7"}) for r in rows[:3]]  # a g_index column wins
-    assert tables.questions(with_column, "circular") == []  # no row has index 7: no main row, no question
+    assert accuracy.questions(with_column, "circular") == []  # no row has index 7: no main row, no question
     s = tables.summarize(
         rows,
         context(
@@ -251,13 +251,9 @@ def test_cv_bench_2d_overall_is_the_mean_over_sources():
     )
     assert math.isclose(s["accuracy"]["base"]["CV-Bench-2D"]["mean"], 100 / 3)
     rec = s["breakdown"]["CV-Bench-2D"][0]
-    assert list(rec) == ["method", "setting", "split", "Overall", "ADE20K", "COCO", "Count"]
-    assert (
-        math.isclose(rec["Overall"], 1 / 3)
-        and math.isclose(rec["ADE20K"], 2 / 3)
-        and rec["COCO"] == 0
-        and rec["Count"] == 0.5
-    )
+    # CVBench.report_accuracy: split, one column per source, Overall last; no category columns
+    assert list(rec) == ["method", "setting", "split", "ADE20K", "COCO", "Overall"]
+    assert math.isclose(rec["Overall"], 1 / 3) and math.isclose(rec["ADE20K"], 2 / 3) and rec["COCO"] == 0
 
 
 def test_splits_are_columns_and_acc_csv_is_vlmevalkits(tmp_path):
@@ -288,7 +284,7 @@ def test_splits_are_columns_and_acc_csv_is_vlmevalkits(tmp_path):
     assert (acc["MMMU_DEV_VAL (dev)"]["mean"], acc["MMMU_DEV_VAL (validation)"]["mean"]) == (50.0, 100.0)
     assert acc["Avg"]["mean"] == 50.0  # (50 + 100 + 0) / 3
     path = tmp_path / "acc.csv"
-    tables.write_acc_csv(str(path), s["breakdown"]["MMMU_DEV_VAL"])
+    vlmeval_files.write_acc_csv(str(path), s["breakdown"]["MMMU_DEV_VAL"])
     lines = path.read_text().splitlines()
     assert lines[0] == '"method","setting","split","Overall","Art","Math","Art & Design","Science"'
     assert lines[1:] == [
@@ -309,7 +305,7 @@ def test_predictions_tsv_is_vlmevalkits_with_the_whole_output(tmp_path):
         for i, r, ok, err in (("2", 3, False, "EndpointError: 500"), ("1", 2, True, None))
     ]
     path = tmp_path / "m_MMStar.tsv"
-    tables.write_predictions(str(path), rows)
+    vlmeval_files.write_predictions(str(path), rows)
     assert (
         path.read_text().splitlines()[0]
         == '"index"\t"question"\t"A"\t"B"\t"answer"\t"category"\t"prediction"'
@@ -368,7 +364,7 @@ def test_runs_are_one_directory_per_model_method_and_seed_with_vlmevalkits_names
         "settings": {"model": "Qwen/Qwen2.5-VL-7B-Instruct", "extract_model": None},
         "reading": reading,
     }
-    dirs = tables.write_runs(str(tmp_path), summary, rows)
+    dirs = vlmeval_files.write_runs(str(tmp_path), summary, rows)
     m = "Qwen2.5-VL-7B-Instruct"
     assert [os.path.relpath(d, tmp_path) for d in dirs] == [
         f"{m}-base/seed0",
@@ -437,3 +433,34 @@ def test_picture_bars_show_the_means(tmp_path):
     assert all(a[2][2] < b[2][0] for a, b in zip(bars, bars[1:]))  # left to right, never overlapping
     width, height = Image.open(tmp_path / "s.png").size
     assert height == 380 and bars[-1][2][2] < width - 190  # the legend's 190 pixels stay clear
+
+
+def test_breakdown_types_labels_as_pandas_and_abbreviates_as_report_acc():
+    """Checked against VLMEvalKit e8e78f05's report_acc (docs/parity.md): category cells "10", "2", "2", "01"
+    are int64, so "01" is 1 and they sort 1, 2, 10; MMBench's l2-category names are abbreviated; "Split" is
+    split (column names are lower-cased); a category with no row in a split is empty there."""
+    spec = [("10", "coarse_perception", "dev", True), ("2", "coarse_perception", "dev", False)]
+    spec += [("2", "logic_reasoning", "dev", True), ("01", "logic_reasoning", "test", True)]
+    rows = [
+        fake_row("MMStar", 0, "base", ok, id=str(i), input={"category": c, "l2-category": l2, "Split": sp})
+        for i, (c, l2, sp, ok) in enumerate(spec)
+    ]
+    recs = accuracy.breakdown(rows, "vanilla", VANILLA)
+    assert [list(r) for r in recs] == [["split", "Overall", "CP", "LR", "1", "2", "10"]] * 2
+    assert recs[0] == {"split": "dev", "Overall": 2 / 3, "CP": 0.5, "LR": 1.0, "1": None, "2": 0.5, "10": 1.0}
+    assert recs[1] == {
+        "split": "test",
+        "Overall": 1.0,
+        "CP": None,
+        "LR": 1.0,
+        "1": 1.0,
+        "2": None,
+        "10": None,
+    }
+    mv = [  # MathVista_acc: Overall, then each row's skills and task as first met
+        fake_row("MathVista_MINI", 0, "base", ok, input={"task": t, "skills": sk})
+        for t, sk, ok in [("t1", "['a', 'b']", True), ("t2", "['b']", False)]
+    ]
+    assert accuracy.breakdown(mv, "vanilla", None) == [
+        {"split": "none", "Overall": 0.5, "a": 1.0, "b": 0.5, "t1": 1.0, "t2": 0.0}
+    ]

@@ -204,7 +204,8 @@ def test_the_six_benchmarks_run_with_the_right_images_in_every_request(tmp_path,
     run = out / "default-verdict" / "seed0"  # VLMEvalKit's work_dir/<model>/<eval_id>/
     for f in summary["files"]:
         name = f"default-verdict_{f}_results.tsv" if f == "3DSRBench" else f"default-verdict_{f}_acc.csv"
-        head = '"setting"\t"Overall"' if f == "3DSRBench" else '"split","Overall"'
+        head = {"3DSRBench": '"setting"\t"Overall"', "CV-Bench-2D": '"split","ADE20K","COCO","Overall"\n'}
+        head = head.get(f, '"split","Overall"')  # CVBench.report_accuracy: sources, then Overall
         assert (run / name).read_text().startswith(head), f
     with open(run / "default-verdict_BLINK.tsv", newline="") as fh:
         table = list(csv.reader(fh, delimiter="\t"))

@@ -1,0 +1,89 @@
+"""Tests for quirks.py: the rows each VLMEvalKit quirk decided and the corrected reading, counted by hand on
+small files (one row per quirk), and how the summary shows them beside VLMEvalKit's accuracy."""
+
+from harness import answers, benchmarks, tables
+from harness.rows import Method, Row
+from test_tables import context
+
+
+def rows_of(path, replies, seed=0, method="base"):
+    """Rows as evaluate.py writes them: each item's reply scored by answers.score."""
+    f = benchmarks.load(str(path))
+    out = []
+    for item, reply in zip(f.items, replies):
+        pred, how, correct = answers.score(item, reply)
+        kw = dict(data=item.data, id=item.id, row=item.row, seed=seed, method=Method.parse(method))
+        kw |= dict(answer=item.answer, pred=pred, extracted=how, correct=correct, prediction=reply)
+        kw |= dict(stopped="final", error=None, calls=1, sent=1, cached=0, replies=1, tokens=1, seconds=0.0)
+        totals = {"steps": 1, "fallbacks": 0, "abstentions": 0, "judge_calls": 0}
+        out.append(Row(**kw, input=dict(item.fields), trace={"totals": totals}))
+    return f, out
+
+
+def summary_of(tmp_path, name, tsv, replies):
+    path = tmp_path / f"{name}.tsv"
+    path.write_text(tsv, encoding="utf-8")
+    f, rows = rows_of(path, replies)
+    ctx = context([name], ["base"], [0])
+    ctx["reading"] = {name: f.reading()}
+    return tables.summarize(rows, ctx)
+
+
+# One row per option quirk, and one right without any. Column C holds "3" and empty cells: pandas reads it
+# as float, so C is "3.0". Column A's "None" is a missing value. Row 3's answer " A" is not stripped.
+MMSTAR = (
+    "index\tquestion\tA\tB\tC\tanswer\tcategory\n"
+    "1\tq\tred\tblue\t3\tC\tc\n"  # reply "3": "3.0" is not in it -> Z, wrong; as written, C: right
+    "2\tq\tNone\tx\t\tA\tc\n"  # reply "None": only B = x -> Z, wrong; with A = "None": right
+    "3\tq\t a\tb\t\t A\tc\n"  # reply "A": A is read, but the answer is " A" -> wrong; stripped: right
+    "4\tq\tred\tblue\t\tZ\tc\n"  # reply "I cannot tell": nothing read -> Z = the answer, right; else wrong
+    "5\tq\tred\tblue\t\tA\tc\n"  # reply "A": right either way
+)
+REPLIES = ["3", "None", "A", "I cannot tell", "A"]
+
+
+def test_each_option_quirk_decides_its_row_by_hand(tmp_path):
+    s = summary_of(tmp_path, "MMStar", MMSTAR, REPLIES)
+    assert s["accuracy"]["base"]["MMStar"]["mean"] == 40.0  # VLMEvalKit: rows 4 and 5 of 5
+    q = s["quirks"]["MMStar"]
+    assert q["rows"]["base"] == {"float_options": 1, "na_options": 1, "unstripped": 1, "z_answer": 1}
+    assert q["corrected"]["base"]["MMStar"]["mean"] == 80.0  # rows 1, 2, 3 and 5
+    md = tables.render(s)
+    quirk_cols = "| float_options | na_options | unstripped | z_answer |"
+    assert "| Method | MMStar VLMEvalKit | MMStar corrected " + quirk_cols in md
+    assert "| base | 40.00 | 80.00 | 1 | 1 | 1 | 1 |" in md
+    assert "- z_answer: " in md and "float_exact" not in md  # a quirk that decided no row is not shown
+
+
+# MathVista's rule path: one row per quirk, and one right.
+MATHVISTA = (
+    "index\tquestion\tanswer\tquestion_type\tanswer_type\tprecision\tunit\tchoices\tanswer_option\ttask\tskills\n"
+    "1\tq\t1.45\tfree_form\tfloat\t2\t\t\t\tt1\t['s']\n"  # "1.449": not 1.45 exactly; at 2 decimals, it is
+    "2\tq\t14\tfree_form\tinteger\t\t\t\t\tt1\t['s']\n"  # "14.0": int("14.0") fails; it is 14
+    "3\tq\tcat\tfree_form\ttext\t\t\t\t\tt2\t['s']\n"  # "cat": text answers are never right; it is cat
+    "4\tq\t0\tfree_form\tinteger\t\t\t\t\tt2\t['s']\n"  # "0": right but falsy, not prefetched
+    "5\tq\t3\tfree_form\tinteger\t\t\t\t\tt2\t['s']\n"  # "3": right either way
+)
+
+
+def test_each_mathvista_quirk_decides_its_row_by_hand(tmp_path):
+    s = summary_of(tmp_path, "MathVista_MINI", MATHVISTA, ["1.449", "14.0", "cat", "0", "3"])
+    assert s["accuracy"]["base"]["MathVista_MINI"]["mean"] == 20.0
+    q = s["quirks"]["MathVista_MINI"]
+    assert q["rows"]["base"] == {"float_exact": 1, "int_of_float": 1, "text_never": 1, "zero_dropped": 1}
+    assert q["corrected"]["base"]["MathVista_MINI"]["mean"] == 100.0
+
+
+def test_no_quirk_no_section(tmp_path):
+    tsv = "index\tquestion\tA\tB\tanswer\n1\tq\tred\tblue\tA\n2\tq\tred\tblue\tB\n"
+    s = summary_of(tmp_path, "MMStar", tsv, ["A", "blue and red"])
+    assert s["quirks"] == {} and "corrected" not in tables.render(s)
+
+
+def test_a_jsonl_file_is_not_re_read(tmp_path):
+    path = tmp_path / "mine.jsonl"
+    path.write_text('{"id": "1", "question": "q", "options": {"A": "None", "B": "x"}, "answer": "Z"}\n')
+    f, rows = rows_of(path, ["None"])
+    ctx = context(["mine"], ["base"], [0])
+    ctx["reading"] = {"mine": f.reading()}
+    assert tables.summarize(rows, ctx)["quirks"] == {}
