@@ -19,13 +19,10 @@ Works with vLLM, SGLang, llama.cpp's llama-server, llama-cpp-python's server and
 
 from __future__ import annotations
 
-import argparse
 import copy
-import ipaddress
 import json
 import os
 import random
-import re
 import socket
 import threading
 import time
@@ -35,13 +32,11 @@ from typing import Callable
 import requests
 import urllib3
 
-import images
 from cache import Cache, CacheError, cache_key  # noqa: F401 (CacheError: callers catch client.CacheError)
-from replies import one_line
+from replies import one_line, reported_cache, reported_usage, shape_problem, whole_text
 
 MAX_WAIT = 60.0  # seconds; no single retry waits longer, whatever Retry-After says
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"  # the variable the API key is read from, unless told otherwise
-MAX_REPORTED = 10**15  # the largest token count or millisecond figure a reply may report: sums stay finite
 
 
 class EndpointError(RuntimeError):
@@ -103,51 +98,6 @@ def _redactor(name: str) -> Callable[[str], str]:
         return text
 
     return redact
-
-
-def _count_ok(v) -> bool:
-    """A token count a server may report: an int in [0, MAX_REPORTED] (a bool is no count)."""
-    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_REPORTED
-
-
-def reported_usage(response: dict) -> dict:
-    """The token counts a response reports in its OpenAI "usage" object: {"prompt_tokens": int,
-    "completion_tokens": int}, each 0 when the server sent none, or a value that is no count (not an int,
-    negative, or above MAX_REPORTED, which would overflow the sums)."""
-    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
-    return {k: usage[k] if _count_ok(usage.get(k)) else 0 for k in ("prompt_tokens", "completion_tokens")}
-
-
-def reported_cache(response: dict) -> dict:
-    """What a response reports of its prompt's reuse, None for each value it lacks:
-    "cached_tokens": usage.prompt_tokens_details.cached_tokens, the prompt tokens a prefix cache served
-        (OpenAI, llama-server, vLLM with --enable-prompt-tokens-details, SGLang with --enable-cache-report;
-        vLLM leaves it out when it is 0, so a missing value is unknown, not 0);
-    "cache_n", "prompt_n": llama-server's timings, the prompt tokens reused from its cache and those computed;
-    "prompt_ms", "predicted_ms": llama-server's timings, the milliseconds it spent computing the prompt and
-        generating the reply (a request's own; requests in parallel slots overlap in wall time).
-    A value that is not a number in [0, MAX_REPORTED] is malformed and counts as not reported: a huge
-    figure would overflow Client.usage's sums to inf."""
-    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
-    details = (
-        usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
-    )
-    timings = response.get("timings") if isinstance(response.get("timings"), dict) else {}
-    count = lambda d, k: d[k] if _count_ok(d.get(k)) else None
-    ms = lambda k: (
-        float(timings[k])
-        if isinstance(timings.get(k), (int, float))
-        and not isinstance(timings[k], bool)
-        and 0 <= timings[k] <= MAX_REPORTED
-        else None
-    )
-    return {
-        "cached_tokens": count(details, "cached_tokens"),
-        "cache_n": count(timings, "cache_n"),
-        "prompt_n": count(timings, "prompt_n"),
-        "prompt_ms": ms("prompt_ms"),
-        "predicted_ms": ms("predicted_ms"),
-    }
 
 
 def check_base_url(url) -> str:
@@ -452,12 +402,12 @@ class Client:
         """(response, "cache") from the cache, else (response, "server") from the endpoint, then cached."""
         hit = self.cache.get(key) if self.cache is not None else None
         if hit is not None:
-            if problem := _shape_problem(hit):  # valid JSON, but not what put() stores: a damaged entry
+            if problem := shape_problem(hit):  # valid JSON, but not what put() stores: a damaged entry
                 raise CacheError(
                     f"{self.cache.path}: entry {key[:16]} is not a chat completion "
                     f"({one_line(problem, 80)}); the cache is damaged: delete it or choose another file"
                 )
-            hit = _whole_text(hit)  # an entry stored before lone surrogates were replaced
+            hit = whole_text(hit)  # an entry stored before lone surrogates were replaced
             self._count(cache_hits=1, call_tokens=sum(reported_usage(hit).values()))
             return hit, "cache"
         response = self._post(payload)
@@ -539,135 +489,14 @@ def _reuse_counts(tokens: dict, reuse: dict) -> dict:
     return counts
 
 
-SURROGATE = re.compile("[\ud800-\udfff]")  # after json.loads, a surrogate is always a lone one
-
-
-def _whole_text(x):
-    """x with every lone surrogate in its strings ("\\ud800" in a JSON reply) replaced by U+FFFD: such a
-    string is no text, and no UTF-8 file (a trace, a predictions TSV) or console could take it."""
-    if isinstance(x, str):
-        return SURROGATE.sub("\ufffd", x)
-    if isinstance(x, dict):
-        return {_whole_text(k): _whole_text(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_whole_text(v) for v in x]
-    return x
-
-
-def _shape_problem(body) -> str | None:
-    """None if body is a chat completion: a dict with non-empty "choices", each holding a message with string
-    content; else what is wrong, unabridged."""
-    choices = body.get("choices") if isinstance(body, dict) else None
-    if not isinstance(choices, list) or not choices:
-        return "response has no choices"
-    for c in choices:
-        if not (
-            isinstance(c, dict)
-            and isinstance(c.get("message"), dict)
-            and isinstance(c["message"].get("content"), str)
-        ):
-            return f"a choice has no message with string content: {json.dumps(c)}"
-    return None
-
-
 def _chat_body(r: requests.Response) -> tuple:
-    """(body, None) if the body is a chat completion (_shape_problem), its lone surrogates replaced
-    (_whole_text); else (None, what is wrong), unabridged (the caller redacts and shortens it)."""
+    """(body, None) if the body is a chat completion (replies.shape_problem), its lone surrogates replaced
+    (replies.whole_text); else (None, what is wrong), unabridged (the caller redacts and shortens it)."""
     try:
         body = r.json()
     except ValueError:
         return None, f"HTTP {r.status_code} body is not JSON: {r.text}"
-    problem = _shape_problem(body)
+    problem = shape_problem(body)
     if problem == "response has no choices" and isinstance(body, dict) and "error" in body:
         problem += f" (server said: {_server_message(r)})"
-    return (None, problem) if problem else (_whole_text(body), None)
-
-
-# ----------------------------------------------------------------------------- command-line flags
-
-
-class Parser(argparse.ArgumentParser):
-    """The argument parser of demo.py and evaluate.py: a bad flag is one line on stderr and exit code 2."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def add_endpoint_args(parser) -> None:
-    """The flags of a live run (used by demo.py and evaluate.py)."""
-    g = parser.add_argument_group("endpoint (live mode)")
-    g.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
-    g.add_argument("--model", default="default", help="the reasoner's model name")
-    g.add_argument("--judge-model", help="the judges' model name (default: --model)")
-    g.add_argument("--judge-base-url", help="the judges' endpoint (default: --base-url)")
-    g.add_argument(
-        "--api-key-env",
-        help=f"environment variable holding the API key ({DEFAULT_KEY_ENV}); when it "
-        "is unset, no key is sent, with a warning if this flag was given or an endpoint is not loopback",
-    )
-    g.add_argument(
-        "--timeout",
-        type=float,
-        default=120.0,
-        help="seconds per request, from sending it to the reply's last byte, however slow the server (120)",
-    )
-    g.add_argument(
-        "--retries",
-        type=int,
-        default=4,
-        help="retries on connection errors, timeouts, 429, 5xx and malformed replies (4)",
-    )
-    g.add_argument(
-        "--concurrency",
-        type=int,
-        default=4,
-        help="requests in flight at once (4): demo.py overlaps a step's judge calls, evaluate.py runs items",
-    )
-    g.add_argument(
-        "--cache", help="sqlite response cache file (demo.py: off by default; evaluate.py: OUT/cache.sqlite)"
-    )
-    g.add_argument(
-        "--max-pixels",
-        type=int,
-        default=images.MAX_PIXELS,
-        help=f"most pixels an image is sent at, downscaled keeping its aspect ratio ({images.MAX_PIXELS} = "
-        "16384·28·28, VLMEvalKit's max_pixels for Qwen2.5-VL-7B; serve vLLM with the matching "
-        "--mm-processor-kwargs, docs/serving.md)",
-    )
-
-
-def endpoint_client(args, url: str, model: str, cache: Cache | None = None) -> Client:
-    """A Client for url and model with add_endpoint_args' key variable, timeout and retries."""
-    return Client(url, model, args.api_key_env or DEFAULT_KEY_ENV, args.timeout, args.retries, cache)
-
-
-def clients_from_args(args) -> tuple:
-    """(reasoner client, judge client) from add_endpoint_args' flags; the same object when they agree. Sets
-    the image budget (--max-pixels) every request of the process sends images at. ValueError for an unusable
-    URL or budget, CacheError for an unusable cache file."""
-    images.set_pixel_budget(args.max_pixels)
-    cache = Cache(args.cache) if args.cache else None
-    reasoner = endpoint_client(args, args.base_url, args.model, cache)
-    judge_url, judge_model = args.judge_base_url or args.base_url, args.judge_model or args.model
-    same = (judge_url, judge_model) == (args.base_url, args.model)
-    return reasoner, reasoner if same else endpoint_client(args, judge_url, judge_model, cache)
-
-
-def is_loopback(url: str) -> bool:
-    """Whether url's host is this machine (localhost, 127.0.0.0/8, ::1)."""
-    try:
-        host = urllib.parse.urlsplit(url).hostname or ""
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a name, not an address (or no URL at all)
-        return False
-
-
-def key_warning(args) -> str | None:
-    """One line to print when no API key will be sent and one is probably expected, else None: the
-    variable named by --api-key-env is unset or empty, and either --api-key-env was given or an endpoint
-    is not on loopback (a local server usually needs no key). It names the variable, never a key."""
-    name = args.api_key_env or DEFAULT_KEY_ENV
-    urls = [u for u in (args.base_url, args.judge_base_url) if u]
-    if os.environ.get(name, "").strip() or (args.api_key_env is None and all(map(is_loopback, urls))):
-        return None
-    return f"warning: ${name} is not set, so no API key is sent to {' and '.join(urls)}"
+    return (None, problem) if problem else (whole_text(body), None)

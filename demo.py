@@ -42,7 +42,9 @@ from PIL import Image, ImageDraw
 
 import charts
 import client
-from modes import MODE_MAX_TOKENS, JudgeMode, add_verifier_args, calls, config_of, modes_of, score_only
+import flags
+from flags import add_verifier_args, config_of, modes_of, score_only
+from modes import MODE_MAX_TOKENS, JudgeMode, calls
 import judges
 import speculate
 import verdict
@@ -256,7 +258,7 @@ def marker(d, cx: float, cy: float, r: float, other: bool, fallback: bool) -> No
 
 
 def parse_args(argv):
-    p = client.Parser(
+    p = flags.Parser(
         prog="demo.py", description="VERDICT step by step: offline by default, live with --base-url."
     )
     p.add_argument("--question", help="the question (live mode)")
@@ -267,7 +269,7 @@ def parse_args(argv):
     p.add_argument("--plot", default="verdict_decisions.png", help="where to draw the decision plane")
     add_verifier_args(p)  # --n, --tau, --eps, --max-steps, --judge-mode, --revise, --mode-max-tokens
     judges.add_format_arg(p)
-    client.add_endpoint_args(p)
+    flags.add_endpoint_args(p)
     return p.parse_args(argv)
 
 
@@ -368,7 +370,7 @@ def run_live(args, config: verdict.Config, mode: JudgeMode) -> verdict.Trace:
     """A real reasoner and real judges at --base-url; EndpointError or ValueError when the endpoint fails."""
     question = args.question.strip() + ("\n" + "\n".join(parse_choices(args.choices)) if args.choices else "")
     print(f"live demo: reasoner {args.model} at {args.base_url}")
-    reasoner, judge = client.clients_from_args(args)
+    reasoner, judge = flags.clients_from_args(args)
     evidence = calls.ModeCalls(
         judge, mode, max_tokens=args.mode_max_tokens or MODE_MAX_TOKENS, fmt=args.judge_format
     )
@@ -416,7 +418,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     try:
         config, mode = check_args(args)
-        if args.base_url is not None and (warning := client.key_warning(args)):
+        if args.base_url is not None and (warning := flags.key_warning(args)):
             print(f"demo.py: {warning}", file=sys.stderr)
         trace = run_offline(config) if args.base_url is None else run_live(args, config, mode)
     except (client.EndpointError, client.CacheError, ValueError) as e:

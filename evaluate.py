@@ -85,7 +85,8 @@ import verdict
 from harness import benchmarks, rundir, sweep, tables
 from harness.chains import Harness, Progress, Settings, file_sha256, input_digest
 from harness.rows import Method
-from modes import add_verifier_args, config_of, modes_of, score_only
+import flags
+from flags import add_verifier_args, config_of, modes_of, score_only
 
 METHODS = ("base",) + verdict.RULES
 
@@ -94,7 +95,7 @@ METHODS = ("base",) + verdict.RULES
 
 
 def parse_args(argv):
-    p = client.Parser(
+    p = flags.Parser(
         prog="evaluate.py", description="The paper's results table for a served model on benchmark files."
     )
     p.add_argument(
@@ -136,7 +137,7 @@ def parse_args(argv):
     p.add_argument("--lam", type=sweep.floats, help="stubbornness λ_V,λ_L,λ_C (1.5,1.0,0.8)")
     add_verifier_args(p)  # --n, --tau, --eps, --max-steps, --judge-mode, --revise, --mode-max-tokens
     # --base-url, --model, --judge-*, --timeout, --retries, --concurrency, --cache
-    client.add_endpoint_args(p)
+    flags.add_endpoint_args(p)
     return p.parse_args(argv)
 
 
@@ -324,11 +325,11 @@ def run(args, methods: list, config: verdict.Config, record: dict, tap=None) -> 
         loaded, shas = load_data(args)
         digests = {(it.data, it.id): input_digest(it) for f in loaded for it in f.items}
         args.cache = args.cache or os.path.join(args.out, "cache.sqlite")  # so the methods always share calls
-        reasoner, judge = client.clients_from_args(args)
+        reasoner, judge = flags.clients_from_args(args)
         if tap is not None:
             tap(reasoner, judge)
         extractor = (
-            client.endpoint_client(args, record["extract_base_url"], args.extract_model, reasoner.cache)
+            flags.endpoint_client(args, record["extract_base_url"], args.extract_model, reasoner.cache)
             if args.extract_model
             else None
         )
@@ -336,7 +337,7 @@ def run(args, methods: list, config: verdict.Config, record: dict, tap=None) -> 
         done, dropped, stale = rundir.load_rows(results, digests)
     except (ValueError, OSError, client.CacheError) as e:
         return fail(e)
-    if warning := client.key_warning(args):
+    if warning := flags.key_warning(args):
         print(f"evaluate.py: {warning}", file=sys.stderr)
     for f in loaded:
         for w in f.warnings:
@@ -411,7 +412,7 @@ def report_dropped(results: str, dropped: int, stale: list) -> set:
 
 def merge_main(argv) -> int:
     """python evaluate.py merge OUT1 OUT2 ... --out OUT: the shards of one run, as one table."""
-    p = client.Parser(
+    p = flags.Parser(
         prog="evaluate.py merge", description="Merge the --shard directories of one run into one table."
     )
     p.add_argument("dirs", nargs="+", help="the shards' --out directories, every shard 1/k..k/k once")

@@ -250,6 +250,87 @@ def logprob_score(logprobs: Any, fmt: str = "digit", step: str | None = None) ->
     return float(p @ np.arange(10) / 9 / p.sum()) if p.sum() > 0 else math.nan  # [10] @ [10] -> scalar
 
 
+# ------------------------------------------------------------------ a chat completion's shape and usage
+
+MAX_REPORTED = 10**15  # the largest token count or millisecond figure a reply may report: sums stay finite
+
+
+def _count_ok(v) -> bool:
+    """A token count a server may report: an int in [0, MAX_REPORTED] (a bool is no count)."""
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_REPORTED
+
+
+def reported_usage(response: dict) -> dict:
+    """The token counts a response reports in its OpenAI "usage" object: {"prompt_tokens": int,
+    "completion_tokens": int}, each 0 when the server sent none, or a value that is no count (not an int,
+    negative, or above MAX_REPORTED, which would overflow the sums)."""
+    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+    return {k: usage[k] if _count_ok(usage.get(k)) else 0 for k in ("prompt_tokens", "completion_tokens")}
+
+
+def reported_cache(response: dict) -> dict:
+    """What a response reports of its prompt's reuse, None for each value it lacks:
+    "cached_tokens": usage.prompt_tokens_details.cached_tokens, the prompt tokens a prefix cache served
+        (OpenAI, llama-server, vLLM with --enable-prompt-tokens-details, SGLang with --enable-cache-report;
+        vLLM leaves it out when it is 0, so a missing value is unknown, not 0);
+    "cache_n", "prompt_n": llama-server's timings, the prompt tokens reused from its cache and those computed;
+    "prompt_ms", "predicted_ms": llama-server's timings, the milliseconds it spent computing the prompt and
+        generating the reply (a request's own; requests in parallel slots overlap in wall time).
+    A value that is not a number in [0, MAX_REPORTED] is malformed and counts as not reported: a huge
+    figure would overflow Client.usage's sums to inf."""
+    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+    details = (
+        usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
+    )
+    timings = response.get("timings") if isinstance(response.get("timings"), dict) else {}
+    count = lambda d, k: d[k] if _count_ok(d.get(k)) else None
+    ms = lambda k: (
+        float(timings[k])
+        if isinstance(timings.get(k), (int, float))
+        and not isinstance(timings[k], bool)
+        and 0 <= timings[k] <= MAX_REPORTED
+        else None
+    )
+    return {
+        "cached_tokens": count(details, "cached_tokens"),
+        "cache_n": count(timings, "cache_n"),
+        "prompt_n": count(timings, "prompt_n"),
+        "prompt_ms": ms("prompt_ms"),
+        "predicted_ms": ms("predicted_ms"),
+    }
+
+
+SURROGATE = re.compile("[\ud800-\udfff]")  # after json.loads, a surrogate is always a lone one
+
+
+def whole_text(x):
+    """x with every lone surrogate in its strings ("\\ud800" in a JSON reply) replaced by U+FFFD: such a
+    string is no text, and no UTF-8 file (a trace, a predictions TSV) or console could take it."""
+    if isinstance(x, str):
+        return SURROGATE.sub("\ufffd", x)
+    if isinstance(x, dict):
+        return {whole_text(k): whole_text(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [whole_text(v) for v in x]
+    return x
+
+
+def shape_problem(body) -> str | None:
+    """None if body is a chat completion: a dict with non-empty "choices", each holding a message with string
+    content; else what is wrong, unabridged."""
+    choices = body.get("choices") if isinstance(body, dict) else None
+    if not isinstance(choices, list) or not choices:
+        return "response has no choices"
+    for c in choices:
+        if not (
+            isinstance(c, dict)
+            and isinstance(c.get("message"), dict)
+            and isinstance(c["message"].get("content"), str)
+        ):
+            return f"a choice has no message with string content: {json.dumps(c)}"
+    return None
+
+
 # -------------------------------------------------------------------------- a run's format and its fallback
 
 

@@ -147,7 +147,7 @@ def args_for(args, s: Setting) -> argparse.Namespace:
 
 
 def _tokens(response: dict) -> int:
-    """prompt + completion tokens a response reports (as client.reported_usage counts them; 0 for none)."""
+    """prompt + completion tokens a response reports (as replies.reported_usage counts them; 0 for none)."""
     u = response.get("usage") if isinstance(response.get("usage"), dict) else {}
     return sum(u.get(k) for k in ("prompt_tokens", "completion_tokens") if isinstance(u.get(k), int))
 

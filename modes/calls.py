@@ -48,7 +48,7 @@ before and after the gate) goes into that call's record (judges.Judge.judgement)
 call order.
 All are at temperature 0 with a fixed seed, so the on-disk Cache serves them again on a re-run.
 
-add_verifier_args defines, once for demo.py and evaluate.py, the flags of verdict.Config and the judge mode.
+flags.py defines, once for demo.py and evaluate.py, the flags of verdict.Config and the judge mode.
 """
 
 from __future__ import annotations
@@ -59,12 +59,19 @@ import threading
 from typing import Any, Callable
 
 import verdict
-from client import Client, reported_usage
+from client import Client
 from images import fingerprint
 from judges import ask
 from modes import MODE_MAX_TOKENS, JudgeMode, evpv, zoom
 from prompting import check_layout, role_messages
-from replies import JSON_FOLLOW_UP as OBJECT_FOLLOW_UP, JudgeFormat, fence, response_format, text_of
+from replies import (
+    JSON_FOLLOW_UP as OBJECT_FOLLOW_UP,
+    JudgeFormat,
+    fence,
+    reported_usage,
+    response_format,
+    text_of,
+)
 
 REFERENCE = (
     "Reference expectations, written from the question and the image alone before any step was seen "

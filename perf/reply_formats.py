@@ -15,7 +15,8 @@ import sys
 import numpy as np
 
 import verdict
-from client import Client, EndpointError, Parser
+from client import Client, EndpointError
+from flags import Parser
 from judges import make_judges, thread_map
 from replies import FORMATS
 

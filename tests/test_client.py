@@ -12,17 +12,8 @@ import pytest
 
 import client as client_module
 import verdict
-from client import (
-    Cache,
-    Client,
-    EndpointError,
-    InFlight,
-    Parser,
-    add_endpoint_args,
-    clients_from_args,
-    key_warning,
-    reported_cache,
-)
+from client import Cache, Client, EndpointError, InFlight, reported_cache
+from flags import Parser, add_endpoint_args, clients_from_args, key_warning
 from images import messages
 from judges import Reasoner, make_judges, thread_map
 from perf.loopback import chat_response, scripted, user_text

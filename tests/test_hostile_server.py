@@ -19,7 +19,8 @@ import demo
 import evaluate
 import verdict
 from cache import cache_key
-from client import Cache, CacheError, Client, EndpointError, reported_cache, reported_usage, total_usage
+from client import Cache, CacheError, Client, EndpointError, total_usage
+from replies import reported_cache, reported_usage
 from judges import Reasoner, make_judges
 from perf.loopback import chat_response, role_of
 from test_demo import scripted_judge_server

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import flags
 import images
 from images import encode_image, messages
 
@@ -244,21 +245,19 @@ def test_the_default_budget_is_vlmevalkits_and_max_pixels_sets_it(tmp_path):
     evaluate.py) sets the one every image is sent at."""
     import argparse
 
-    import client
-
     assert (images.MIN_PIXELS, images.MAX_PIXELS) == (1_003_520, 12_845_056) == (1280 * 784, 16384 * 784)
     assert images.pixel_budget() == images.MAX_PIXELS
     p = argparse.ArgumentParser()
-    client.add_endpoint_args(p)
+    flags.add_endpoint_args(p)
     assert p.parse_args([]).max_pixels == images.MAX_PIXELS
     path = tmp_path / "a.png"
     Image.new("RGB", (40, 30), "white").save(path)
     args = p.parse_args(["--base-url", "http://127.0.0.1:9/v1", "--max-pixels", "300"])
     try:
-        client.clients_from_args(args)
+        flags.clients_from_args(args)
         assert images.pixel_budget() == 300 and decode(encode_image(path)).size == (20, 15)
         with pytest.raises(ValueError, match="--max-pixels must be an integer >= 1, got 0"):
-            client.clients_from_args(
+            flags.clients_from_args(
                 p.parse_args(["--base-url", "http://127.0.0.1:9/v1", "--max-pixels", "0"])
             )
     finally:

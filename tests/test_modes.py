@@ -743,7 +743,7 @@ def test_live_judge_modes(live_url):
 def test_judges_reply_with_the_score_alone_unless_reasons(flags, score_only):
     import demo
     import evaluate
-    from modes import score_only as score_only_of
+    from flags import score_only as score_only_of
 
     for args in (
         demo.parse_args(flags),

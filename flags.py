@@ -1,0 +1,211 @@
+"""The flags demo.py and evaluate.py share, defined once: the endpoint (client.Client's URL, model, key,
+timeout, retries, cache, image budget) and the verifier (verdict.Config's numbers, the judge mode, revise on
+reject, the judges' replies), each checked before any model call: a bad value is one line and exit 2.
+
+Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
+Disagreement-Aware Consensus", ECCV 2026: τ, ε, λ and n are the paper's knobs (verdict.Config checks their
+ranges); the judge modes are the related papers' (modes.JudgeMode).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import urllib.parse
+
+import images
+import verdict
+from cache import Cache
+from client import DEFAULT_KEY_ENV, Client
+from modes import MODE_MAX_TOKENS, JudgeMode
+from modes.evpv import GATE_TARGET, GATE_TARGETS
+
+
+class Parser(argparse.ArgumentParser):
+    """The argument parser of demo.py and evaluate.py: a bad flag is one line on stderr and exit code 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def add_endpoint_args(parser) -> None:
+    """The flags of a live run (used by demo.py and evaluate.py)."""
+    g = parser.add_argument_group("endpoint (live mode)")
+    g.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
+    g.add_argument("--model", default="default", help="the reasoner's model name")
+    g.add_argument("--judge-model", help="the judges' model name (default: --model)")
+    g.add_argument("--judge-base-url", help="the judges' endpoint (default: --base-url)")
+    g.add_argument(
+        "--api-key-env",
+        help=f"environment variable holding the API key ({DEFAULT_KEY_ENV}); when it "
+        "is unset, no key is sent, with a warning if this flag was given or an endpoint is not loopback",
+    )
+    g.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        help="seconds per request, from sending it to the reply's last byte, however slow the server (120)",
+    )
+    g.add_argument(
+        "--retries",
+        type=int,
+        default=4,
+        help="retries on connection errors, timeouts, 429, 5xx and malformed replies (4)",
+    )
+    g.add_argument(
+        "--concurrency",
+        type=int,
+        default=4,
+        help="requests in flight at once (4): demo.py overlaps a step's judge calls, evaluate.py runs items",
+    )
+    g.add_argument(
+        "--cache", help="sqlite response cache file (demo.py: off by default; evaluate.py: OUT/cache.sqlite)"
+    )
+    g.add_argument(
+        "--max-pixels",
+        type=int,
+        default=images.MAX_PIXELS,
+        help=f"most pixels an image is sent at, downscaled keeping its aspect ratio ({images.MAX_PIXELS} = "
+        "16384·28·28, VLMEvalKit's max_pixels for Qwen2.5-VL-7B; serve vLLM with the matching "
+        "--mm-processor-kwargs, docs/serving.md)",
+    )
+
+
+def endpoint_client(args, url: str, model: str, cache: Cache | None = None) -> Client:
+    """A Client for url and model with add_endpoint_args' key variable, timeout and retries."""
+    return Client(url, model, args.api_key_env or DEFAULT_KEY_ENV, args.timeout, args.retries, cache)
+
+
+def clients_from_args(args) -> tuple:
+    """(reasoner client, judge client) from add_endpoint_args' flags; the same object when they agree. Sets
+    the image budget (--max-pixels) every request of the process sends images at. ValueError for an unusable
+    URL or budget, CacheError for an unusable cache file."""
+    images.set_pixel_budget(args.max_pixels)
+    cache = Cache(args.cache) if args.cache else None
+    reasoner = endpoint_client(args, args.base_url, args.model, cache)
+    judge_url, judge_model = args.judge_base_url or args.base_url, args.judge_model or args.model
+    same = (judge_url, judge_model) == (args.base_url, args.model)
+    return reasoner, reasoner if same else endpoint_client(args, judge_url, judge_model, cache)
+
+
+def is_loopback(url: str) -> bool:
+    """Whether url's host is this machine (localhost, 127.0.0.0/8, ::1)."""
+    try:
+        host = urllib.parse.urlsplit(url).hostname or ""
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name, not an address (or no URL at all)
+        return False
+
+
+def key_warning(args) -> str | None:
+    """One line to print when no API key will be sent and one is probably expected, else None: the
+    variable named by --api-key-env is unset or empty, and either --api-key-env was given or an endpoint
+    is not on loopback (a local server usually needs no key). It names the variable, never a key."""
+    name = args.api_key_env or DEFAULT_KEY_ENV
+    urls = [u for u in (args.base_url, args.judge_base_url) if u]
+    if os.environ.get(name, "").strip() or (args.api_key_env is None and all(map(is_loopback, urls))):
+        return None
+    return f"warning: ${name} is not set, so no API key is sent to {' and '.join(urls)}"
+
+
+def add_verifier_args(parser) -> None:
+    """The verifier's flags, defined once for demo.py and evaluate.py: verdict.Config's numbers, with Config's
+    defaults and ranges (config_of checks them), the judge mode (modes_of) and revise on reject."""
+    d, on = verdict.Config(), {"step": "every judge's score", "visual": "ŝ_V only"}  # GATE_TARGETS' meanings
+    other = "; ".join(f"gate-{t}: on {on[t]}" for t in GATE_TARGETS if t != GATE_TARGET)
+    g = parser.add_argument_group("verifier")
+    g.add_argument("--n", type=int, default=d.n, help=f"candidates per step ({d.n})")
+    g.add_argument(
+        "--tau",
+        type=float,
+        default=d.tau,
+        help=f"confidence threshold τ in [0, 1]: a candidate passes only if s̄* > τ ({d.tau})",
+    )
+    g.add_argument(
+        "--eps",
+        type=float,
+        default=d.eps,
+        help=f"dispersion tolerance ε in (0, 1]: a candidate passes only if Δ* < ε ({d.eps})",
+    )
+    g.add_argument("--max-steps", type=int, default=d.max_steps, help=f"longest chain ({d.max_steps})")
+    g.add_argument(
+        "--judge-mode",
+        default="plain",
+        help=(
+            "what the judges see, as words joined by +: prior (SGV's prior, +1 call per question), premises "
+            "(EVPV's fact sheet, +1 call per question), gate (with premises: EVPV's reliability gate, +1 "
+            f"call per candidate, on {on[GATE_TARGET]}; {other}), zoom (ReVISE's look again: the visual "
+            "judge names regions and scores with their close-ups, +1 call per candidate). demo.py runs one "
+            "mode; evaluate.py runs each of a comma-separated list, as rows named rule+mode (plain)"
+        ),
+    )
+    g.add_argument(
+        "--judge-modes", dest="judge_mode", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+    )  # evaluate.py's name until the flags were shared
+    g.add_argument(
+        "--revise",
+        action="store_true",
+        help=(
+            "revise on reject: when no candidate passes, the reasoner's model revises the best one from the "
+            "judges' reasons, and the same judges score the revision (+1 call, +m judge calls); evaluate.py "
+            "adds it as rows named row+revise"
+        ),
+    )
+    g.add_argument("--mode-max-tokens", type=int, help=f"tokens per judge-mode reply ({MODE_MAX_TOKENS})")
+    g.add_argument(
+        "--reasons",
+        action="store_true",
+        help=(
+            "judges write a reason (at most two sentences) before their score; by default they reply "
+            "with the score alone, as the paper's agents do ('every agent returns a single scalar in "
+            "[0, 1]'), which makes a judge call a few tokens long. The prompts ask for the same "
+            "judgement either way; --revise shows the reviser these reasons (without them, only each "
+            "judge's score)"
+        ),
+    )
+    g.add_argument(
+        "--speculate",
+        action="store_true",
+        help=(
+            "propose step t+1 after each candidate while the judges score step t (speculate.py): the "
+            "chosen candidate's proposal gives the next candidates, the others are dropped; the same "
+            "decisions, more reasoner tokens, faster only on a server with spare parallel capacity"
+        ),
+    )
+    g.add_argument(
+        "--score-only", action="store_true", help=argparse.SUPPRESS
+    )  # the default since judges reply with the score alone; kept so that older commands still run
+
+
+def config_of(args, **fields) -> verdict.Config:
+    """verdict.Config from add_verifier_args' flags and `fields`; ValueError names the flag of a value out of
+    Config's range ("--tau must be in [0, 1] ..., got tau=5.0")."""
+    flags = {"n": args.n, "tau": args.tau, "eps": args.eps, "max_steps": args.max_steps}
+    if getattr(args, "lam", None) is not None:  # evaluate.py's --lam (and its sweeps)
+        flags["lam"] = args.lam
+    try:
+        return verdict.Config(**flags, **fields)
+    except ValueError as e:  # Config's message starts with the field's name
+        name, _, rest = str(e).partition(" ")
+        raise ValueError(f"--{name.replace('_', '-')} {rest}" if name in flags else str(e)) from None
+
+
+def score_only(args) -> bool:
+    """Whether the judges reply with the score alone (the default), from --reasons; ValueError when
+    --score-only (the old name of the default) is given with --reasons."""
+    if getattr(args, "reasons", False) and getattr(args, "score_only", False):
+        raise ValueError("--reasons and --score-only contradict each other (score alone is the default)")
+    return not getattr(args, "reasons", False)
+
+
+def modes_of(args) -> list:
+    """The JudgeModes of --judge-mode, in order, and --mode-max-tokens and --reasons checked; ValueError
+    names a bad one."""
+    score_only(args)
+    modes = [JudgeMode.parse(m) for m in args.judge_mode.split(",")]
+    if len(set(modes)) != len(modes):
+        raise ValueError(f"--judge-mode lists a mode twice: {args.judge_mode!r}")
+    if args.mode_max_tokens is not None and args.mode_max_tokens < 1:
+        raise ValueError(f"--mode-max-tokens must be >= 1, got {args.mode_max_tokens}")
+    return modes
