@@ -46,7 +46,7 @@ import flags
 from flags import add_verifier_args, config_of, modes_of, score_only
 from modes import MODE_MAX_TOKENS, JudgeMode, calls
 import judges
-import speculate
+from perf import speculate
 import verdict
 
 QUESTION = (

@@ -168,7 +168,7 @@ def add_verifier_args(parser) -> None:
         "--speculate",
         action="store_true",
         help=(
-            "propose step t+1 after each candidate while the judges score step t (speculate.py): the "
+            "propose step t+1 after each candidate while the judges score step t (perf/speculate.py): the "
             "chosen candidate's proposal gives the next candidates, the others are dropped; the same "
             "decisions, more reasoner tokens, faster only on a server with spare parallel capacity"
         ),

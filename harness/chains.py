@@ -38,7 +38,7 @@ from harness import answers, rundir
 from harness.benchmarks import Item
 from harness.rows import Method, Row
 from modes import calls
-from speculate import Speculator
+from perf.speculate import Speculator
 
 # ----------------------------------------------------------------------------- one chain
 
@@ -65,7 +65,9 @@ class Settings:
     max_tokens: int  # per reasoner step
     judge_kw: dict  # Judge's max_tokens, score_only, and the run's one JudgeFormat
     mode_kw: dict  # ModeCalls' max_tokens, and the run's JudgeFormat (its JSON requests' schemas)
-    speculate: bool = False  # --speculate: a judged chain proposes its next step while judging (speculate.py)
+    speculate: bool = (
+        False  # --speculate: a judged chain proposes its next step while judging (perf/speculate.py)
+    )
 
 
 @dataclass

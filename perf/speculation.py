@@ -17,7 +17,7 @@ import time
 from PIL import Image
 
 import judges
-import speculate
+from perf import speculate
 import verdict
 from client import Client
 from perf.loopback import LoopbackServer

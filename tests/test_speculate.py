@@ -1,4 +1,4 @@
-"""Speculative proposing (speculate.py): the same decisions as a plain run, step for step, and its cost
+"""Speculative proposing (perf/speculate.py): the same decisions as a plain run, step for step, and its cost
 recorded.
 
 A deterministic scripted server answers every role as a function of its request (a hash of the messages
@@ -16,7 +16,7 @@ import pytest
 from PIL import Image
 
 import judges
-import speculate
+from perf import speculate
 import verdict
 from cache import Cache
 from client import Client
