@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from harness import tsv
 from harness.items import LETTER, Item, Skipped, check_utf8, decode_image, image_file, make_item
 from harness.tsv import kind
+from replies import whole_text
 
 CIRCULAR_NAMES = ("mmbench", "ccbench", "circular", "mmcr")
 
@@ -103,6 +104,7 @@ def _jsonl_item(name: str, line: int, text: str, base: str, allow_any_path: bool
     except RecursionError:  # a line nested 100,000 deep: one row's error, not a crash
         raise ValueError("not valid JSON here: nested too deep to read") from None
     check_utf8(text)
+    d = whole_text(d)  # a lone surrogate ("\\ud800" in the JSON) is no text: U+FFFD, as in a server's reply
     given = d.get("options") if isinstance(d, dict) else None
     if not isinstance(given, dict) or not all(isinstance(k, str) and LETTER.fullmatch(k) for k in given):
         raise ValueError('"options" must be an object with letter keys, like {"A": "..."}')

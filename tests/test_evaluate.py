@@ -803,3 +803,20 @@ def test_zoom_and_revise_rows_record_their_paths_and_costs(tmp_path, loopback):
         and stats["verdict+revise"]["revised_rate"] == 1.0
     )
     assert stats["verdict"]["revised_rate"] is None
+
+
+def test_a_lone_surrogate_in_a_jsonl_cell_is_read_as_u_fffd_and_every_file_is_written(tmp_path, loopback):
+    # "\ud800" in a JSONL question is valid JSON but no text: no UTF-8 file could hold it. It is read as
+    # U+FFFD, so the chains run and the predictions, the rows and the tables are written (issue 24, fault 8).
+    data = tmp_path / "lone.jsonl"
+    row = {"id": "q0", "question": "Which? \ud800", "options": {"A": "x", "B": "y"}, "answer": "B"}
+    data.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    assert "\\ud800" in data.read_text(encoding="utf-8")  # the escape, as a JSON writer puts it
+    out = tmp_path / "out"
+    assert evaluate.main(argv(data, loopback(script).url, out, "--seeds 1 --rules base --max-steps 2")) == 0
+    (r,) = rows_of(out)
+    assert r["input"]["question"] == "Which? \ufffd" and r["error"] is None
+    tsvs = [
+        f for d, _, fs in os.walk(out) for f in (os.path.join(d, x) for x in fs) if f.endswith("_lone.tsv")
+    ]
+    assert tsvs and all("\ufffd" in open(f, encoding="utf-8").read() for f in tsvs)
