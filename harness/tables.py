@@ -23,7 +23,7 @@ import statistics
 
 import charts
 from harness import quirks, vlmeval_files
-from harness.accuracy import SETTINGS, accuracy, split_of, breakdown, questions
+from harness.accuracy import SETTINGS, accuracy, breakdown, columns, questions, split_of
 from harness.rows import EXTRACTED, SHEET_STATUSES, Method
 from images import font
 
@@ -47,15 +47,6 @@ def _mean_std(xs: list) -> dict:
         "std": statistics.stdev(xs) if len(xs) > 1 else None,
         "per_seed": xs,
     }
-
-
-def columns(files: list, by: dict) -> dict:
-    """{column name: (file, split or None)}: one column per file, or per split of a file with several."""
-    out = {}
-    for f in files:
-        splits = sorted({split_of(r) for k, rs in by.items() if k[0] == f for r in rs})
-        out.update({f: (f, None)} if len(splits) < 2 else {f"{f} ({s})": (f, s) for s in splits})
-    return out
 
 
 # ----------------------------------------------------------------------------- the summary

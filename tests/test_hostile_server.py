@@ -23,7 +23,7 @@ from client import Cache, CacheError, Client, EndpointError, total_usage
 from replies import reported_cache, reported_usage
 from judges import Reasoner, make_judges
 from perf.loopback import chat_response, role_of
-from test_demo import scripted_judge_server
+from test_demo import run_demo, scripted_judge_server
 from test_evaluate import look_and_revise, rows_of
 from test_benchmarks import tiny_tsv
 
@@ -267,26 +267,20 @@ def test_a_lone_surrogate_in_a_reply_is_replaced_and_the_chain_runs(tmp_path, lo
 # ----------------------------------------------------------------------------- fault 9: demo's output paths
 
 
-@pytest.mark.parametrize(
-    "flag, value, says",
-    [
-        ("--trace", "missing/t.json", "--trace: cannot write"),
-        ("--plot", "missing/p.png", "--plot: cannot write"),
-        ("--trace", ".", "--trace: '.' is a directory"),
-        ("--plot", "p.nosuchformat", "--plot: 'p.nosuchformat' has no image file extension"),
-    ],
-)
-def test_demo_checks_its_output_paths_before_any_call(tmp_path, loopback, flag, value, says):
+OUTPUT_PATHS = {  # (flag, value) -> how demo.py's one line starts
+    ("--trace", "missing/t.json"): "--trace: cannot write",
+    ("--plot", "missing/p.png"): "--plot: cannot write",
+    ("--trace", "."): "--trace: '.' is a directory",
+    ("--plot", "p.nosuchformat"): "--plot: 'p.nosuchformat' has no image file extension",
+}
+
+
+@pytest.mark.parametrize("flag, value", list(OUTPUT_PATHS))
+def test_demo_checks_its_output_paths_before_any_call(tmp_path, loopback, flag, value):
     srv = loopback(scripted_judge_server)
-    args = ["--base-url", srv.url, "--question", "q?", flag, value]
-    out = subprocess.run(
-        [sys.executable, os.path.join(HERE, "demo.py"), *args],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = run_demo(["--base-url", srv.url, "--question", "q?", flag, value], cwd=tmp_path, timeout=60)
     assert out.returncode == 2 and srv.requests == []
+    says = OUTPUT_PATHS[flag, value]
     assert out.stderr.startswith(f"demo.py: error: {says}") and len(out.stderr.splitlines()) == 1
     assert not (tmp_path / "verdict_trace.json").exists() and not (tmp_path / "missing").exists()
 
