@@ -9,7 +9,8 @@ measurement of a GPU:
 - prompt_units and block_hashes: the prompt as pseudo-tokens in the order the request lays them out (the
   system message, each image's tokens where the message puts the image, the text) and the chained hashes of
   its 16-token blocks, as vLLM's automatic prefix caching names them;
-- sim_reply: the reasoner's candidates and the judges' replies (any reply format);
+- sim_reply: the reasoner's candidates and the judges' replies (any reply format); sim_logprobs: their
+  logprobs, when asked, in llama-server's shape;
 - SimulatedServer: a loopback.LoopbackServer handler that queues, prefills what its prefix cache lacks,
   decodes, and reports the cached prompt tokens (usage.prompt_tokens_details.cached_tokens) as servers do.
 """
@@ -146,6 +147,23 @@ def sim_reply(body: dict, lm: LatencyModel, final_at: int) -> tuple:
     return [f"{reason}\n{line}"], lm.rationale_tokens
 
 
+def sim_logprobs(text: str, k: int) -> dict:
+    """A choice's logprobs as llama-server sends them: each pseudo-token of `text` (its leading space kept, so
+    the tokens spell the text) with its id, logprob and bytes, and k top_logprobs of the same shape; at a
+    digit, the ten digits come first. What a response cache would store of a judge's reply."""
+
+    def entry(tok: str, lp: float, i: int) -> dict:
+        return {"id": 1000 + i, "token": tok, "bytes": list(tok.encode()), "logprob": lp}
+
+    content = []
+    for tok in re.findall(r"\s*(?:\w+|[^\w\s])|\s+$", text):
+        names = [str(d) for d in range(10)] if tok.strip().isdigit() else []
+        names += [f"{tok}{i}" for i in range(k - len(names))]
+        top = [entry(a, -0.1 - i, i) for i, a in enumerate(names[:k])]
+        content.append({**entry(tok, -0.1, 0), "top_logprobs": top})
+    return {"content": content}
+
+
 class SimulatedServer:
     """A loopback.LoopbackServer handler: replies as sim_reply, taking as long as the LatencyModel says, and
     reporting the prompt tokens its prefix cache served as usage.prompt_tokens_details.cached_tokens (whole
@@ -184,4 +202,7 @@ class SimulatedServer:
                 self._slots.notify_all()
         response = chat_response(texts, prompt_tokens=len(units), completion_tokens=tokens * len(texts))
         response["usage"]["prompt_tokens_details"] = {"cached_tokens": cached}
+        if body.get("logprobs"):
+            for c in response["choices"]:
+                c["logprobs"] = sim_logprobs(c["message"]["content"], int(body.get("top_logprobs") or 0))
         return response
