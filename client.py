@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
 import ipaddress
 import json
 import os
@@ -336,6 +337,7 @@ class Client:
             sleep,
         )
         self.on_chat, self.in_flight = on_chat, in_flight or InFlight()
+        self.replicas, self.headers = 1, {}  # data-parallel replicas (--dp-replicas); set by pin()
         self.session = requests.Session()
         self.session.mount("http://", _Adapter(pool_maxsize=64))  # one connection per thread
         self.session.mount("https://", _Adapter(pool_maxsize=64))
@@ -363,9 +365,9 @@ class Client:
         return f"Client(base_url={self.base_url!r}, model={self.model!r})"
 
     def fork(self, on_chat: Callable[[], None] | None = None) -> "Client":
-        """A client for the same endpoint, model, settings, cache and requests in flight, with its own session
-        and counters."""
-        return Client(
+        """A client for the same endpoint, model, settings, cache, replica count and requests in flight, with
+        its own session, counters and pinning (none)."""
+        forked = Client(
             self.base_url,
             self.model,
             self.api_key_env,
@@ -377,6 +379,8 @@ class Client:
             on_chat,
             self.in_flight,
         )
+        forked.replicas = self.replicas
+        return forked
 
     def close(self) -> None:
         self.session.close()
@@ -492,7 +496,7 @@ class Client:
                 r = self.session.post(
                     url,
                     json=payload,
-                    headers={"Authorization": f"Bearer {key}"} if key else {},
+                    headers={**self.headers, **({"Authorization": f"Bearer {key}"} if key else {})},
                     timeout=self.timeout,
                 )
         except (
@@ -583,6 +587,24 @@ def _chat_body(r: requests.Response) -> tuple:
     return (None, problem) if problem else (_whole_text(body), None)
 
 
+RANK_HEADER = "X-data-parallel-rank"  # vLLM's request header: the data-parallel replica to serve it
+
+
+def dp_rank(key: str, seed: int, replicas: int) -> int:
+    """The replica a chain is pinned to: sha256 of its item's key and seed, modulo the replica count (stable
+    across runs and processes, unlike hash())."""
+    return int(hashlib.sha256(f"{key}\x1f{seed}".encode("utf-8", "surrogatepass")).hexdigest(), 16) % replicas
+
+
+def pin(clients, key: str, seed: int) -> None:
+    """Send every request of `clients` (one chain's) to one data-parallel replica, dp_rank(key, seed), in the
+    X-data-parallel-rank header, so the chain's requests find its prefixes in that replica's cache; nothing
+    when a client has one replica. vLLM's front end (--data-parallel-size K) otherwise routes by load and a
+    step's requests scatter over the replicas' caches."""
+    for c in {id(c): c for c in clients}.values():
+        c.headers = {RANK_HEADER: str(dp_rank(key, seed, c.replicas))} if c.replicas > 1 else {}
+
+
 # ----------------------------------------------------------------------------- command-line flags
 
 
@@ -624,6 +646,13 @@ def add_endpoint_args(parser) -> None:
         help="requests in flight at once (4): demo.py overlaps a step's judge calls, evaluate.py runs items",
     )
     g.add_argument(
+        "--dp-replicas",
+        type=int,
+        default=1,
+        help="data-parallel replicas behind the endpoint (vLLM --data-parallel-size K): pin each chain to "
+        "one, by a hash of its item and seed, in the X-data-parallel-rank header (1: no header)",
+    )
+    g.add_argument(
         "--cache", help="sqlite response cache file (demo.py: off by default; evaluate.py: OUT/cache.sqlite)"
     )
     g.add_argument(
@@ -646,11 +675,16 @@ def clients_from_args(args) -> tuple:
     the image budget (--max-pixels) every request of the process sends images at. ValueError for an unusable
     URL or budget, CacheError for an unusable cache file."""
     images.set_pixel_budget(args.max_pixels)
+    replicas = getattr(args, "dp_replicas", 1)
+    if not replicas >= 1:
+        raise ValueError(f"--dp-replicas must be >= 1, got {replicas}")
     cache = Cache(args.cache) if args.cache else None
     reasoner = endpoint_client(args, args.base_url, args.model, cache)
     judge_url, judge_model = args.judge_base_url or args.base_url, args.judge_model or args.model
     same = (judge_url, judge_model) == (args.base_url, args.model)
-    return reasoner, reasoner if same else endpoint_client(args, judge_url, judge_model, cache)
+    judge = reasoner if same else endpoint_client(args, judge_url, judge_model, cache)
+    reasoner.replicas = judge.replicas = replicas
+    return reasoner, judge
 
 
 def is_loopback(url: str) -> bool:
