@@ -192,9 +192,9 @@ def sequential_explanation(lm: LatencyModel, n: int = 3, m: int = 3) -> list:
 # ----------------------------------------------------------------------------- report
 
 
-def targets(ratios: dict, sim: dict, live: dict | None) -> list:
+def targets(ratios: dict, sim: dict, live: dict | None, per_judge: float | None = None) -> list:
     """The targets, each with its measured figure in every layout (ORDER); met or missed is judged on the
-    shared layout, the default."""
+    shared layout, the default. per_judge: the response cache's stored bytes per judge reply (section 4)."""
 
     def row(what, values, ok):
         cells = ["—" if v is None or v != v else f"{v:.2f}×" for v in values]
@@ -232,6 +232,13 @@ def targets(ratios: dict, sim: dict, live: dict | None) -> list:
         "|---|" + "---:|" * len(ORDER) + "---|",
         row("closed form ≥ 50× faster than a loop of np.linalg.solve at N = 10⁵", [loop], lambda v: v >= 50),
         row("closed form ≤ 10× the time of mean at N = 10⁶", [mean], at_most(10)),
+        "| response cache: ≤ 2 KB per judge reply, stored bytes (section 4) | "
+        + (
+            f"{per_judge:,.0f} B | " + "— | " * (len(ORDER) - 1) + ("met" if per_judge <= 2000 else "missed")
+            if per_judge is not None
+            else "— | " * len(ORDER) + "not measured"
+        )
+        + " |",
     ] + [row(what.format(m.name), each(res, m, f), ok) for what, res, modes, f, ok in checks for m in modes]
 
 
@@ -374,8 +381,9 @@ def main(argv=None) -> int:
         os.path.join(docs, "bench_overhead.png"),
     )
     lines += ["", "## 3. Memory", ""] + memory_section(5 if q else 100)
-    lines += ["", "## 4. The response cache", ""] + cache_section(5 if q else 100, 200 if q else 2000)
-    lines += ["", "## Targets", ""] + targets(ratios, sim, live)
+    cache_lines, per_judge = cache_section(5 if q else 100, 200 if q else 2000)
+    lines += ["", "## 4. The response cache", ""] + cache_lines
+    lines += ["", "## Targets", ""] + targets(ratios, sim, live, per_judge)
     lines += ["", "What sets the figures the targets compare:", ""] + causes(sim, live)
     report = "\n".join(lines + ["", f"The whole run took {time.perf_counter() - t0:,.0f} s."]) + "\n"
     print(report)

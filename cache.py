@@ -5,6 +5,8 @@ Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reaso
 Disagreement-Aware Consensus", ECCV 2026. A step costs the reasoner's call and n×m judge calls; many of
 them repeat across the rules and judge modes of one evaluation (the same candidates, judged the same way),
 and the cache serves every repeat. client.Client uses it; keys cover the endpoint and the whole request.
+What it stores of a response is what the project reads (stored): the text, the usage, and the top_logprobs
+a score digit can be read from, not a server's top_logprobs for every generated token.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 import sqlite3
 import threading
 from pathlib import Path
@@ -19,6 +22,61 @@ from pathlib import Path
 from replies import one_line
 
 CACHE_FORMAT = "verdict-cache/2"  # /2: keys cover the endpoint
+DIGIT = re.compile(r"[0-9]")
+
+
+def _digit_tokens(logprobs):
+    """A choice's logprobs as replies.digit_probs reads them, and nothing more: every token's text (the tokens
+    spell the reply, which locates the score's digit), and top_logprobs only at a token holding a digit, only
+    the alternatives digit_probs can read there, each as {"token", "logprob"}. digit_probs reads an
+    alternative when, stripped, it is what the token holds before one of its digits (stripped) followed by one
+    digit. So digit_probs, and the weighted score, come out the same for any reply format and candidate;
+    logprobs it cannot read at all are kept as sent (it gives zeros for them either way)."""
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not isinstance(content, list) or not all(
+        isinstance(t, dict) and isinstance(t.get("token"), str) for t in content
+    ):
+        return logprobs
+
+    def readable(t: dict) -> dict:
+        befores = {t["token"][: m.start()].strip() for m in DIGIT.finditer(t["token"])}
+        if not befores:
+            return {"token": t["token"]}
+        top = [
+            a for a in t.get("top_logprobs") or [] if isinstance(a, dict) and isinstance(a.get("token"), str)
+        ]
+        return {
+            "token": t["token"],
+            "top_logprobs": [
+                {"token": a["token"], "logprob": a.get("logprob")}
+                for a in top
+                if DIGIT.fullmatch(a["token"].strip()[-1:]) and a["token"].strip()[:-1] in befores
+            ],
+        }
+
+    return {"content": [readable(t) for t in content]}
+
+
+def stored(response: dict) -> dict:
+    """What the cache keeps of a chat completion: for each choice its message's content, its finish_reason
+    and its logprobs slimmed to what a score digit is read from (_digit_tokens), and the usage. A server's
+    top_logprobs for every generated token (98.7% of a llama-server judge reply's bytes) are not kept: they
+    are never read. A response of any other shape is kept whole (client.Client stores only chat
+    completions)."""
+    choices = response.get("choices") if isinstance(response, dict) else None
+    if not isinstance(choices, list) or not all(
+        isinstance(c, dict) and isinstance(c.get("message"), dict) for c in choices
+    ):
+        return response
+
+    def choice(c: dict) -> dict:
+        kept = {"message": {"content": c["message"].get("content")}, "finish_reason": c.get("finish_reason")}
+        return {**kept, **({"logprobs": _digit_tokens(c["logprobs"])} if c.get("logprobs") else {})}
+
+    return {
+        "choices": [choice(c) for c in choices],
+        **({"usage": response["usage"]} if "usage" in response else {}),
+    }
 
 
 class CacheError(RuntimeError):
@@ -176,9 +234,10 @@ class Cache:
             ) from None
 
     def put(self, key: str, response: dict) -> None:
-        """Store a response; return once it is committed (with every other reply queued by then)."""
+        """Store what the project reads of a response (stored); return once it is committed (with every other
+        reply queued by then). Entries written whole, before stored existed, are read as they are."""
         with self._queue_lock:
-            self._queue[key] = json.dumps(response)
+            self._queue[key] = json.dumps(stored(response), separators=(",", ":"))
         with self._lock:
             with self._queue_lock:
                 rows, self._queue = self._queue, {}

@@ -20,6 +20,7 @@ Works with vLLM, SGLang, llama.cpp's llama-server, llama-cpp-python's server and
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
 import random
@@ -286,6 +287,7 @@ class Client:
             sleep,
         )
         self.on_chat, self.in_flight = on_chat, in_flight or InFlight()
+        self.replicas, self.headers = 1, {}  # data-parallel replicas (--dp-replicas); set by pin()
         self.session = requests.Session()
         self.session.mount("http://", _Adapter(pool_maxsize=64))  # one connection per thread
         self.session.mount("https://", _Adapter(pool_maxsize=64))
@@ -313,9 +315,9 @@ class Client:
         return f"Client(base_url={self.base_url!r}, model={self.model!r})"
 
     def fork(self, on_chat: Callable[[], None] | None = None) -> "Client":
-        """A client for the same endpoint, model, settings, cache and requests in flight, with its own session
-        and counters."""
-        return Client(
+        """A client for the same endpoint, model, settings, cache, replica count and requests in flight, with
+        its own session, counters and pinning (none)."""
+        forked = Client(
             self.base_url,
             self.model,
             self.api_key_env,
@@ -327,6 +329,8 @@ class Client:
             on_chat,
             self.in_flight,
         )
+        forked.replicas = self.replicas
+        return forked
 
     def close(self) -> None:
         self.session.close()
@@ -442,7 +446,7 @@ class Client:
                 r = self.session.post(
                     url,
                     json=payload,
-                    headers={"Authorization": f"Bearer {key}"} if key else {},
+                    headers={**self.headers, **({"Authorization": f"Bearer {key}"} if key else {})},
                     timeout=self.timeout,
                 )
         except (
@@ -500,3 +504,21 @@ def _chat_body(r: requests.Response) -> tuple:
     if problem == "response has no choices" and isinstance(body, dict) and "error" in body:
         problem += f" (server said: {_server_message(r)})"
     return (None, problem) if problem else (whole_text(body), None)
+
+
+RANK_HEADER = "X-data-parallel-rank"  # vLLM's request header: the data-parallel replica to serve it
+
+
+def dp_rank(key: str, seed: int, replicas: int) -> int:
+    """The replica a chain is pinned to: sha256 of its item's key and seed, modulo the replica count (stable
+    across runs and processes, unlike hash())."""
+    return int(hashlib.sha256(f"{key}\x1f{seed}".encode("utf-8", "surrogatepass")).hexdigest(), 16) % replicas
+
+
+def pin(clients, key: str, seed: int) -> None:
+    """Send every request of `clients` (one chain's) to one data-parallel replica, dp_rank(key, seed), in the
+    X-data-parallel-rank header, so the chain's requests find its prefixes in that replica's cache; nothing
+    when a client has one replica. vLLM's front end (--data-parallel-size K) otherwise routes by load and a
+    step's requests scatter over the replicas' caches."""
+    for c in {id(c): c for c in clients}.values():
+        c.headers = {RANK_HEADER: str(dp_rank(key, seed, c.replicas))} if c.replicas > 1 else {}

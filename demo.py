@@ -371,6 +371,7 @@ def run_live(args, config: verdict.Config, mode: JudgeMode) -> verdict.Trace:
     question = args.question.strip() + ("\n" + "\n".join(parse_choices(args.choices)) if args.choices else "")
     print(f"live demo: reasoner {args.model} at {args.base_url}")
     reasoner, judge = flags.clients_from_args(args)
+    client.pin((reasoner, judge), question, 0)  # --dp-replicas: the chain on one replica
     evidence = calls.ModeCalls(
         judge, mode, max_tokens=args.mode_max_tokens or MODE_MAX_TOKENS, fmt=args.judge_format
     )

@@ -60,6 +60,13 @@ def add_endpoint_args(parser) -> None:
         help="requests in flight at once (4): demo.py overlaps a step's judge calls, evaluate.py runs items",
     )
     g.add_argument(
+        "--dp-replicas",
+        type=int,
+        default=1,
+        help="data-parallel replicas behind the endpoint (vLLM --data-parallel-size K): pin each chain to "
+        "one, by a hash of its item and seed, in the X-data-parallel-rank header (1: no header)",
+    )
+    g.add_argument(
         "--cache", help="sqlite response cache file (demo.py: off by default; evaluate.py: OUT/cache.sqlite)"
     )
     g.add_argument(
@@ -82,11 +89,16 @@ def clients_from_args(args) -> tuple:
     the image budget (--max-pixels) every request of the process sends images at. ValueError for an unusable
     URL or budget, CacheError for an unusable cache file."""
     images.set_pixel_budget(args.max_pixels)
+    replicas = getattr(args, "dp_replicas", 1)
+    if not replicas >= 1:
+        raise ValueError(f"--dp-replicas must be >= 1, got {replicas}")
     cache = Cache(args.cache) if args.cache else None
     reasoner = endpoint_client(args, args.base_url, args.model, cache)
     judge_url, judge_model = args.judge_base_url or args.base_url, args.judge_model or args.model
     same = (judge_url, judge_model) == (args.base_url, args.model)
-    return reasoner, reasoner if same else endpoint_client(args, judge_url, judge_model, cache)
+    judge = reasoner if same else endpoint_client(args, judge_url, judge_model, cache)
+    reasoner.replicas = judge.replicas = replicas
+    return reasoner, judge
 
 
 def is_loopback(url: str) -> bool:

@@ -339,6 +339,7 @@ class Harness:
                     return
                 try:
                     digest = self.digests.get((item.data, item.id))
+                    client.pin((clients.reasoner, clients.judges), f"{item.data}/{item.id}", seed)
                     row, error = run_chain(item, seed, method, clients, self.settings, digest)
                 except client.CacheError as e:
                     return self.halt(f"the response cache cannot be used: {e}")

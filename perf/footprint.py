@@ -3,18 +3,22 @@
 - run_evaluate: `python evaluate.py` on generated items (write_items), every method, against the simulated
   server (perf/simserver.py) with no sleeping;
 - memory_section (3): the peak RSS of that run;
-- cache_section (4): the response cache, Cache.put in a file and in memory (put_seconds), and the same run
-  with either.
+- cache_section (4): the response cache, Cache.put in a file and in memory (put_seconds), the same run
+  with either, and what the file holds per item and per judge reply (cache_bytes) against what the server
+  sent.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
+import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from PIL import Image
@@ -45,17 +49,46 @@ def write_items(folder: str, k: int) -> str:
     return path
 
 
-def run_evaluate(k: int, extra: tuple = (), timeout: float = 1800.0) -> tuple | None:
+class Sized:
+    """A loopback handler around another, keeping the JSON size in bytes of each response it sends, with
+    whether it carries logprobs (a judge's reply): [(logprobs, bytes), ...] in `sent`."""
+
+    def __init__(self, handler):
+        self.handler, self.sent, self._lock = handler, [], threading.Lock()
+
+    def __call__(self, body, path):
+        response = self.handler(body, path)
+        size = len(json.dumps(response, separators=(",", ":")))
+        with self._lock:
+            self.sent.append((any("logprobs" in c for c in response["choices"]), size))
+        return response
+
+
+def cache_bytes(path: str) -> dict:
+    """What a response cache file holds: {"file": its bytes on disk, "entries", "judge_entries": those
+    holding logprobs, "bytes", "judge_bytes": their stored JSON's bytes}."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        rows = [r[0] for r in db.execute("SELECT response FROM responses")]
+    judge = [len(r) for r in rows if '"logprobs"' in r]
+    return {
+        "file": os.path.getsize(path),
+        "entries": len(rows),
+        "judge_entries": len(judge),
+        "bytes": sum(map(len, rows)),
+        "judge_bytes": sum(judge),
+    }
+
+
+def run_evaluate(k: int, extra: tuple = (), timeout: float = 1800.0, look=None) -> tuple | None:
     """`python evaluate.py` on k generated items, every method, against the simulated server with no
     sleeping. Returns (its exit code, its seconds, one sentence saying what ran and how it ended), or None
-    without evaluate.py."""
+    without evaluate.py; with `look`, a fourth value: look(the run's output folder, the Sized handler),
+    called before the folder is removed."""
     script = os.path.join(ROOT, "evaluate.py")
     if not os.path.exists(script):
         return None
-    with (
-        tempfile.TemporaryDirectory() as tmp,
-        LoopbackServer(SimulatedServer(LatencyModel(time_scale=0.0), 2)) as srv,
-    ):
+    sized = Sized(SimulatedServer(LatencyModel(time_scale=0.0), 2))
+    with tempfile.TemporaryDirectory() as tmp, LoopbackServer(sized) as srv:
         url, t0 = srv.url, time.perf_counter()
         cmd = [sys.executable, script, "--data", write_items(tmp, k), "--base-url", url, "--model", "sim"]
         cmd += ["--seeds", "1", "--out", os.path.join(tmp, "out"), *extra]
@@ -63,6 +96,7 @@ def run_evaluate(k: int, extra: tuple = (), timeout: float = 1800.0) -> tuple | 
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=timeout
         )
         seconds, calls = time.perf_counter() - t0, len(srv.chats)
+        seen = () if look is None else (look(os.path.join(tmp, "out"), sized),)
     shown = " ".join(["python evaluate.py"] + cmd[2:]).replace(url, "SIM_URL").replace(tmp, "TMP")
     said = (
         f"`{shown}` on {k} generated items (one 448×448 PNG each), every method, against the simulated "
@@ -76,8 +110,8 @@ def run_evaluate(k: int, extra: tuple = (), timeout: float = 1800.0) -> tuple | 
                 f"{said}: **the run failed** (exit code {run.returncode}, after {seconds:.0f} s); "
                 f"the end of its stderr: `{' '.join(run.stderr[-400:].split())}`"
             ),
-        )
-    return 0, seconds, f"{said}: exit code 0, {calls:,} requests, {seconds:.0f} s."
+        ) + seen
+    return (0, seconds, f"{said}: exit code 0, {calls:,} requests, {seconds:.0f} s.") + seen
 
 
 # ----------------------------------------------------------------------------- 3. memory
@@ -113,9 +147,10 @@ def put_seconds(path: str, puts: int, threads: int) -> float:
     return seconds / puts
 
 
-def cache_section(k: int, puts: int) -> list:
-    """Section 4: what the response cache costs: Cache.put in a file against in memory, then run_evaluate
-    with evaluate.py's default cache file (OUT/cache.sqlite) against --cache :memory:."""
+def cache_section(k: int, puts: int) -> tuple:
+    """Section 4: (markdown lines, the stored bytes per judge reply or None): what the response cache costs:
+    Cache.put in a file against in memory, then run_evaluate with evaluate.py's default cache file
+    (OUT/cache.sqlite) against --cache :memory:, and what that file holds (bytes_lines)."""
     with tempfile.TemporaryDirectory() as tmp:
         us = {
             (where, t): 1e6
@@ -123,9 +158,13 @@ def cache_section(k: int, puts: int) -> list:
             for where in ("file", "memory")
             for t in (1, 4)
         }
-    runs = {
-        where: run_evaluate(k, extra) for where, extra in (("file", ()), ("memory", ("--cache", ":memory:")))
-    }
+    look = lambda out, sized: (
+        cache_bytes(os.path.join(out, "cache.sqlite"))
+        if os.path.exists(os.path.join(out, "cache.sqlite"))
+        else None,
+        list(sized.sent),
+    )
+    runs = {"file": run_evaluate(k, (), look=look), "memory": run_evaluate(k, ("--cache", ":memory:"))}
     lines = (
         [
             f"Cache.put of {puts:,} replies (a 48-token step each), in a file in a temporary folder and in "
@@ -138,7 +177,7 @@ def cache_section(k: int, puts: int) -> list:
         + [""]
     )
     if runs["file"] is None:
-        return lines + ["evaluate.py: skipped (not found)."]
+        return lines + ["evaluate.py: skipped (not found)."], None
     lines += [f"- cache in a file: {runs['file'][2]}", f"- cache in memory: {runs['memory'][2]}"]
     if runs["file"][0] == runs["memory"][0] == 0:
         slower = runs["file"][1] / runs["memory"][1]
@@ -146,4 +185,33 @@ def cache_section(k: int, puts: int) -> list:
             "",
             f"With the cache in a file, evaluate.py takes {slower:.2f}× its time with the cache in memory.",
         ]
-    return lines
+    held = runs["file"][3][0] if runs["file"][0] == 0 else None
+    if not held:
+        return lines, None
+    return lines + [""] + bytes_lines(k, *runs["file"][3]), held["judge_bytes"] / max(
+        held["judge_entries"], 1
+    )
+
+
+def bytes_lines(k: int, held: dict, sent: list) -> list:
+    """What the cache file of run_evaluate's run holds per item and per judge reply, against the bytes the
+    simulated server sent (llama-server's logprobs shape: every generated token with its top_logprobs)."""
+    judge_sent = [b for lp, b in sent if lp]
+    per_judge = held["judge_bytes"] / max(held["judge_entries"], 1)
+    sent_judge = sum(judge_sent) / max(len(judge_sent), 1)
+    return [
+        "What the cache file holds (cache.stored keeps each reply's text, finish reason, usage, and of its "
+        "logprobs the tokens' text and the top_logprobs a score digit is read from):",
+        "",
+        "| | entries | stored JSON | per entry | per item |",
+        "|---|---:|---:|---:|---:|",
+        f"| every reply | {held['entries']:,} | {held['bytes']:,} B | "
+        f"{held['bytes'] / max(held['entries'], 1):,.0f} B | {held['bytes'] / k:,.0f} B |",
+        f"| judge replies (with logprobs) | {held['judge_entries']:,} | {held['judge_bytes']:,} B | "
+        f"**{per_judge:,.0f} B** | {held['judge_bytes'] / k:,.0f} B |",
+        f"| the file on disk | | {held['file']:,} B | | **{held['file'] / k:,.0f} B** |",
+        "",
+        f"The server sent {len(judge_sent):,} judge replies of {sent_judge:,.0f} B on average (top_logprobs "
+        f"= 20 at every generated token): the cache keeps {per_judge / sent_judge:.1%} of a judge reply, "
+        f"{sent_judge / per_judge:,.0f}× less.",
+    ]

@@ -175,8 +175,12 @@ class _Handler(BaseHTTPRequestHandler):
             status, payload, headers = owner._get(self.path)
         else:
             try:
-                with owner._slots:
-                    result = owner.handler(body, self.path)
+                with owner._slots:  # a handler with takes_headers is also given the request's headers
+                    result = (
+                        owner.handler(body, self.path, dict(self.headers))
+                        if getattr(owner.handler, "takes_headers", False)
+                        else owner.handler(body, self.path)
+                    )
                 status, payload, headers = (
                     (result + ({},))[:3] if isinstance(result, tuple) else (200, result, {})
                 )

@@ -9,9 +9,12 @@ measurement of a GPU:
 - prompt_units and block_hashes: the prompt as pseudo-tokens in the order the request lays them out (the
   system message, each image's tokens where the message puts the image, the text) and the chained hashes of
   its 16-token blocks, as vLLM's automatic prefix caching names them;
-- sim_reply: the reasoner's candidates and the judges' replies (any reply format);
+- sim_reply: the reasoner's candidates and the judges' replies (any reply format); sim_logprobs: their
+  logprobs, when asked, in llama-server's shape;
 - SimulatedServer: a loopback.LoopbackServer handler that queues, prefills what its prefix cache lacks,
-  decodes, and reports the cached prompt tokens (usage.prompt_tokens_details.cached_tokens) as servers do.
+  decodes, and reports the cached prompt tokens (usage.prompt_tokens_details.cached_tokens) as servers do;
+  with replicas = K, K such servers behind vLLM's data-parallel front end (--data-parallel-size K), which
+  routes a request to the replica its X-data-parallel-rank header names, else to the least busy one.
 """
 
 from __future__ import annotations
@@ -146,42 +149,100 @@ def sim_reply(body: dict, lm: LatencyModel, final_at: int) -> tuple:
     return [f"{reason}\n{line}"], lm.rationale_tokens
 
 
+def sim_logprobs(text: str, k: int) -> dict:
+    """A choice's logprobs as llama-server sends them: each pseudo-token of `text` (its leading space kept, so
+    the tokens spell the text) with its id, logprob and bytes, and k top_logprobs of the same shape; at a
+    digit, the ten digits come first. What a response cache would store of a judge's reply."""
+
+    def entry(tok: str, lp: float, i: int) -> dict:
+        return {"id": 1000 + i, "token": tok, "bytes": list(tok.encode()), "logprob": lp}
+
+    content = []
+    for tok in re.findall(r"\s*(?:\w+|[^\w\s])|\s+$", text):
+        names = [str(d) for d in range(10)] if tok.strip().isdigit() else []
+        names += [f"{tok}{i}" for i in range(k - len(names))]
+        top = [entry(a, -0.1 - i, i) for i, a in enumerate(names[:k])]
+        content.append({**entry(tok, -0.1, 0), "top_logprobs": top})
+    return {"content": content}
+
+
+class _Replica:
+    """One engine: its sequence slots, its prefill engine and its prefix cache (block hashes)."""
+
+    def __init__(self):
+        self.slots, self.busy = threading.Condition(), 0
+        self.prefill, self.cache = threading.Lock(), set()
+
+
+RANK_HEADER = "X-data-parallel-rank"  # vLLM's: the data-parallel replica a request goes to
+
+
 class SimulatedServer:
     """A loopback.LoopbackServer handler: replies as sim_reply, taking as long as the LatencyModel says, and
     reporting the prompt tokens its prefix cache served as usage.prompt_tokens_details.cached_tokens (whole
-    blocks, as vLLM counts them; reported even when 0, as llama-server and SGLang do and vLLM does not)."""
+    blocks, as vLLM counts them; reported even when 0, as llama-server and SGLang do and vLLM does not).
 
-    def __init__(self, lm: LatencyModel, final_at: int = 3):
+    replicas: data-parallel engines, each with its own slots, prefill engine and prefix cache. A request
+    goes to the replica its X-data-parallel-rank header names (vLLM's; a rank out of range is an error, as
+    there), else to the replica with the fewest sequences in flight, ties taken in turn (vLLM's front end
+    balances by load, not by prefix). computed: the prompt tokens prefilled, over every replica."""
+
+    takes_headers = True
+
+    def __init__(self, lm: LatencyModel, final_at: int = 3, replicas: int = 1):
+        if not (isinstance(replicas, int) and replicas >= 1):
+            raise ValueError(f"replicas must be an integer >= 1, got {replicas!r}")
         self.lm, self.final_at = lm, final_at
-        self._slots, self._busy = threading.Condition(), 0
-        self._prefill, self._cache = threading.Lock(), set()
+        self.replicas = [_Replica() for _ in range(replicas)]
+        self._route, self._turn, self.computed = threading.Lock(), 0, 0
 
     def reset(self) -> None:
         """Forget every cached prefix (a cold server)."""
-        with self._prefill:
-            self._cache.clear()
+        for r in self.replicas:
+            with r.prefill:
+                r.cache.clear()
 
-    def __call__(self, body, path):
-        lm = self.lm
+    def _replica(self, headers: dict | None) -> _Replica:
+        rank = {k.lower(): v for k, v in (headers or {}).items()}.get(RANK_HEADER.lower())
+        if rank is not None:
+            if not (rank.isdigit() and int(rank) < len(self.replicas)):
+                raise ValueError(f"{RANK_HEADER} must be 0..{len(self.replicas) - 1}, got {rank!r}")
+            return self.replicas[int(rank)]
+        with self._route:  # the least busy replica, ties taken in turn
+            k = len(self.replicas)
+            order = [(self._turn + i) % k for i in range(k)]
+            pick = min(order, key=lambda i: self.replicas[i].busy)
+            self._turn = (pick + 1) % k
+            return self.replicas[pick]
+
+    def __call__(self, body, path, headers: dict | None = None):
+        lm, replica = self.lm, self._replica(headers)
         texts, tokens = sim_reply(body, lm, self.final_at)
         tokens = min(tokens, body.get("max_tokens") or tokens)
         if len(texts) > lm.capacity:  # such a request could never be scheduled
             raise ValueError(f"n={len(texts)} exceeds the batch capacity {lm.capacity}")
         units = prompt_units(body["messages"], lm.image_tokens)
-        with self._slots:  # beyond capacity, requests queue
-            self._slots.wait_for(lambda: self._busy + len(texts) <= lm.capacity)
-            self._busy += len(texts)
+        with replica.slots:  # beyond capacity, requests queue
+            replica.slots.wait_for(lambda: replica.busy + len(texts) <= lm.capacity)
+            replica.busy += len(texts)
         try:
-            with self._prefill:  # one prefill engine: prompts are prefilled one after another
+            with replica.prefill:  # one prefill engine: prompts are prefilled one after another
                 hashes = block_hashes(units) if lm.prefix_cache else []
-                cached = next((i for i, h in enumerate(hashes) if h not in self._cache), len(hashes)) * BLOCK
-                self._cache.update(hashes)
+                cached = (
+                    next((i for i, h in enumerate(hashes) if h not in replica.cache), len(hashes)) * BLOCK
+                )
+                replica.cache.update(hashes)
+                with self._route:
+                    self.computed += len(units) - cached
                 time.sleep(lm.time_scale * lm.seconds(len(units) - cached, 0))
             time.sleep(lm.time_scale * lm.seconds(0, tokens))  # the n sequences decode side by side
         finally:
-            with self._slots:
-                self._busy -= len(texts)
-                self._slots.notify_all()
+            with replica.slots:
+                replica.busy -= len(texts)
+                replica.slots.notify_all()
         response = chat_response(texts, prompt_tokens=len(units), completion_tokens=tokens * len(texts))
         response["usage"]["prompt_tokens_details"] = {"cached_tokens": cached}
+        if body.get("logprobs"):
+            for c in response["choices"]:
+                c["logprobs"] = sim_logprobs(c["message"]["content"], int(body.get("top_logprobs") or 0))
         return response

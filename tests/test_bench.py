@@ -39,6 +39,8 @@ def test_quick_report_has_every_section(tmp_path, monkeypatch):
         "skipped: pass --serve",
         "## 3. Memory",
         "## 4. The response cache",
+        "| judge replies (with logprobs) |",
+        "| response cache: ≤ 2 KB per judge reply",
         "## Targets",
         "| sequential",
         "| computed by the server |",
@@ -81,7 +83,9 @@ def test_a_failed_evaluate_run_reports_the_failure_and_no_peak_rss(monkeypatch):
         and "Peak RSS" not in text
     )
     assert lines[-1] == "No peak RSS is reported for a failed run."
-    cache = "\n".join(footprint.cache_section(1, 10))
+    lines, per_judge = footprint.cache_section(1, 10)
+    cache = "\n".join(lines)
+    assert per_judge is None
     assert cache.count("**the run failed**") == 2 and "takes" not in cache
 
 

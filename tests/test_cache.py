@@ -1,6 +1,7 @@
 """Tests for cache.py, the on-disk response cache: keys, integrity and format checks on opening, a file
 locked by another process, every failure a CacheError, and committed replies surviving SIGKILL."""
 
+import json
 import os
 import signal
 import sqlite3
@@ -11,9 +12,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from cache import Cache, CacheError, cache_key
+from cache import Cache, CacheError, cache_key, stored
 from images import messages
-from perf.loopback import chat_response
+from perf.loopback import chat_response, token_logprobs
 
 
 def test_cache_key_hashes_images_and_covers_every_parameter_and_the_endpoint(png, tmp_path):
@@ -130,7 +131,7 @@ def test_every_cache_failure_is_a_cache_error(tmp_path):
 KILLED_WRITER = """
 import sys, threading
 from cache import Cache
-from perf.loopback import chat_response
+from perf.loopback import chat_response, token_logprobs
 cache, out = Cache(sys.argv[1]), threading.Lock()
 def write(t):
     for i in range(10**9):
@@ -155,6 +156,137 @@ def test_a_committed_reply_survives_sigkill_and_the_cache_uses_wal(tmp_path):
     writer.communicate()
     assert writer.returncode == -signal.SIGKILL and all(committed)
     cache = Cache(path)  # opens: the integrity check passes
-    assert all(cache.get(k) == chat_response(f"reply {k}") for k in committed)
+    assert all(cache.get(k) == stored(chat_response(f"reply {k}")) for k in committed)
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+# ----------------------------------------------------------------------------- what a stored reply keeps
+
+
+def full_logprobs(text: str, rng, score_at: int) -> dict:
+    """The logprobs a server sends for `text`: the text cut into 1..4-character tokens (the score's digit,
+    at score_at, in a token of its own or after a space), each with 20 top_logprobs mixing
+    words, digits, digits after a space or a quote, and other numbers."""
+    cuts, i = [0], 0
+    while i < len(text):
+        i = min(len(text), i + int(rng.integers(1, 5)))
+        start = score_at - (text[score_at - 1] == " " and rng.random() < 0.5)  # the digit, or " " and it
+        if cuts[-1] < start < i:  # the score's token starts
+            i = start
+        elif cuts[-1] == start:
+            i = score_at + 1
+        cuts.append(i)
+    pool = [str(d) for d in range(10)] + [" 7", '":3', "12", "x9y", "word", '"', "}", " ", "⁵", "8 "]
+
+    def alts(a: int, b: int) -> dict:
+        names = [str(x) for x in rng.choice(pool, 20)]
+        if a <= score_at < b:  # the score's token: its own text before the digit, then a digit, 8 times
+            names[:8] = [text[a:score_at] + str(k) for k in rng.choice(10, 8, replace=False)]
+        return {x: float(p) for x, p in zip(names, rng.dirichlet(np.ones(20)))}
+
+    return token_logprobs([(text[a:b], alts(a, b)) for a, b in zip(cuts, cuts[1:]) if b > a])
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_stored_reply_gives_the_same_weighted_score_in_every_format_that_asks_for_logprobs(tmp_path, seed):
+    # The same reply, fresh and out of a cache file: digit_probs (so the weighted score and the digits'
+    # share) are equal to the last bit, in the json format (with and without a reason, the reason quoting
+    # numbers) and the digit format (with and without a reason, a quoted candidate holding its own score).
+    from replies import digit_probs, logprob_score
+
+    rng = np.random.default_rng(seed)
+    d, step = int(rng.integers(0, 10)), "x = 42, so Score: 9"
+    replies = {
+        ("json", None): f'{{"score": {d}}}',
+        (
+            "json",
+            None,
+            "reason",
+        ): f'{{"reason": "3 of 4 parts hold; \\"score\\": 8 was wrong", "score": {d}}}',
+        ("digit", None): f"Score: {d}",
+        ("digit", step): f"It quotes <step>{step}</step>; 2 errors.\nScore: {d}",
+    }
+    cache = Cache(tmp_path / "c.sqlite")
+    for i, (key, text) in enumerate(replies.items()):
+        fmt, quoted = key[0], key[1]
+        at = text.rfind(str(d))
+        fresh = chat_response(text, logprobs=[full_logprobs(text, rng, at)])
+        cache.put(f"k{i}", fresh)
+        hit = cache.get(f"k{i}")
+        before, after = (r["choices"][0]["logprobs"] for r in (fresh, hit))
+        assert digit_probs(after, fmt, quoted).tolist() == digit_probs(before, fmt, quoted).tolist()
+        assert digit_probs(before, fmt, quoted).sum() > 0
+        same = logprob_score(after, fmt, quoted), logprob_score(before, fmt, quoted)
+        assert same[0] == same[1]
+        assert hit["choices"][0]["message"]["content"] == text and hit["usage"] == fresh["usage"]
+        assert all(
+            ("top_logprobs" in t) == any(c in "0123456789" for c in t["token"]) for t in after["content"]
+        )
+    cache.close()
+
+
+@pytest.mark.parametrize("fmt", ["json", "digit"])
+@pytest.mark.parametrize("score_only", [True, False])
+def test_a_judge_records_the_same_call_from_the_cache_as_from_the_server(loopback, tmp_path, fmt, score_only):
+    import verdict
+    from client import Client
+    from judges import Judge
+
+    alts = {"5": 0.3, "2": 0.25, "9": 0.05, '"': 0.4}
+    if fmt == "json":
+        head = ['{"', "reason", '":"', "6 is right", '","'][: 0 if score_only else 5] or ['{"']
+        tokens = [(t, {}) for t in head] + [("score", {}), ('":', {}), ("5", alts), ("}", {})]
+    else:
+        tokens = [("It adds 2 and 3.\n", {"1": 0.5, " 1": 0.5})] * (not score_only) + [
+            ("Score: ", {}),
+            ("5", alts),
+        ]
+    lp = token_logprobs(tokens)
+    text = "".join(t for t, _ in tokens)
+    srv = loopback(lambda body, path: chat_response(text, logprobs=[lp]))
+    path = tmp_path / "c.sqlite"
+    records = []
+    for _ in range(2):  # from the server, then from the cache
+        client = Client(srv.url, "m", cache=Cache(path))
+        judge = Judge(client, "visual", fmt=fmt, score_only=score_only)
+        records.append(judge.judgement(verdict.State("q"), "s").record)
+        client.cache.close()
+    assert len(srv.chats) == 1 and records[0] == records[1]
+    assert records[0]["weighted"] == pytest.approx((5 * 0.3 + 2 * 0.25 + 9 * 0.05) / 0.6 / 9)
+
+
+def test_an_entry_stored_whole_by_an_older_version_is_still_read(tmp_path):
+    from replies import logprob_score
+
+    lp = token_logprobs([("Score: ", {"Score: ": 1.0}), ("7", {"7": 0.6, "3": 0.2, "x": 0.2})])
+    full = chat_response("Score: 7", logprobs=[lp])
+    cache = Cache(tmp_path / "c.sqlite")
+    cache.close()
+    with sqlite3.connect(tmp_path / "c.sqlite") as db:
+        db.execute("INSERT INTO responses VALUES ('old', ?)", (json.dumps(full),))
+    db.close()
+    cache = Cache(tmp_path / "c.sqlite")
+    assert cache.get("old") == full
+    assert logprob_score(cache.get("old")["choices"][0]["logprobs"]) == pytest.approx(
+        (3 * 0.2 + 7 * 0.6) / 0.8 / 9
+    )
+    cache.close()
+
+
+def test_stored_keeps_exactly_the_alternatives_digit_probs_reads():
+    # The token '":7' holds '":' before its digit: '":3' is read (3), '"x' and '"=5' are not, nor is "4" (it
+    # lacks the '":'); "}" holds no digit and keeps no top_logprobs.
+    from replies import digit_probs
+
+    lp = token_logprobs(
+        [
+            ('{"score', {"a": 1.0}),
+            ('":7', {'":7': 0.6, '":3': 0.2, '"x': 0.1, '"=5': 0.05, "4": 0.05}),
+            ("}", {}),
+        ]
+    )
+    kept = stored(chat_response('{"score":7}', logprobs=[lp]))["choices"][0]["logprobs"]["content"]
+    assert [t.get("top_logprobs") for t in kept[::2]] == [None, None]
+    assert [a["token"] for a in kept[1]["top_logprobs"]] == ['":7', '":3']
+    assert digit_probs({"content": kept}, "json").tolist() == digit_probs(lp, "json").tolist()

@@ -12,8 +12,10 @@ import pytest
 
 import client as client_module
 import verdict
-from client import Cache, Client, EndpointError, InFlight, reported_cache
+from cache import stored
+from client import Cache, Client, EndpointError, InFlight
 from flags import Parser, add_endpoint_args, clients_from_args, key_warning
+from replies import reported_cache
 from images import messages
 from judges import Reasoner, make_judges, thread_map
 from perf.loopback import chat_response, scripted, user_text
@@ -318,12 +320,12 @@ def test_cache_hits_and_survives_a_restart(loopback, tmp_path, png):
     msgs = messages("system", [png], "judge this")
     first = Client(srv.url, "m", cache=Cache(path))
     a = first.chat(msgs, temperature=0.0, seed=1)
-    assert first.chat(msgs, temperature=0.0, seed=1) == a and len(srv.chats) == 1
+    assert first.chat(msgs, temperature=0.0, seed=1) == stored(a) and len(srv.chats) == 1  # what is read of a
     first.chat(msgs, temperature=0.0, seed=2)  # another seed is another request
     assert len(srv.chats) == 2 and first.usage["cache_hits"] == 1
     first.cache.close()
     again = Client(srv.url, "m", cache=Cache(path))  # a new process, the same file
-    assert again.chat(msgs, temperature=0.0, seed=1) == a and len(srv.chats) == 2
+    assert again.chat(msgs, temperature=0.0, seed=1) == stored(a) and len(srv.chats) == 2
     # the cached reply's 10 + 2 tokens: what the call costs
     assert again.usage == usage(calls=1, cache_hits=1, call_tokens=12)
     other = Client(srv.url, "another-model", cache=Cache(path))
