@@ -451,3 +451,152 @@ def test_pandas_cells_duplicate_columns_swallowed_rows_deep_json_and_symlinks(tm
     (tmp_path / "data" / "images" / "X" / "1.png").write_bytes(png("red"))
     inside = str(tmp_path / "data" / "images" / "X" / "1.png")
     assert benchmarks.image_file(str(tmp_path / "data"), inside) == inside
+
+
+def test_cell_types_at_int64s_edges_and_pandas_bools():
+    from harness.cells import Column, shown
+
+    def dtype(*cells):
+        c = Column()
+        for x in cells:
+            c.note(x)
+        return c.dtype
+
+    # int64 holds -2**63 .. 2**63 - 1, and pandas reads up to 2**64 - 1 as uint64; 2**64 is text.
+    assert dtype(str(-(2**63))) == "int" and dtype(str(2**64 - 1)) == "int"
+    assert dtype(str(-(2**63) - 1)) == "object" and dtype(str(2**64)) == "object"
+    assert dtype("1", "") == "float" and dtype("", "nan") == "float" and dtype() == "float"
+    # a bool column with a missing cell holds Python bools as objects: "true" prints as "True"
+    assert shown("true", "object-bool") == "True" and shown("FALSE", "bool") == "False"
+
+
+def test_jsonl_rows_in_full(tmp_path):
+    """Every part of a JSONL item: id (the line when absent), options (strip, drop empty and null),
+    fields (scalars, then the options; null as ""), images (data URL, bytes of a file by name), hint."""
+    (tmp_path / "pic").write_bytes(png("red"))  # a file name without a "."
+    url = "data:image/png;base64," + b64(png("blue"))
+    rows = [
+        {
+            "question": "q",
+            "options": {"B": " y ", "A": "x", "C": " ", "D": None},
+            "answer": "B",
+            "image": url,
+            "hint": " h ",
+            "note": None,
+            "n": 3,
+            "meta": {"k": 1},
+        },
+        {"id": "b", "question": "q2", "options": {"A": "x", "B": "y"}, "answer": "A", "image": "pic"},
+        {"id": "c", "question": "q3", "options": {"A": "x", "B": "y"}, "answer": "A", "image": ""},
+    ]
+    (tmp_path / "set.jsonl").write_bytes(
+        b"\xef\xbb\xbf" + "\n".join(json.dumps(d) for d in rows).encode() + b"\n"
+    )
+    f = benchmarks.load(str(tmp_path / "set.jsonl"))
+    assert f.skipped == [] and [(it.id, it.row, it.data) for it in f.items] == [
+        ("1", 1, "set"),
+        ("b", 2, "set"),
+        ("c", 3, "set"),
+    ]
+    a, b, c = f.items
+    assert a.options == (("A", "x"), ("B", "y")) and a.images == (png("blue"),)
+    assert a.question == "Hint: h\nQuestion: q\nOptions:\nA. x\nB. y\n" + (
+        "Please select the correct answer from the options above."
+    )
+    assert a.fields == (
+        ("question", "q"),
+        ("answer", "B"),
+        ("hint", " h "),
+        ("note", ""),
+        ("n", "3"),
+        ("A", "x"),
+        ("B", "y"),
+    )
+    assert b.images == (str(tmp_path / "pic"),) and c.images == () and c.question.startswith("Question: q3")
+
+
+def test_jsonl_malformed_lines_and_images_say_why(tmp_path):
+    (tmp_path / "XXXX").mkdir()  # `also` defaults to none: a file of the same name elsewhere is not taken
+    (tmp_path / "XXXX" / "p.png").write_bytes(png("red"))
+    ok = {"question": "q", "options": {"A": "x", "B": "y"}, "answer": "A"}
+    lines = [b"[1]", json.dumps({**ok, "options": {"a": "x", "B": "y"}}).encode()]
+    lines += [json.dumps({**ok, "image": 5}).encode(), json.dumps(ok).encode()[:-1] + b', "n": "\xff"}']
+    lines += [json.dumps({**ok, "image": "p.png"}).encode()]
+    (tmp_path / "bad.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    f = benchmarks.load(str(tmp_path / "bad.jsonl"))
+    letters = '"options" must be an object with letter keys, like {"A": "..."}'
+    assert [(s.row, s.reason) for s in f.skipped] == [
+        (1, letters),
+        (2, letters),
+        (3, "an image must be a path or base64 string, got 5"),
+        (4, "not valid UTF-8 (byte 0xff)"),
+        (5, f"image file not found: p.png (looked for {tmp_path / 'p.png'})"),
+    ]
+
+
+def test_decode_image_and_image_file(tmp_path):
+    from harness.items import decode_image, image_file
+
+    data = png("red")
+    assert decode_image(data) == data and decode_image("data:image/png;base64," + b64(data)) == data
+    for bad in ("*" + b64(data), "data:x,a," + b64(data), "data:abc"):  # validated; one comma
+        with pytest.raises(ValueError, match="undecodable image"):
+            decode_image(bad)
+    with pytest.raises(ValueError, match=r"^undecodable image \(4 bytes: "):
+        decode_image(b"\x00\x01\x02\x03")
+    with pytest.raises(ValueError, match=r"^undecodable image \(4 chars: "):
+        decode_image("AAAA")
+    (tmp_path / "images" / "S").mkdir(parents=True)
+    for p in (tmp_path / "p.png", tmp_path / "images" / "S" / "p.png"):
+        p.write_bytes(data)
+    # the TSV's directory first; images/<name>/ only for a file not found there
+    assert image_file(str(tmp_path), "p.png", also="images/S") == str(tmp_path / "p.png")
+
+
+def test_tsv_warnings_and_reasons_word_for_word(tmp_path):
+    from harness import tsv as tsv_module
+
+    # Lines after the first of a quoted cell that hold a tab: "b\tc" and "d\te\tf", not "no tab".
+    assert tsv_module.swallowed(["a\nb\tc\nno tab\nd\te\tf", "x"]) == 2
+    t = tmp_path / "T.tsv"
+    t.write_text("\ufeffindex\tquestion\tA\tA\tB\tanswer\tn\tn\n1\tq\tx\ty\tz\tB\t1\t2\n", encoding="utf-8")
+    f = benchmarks.load(str(t))
+    repeat = "T.tsv: column {} repeats the name {!r}; as pandas does for VLMEvalKit, it is read as {!r}"
+    assert f.warnings == [
+        repeat.format(4, "A", "A.1") + ", which is no option",
+        repeat.format(8, "n", "n.1"),
+        "T.tsv has neither an image nor an image_path column: its questions run without images",
+    ]
+    assert f.items[0].fields[0] == ("index", "1") and f.items[0].id == "1"
+    with pytest.raises(ValueError, match=r"no question or prompt column \(columns: index, answer\)$"):
+        (tmp_path / "N.tsv").write_text("index\tanswer\n1\tA\n")
+        benchmarks.load(str(tmp_path / "N.tsv"))
+    p = tmp_path / "CV-Bench-3D.tsv"  # a prompt column alone is enough
+    p.write_text("index\tprompt\tA\tB\tanswer\n1\tthe whole text\tx\ty\tA\n")
+    assert benchmarks.load(str(p)).items[0].question == "the whole text"
+
+
+def test_mathvista_missing_cells_and_bad_choices(tmp_path):
+    head = "index\tquestion\tanswer\tquestion_type\tanswer_type\tprecision\tunit\tchoices\tanswer_option\n"
+    rows = [
+        "1\t\t\tfree_form\t\t\t\t\t",  # question and answer missing: "nan", as str() of pandas' NaN
+        "2\tq\t1\tfree_form\tfloat\tx\t\t\t",
+        "3\tq\t\tmulti_choice\t\t\t\t\t",
+        "4\tq\t\tmulti_choice\t\t\t\t" + repr([str(i) for i in range(27)]) + "\tA",
+        "5\tq\t\tmulti_choice\t\t\t\t" + repr([str(i) for i in range(26)]) + "\tZ",
+        "6\t\t\tmulti_choice\t\t\t\t['a', 'b']\t",
+    ]
+    path = tmp_path / "MathVista_MINI.tsv"
+    path.write_text(head + "\n".join(rows) + "\n")
+    f = benchmarks.load(str(path))
+    one, five, six = f.items
+    assert (one.question, one.answer, one.options) == ("nan", "nan", ())
+    assert (one.value.answer_type, one.value.unit, one.value.dtype) == ("text", "", "float")
+    assert five.options[-1] == ("Z", "25") and five.answer == "Z"
+    assert (six.question, six.options, six.answer) == ("nan", (("A", "a"), ("B", "b")), "nan")
+    many = repr([str(i) for i in range(27)])[:40]
+    assert [(s.row, s.reason) for s in f.skipped] == [
+        (3, "precision 'x' is not a number"),
+        (4, "choices must be a list literal of at most 26 options, got ''"),
+        (5, f"choices must be a list literal of at most 26 options, got {many!r}"),
+    ]
