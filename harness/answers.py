@@ -157,9 +157,11 @@ def value_matches(pred: str, answer: str, value: Value) -> bool:
 
 
 def typed(answer: str, dtype: str):
-    """A printed answer cell back as the value pandas held (an int, a float, else the text)."""
+    """A printed answer cell back as the value pandas held, where that matters: a float column's "14.0" is
+    the float 14.0, so int() of it is 14 (int("14.0") fails). An int column's cell reads the same under
+    int() and float() as its text does, so it stays text, as any other cell does."""
     try:
-        return int(answer) if dtype == "int" else float(answer) if dtype == "float" else answer
+        return float(answer) if dtype == "float" else answer
     except ValueError:
         return answer
 
@@ -189,7 +191,7 @@ def score(item, text) -> tuple:
     if item.value is None:
         pred, how = extract(text, item.options)
         return pred, how, (pred or "Z") == item.answer
-    res, right = post_check("" if text is None else str(text), item.answer, item.value)
+    res, right = post_check(str(text), item.answer, item.value)  # None reads "None": no int() nor float()
     if res is None or (right and not res):  # not read, or the falsy 0 that VLMEvalKit's prefetch drops
         return (None if res is None else str(res)), "unanswered", False
     return str(res), "value", right

@@ -136,6 +136,8 @@ def test_free_form_values(text, answer, value, correct):
         ("14.0", "14", Value("integer"), (None, "unanswered", False)),  # int("14.0") fails
         ("14", "14.0", Value("integer", dtype="float"), ("14", "value", True)),  # int(14.0) of a float column
         ("12", "14", Value("integer"), ("12", "value", False)),
+        ("14", "14.0", Value("integer"), ("14", "value", False)),  # a text cell "14.0": int() of it fails
+        (None, "14", Value("integer"), (None, "unanswered", False)),  # no final answer
         ("0", "0", Value("integer"), ("0", "unanswered", False)),  # prefetch drops the falsy 0
         ("1.449", "1.45", Value("float", 2), ("1.449", "value", False)),  # exact float comparison
         ("1.45", "1.45", Value("float", 2), ("1.45", "value", True)),
@@ -219,6 +221,15 @@ def test_extraction_model_z_declines_and_three_failures_leave_it_unanswered(loop
         "judge",
         True,
     )
+
+
+def test_extraction_model_text_values_are_never_right_by_the_rule(loopback):
+    from client import Client
+
+    # VLMEvalKit's post_check compares str(None) with a text answer: the extracted "red" is read, not right.
+    srv = loopback(lambda body, path: chat_response(["red"]))
+    item = Item("MathVista_MINI", "1", 2, "Which color?", (), "red", value=Value("text"))
+    assert answers.ask_model(Client(srv.url, "x").chat, item, "it is red") == ("red", "judge", False)
 
 
 def test_extraction_model_none_is_no_value(loopback):
