@@ -40,8 +40,8 @@ def _cell(cell: str, dtype: str, col: str, fixes) -> str | None:
     if not (LETTER.fullmatch(col) or col in _MC):
         return shown(cell, dtype)
     if cell in NA_VALUES:
-        keep = "na_options" in fixes and cell and LETTER.fullmatch(col)
-        return (cell.strip() if "unstripped" in fixes else cell) if keep else None
+        keep = "na_options" in fixes and cell and LETTER.fullmatch(col)  # no missing-value name has spaces
+        return cell if keep else None
     if dtype in ("int", "float") and "float_options" in fixes:
         return cell.strip()  # as written (pandas drops the spaces around a number too)
     v = shown(cell, dtype)
@@ -142,5 +142,5 @@ def tally(rows: list, reading: dict) -> tuple:
         qs, h = decided(r, reading)
         for q in qs:
             counts[q] += 1
-        fixed.append(r if h == r.correct else replace(r, correct=h))
+        fixed.append(replace(r, correct=h))
     return {q: n for q, n in counts.items() if n}, fixed

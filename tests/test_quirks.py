@@ -1,9 +1,11 @@
 """Tests for quirks.py: the rows each VLMEvalKit quirk decided and the corrected reading, counted by hand on
 small files (one row per quirk), and how the summary shows them beside VLMEvalKit's accuracy."""
 
-from harness import answers, benchmarks, tables
+from dataclasses import replace
+
+from harness import answers, benchmarks, quirks, tables
 from harness.rows import Method, Row
-from test_tables import context
+from test_tables import context, fake_row
 
 
 def rows_of(path, replies, seed=0, method="base"):
@@ -87,3 +89,82 @@ def test_a_jsonl_file_is_not_re_read(tmp_path):
     ctx = context(["mine"], ["base"], [0])
     ctx["reading"] = {"mine": f.reading()}
     assert tables.summarize(rows, ctx)["quirks"] == {}
+
+
+def mc_row(data, inp, reply, correct, **kw):
+    """A row with input cells `inp` (question "q") and reply `reply`, as fake_row builds it."""
+    return fake_row(data, 0, "base", correct, input={"question": "q", **inp}, prediction=reply, **kw)
+
+
+MV = {"question_type": "free_form", "unit": "", "task": "t", "skills": "['s']"}
+
+
+def test_hit_reads_a_reading_without_scoring_or_dtypes():
+    """No "scoring": the kind comes from the file's name and every cell is object; no ".tsv" file or an
+    error row: no hit. " A" read as the option letter A stripped only under the unstripped fix."""
+    r = mc_row("MMStar", {"A": "red", "B": "blue", "answer": " A"}, "A", False)
+    assert quirks.hit(r, {"file": "MMStar.tsv"}) is False
+    assert quirks.hit(r, {"file": "MMStar.tsv", "scoring": {}}, {"unstripped"}) is True
+    assert quirks.hit(r, {}) is None and quirks.hit(r, {"file": "MMStar.jsonl"}) is None
+    assert quirks.hit(replace(r, error="EndpointError: x"), {"file": "MMStar.tsv"}) is None
+    judged = replace(r, extracted="judge")  # a letter the extraction model chose: not re-read
+    assert quirks.hit(judged, {"file": "MMStar.tsv"}) is None
+    # applicable: the same reading; " A" in the answer cell is unstripped, a spaced question is no option
+    spaced = mc_row("MMStar", {"A": "red", "B": "blue", "answer": " A", "question": " q "}, "A", False)
+    assert quirks.applicable(spaced, {"file": "MMStar.tsv"}) == ["unstripped"]
+    plain = mc_row("MMStar", {"A": "red", "B": "blue", "answer": "A"}, "A", True)
+    assert quirks.applicable(plain, {"file": "MMStar.tsv"}) == []
+
+
+def test_int_option_cells_and_the_z_option():
+    """An int column: "03" is shown "3" (float_options; "03" as written when corrected); " 3" is shown
+    "3", its stripped text (no quirk: only object cells count as unstripped). An option Z: the z_answer
+    fix leaves an answer Z to the rule (nothing read -> Z)."""
+    reading = {"file": "MMStar.tsv", "scoring": {"dtypes": {"A": "int", "B": "int"}}}
+    r = mc_row("MMStar", {"A": "03", "B": "5", "answer": "A"}, "03", False)
+    assert quirks.applicable(r, reading) == ["float_options"]
+    assert quirks.hit(r, reading, {"float_options"}) is True
+    spaced = mc_row("MMStar", {"A": " 3", "B": "5", "answer": "A"}, "3", True)
+    assert quirks.applicable(spaced, reading) == []
+    z = mc_row("MMStar", {"A": "red", "B": "blue", "Z": "none", "answer": "Z"}, "I cannot tell", True)
+    assert quirks.hit(z, {"file": "MMStar.tsv"}, {"z_answer"}) is True
+
+
+def test_mmmu_open_question_reads_its_answer_as_option_a():
+    """MMMU_preproc: no A column -> A = the answer, B = "Other Answers"; the answer is A."""
+    r = mc_row("MMMU_DEV_VAL", {"answer": "5"}, "5", True)
+    assert quirks.hit(r, {"file": "MMMU_DEV_VAL.tsv"}) is True
+
+
+def test_mathvista_hits_by_hand():
+    """MathVista's rule path from the scoring's kind (a file of any name) or the name; the judge's value
+    (pred) of a judged row; the corrected float comparison at the precision, else at the answer's
+    decimals; int_of_float only for a float that is an integer; text answers compared when corrected."""
+    reading = {"file": "Mine.tsv", "scoring": {"kind": "mathvista"}}
+    f = MV | {"answer": "2.54", "answer_type": "float", "precision": "1"}
+    r = mc_row("Mine", f, "2.46", False)  # at 1 decimal both are 2.5; at 0 they differ (2, 3)
+    assert quirks.hit(r, reading) is False and quirks.hit(r, reading, {"float_exact"}) is True
+    assert quirks.applicable(r, reading) == ["float_exact", "int_of_float", "text_never", "zero_dropped"]
+    r = mc_row("MathVista_MINI", MV | {"answer": "2.54", "answer_type": "float"}, "2.9", False)
+    assert quirks.hit(r, {"file": "m.tsv"}, {"float_exact"}) is False  # 2 decimals: 2.9 is not 2.54
+    assert quirks.hit(replace(r, prediction="abc"), {"file": "m.tsv"}, {"float_exact"}) is False
+    r = mc_row("MathVista_MINI", MV | {"answer": "14", "answer_type": "integer"}, "14.5", False)
+    assert quirks.hit(r, {"file": "m.tsv"}, {"int_of_float"}) is False
+    judged = replace(r, extracted="judge", pred="14")  # the judge's value, not the reply, and no prefetch
+    assert quirks.hit(judged, {"file": "m.tsv"}) is True
+    text = mc_row("MathVista_MINI", MV | {"answer": "cat", "answer_type": "text"}, "dog", False)
+    assert quirks.hit(text, {"file": "m.tsv"}, {"text_never"}) is False
+    assert quirks.hit(replace(text, prediction="cat"), {"file": "m.tsv"}, {"text_never"}) is True
+    spaced = mc_row("MathVista_MINI", MV | {"answer": " 3", "answer_type": "integer"}, "3", False)
+    assert quirks.applicable(spaced, {"file": "m.tsv"})[0] == "unstripped"
+
+
+def test_decided_and_tally_by_hand():
+    """A row the rules do not give back as recorded keeps its hit; two rows of one quirk count 2."""
+    reading = {"file": "MMStar.tsv"}
+    z = {"A": "red", "B": "blue", "answer": "Z"}
+    r = mc_row("MMStar", z, "A", True)  # the rules: A is read, not Z -> wrong; recorded right
+    assert quirks.decided(r, reading) == ([], True)
+    rows = [mc_row("MMStar", z, "no idea", True, id=i) for i in "ab"]
+    counts, fixed = quirks.tally(rows, reading)
+    assert counts == {"z_answer": 2} and [x.correct for x in fixed] == [False, False]

@@ -464,3 +464,66 @@ def test_breakdown_types_labels_as_pandas_and_abbreviates_as_report_acc():
     assert accuracy.breakdown(mv, "vanilla", None) == [
         {"split": "none", "Overall": 0.5, "a": 1.0, "b": 0.5, "t1": 1.0, "t2": 0.0}
     ]
+
+
+def test_circular_keys_by_hand():
+    """own key: the index cell, else the row's id; its question: g_index, else own mod 10^6 when own is an
+    integer (sign included), else own. a (5) and b (1000005) are question 5, kept at a, wrong (b is);
+    id 6 without an index is its own question; -1000006 is question 999994, which has no main row; "X5"
+    is no integer, its own question."""
+    spec = [("a", {"index": "5"}, True), ("b", {"index": "1000005"}, False), ("6", {}, True)]
+    spec += [("d", {"index": "-1000006"}, True), ("e", {"index": "X5"}, True)]
+    rows = [fake_row("MMBench", 0, "base", ok, id=i, input=inp) for i, inp, ok in spec]
+    assert [(r.id, h) for r, h in accuracy.questions(rows, "circular")] == [
+        ("a", False),
+        ("6", True),
+        ("e", True),
+    ]
+    no_qid = fake_row("3DSRBench", 0, "base", True, input={})  # no qid: its own question under every setting
+    assert [h for _, h in accuracy.questions([no_qid], "flip_eval")] == [True]
+
+
+def test_accuracy_cells_and_labels_edge_cases():
+    """A macro over a column no row has: no accuracy. "Category" wins over "CATEGORY" (the first met) and
+    over "category"; a category "1" beside a missing cell is float, "1.0"; a split missing in some rows is
+    "none", a column of its own."""
+    r = fake_row("f", 0, "base", True, input={"Category": "A1", "CATEGORY": "b", "category": "c"})
+    assert accuracy.accuracy([(r, True)], "source") is None and accuracy.cell(r, "category") == "A1"
+    pairs = [
+        (fake_row("f", 0, "base", True, input={"category": "1"}), True),
+        (fake_row("f", 0, "base", True), True),
+    ]
+    assert accuracy.labels(pairs, "category") == [(1.0, "1.0"), None]
+    rows = [
+        fake_row("f", 0, "base", ok, id=str(i), input=inp)
+        for i, (ok, inp) in enumerate([(True, {"split": "dev"}), (False, {})])
+    ]
+    s = tables.summarize(rows, context(["f"], ["base"], [0]))
+    assert s["columns"] == ["f (dev)", "f (none)"] and s["accuracy"]["base"]["f (none)"]["mean"] == 0
+
+
+def test_mathvista_table_by_hand():
+    """Keys as first met: Overall, each skill (a literal that is no list is one skill, the cell), the task;
+    a row without skills or task counts twice under "" (its skills cell and its task). prefetched: extracted
+    as a value. Overall: 4 rows, 3 prefetched, 2 hits -> 75 % and 50 %."""
+    spec = [("u", "'abc'", True, "letter"), ("t", "['s']", True, "value"), ("t", "['s']", False, "value")]
+    rows = [
+        fake_row("MathVista_MINI", 0, "base", ok, extracted=how, input={"task": t, "skills": sk})
+        for t, sk, ok, how in spec
+    ]
+    rows.append(fake_row("MathVista_MINI", 0, "base", False, extracted="value"))
+    table = accuracy.mathvista_table([(r, r.correct) for r in rows], lambda r: r.extracted == "value")
+    got = [(t["Task&Skill"], t["tot"], t["prefetch"], t["hit"], t["prefetch_rate"], t["acc"]) for t in table]
+    assert got == [
+        ("Overall", 4, 3, 2, 75.0, 50.0),
+        ("'abc'", 1, 0, 1, 0.0, 100.0),
+        ("u", 1, 0, 1, 0.0, 100.0),
+        ("s", 2, 2, 1, 100.0, 50.0),
+        ("t", 2, 2, 1, 100.0, 50.0),
+        ("", 2, 2, 0, 100.0, 0.0),
+    ]
+    # The scoring's kind makes any file MathVista's: one record, split none
+    mine = [replace(r, data="Mine") for r in rows[:2]]
+    assert accuracy.breakdown(mine, "vanilla", {"kind": "mathvista"}) == [
+        {"split": "none", "Overall": 1.0, "'abc'": 1.0, "u": 1.0, "s": 1.0, "t": 1.0}
+    ]
