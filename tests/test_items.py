@@ -46,11 +46,11 @@ def test_kind_by_name():
 
 
 def test_ids_and_cells_of_short_rows_and_a_file_without_an_index_column(tmp_path):
-    # "index" last: a short row has no index cell, so its id is its line, as is an empty or NA one
+    # "index" last: a short row (row 3 ends after n) has no index cell, so its id is its line, as is an NA one
     path = write(
         tmp_path / "S.tsv",
         ["question", "A", "B", "answer", "n", "index"],
-        [["q1", "x", "y", "A", "1", "7"], ["q2", "x", "y", "B"], ["q3", "x", "y", "A", "2", "nan"]],
+        [["q1", "x", "y", "A", "1", "7"], ["q2", "x", "y", "B", ""], ["q3", "x", "y", "A", "2", "nan"]],
     )
     f = benchmarks.load(path)
     assert [(it.id, it.row, it.answer) for it in f.items] == [("7", 2, "A"), ("3", 3, "B"), ("4", 4, "A")]
