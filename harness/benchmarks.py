@@ -112,7 +112,9 @@ def _jsonl_item(name: str, line: int, text: str, base: str, allow_any_path: bool
     ims = d.get("image")
     ims = [] if ims in (None, "", []) else ims if isinstance(ims, list) else [ims]
     scalars = {
-        k: v for k, v in d.items() if k not in ("image", "options") and not isinstance(v, (dict, list))
+        k: v
+        for k, v in d.items()
+        if k != "image" and not isinstance(v, (dict, list))  # "options" is a dict
     }
     fields = tuple((k, "" if v is None else str(v)) for k, v in {**scalars, **dict(options)}.items())
     return make_item(

@@ -82,13 +82,11 @@ def shown(cell: str, dtype: str) -> str | None:
 def mangle(names: list) -> list:
     """pandas' names for a header with repeats: the second "A" is "A.1" (or "A.2" if "A.1" is taken)."""
     out, seen = [], set(names)
-    counts: dict = {}
     for n in names:
         if n in out:
-            k = counts.get(n, 0) + 1
+            k = 1
             while f"{n}.{k}" in seen or f"{n}.{k}" in out:
                 k += 1
-            counts[n] = k
             n = f"{n}.{k}"
         out.append(n)
     return out

@@ -100,24 +100,20 @@ def image_file(base: str, name: str, allow_any_path: bool = False, also: str = "
     return full
 
 
-def make_item(
-    data, id, row, question="", options=(), answer="", images=(), hint="", prompt="", value=None, **extra
-) -> Item:
-    """Validate one row's fields (ValueError names what is wrong) and build its Item."""
-    if extra.pop("as_read", False):  # a TSV row, scored as VLMEvalKit scores it: every cell as pandas read it
-        text = prompt or build_question(question, options, hint)
-        return Item(data, str(id), row, text, tuple(options), answer, tuple(images), value=value, **extra)
+def make_item(data, id, row, question, options, answer, images, hint: str, fields: tuple) -> Item:
+    """A JSONL row's Item, its fields checked (ValueError names what is wrong). A TSV row is not checked:
+    VLMEvalKit scores every row as pandas read it (tsv.py)."""
     answer = str(answer).strip() if answer is not None else ""
-    if not (prompt or (isinstance(question, str) and question.strip())):
+    if not (isinstance(question, str) and question.strip()):
         raise ValueError("missing question")
     if not answer:
         raise ValueError("missing answer")
-    if value is None and len(options) < 2:  # a question with one option cannot be answered wrong
+    if len(options) < 2:  # a question with one option cannot be answered wrong
         raise ValueError(f"needs at least two options, got {len(options)}")
-    if value is None and answer not in dict(options):
+    if answer not in dict(options):
         raise ValueError(f"answer {answer!r} is not one of the options {', '.join(k for k, _ in options)}")
-    text = prompt or build_question(question.strip(), options, hint)
-    return Item(data, str(id), row, text, tuple(options), answer, tuple(images), value=value, **extra)
+    text = build_question(question.strip(), options, hint)
+    return Item(data, str(id), row, text, tuple(options), answer, tuple(images), fields)
 
 
 def check_utf8(text: str, where: str = "") -> None:

@@ -131,7 +131,7 @@ class _TsvImages:
 
 def _list_cell(field: str) -> list:
     """VLMEvalKit's toliststr: a cell '[...]' is a list literal of strings; any other cell is one string."""
-    if not (len(field) > 1 and field.startswith("[") and field.endswith("]")):
+    if not (field.startswith("[") and field.endswith("]")):
         return [field]
     try:
         parts = ast.literal_eval(field)
@@ -151,7 +151,7 @@ def _mathvista(r: dict, dtypes: dict) -> dict:
         except ValueError:
             raise ValueError(f"precision {r['precision']!r} is not a number") from None
         return dict(
-            prompt=r["question"] or "nan",
+            question=r["question"] or "nan",
             options=(),
             answer=r["answer"] or "nan",
             value=Value(
@@ -166,12 +166,13 @@ def _mathvista(r: dict, dtypes: dict) -> dict:
         raise ValueError(
             f"choices must be a list literal of at most 26 options, got {(r['choices'] or '')[:40]!r}"
         )
-    options = [(chr(65 + i), str(c)) for i, c in enumerate(choices)]
-    return dict(prompt=r["question"] or "nan", options=options, answer=r["answer_option"] or "nan")
+    options = tuple((chr(65 + i), str(c)) for i, c in enumerate(choices))
+    return dict(question=r["question"] or "nan", options=options, answer=r["answer_option"] or "nan")
 
 
 def question(r: dict, letters: list, kind: str, dtypes: dict) -> dict:
-    """What a row asks and how its answer is read, by the dataset's conventions (None: a missing value)."""
+    """What a row asks and how its answer is read, by the dataset's conventions (None: a missing value): the
+    Item's question (the whole text), options, answer and, for a free-form MathVista row, value."""
     if kind == "mathvista":
         return _mathvista(r, dtypes)
     options = [(k, r[k]) for k in letters if r[k] is not None]
@@ -182,9 +183,11 @@ def question(r: dict, letters: list, kind: str, dtypes: dict) -> dict:
             filled = {**dict(options), "A": r["answer"], "B": "Other Answers"}
             options = sorted((k, v) for k, v in filled.items() if v is not None)
         gt = answer if LETTER.fullmatch(answer) else "A"
-        return dict(prompt=prompt, options=options, answer=gt)
+        return dict(question=prompt, options=tuple(options), answer=gt)
     prompt = r["prompt"] if kind == "cvbench" else None
-    return dict(question=question, options=options, answer=answer, hint=hint, prompt=prompt or "")
+    return dict(
+        question=prompt or build_question(question, options, hint), options=tuple(options), answer=answer
+    )
 
 
 def _check_placeholders(item: Item) -> Item:
@@ -197,8 +200,8 @@ def _check_placeholders(item: Item) -> Item:
 def _header(fields: list, path: str, warnings: list) -> list:
     """A TSV's column names as pandas names them (not stripped; a repeated name gets ".1"), checked: a
     question or prompt column; a warning when no image column, and for each repeated name."""
-    raw = [fields[0].lstrip("\ufeff")] + fields[1:] if fields else fields  # a BOM is not part of "index"
-    if BAD_BYTE.search("".join(raw)):
+    raw = [fields[0].lstrip("\ufeff")] + fields[1:]  # a BOM is not part of "index"; a record has a cell
+    if any(map(BAD_BYTE.search, raw)):
         raise ValueError(f"{path} line 1: the header is not valid UTF-8")
     fields = mangle(raw)
     for k, (a, b) in enumerate(zip(raw, fields)):
@@ -226,7 +229,7 @@ def _tsv_item(
     for k, cell in zip(fields, cells):
         check_utf8(cell, f" in column {k}")
     raw = {k: cells[i] if i < len(cells) else "" for i, k in enumerate(fields)}
-    r = defaultdict(lambda: None, {k: shown(v, dtypes.get(k, "object")) for k, v in raw.items()})
+    r = defaultdict(lambda: None, {k: shown(v, dtypes[k]) for k, v in raw.items() if k in dtypes})
     if "image" in fields and raw["image"] in NA_VALUES:  # VLMEvalKit drops a row without an image
         return None
     id = _cell(cells, images.index).strip() or str(line)
@@ -238,13 +241,12 @@ def _tsv_item(
         else ()
     )
     k = kind(name)
-    item = items.make_item(
+    item = Item(  # not checked: VLMEvalKit scores every row as pandas read it
         name,
         id,
         line,
         images=ims,
         fields=tuple((c, v) for c, v in raw.items() if c != "image"),
-        as_read=True,
         **question(r, [c for c in fields if LETTER.fullmatch(c)], k, dtypes),
     )
     return _check_placeholders(item) if k == "mmmu" else item
@@ -256,7 +258,7 @@ def _types(path: str, fields: list, warnings: list, limit: int | None = None) ->
     cols = {k: Column() for k in fields if k not in ("image", "image_path")}
     with open(path, "rb") as fh:
         records = _records(fh)
-        next(records, None)
+        next(records)  # the header: read() found it
         for n_read, (line, _, _, cells) in enumerate(records, 1):
             if n := swallowed(cells):
                 warnings.append(
