@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 
 import verdict
 from client import Client
-from prompting import check_layout, load_prompt, role_messages
+from prompting import DEFAULT_LAYOUT, check_layout, load_prompt, role_messages
 from replies import (
     EXPLAIN,
     FOLLOW_UP,
@@ -96,8 +96,8 @@ class Reasoner:
     of one step, share a sampling seed.
     The same state and seed give byte-identical requests (so a Cache shares them across runs).
     The prompt asks for "Final answer: <letter or value>", which verdict.FINAL_ANSWER recognises.
-    `layout` is how the request is laid out (role_messages): "shared" (the default) shares its prefix with the
-    judges' requests of the step; "per-role" is the reasoner's own system message.
+    `layout` is how the request is laid out (role_messages; the default prompting.DEFAULT_LAYOUT): "shared"
+    shares its prefix with the judges' requests of the step; "per-role" is the reasoner's own system message.
     """
 
     def __init__(
@@ -109,7 +109,7 @@ class Reasoner:
         max_tokens: int = 256,
         seed: int = 0,
         max_topups: int | None = None,
-        layout: str = "shared",
+        layout: str = DEFAULT_LAYOUT,
     ):
         if not (math.isfinite(temperature) and temperature >= 0 and 0 < top_p <= 1):  # NaN fails too
             raise ValueError(
@@ -170,7 +170,7 @@ class Reviser:
         judge_fns: Sequence,
         max_tokens: int = 256,
         seed: int = 0,
-        layout: str = "shared",
+        layout: str = DEFAULT_LAYOUT,
     ):
         self.client, self.judge_fns, self.max_tokens, self.seed = client, tuple(judge_fns), max_tokens, seed
         self.layout = check_layout(layout)
@@ -236,7 +236,7 @@ class Judge:
     """One frozen verification agent: judge(state, step) -> ŝ in [0, 1], or NaN (abstain).
 
     The prompt is prompts/{name}.txt; the candidate sits between <step> and </step>, last, after the images,
-    question and previous steps, laid out by `layout` (role_messages: "shared", the default, puts the judge's
+    question and previous steps, laid out by `layout` (role_messages: "shared" puts the judge's
     instructions after the question and steps that every role of the step shares). Temperature 0: the judge
     is deterministic, as a frozen verifier should be.
     `fmt` (a FORMATS name, or a JudgeFormat shared by a run's judges) is the reply asked for; score_only (the
@@ -270,7 +270,7 @@ class Judge:
         top_logprobs: int = 20,
         seed: int = 0,
         grounding: Any = None,
-        layout: str = "shared",
+        layout: str = DEFAULT_LAYOUT,
     ):
         self.client, self.name, self.score_only, self.seed, self.layout = (
             client,
@@ -338,16 +338,27 @@ class Judge:
         )
         return s, weighted, mass, reason_of(text, fmt)
 
+    def reply_line(self, fmt: str) -> str:
+        """What the request asks the reply to be, in format fmt (its prompt's {reply})."""
+        if fmt == "json":
+            return JSON_SCORE_ONLY if self.score_only else JSON_EXPLAIN
+        scale = SCALE["unit" if fmt == "text" else "digit"]
+        return (SCORE_ONLY if self.score_only else EXPLAIN).format(scale=scale)
+
+    def task(self, step: str, fmt: str | None = None) -> str:
+        """The judge's task about `step` as its request holds it (the prompt's [task]: the candidate, fenced,
+        and the reply line of fmt, by default the format in use): the text no other request of a step holds,
+        in every layout (perf/overhead.py's floor of computed tokens)."""
+        return self.prompt.render("task", step=fence(step), reply=self.reply_line(fmt or self.format.active))
+
     def _ask(self, state: verdict.State, step: str, fmt: str) -> dict:
         """One call in format fmt: its record without the gate (see judgement), NaN where a score is missing
         and a None reason when both replies were unreadable."""
+        reply = self.reply_line(fmt)
         if fmt == "json":
-            reply = JSON_SCORE_ONLY if self.score_only else JSON_EXPLAIN
             follow_up = lambda reason: JSON_FOLLOW_UP.format(reason=reason)
         else:
-            scale = SCALE["unit" if fmt == "text" else "digit"]
-            reply = (SCORE_ONLY if self.score_only else EXPLAIN).format(scale=scale)
-            follow_up = lambda reason: FOLLOW_UP.format(scale=scale)
+            follow_up = lambda reason: FOLLOW_UP.format(scale=SCALE["unit" if fmt == "text" else "digit"])
         evidence, looks, zoomed = "", (), {}
         if self.grounding is not None:
             evidence = self.grounding.evidence(self.name, state)

@@ -63,7 +63,7 @@ from client import Client
 from images import fingerprint
 from judges import ask
 from modes import MODE_MAX_TOKENS, JudgeMode, evpv, zoom
-from prompting import check_layout, role_messages
+from prompting import DEFAULT_LAYOUT, check_layout, role_messages
 from replies import (
     JSON_FOLLOW_UP as OBJECT_FOLLOW_UP,
     JudgeFormat,
@@ -115,7 +115,7 @@ class ModeCalls:
     their requests are identical across runs (temperature 0, fixed seed), so an on-disk Cache serves
     them again. Thread-safe: when the n×m judge calls of a step ask at once, one call is made.
     record(question, images) is what a trace's meta should hold for that question. `layout` lays out its
-    requests as prompting.role_messages does: "shared" (the default) shares the prefix of the step's other
+    requests as prompting.role_messages does: "shared" shares the prefix of the step's other
     requests.
     """
 
@@ -126,7 +126,7 @@ class ModeCalls:
         max_tokens: int = MODE_MAX_TOKENS,
         seed: int = 0,
         fmt: str | JudgeFormat = "json",
-        layout: str = "shared",
+        layout: str = DEFAULT_LAYOUT,
     ):
         if not (isinstance(max_tokens, int) and max_tokens >= 1):
             raise ValueError(f"max_tokens must be an integer >= 1, got max_tokens={max_tokens!r}")

@@ -22,23 +22,30 @@ import urllib.request
 from client import Client, EndpointError
 from perf.overhead import (
     ADAPTIVE,
-    CONC,
     CONC_SCORE,
-    SEQ,
+    SEQ_SCORE,
     adaptive_lines,
     in_layouts,
     overhead,
     time_table,
     token_table,
+    tokenizer,
 )
 
+FLOOR = (
+    "The floor: what the base step computes plus the tokens of the step's n·m judge tasks (candidate and "
+    "reply line), as this server's POST /tokenize counts them; defined in section 2a. Computed vs floor "
+    "is the share a perfect prefix cache would not need."
+)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout: serve_tiny.sh
 
 LIVE_QUESTIONS = (
     "Tom has 3 apples and buys 2 more. How many apples does he have? Options: A. 4 B. 5 C. 6",
     "A shelf holds 4 red books and 3 blue books. How many books are on it? Options: A. 6 B. 7 C. 8",
 )
-LIVE_MODES = in_layouts((SEQ, CONC, CONC_SCORE, ADAPTIVE))  # 2b: every mode in every layout
+# 2b: the paper's sequential setting, the default and adaptive judging (scalar judges: the default since issue
+# 25; judges with reasons are in 2a), in every layout
+LIVE_MODES = in_layouts((SEQ_SCORE, CONC_SCORE, ADAPTIVE))
 FLAG_MODES = in_layouts((CONC_SCORE,))  # 2c: the mode with the fewest tokens to decode
 # max_tokens of a step; the judges' own (json: a reason of at most 200 characters)
 LIVE_LIMITS = (48, None, None)
@@ -103,7 +110,9 @@ def live_section(url: str, model: str, reps: int, steps: int, modes: tuple, ques
     first `questions` of LIVE_QUESTIONS: (markdown lines, {mode: Result})."""
     props, load, t0 = server_props(url), os.getloadavg(), time.perf_counter()
     qs = LIVE_QUESTIONS[:questions]
-    result = overhead(Client(url, model, timeout=900.0), modes, qs, steps, reps, LIVE_LIMITS)
+    result = overhead(
+        Client(url, model, timeout=900.0), modes, qs, steps, reps, LIVE_LIMITS, count=tokenizer(url)
+    )
     avg = lambda xs: ", ".join(f"{x:.1f}" for x in xs)
     n_ctx = props.get("default_generation_settings", {}).get("n_ctx", "?")
     model_file = os.path.basename(str(props.get("model_path", "?")))
@@ -129,6 +138,7 @@ def live_section(url: str, model: str, reps: int, steps: int, modes: tuple, ques
             "",
         ]
         + token_table(result)
+        + ["", FLOOR]
     )
     return lines + [""] + adaptive_lines(result), result
 

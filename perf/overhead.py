@@ -27,9 +27,12 @@ measures how often the chains then still agree, beside the same figure for one m
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import statistics
 import time
+import urllib.request
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -37,6 +40,7 @@ import numpy as np
 import charts
 import judges
 import verdict
+from prompting import DEFAULT_LAYOUT
 
 PAPER_OVERHEAD = 3.80  # the paper's sequential wall-clock overhead
 
@@ -50,7 +54,7 @@ class Mode:
     concurrent: bool = False  # n in one request, and the n·m judge calls overlapped (judges.thread_map)
     score_only: bool = False  # short judges: Judge(score_only=True), the score alone
     adaptive: bool = False  # no judging when the n candidates are the same string
-    layout: str = "shared"  # the prompt layout of every request (prompting.LAYOUTS)
+    layout: str = DEFAULT_LAYOUT  # the prompt layout of every request (prompting.LAYOUTS)
 
 
 BASE = Mode("base (reasoner alone, n = 1)", n=1, layout="per-role")  # the denominator of every ratio
@@ -87,13 +91,42 @@ class Chains:
     chains: list  # [Q] each question's chain of chosen steps
     replies: int  # judge replies
     skipped: int  # judge calls skipped (adaptive)
+    tasks: list = None  # [Q·S] tokens of each step's judge tasks (Judge.task), summed; None: not counted
+
+
+def tokenizer(base_url: str, timeout: float = 60.0):
+    """count(text) -> how many tokens the server makes of `text` alone (llama-server's POST /tokenize at the
+    server's root, {"content": text} -> {"tokens": [...]}), remembered per text; None where it cannot say."""
+    url, memo = re.sub(r"/v1/?$", "", base_url) + "/tokenize", {}
+
+    def count(text: str) -> int | None:
+        if text not in memo:
+            body = json.dumps({"content": text, "add_special": False}).encode()
+            request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=timeout) as r:
+                    memo[text] = len(json.load(r)["tokens"])
+            except (OSError, ValueError, KeyError, TypeError):
+                memo[text] = None
+        return memo[text]
+
+    return count
+
+
+def task_tokens(count, js, cands, fmt: str) -> int | None:
+    """The tokens of a step's n·m judge tasks (each judge's Judge.task of each candidate, as count(text)
+    counts them), or None if count cannot say for one of them."""
+    counts = [count(j.task(c, fmt)) for c in cands for j in js]
+    return None if None in counts else sum(counts)
 
 
 def run_chains(
-    client, mode: Mode, questions, steps: int, limits: tuple, image=None, fmt: str = "json"
+    client, mode: Mode, questions, steps: int, limits: tuple, image=None, fmt: str = "json", count=None
 ) -> Chains:
     """Run `steps` steps of verdict.step on each question in `mode`, with judges replying in format `fmt`.
-    limits = max_tokens of (a step, a judge that explains, a short judge); None: the judge's own default."""
+    limits = max_tokens of (a step, a judge that explains, a short judge); None: the judge's own default.
+    count(text) -> tokens (tokenizer): when given, each step's judge tasks are counted (Chains.tasks), after
+    the step's time is taken."""
     js = judges.make_judges(
         client,
         max_tokens=limits[2] if mode.score_only else limits[1],
@@ -105,7 +138,7 @@ def run_chains(
         judges.Reasoner(client, max_tokens=limits[0], seed=i, layout=mode.layout) for i in range(mode.n)
     ]
     pool, config = judges.thread_map(mode.n * len(js) if mode.concurrent else 1), verdict.Config(n=mode.n)
-    out = Chains([], [], [], 0, 0)
+    out = Chains([], [], [], 0, 0, [] if count else None)
     for q in questions:
         state = verdict.State(q, () if image is None else (image,))
         for _ in range(steps):
@@ -123,6 +156,9 @@ def run_chains(
             )
             out.seconds.append(time.perf_counter() - t0)
             out.usage.append({k: v - before[k] for k, v in client.usage.items()})
+            if count:
+                judged = mode.n > 1 and not agree
+                out.tasks.append(task_tokens(count, js, cands, fmt) if judged else 0)
         out.chains.append(list(state.steps))
     out.replies = sum(j.counts["replies"] for j in js)
     return out
@@ -148,6 +184,21 @@ class Result:
     )  # (computing prompts, generating) milliseconds per step, all steps, as llama-server's
     # timings report them (a request's own; parallel requests overlap); None without timings
     chains: list  # [reps][Q] every repetition's chains
+    spread: tuple = (math.nan, math.nan)  # (min, max) over repetitions of the ratio, whole chains
+    floor: float | None = None  # the floor of computed prompt tokens per step after the first (floor())
+
+
+def floor(base_computed: float | None, runs: list, steps: int) -> float | None:
+    """The physical floor of the prompt tokens a step computes, per step after each chain's first: what the
+    base step (BASE: one request, n = 1) computes, plus the tokens of the step's n·m judge tasks (candidate
+    and task, Judge.task), which no earlier request holds, so that no prefix cache can serve them. runs:
+    every repetition's Chains.tasks. None when either is unknown."""
+    if base_computed is None or any(tasks is None for tasks in runs):
+        return None
+    later = [t for tasks in runs for i, t in enumerate(tasks) if i % steps > 0]
+    if not later or None in later:
+        return None
+    return base_computed + sum(later) / len(later)
 
 
 def token_figures(runs: list, steps: int) -> tuple:
@@ -230,22 +281,22 @@ def overhead(
     image=None,
     reset=lambda: None,
     fmt: str = "json",
+    count=None,
 ) -> dict:
     """{mode: Result} for BASE and `modes`. Each repetition runs every mode, in alternating order; `reset`
     runs before each (the simulator forgets its cache). Ratios are to BASE (the per-role layout) of the same
-    repetition."""
+    repetition: the median, and the (min, max) spread. count: a token counter (tokenizer), for the floor."""
     modes = (BASE,) + tuple(m for m in modes if m != BASE)
     runs = {m: [] for m in modes}
     for r in range(reps):
         for mode in modes if r % 2 == 0 else modes[::-1]:
             reset()
-            runs[mode].append(run_chains(client, mode, questions, steps, limits, image, fmt))
+            runs[mode].append(run_chains(client, mode, questions, steps, limits, image, fmt, count))
     times = {
         m: [np.array(c.seconds).reshape(len(questions), steps) for c in runs[m]] for m in modes
     }  # [Q, S] each
-    ratio = lambda m, cols: statistics.median(
-        a[:, cols].mean() / b[:, cols].mean() for a, b in zip(times[m], times[BASE])
-    )
+    ratios = lambda m, cols: [a[:, cols].mean() / b[:, cols].mean() for a, b in zip(times[m], times[BASE])]
+    ratio = lambda m, cols: statistics.median(ratios(m, cols))
     per = len(questions) * steps * reps
     out = {}
     for m in modes:
@@ -262,6 +313,8 @@ def overhead(
             reported,
             server_ms([c.usage for c in runs[m]]),
             [c.chains for c in runs[m]],
+            (min(ratios(m, slice(None))), max(ratios(m, slice(None)))),
+            floor(out[BASE].computed if m != BASE else computed, [c.tasks for c in runs[m]], steps),
         )
     return out
 
@@ -269,33 +322,36 @@ def overhead(
 def time_table(result: dict, scale: float = 1.0) -> list:
     """Markdown rows: time per step and overhead of each mode (seconds divided by the clock scale)."""
     rows = [
-        "| mode | layout | seconds per step | overhead vs base | on warm full-length steps "
+        "| mode | layout | seconds per step | overhead vs base: median (min–max) | on warm full-length steps "
         "| judge requests per step | judge calls skipped per step |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
     return rows + [
-        f"| {m.name} | {m.layout} | {r.seconds / scale:.3f} | {r.ratio:.2f}× | "
+        f"| {m.name} | {m.layout} | {r.seconds / scale:.3f} | {r.ratio:.2f}× "
+        f"({r.spread[0]:.2f}–{r.spread[1]:.2f}) | "
         f"{'—' if r.warm is None else f'{r.warm:.2f}×'} | {r.judge_requests:.2f} | {r.skipped:.2f} |"
         for m, r in result.items()
     ]
 
 
 def token_table(result: dict) -> list:
-    """Markdown rows: prompt tokens per step after each chain's first step, and those the server computed; the
-    server's own time per step computing prompts and generating (all steps; when it reports timings)."""
+    """Markdown rows: prompt tokens per step after each chain's first step, and those the server computed, to
+    the base step's and to the floor (Result.floor); the server's own time per step computing prompts and
+    generating (all steps; when it reports timings)."""
     base = result[BASE].computed
     rows = [
         "| mode | layout | prompt tokens per step | computed by the server | reused from its cache | "
-        "computed vs base | completion tokens per step | server ms per step: prompts + generating (prompts' "
-        "share) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "computed vs base | floor | computed vs floor | completion tokens per step | server ms per step: "
+        "prompts + generating (prompts' share) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for m, r in result.items():
-        c, ms = r.computed, r.server_ms
+        c, ms, f = r.computed, r.server_ms, r.floor
         rows.append(
             f"| {m.name} | {m.layout} | {r.prompt:,.0f} | {'—' if c is None else f'{c:,.0f}'} | "
             f"{'—' if c is None or not r.prompt else f'{1 - c / r.prompt:.0%}'} | "
-            f"{'—' if c is None or not base else f'{c / base:.2f}×'} | {r.completion:,.0f} | "
+            f"{'—' if c is None or not base else f'{c / base:.2f}×'} | {'—' if f is None else f'{f:,.0f}'} | "
+            f"{'—' if c is None or not f else f'{c / f:.2f}×'} | {r.completion:,.0f} | "
             f"{'—' if not ms or not sum(ms) else f'{ms[0]:,.0f} + {ms[1]:,.0f} ({ms[0] / sum(ms):.0%})'} |"
         )
     return rows
@@ -307,7 +363,7 @@ def picture(panels: list, path: str) -> None:
     w, h, left, top, base = 440, 300, 46, 44, 286  # a panel's size; the plot's left, top and bottom
     c = charts.Canvas((w * len(panels), h + 60))
     for k, (title, result) in enumerate(panels):
-        x0, modes = k * w + left, list(dict.fromkeys(replace(m, layout="shared") for m in result))
+        x0, modes = k * w + left, list(dict.fromkeys(replace(m, layout=DEFAULT_LAYOUT) for m in result))
         lo = 2.0 ** math.floor(
             math.log2(min(1.0, *(r.ratio for r in result.values())))
         )  # a power of 2 up to 1×

@@ -216,6 +216,8 @@ class SimulatedServer:
             return self.replicas[pick]
 
     def __call__(self, body, path, headers: dict | None = None):
+        if path.endswith("/tokenize"):  # llama-server's endpoint: the text's pseudo-tokens
+            return {"tokens": list(range(len(TOKEN.findall(body["content"]))))}
         lm, replica = self.lm, self._replica(headers)
         texts, tokens = sim_reply(body, lm, self.final_at)
         tokens = min(tokens, body.get("max_tokens") or tokens)

@@ -14,8 +14,9 @@ from PIL import Image
 import bench
 from perf import footprint, llama_server
 from perf.loopback import LoopbackServer
-from perf.overhead import ADAPTIVE, BASE, CONC, CONC_SCORE, SEQ, Result, in_layouts
+from perf.overhead import BASE, CONC, CONC_SCORE, ORDER, SEQ, SEQ_SCORE, Result, in_layouts
 from perf.simserver import LatencyModel, SimulatedServer
+from prompting import DEFAULT_LAYOUT
 
 
 def test_sequential_explanation_formula():
@@ -48,12 +49,18 @@ def test_quick_report_has_every_section(tmp_path, monkeypatch):
     ):
         assert heading in text
     assert Image.open(tmp_path / "bench_overhead.png").size == (440, 360)  # one panel: the simulation
-    targets = [line for line in text.splitlines() if line.startswith("| simulated server: concurrent")]
-    assert len(targets) == 2 + 2 and all(
-        re.search(r"(\| [\d.]+× ){3}\| (met|missed) \|$", t) for t in targets
+    targets = [line for line in text.splitlines() if line.startswith("| simulated server: ")]
+    assert len(targets) == 3 and all(
+        re.search(r"(\| [\d.]+× ){3}\| (met|missed) \|$", t) for t in targets if "--speculate" not in t
     )
+    assert re.search(
+        r"--speculate` ≤ 1\.25× base, whole chains \(median\)( \| (—|[\d.]+×)){3} \| (met|missed) \|$",
+        targets[2],
+    )
+    assert targets[2].count("×") == 2  # the target's and the one measured, in the default layout
+    assert "| computed vs floor |" in text and "VERDICT " in text and "with `--speculate`" in text
     assert (
-        text.count("| real llama-server:") == 6 and text.count("| — | — | — | not measured |") >= 6
+        text.count("| real llama-server:") == 1 and text.count("| — | — | — | not measured |") >= 1
     )  # no live server
     # every evaluate.py run succeeded: the memory section's figure, both cache runs, and no failure anywhere
     assert "failed" not in text and re.search(
@@ -105,39 +112,38 @@ def result(ratio: float, computed: float | None = None) -> Result:
     )
 
 
-def test_targets_judge_the_shared_layout_and_show_the_others():
-    per_role = lambda m: replace(
-        m, layout="per-role"
-    )  # the modes are in the shared layout unless told otherwise
+def test_targets_are_the_issues_judged_on_the_default_layout():
+    at = lambda m, lay: replace(m, layout=lay)
+    default, other = DEFAULT_LAYOUT, next(lay for lay in ORDER if lay != DEFAULT_LAYOUT)
+    floor = lambda r, f: replace(r, floor=f)
     sim = {
         BASE: result(1.0, 100.0),
-        CONC: result(1.25, 150.0),
-        per_role(CONC): result(1.6, 300.0),
-        CONC_SCORE: result(1.4, 250.0),
-        per_role(CONC_SCORE): result(1.2),
+        at(CONC_SCORE, default): result(1.55, 150.0),
+        at(CONC_SCORE, other): result(1.7, 300.0),
+        at(SEQ_SCORE, default): result(4.9, 900.0),  # 4.9 / 3.8 = 1.29: outside ±25%
+        at(SEQ_SCORE, other): result(4.7, 900.0),  # 1.24: inside
     }
-    live = {BASE: result(1.0, 50.0), CONC: result(3.9, 100.0), ADAPTIVE: result(3.1, 99.0)}
-    rows = bench.targets({10**5: {"loop": 80.0}}, sim, live)
+    live = {
+        BASE: result(1.0, 50.0),
+        at(CONC_SCORE, default): floor(result(9.0, 600.0), 400.0),  # 600 / 400 = 1.50: met
+        at(CONC_SCORE, other): floor(result(9.0, 900.0), 400.0),
+    }
+    rows = bench.targets({10**5: {"loop": 80.0}}, sim, live, 634.4, {"speculate": [1.3, 1.2, 1.25]})
     find = lambda start: next(r for r in rows if r.startswith(start))
-    # columns: per-role, shared, role-first; met or missed on the shared layout
-    assert find("| closed form ≥ 50×") == (
-        "| closed form ≥ 50× faster than a loop of np.linalg.solve at N = 10⁵ | 80.00× | — | — | met |"
-    )
+    col = lambda v_default, v_other: [
+        v_default if lay == default else v_other if lay == other else "—" for lay in ORDER
+    ]
+    cells = lambda *vs: "| " + " | ".join(col(*vs)) + " |"
+    assert rows[0] == f"Met or missed on the default layout ({DEFAULT_LAYOUT})."
+    assert find("| closed form ≥ 50×").endswith("| 80.00× | — | — | met |")
     assert find("| closed form ≤ 10×").endswith("| — | — | — | not measured |")
-    assert find("| simulated server: concurrent ≤ 1.3×").endswith("| 1.60× | 1.25× | — | met |")
-    assert find("| simulated server: concurrent, short judges ≤ 1.3×").endswith(
-        "| 1.20× | 1.40× | — | missed |"
-    )
-    assert find("| real llama-server: concurrent ≤ 3.8×").endswith("| — | 3.90× | — | missed |")
-    assert find("| real llama-server: adaptive").endswith("| — | 3.10× | — | met |")
-    # computed prompt tokens after the first step, to the base's: 100 / 50 = 2.00 (met), 99 / 50 = 1.98
-    assert find("| real llama-server: concurrent, prompt tokens").endswith("| — | 2.00× | — | met |")
-    assert find("| simulated server: concurrent, prompt tokens").endswith("| 3.00× | 1.50× | — | met |")
-    assert find("| simulated server: concurrent, short judges, prompt tokens").endswith(
-        "| — | 2.50× | — | missed |"
-    )
+    assert find("| response cache: ≤ 2 KB").endswith("| 634 B | — | — | met |")
+    assert find("| simulated server: default settings").endswith(cells("1.55×", "1.70×") + " met |")
+    assert find("| simulated server: the paper's sequential").endswith(cells("4.90×", "4.70×") + " missed |")
+    assert find("| simulated server: `--speculate`").endswith(cells("1.25×", "—") + " met |")  # the median
+    assert find("| real llama-server: default settings").endswith(cells("1.50×", "2.25×") + " met |")
     real = [r for r in bench.targets({}, sim, None) if r.startswith("| real llama-server")]  # no live server
-    assert len(real) == 6 and all(r.endswith("| — | — | — | not measured |") for r in real)
+    assert real[0].endswith("| — | — | — | not measured |")
 
 
 def test_live_section_against_a_simulated_server():
@@ -171,29 +177,26 @@ def test_start_server_reads_the_url_and_pid_and_stop_server_stops_it(monkeypatch
     assert child.wait(timeout=10) == -15  # SIGTERM
 
 
-def test_causes_say_the_simulated_floor_and_the_real_servers_time():
-    per = lambda ratio, computed, ms: replace(result(ratio, computed), server_ms=ms)
-    shared = lambda m: replace(m, layout="shared")
-    sim = {BASE: result(1.0, 100.0), shared(CONC): result(1.5, 950.0), shared(CONC_SCORE): result(1.2, 900.0)}
-    live = {BASE: per(1.0, 30.0, (40.0, 160.0)), shared(CONC_SCORE): per(9.0, 600.0, (900.0, 2100.0))}
+def test_causes_say_the_floor_multiples_and_the_real_servers_time():
+    per = lambda ratio, computed, ms, f=None: replace(result(ratio, computed), server_ms=ms, floor=f)
+    at = lambda m: replace(m, layout=DEFAULT_LAYOUT)
+    sim = {BASE: result(1.0, 100.0), at(CONC_SCORE): per(1.2, 900.0, None, 600.0)}
+    live = {BASE: per(1.0, 30.0, (40.0, 160.0)), at(CONC_SCORE): per(9.0, 600.0, (900.0, 2100.0), 400.0)}
     floor, time_ = bench.causes(sim, live)
-    # 950 / 100 = 9.5×, 900 / 100 = 9.0×; 160 / (40 + 160) = 80% generating, 2,100 / 3,000 = 70%
-    assert (
-        "concurrent judging computes 9.5× the base step's tokens there in the shared layout "
-        "(short judges 9.0×), "
-        "— in the role-first layout" in floor
-    )
+    # 900 / 600 = 1.50×, 600 / 400 = 1.50×; 160 / (40 + 160) = 80% generating, 2,100 / 3,000 = 70%
+    assert f"1.50× in the {DEFAULT_LAYOUT} layout" in floor and floor.count("1.50×") == 2
+    assert floor.count("— in the") == 2 * (len(ORDER) - 1)
     assert (
         "base (reasoner alone, n = 1) (per-role) 40 ms computing prompts and 160 ms generating "
         "(80% generating)" in time_
     )
     assert (
-        "concurrent, short judges (shared) 900 ms computing prompts and 2,100 ms generating (70% generating)"
-        in time_
+        f"concurrent, short judges ({DEFAULT_LAYOUT}) 900 ms computing prompts and 2,100 ms generating "
+        "(70% generating)" in time_
     )
     assert (
         len(bench.causes(sim, None)) == 1
-        and "(short judges —)" in bench.causes({BASE: result(1.0, 0.0)}, None)[0]
+        and bench.causes(sim, None)[0].count("— in the") == 2 * len(ORDER) - 1
     )
 
 

@@ -151,10 +151,10 @@ def test_prior_is_made_once_per_question_and_reused_across_steps_and_candidates(
     srv = loopback(modes_handler())
     client = Client(srv.url, "m")
     cfg = verdict.Config(n=2, max_steps=2)
-    g = ModeCalls(client, JudgeMode(prior=True))
-    js = make_judges(client, grounding=g)
+    g = ModeCalls(client, JudgeMode(prior=True), layout="shared")
+    js = make_judges(client, grounding=g, layout="shared")
     verdict.run(
-        "Where is the ball?", Reasoner(client), js, cfg, map_fn=thread_map(6)
+        "Where is the ball?", Reasoner(client, layout="shared"), js, cfg, map_fn=thread_map(6)
     )  # 6 judge calls at once
     roles = [role(b) for b in srv.chats]
     assert roles.count("prior") == 1 and roles.count("reasoner") == 2 and len(roles) == 1 + 2 + 2 * 2 * 3
@@ -331,11 +331,11 @@ def run_gated(loopback, png, mode: JudgeMode, scores=None) -> tuple:
     as JSON would hold it)."""
     srv = loopback(modes_handler(scores=scores))
     client = Client(srv.url, "m")
-    g = ModeCalls(client, mode)
+    g = ModeCalls(client, mode, layout="shared")  # as written for the shared layout
     trace = verdict.run(
         "Where is the ball?",
-        Reasoner(client),
-        make_judges(client, grounding=g),
+        Reasoner(client, layout="shared"),
+        make_judges(client, grounding=g, layout="shared"),
         verdict.Config(n=5, max_steps=1),
         image=png,
         map_fn=thread_map(6),
@@ -705,7 +705,7 @@ def test_a_mode_needs_the_evidence_placeholder_in_the_prompt(monkeypatch, tmp_pa
     client = Client("http://127.0.0.1:9/v1", "m")
     Judge(client, "terse", grounding=ModeCalls(client), layout="per-role")  # plain: nothing to show
     Judge(
-        client, "terse", grounding=ModeCalls(client, JudgeMode(prior=True))
+        client, "terse", grounding=ModeCalls(client, JudgeMode(prior=True)), layout="shared"
     )  # shared: the evidence precedes the task
     with pytest.raises(
         ValueError, match=r"terse\.txt.*evidence"

@@ -10,10 +10,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from perf import overhead
+import judges
 import verdict
 from client import Client
-from perf.loopback import LoopbackServer
+from perf import overhead
+from perf.loopback import LoopbackServer, chat_response, role_of
+from prompting import load_prompt
+from replies import fence
 from perf.overhead import ADAPTIVE, BASE, CONC, CONC_SCORE, SEQ, in_layouts, run_chains
 from perf.simserver import LatencyModel, SimulatedServer
 
@@ -123,8 +126,8 @@ def test_overhead_results_and_tables(tmp_path):
     assert len(times) == len(tokens) == 2 + len(result) and times[2].startswith(
         "| base (reasoner alone, n = 1) | per-role |"
     )
-    assert re.search(r"\| 1\.00× \| [\d,]+ \| — \|$", tokens[2])
-    assert all(row.count("|") == 8 for row in times[2:]) and all(row.count("|") == 9 for row in tokens[2:])
+    assert re.search(r"\| 1\.00× \| — \| — \| [\d,]+ \| — \|$", tokens[2])  # no floor: nothing counted
+    assert all(row.count("|") == 8 for row in times[2:]) and all(row.count("|") == 11 for row in tokens[2:])
     # the simulator is deterministic: adaptive's chains are full judging's, and each mode repeats itself
     assert overhead.agreement(result, ADAPTIVE, CONC_SCORE) == (2, 2) and overhead.agreement(
         result, CONC, CONC, 1
@@ -169,3 +172,65 @@ def test_in_layouts_puts_every_base_first():
         (CONC.name, "shared"),
     ]
     assert len(in_layouts((SEQ, CONC))) == 3 + 2 * 3
+
+
+def scripted_counts(body, path):
+    """A server whose token counts are known: /tokenize gives a word per token; the reasoner's request
+    reports 100 prompt tokens, 90 of them cached (10 computed), a judge's 200, 150 cached (50 computed)."""
+    if path.endswith("/tokenize"):
+        return {"tokens": list(range(len(body["content"].split())))}
+    judge = role_of(body["messages"]) in verdict.JUDGES
+    texts = ['{"score": 7}'] if judge else [f"Candidate {i} adds one more." for i in range(body.get("n", 1))]
+    response = chat_response(texts, prompt_tokens=200 if judge else 100)
+    response["usage"]["prompt_tokens_details"] = {"cached_tokens": 150 if judge else 90}
+    return response
+
+
+def test_the_floor_is_the_base_step_plus_the_judge_tasks_tokens():
+    with LoopbackServer(scripted_counts) as srv:
+        modes = (CONC_SCORE, ADAPTIVE)
+        result = overhead.overhead(
+            Client(srv.url, "x"), modes, ["Q? A. x B. y"], 3, 1, LIMITS, count=overhead.tokenizer(srv.url)
+        )
+        without = overhead.overhead(Client(srv.url, "x"), (CONC_SCORE,), ["Q? A. x B. y"], 2, 1, LIMITS)
+    cands = [f"Candidate {i} adds one more." for i in range(3)]
+    reply = judges.Judge(None, "logical").reply_line("json")  # the score alone, in json
+    tasks = sum(
+        len(load_prompt(name).render("task", step=fence(c), reply=reply).split())
+        for c in cands
+        for name in verdict.JUDGES
+    )
+    assert 9 * 20 < tasks < 9 * 60  # the 9 judge tasks: a candidate of 5 words and the reply line each
+    # per step after the first: the base computes 100 - 90 = 10; VERDICT 10 + 9 judges × (200 - 150) = 460
+    assert result[BASE].computed == 10 and result[BASE].floor == 10  # the base is its own floor: 1.00×
+    assert result[CONC_SCORE].computed == 460 and result[CONC_SCORE].floor == 10 + tasks
+    assert result[ADAPTIVE].floor == 10 + tasks  # the candidates differ: every step is judged
+    rows = "\n".join(overhead.token_table(result))
+    assert f"| 1,900 | 460 | 76% | 46.00× | {10 + tasks:,} | {460 / (10 + tasks):.2f}× |" in rows
+    assert without[CONC_SCORE].floor is None and without[CONC_SCORE].computed == 460  # nothing counted
+    assert "| 46.00× | — | — | 33 |" in "\n".join(overhead.token_table(without))  # no floor, no multiple
+
+
+def test_adaptive_steps_that_agree_have_the_base_floor():
+    def same(body, path):  # every candidate the same string: adaptive judges nothing
+        if path.endswith("/tokenize"):
+            return {"tokens": [0] * len(body["content"].split())}
+        out = chat_response(["One."] * body.get("n", 1), prompt_tokens=100)
+        out["usage"]["prompt_tokens_details"] = {"cached_tokens": 90}
+        return out
+
+    with LoopbackServer(same) as srv:
+        result = overhead.overhead(
+            Client(srv.url, "x"), (ADAPTIVE,), ["Q?"], 2, 1, LIMITS, count=overhead.tokenizer(srv.url)
+        )
+    assert result[ADAPTIVE].floor == result[BASE].floor == 10 and result[ADAPTIVE].skipped == 9
+
+
+def test_the_ratio_is_the_median_with_its_spread_over_repetitions():
+    with sim() as srv:
+        result = overhead.overhead(Client(srv.url, "sim"), (CONC_SCORE,), ["Q? A. x B. y"], 2, 3, LIMITS)
+    lo, hi = result[CONC_SCORE].spread
+    assert lo <= result[CONC_SCORE].ratio <= hi and result[BASE].spread == (1.0, 1.0)
+    assert f"| {result[CONC_SCORE].ratio:.2f}× ({lo:.2f}–{hi:.2f}) |" in "\n".join(
+        overhead.time_table(result)
+    )

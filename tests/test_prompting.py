@@ -51,12 +51,12 @@ def head(raw: bytes, role: str) -> bytes:
 def test_every_request_of_a_step_is_byte_identical_up_to_its_role(loopback, png, with_image):
     srv = loopback(by_role)
     client = Client(srv.url, "m")
-    g = ModeCalls(client, JudgeMode(prior=True, premises=True, gate=True, zoom=True))
+    g = ModeCalls(client, JudgeMode(prior=True, premises=True, gate=True, zoom=True), layout="shared")
     question = "Which is nearer, the lamp or the chair?\nA. lamp\nB. chair"
     verdict.run(
         question,
-        Reasoner(client),
-        make_judges(client, grounding=g, fmt="json"),
+        Reasoner(client, layout="shared"),
+        make_judges(client, grounding=g, fmt="json", layout="shared"),
         verdict.Config(n=2, max_steps=2),
         image=png if with_image else None,
     )

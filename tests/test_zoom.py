@@ -73,13 +73,13 @@ def zoom_handler(regions, seen: list):
     return handler
 
 
-def run_zoom(loopback, image, regions, fmt="json"):
+def run_zoom(loopback, image, regions, fmt="json", layout=prompting.DEFAULT_LAYOUT):
     """One step (n = 1) in the zoom mode: (trace, the grounding record, what the visual judge saw, server)."""
     seen = []
     srv = loopback(zoom_handler(regions, seen))
     client = Client(srv.url, "m")
-    evidence = ModeCalls(client, JudgeMode(zoom=True), fmt=fmt)
-    judges = make_judges(client, grounding=evidence, fmt=fmt)
+    evidence = ModeCalls(client, JudgeMode(zoom=True), fmt=fmt, layout=layout)
+    judges = make_judges(client, grounding=evidence, fmt=fmt, layout=layout)
     reasoner = lambda state, n: [STEP] * n
     trace = verdict.run(
         "Which colour is the square?", reasoner, judges, verdict.Config(n=1, max_steps=1), image
@@ -176,7 +176,9 @@ def test_boxes_in_0_1000_map_to_the_source_when_the_image_is_sent_downscaled(loo
 
 
 def test_the_close_up_goes_after_the_shared_prefix_just_before_the_task(loopback, tmp_path):
-    trace, rec, seen, srv = run_zoom(loopback, scene(tmp_path / "s.png"), '{"boxes": [[600, 200, 800, 600]]}')
+    trace, rec, seen, srv = run_zoom(
+        loopback, scene(tmp_path / "s.png"), '{"boxes": [[600, 200, 800, 600]]}', layout="shared"
+    )
     bodies = {role_of(r.body["messages"]): r.body for r in srv.requests}
     visual, logical = bodies["visual"]["messages"][1]["content"], bodies["logical"]["messages"][1]["content"]
     assert [p["type"] for p in visual] == ["image_url", "text", "image_url", "text"]
