@@ -240,3 +240,102 @@ GOLDEN = [
 
 def test_render_is_the_golden_summary():
     assert tables.render(tables.summarize(run_rows(), run_context())).splitlines() == GOLDEN
+
+
+# A plain run: one file, base and verdict (no judge mode, no revise), no shard, no call limit, no warning, no
+# changed item, exactly SHOWN_SKIPS skipped rows. Item 1 is right in both seeds; item 2 only in seed 1. So
+# each method scores 50% (seed 0) and 100% (seed 1): mean 75.00, sample std
+# sqrt(((50−75)² + (100−75)²) / 1) = 35.36; the gain is +0.00. Every row is fake_row's: 10 calls, 100 tokens,
+# 10 sent, 1 s, a letter, "final".
+PLAIN = [
+    "# VERDICT evaluation (verdict-eval/3)",
+    "",
+    "Reasoner `m`, judges `m`; 2 seed(s); n = 3, τ = 0.6, ε = 0.1, λ = (1.5, 1.0, 0.8), max steps 8, "
+    "max calls per chain unlimited.",
+    "",
+    "Reading: rows read, items (valid rows), rows skipped as malformed, rows dropped for having no image (as "
+    "VLMEvalKit drops them), items in this run.",
+    "",
+    "| File | rows read | items | skipped | no image | run |",
+    "|---|---|---|---|---|---|",
+    "| F.tsv | 3 | 2 | 20 | 0 | 2 |",
+    "",
+    "Accuracy (%), mean ± sample std over seeds. Avg: per seed, the unweighted mean over the columns. "
+    "An error, an unanswered or a declined item counts as wrong.",
+    "",
+    "| Method | F | Avg |",
+    "|---|---|---|",
+    "| base | 75.00 ±35.36 | 75.00 ±35.36 |",
+    "| verdict | 75.00 ±35.36 | 75.00 ±35.36 |",
+    "",
+    "Gain over base (points)",
+    "",
+    "| Method | F | Avg |",
+    "|---|---|---|",
+    "| verdict | +0.00 | +0.00 |",
+    "",
+]
+PLAIN_STATS = [  # no judge mode ran: no mode columns, no mode note, no fact-sheet column
+    "| Method | fallback | abstention | unanswered | errors | calls/item | tokens/item | sent/item "
+    "| s/item | answers | extract calls/item | final/max/budget |",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    "| base | — | 0.0% | 0.0% | 0.0% | 10.0 | 100 | 10.0 | 1.00 | 4/0/0/0/0/0 | 0.00 | 4/0/0 |",
+    "| verdict | 0.0% | 0.0% | 0.0% | 0.0% | 10.0 | 100 | 10.0 | 1.00 | 4/0/0/0/0/0 | 0.00 | 4/0/0 |",
+    "",
+    "F, setting vanilla, split none (%, all seeds):",
+    "",
+    "| Column | base | verdict |",
+    "|---|---|---|",
+    "| Overall | 75.00 | 75.00 |",
+    "| c | 75.00 | 75.00 |",
+    "",
+    "F.tsv: 20 malformed row(s) skipped",
+    *(f"- line {10 + k}: bad {k}" for k in range(20)),  # exactly SHOWN_SKIPS: all shown, no "more" line
+]
+
+
+def test_render_of_a_plain_run_leaves_out_what_did_not_happen():
+    rows = [
+        fake_row("F", s, m, c, id=i, row=n + 2, input={"index": i, "category": "c"})
+        for s in (0, 1)
+        for m in ("base", "verdict")
+        for n, (i, c) in enumerate((("1", True), ("2", s == 1)))
+    ]
+    ctx = context(["F"], ["base", "verdict"], [0, 1], max_error_rate=0.5)
+    ctx["reading"]["F"]["skipped"] = [
+        {"row": 10 + k, "reason": f"bad {k}"} for k in range(tables.SHOWN_SKIPS)
+    ]
+    lines = tables.render(tables.summarize(rows, ctx)).splitlines()
+    assert (
+        tables.SHOWN_SKIPS == 20
+        and lines[: len(PLAIN)] == PLAIN
+        and lines[-len(PLAIN_STATS) :] == PLAIN_STATS
+    )
+    assert len(lines) == len(PLAIN) + 2 + len(
+        PLAIN_STATS
+    )  # the statistics' legend and its blank line between
+
+
+def test_empty_cells_errors_at_the_bar_and_two_silent_methods():
+    # No value: no mean, no std, the (empty) seeds kept. No row: no error, rate 0. One error in 6 rows with
+    # --max-error-rate 1/6 is at the bar, not over it. Two judged methods whose every call abstained are named
+    # in the first warning, in the order of the methods.
+    assert tables._mean_std([]) == {"mean": None, "std": None, "per_seed": []}
+    assert tables.summarize([], context(["F"], ["base"], [0]))["errors"] == {
+        "rows": 0,
+        "rate": 0.0,
+        "over": False,
+    }
+    rows = [
+        fake_row("F", 0, "base", True, id="1"),
+        replace(fake_row("F", 0, "base", False, id="2"), error="E: x"),
+    ]
+    rows += [fake_row("F", 0, m, True, id=i, abstentions=9) for m in ("verdict", "mean") for i in "12"]
+    s = tables.summarize(rows, context(["F"], ["base", "verdict", "mean"], [0], max_error_rate=1 / 6))
+    assert s["errors"] == {"rows": 1, "rate": 1 / 6, "over": False} and s["silent_judges"] == [
+        "verdict",
+        "mean",
+    ]
+    assert (
+        tables.render(s).splitlines()[2].startswith("**the judges never gave a score in verdict, mean (every")
+    )
