@@ -299,7 +299,7 @@ def _details(s: dict, f: str) -> list:
     seeds)."""
     out, methods = [], s["methods"]
     if f in s["variants"]:
-        out += [
+        out = [
             "",
             f"{f}: VLMEvalKit's four settings (%, mean ± std over seeds); the table shows vanilla.",
             "",

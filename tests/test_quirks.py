@@ -168,3 +168,22 @@ def test_decided_and_tally_by_hand():
     rows = [mc_row("MMStar", z, "no idea", True, id=i) for i in "ab"]
     counts, fixed = quirks.tally(rows, reading)
     assert counts == {"z_answer": 2} and [x.correct for x in fixed] == [False, False]
+
+
+def test_cells_and_the_post_check_where_a_dtype_decides():
+    # A float column's cell that is no option prints as pandas prints it ("2" as "2.0"); an int option cell
+    # corrected under float_options is its text as written ("01"), where pandas shows "1". A float answer
+    # column's "14.0" is the float 14.0, and int() of that is 14: the reply 14 is right, with no fix.
+    assert quirks._cell("2", "float", "precision", frozenset()) == "2.0"
+    assert quirks._cell("01", "int", "A", {"float_options"}) == "01"
+    assert (
+        quirks._post_check("14", "14.0", answers.Value("integer", dtype="float"), frozenset(), True) is True
+    )
+
+
+def test_no_reply_on_a_text_answer_reads_nothing_even_under_text_never():
+    # A MathVista text row with no reply: nothing is read (not "None", not any stand-in text), so even an
+    # answer "none" or "XXXX" is no hit.
+    for answer in ("none", "XXXX"):
+        r = mc_row("MathVista_MINI", {**MV, "answer_type": "text", "answer": answer}, None, False)
+        assert quirks.hit(r, {"file": "MathVista_MINI.tsv"}, {"text_never"}) is False

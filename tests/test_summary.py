@@ -276,6 +276,12 @@ PLAIN = [
     "",
 ]
 PLAIN_STATS = [  # no judge mode ran: no mode columns, no mode note, no fact-sheet column
+    "Per method; an item is one chain (one item, one seed). Rates: fallback per step, abstention per judge "
+    "call, unanswered and errors per item. Calls and tokens count cached replies too (the cost of the method "
+    "alone); sent counts the HTTP requests this run made, and s the wall time, both of which the first "
+    "method of an item pays for the methods after it. Answers: read as a letter, an option's text, a value, "
+    "by the extraction model, declined (Z), unanswered.",
+    "",
     "| Method | fallback | abstention | unanswered | errors | calls/item | tokens/item | sent/item "
     "| s/item | answers | extract calls/item | final/max/budget |",
     "|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -311,9 +317,7 @@ def test_render_of_a_plain_run_leaves_out_what_did_not_happen():
         and lines[: len(PLAIN)] == PLAIN
         and lines[-len(PLAIN_STATS) :] == PLAIN_STATS
     )
-    assert len(lines) == len(PLAIN) + 2 + len(
-        PLAIN_STATS
-    )  # the statistics' legend and its blank line between
+    assert len(lines) == len(PLAIN) + len(PLAIN_STATS)
 
 
 def test_empty_cells_errors_at_the_bar_and_two_silent_methods():
@@ -339,3 +343,16 @@ def test_empty_cells_errors_at_the_bar_and_two_silent_methods():
     assert (
         tables.render(s).splitlines()[2].startswith("**the judges never gave a score in verdict, mean (every")
     )
+
+
+def test_two_files_quirk_sections_and_a_method_missing_from_a_split():
+    # Each file a quirk decided gets its own section, in order; a method with no record in a split shows "—".
+    cell = {"mean": 0.5, "std": None, "per_seed": [0.5]}
+    q = {f: {"rows": {"base": {"float_options": 1}}, "corrected": {"base": {f: cell}}} for f in ("F1", "F2")}
+    s = {"methods": ["base"], "accuracy": {"base": {"F1": cell, "F2": cell}}, "quirks": q}
+    heads = [line for line in tables._quirks(s) if "rows that VLMEvalKit's quirks decided" in line]
+    assert [h.split(":")[0] for h in heads] == ["F1", "F2"]
+    rec = {"method": "base", "setting": "vanilla", "split": "dev", "Overall": 0.5}
+    s = {"methods": ["base", "verdict"], "variants": {}, "breakdown": {"F": [rec]}}
+    s["reading"] = {"F": {"scoring": {"setting": "vanilla", "macro": None}}}
+    assert tables._details(s, "F")[-1] == "| Overall | 50.00 | — |"
