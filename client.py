@@ -469,6 +469,12 @@ class Client:
         return body, None if problem is None else self._error(url, None, problem), None
 
 
+def usage_change(before: dict, after: dict) -> dict:
+    """after − before, counter by counter (Client.usage read twice around some calls; a counter missing from
+    `before` counts from 0): what those calls cost."""
+    return {k: v - before.get(k, 0) for k, v in after.items()}
+
+
 def total_usage(clients) -> dict:
     """The usage counters of the distinct clients among `clients`, summed (a client listed twice counts
     once)."""

@@ -123,13 +123,8 @@ def read_answer(item: Item, text: str | None, extractor: client.Client | None) -
         return pred, how, correct, 0, 0
     before = extractor.usage
     pred, how, correct = answers.ask_model(extractor.chat, item, text)
-    return (
-        pred,
-        how,
-        correct,
-        extractor.usage["calls"] - before["calls"],
-        extractor.usage["call_tokens"] - before["call_tokens"],
-    )
+    used = client.usage_change(before, extractor.usage)
+    return pred, how, correct, used["calls"], used["call_tokens"]
 
 
 def input_digest(item: Item) -> str:
@@ -209,7 +204,7 @@ def run_chain(
         **(judges.record(judge_fns) if trace else {}),
         **(trace.meta if trace else {}),  # the speculation record, with --speculate
     }
-    used = {k: v - before[k] for k, v in clients.usage().items()}
+    used = client.usage_change(before, clients.usage())
     return Row(
         data=item.data,
         id=item.id,

@@ -40,6 +40,7 @@ import numpy as np
 import charts
 import judges
 import verdict
+from client import usage_change
 from prompting import DEFAULT_LAYOUT
 
 PAPER_OVERHEAD = 3.80  # the paper's sequential wall-clock overhead
@@ -155,7 +156,7 @@ def run_chains(
                 ).chosen
             )
             out.seconds.append(time.perf_counter() - t0)
-            out.usage.append({k: v - before[k] for k, v in client.usage.items()})
+            out.usage.append(usage_change(before, client.usage))
             if count:
                 judged = mode.n > 1 and not agree
                 out.tasks.append(task_tokens(count, js, cands, fmt) if judged else 0)

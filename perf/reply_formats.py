@@ -15,7 +15,7 @@ import sys
 import numpy as np
 
 import verdict
-from client import Client, EndpointError
+from client import Client, EndpointError, usage_change
 from flags import Parser
 from judges import make_judges, thread_map
 from replies import FORMATS
@@ -39,7 +39,7 @@ def survey(client: Client, fmt: str, k: int = 10, concurrency: int = 4, **judge_
     calls = [(j, q, c, right) for j in make_judges(client, fmt=fmt, **judge_kwargs) for q, c, right in items]
     before = client.usage
     judged = thread_map(concurrency)(lambda x: x[0].judgement(verdict.State(x[1]), x[2]), calls)  # [6k]
-    used = {key: client.usage[key] - before[key] for key in ("prompt_tokens", "completion_tokens")}
+    used = usage_change(before, client.usage)
     s, right = np.array([j.score for j in judged]), np.array([x[3] for x in calls])  # [6k], [6k]
     mass = np.array([j.record["digit_share"] for j in judged], dtype=float)  # [6k], NaN (None): none
     mean = lambda v: float(v[~np.isnan(v)].mean()) if (~np.isnan(v)).any() else math.nan
@@ -48,7 +48,7 @@ def survey(client: Client, fmt: str, k: int = 10, concurrency: int = 4, **judge_
         "calls": len(calls),
         "scored": float((~np.isnan(s)).mean()),
         "first": 1 - retries / len(calls),
-        "tokens": sum(used.values()) / len(calls),
+        "tokens": (used["prompt_tokens"] + used["completion_tokens"]) / len(calls),
         "completion": used["completion_tokens"] / len(calls),
         "right": mean(s[right]),
         "wrong": mean(s[~right]),
