@@ -89,7 +89,7 @@ def clients_from_args(args) -> tuple:
     the image budget (--max-pixels) every request of the process sends images at. ValueError for an unusable
     URL or budget, CacheError for an unusable cache file."""
     images.set_pixel_budget(args.max_pixels)
-    replicas = getattr(args, "dp_replicas", 1)
+    replicas = args.dp_replicas
     if not replicas >= 1:
         raise ValueError(f"--dp-replicas must be >= 1, got {replicas}")
     cache = Cache(args.cache) if args.cache else None
