@@ -7,7 +7,7 @@ counts pseudo-tokens (a word or a punctuation mark; 1,280 per image, Qwen2.5-VL'
 pixels) and writes 3 reasoning steps then the final answer, so the figures are the harness's request
 pattern at that chain length, not a measurement of a model.
 
-    python perf/cost_estimate.py [K]      # K items (default 8); prints a markdown table
+    python -m perf.cost_estimate [K]      # from the checkout's root; K items (default 8); a markdown table
 """
 
 from __future__ import annotations
@@ -19,12 +19,11 @@ import sys
 import tempfile
 from collections import defaultdict
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from perf.footprint import write_items
+from perf.loopback import LoopbackServer
+from perf.simserver import LatencyModel, SimulatedServer
 
-from bench import write_items  # noqa: E402
-from perf.loopback import LoopbackServer  # noqa: E402
-from perf.simserver import LatencyModel, SimulatedServer  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 ROWS = {"3DSRBench": 2772, "CV-Bench (2D + 3D)": 2638, "BLINK (val)": 1901, "MMStar": 1500, "AI2D_TEST": 3088}
 RULES = "base,verdict,mean"
