@@ -33,7 +33,6 @@ import time
 from dataclasses import replace
 
 import numpy as np
-from PIL import Image
 
 import verdict
 from client import Client
@@ -115,17 +114,12 @@ def consensus_throughput(sizes=(10**3, 10**4, 10**5, 10**6), loop_max: int = 10*
 
 # ----------------------------------------------------------------------------- 2a. the simulated server
 
-SIM_QUESTION = (
-    "Question {k}: Is the red mug to the left of the laptop, as seen from the camera? "
-    "Options: A. yes B. no C. they overlap D. the mug is not visible. Answer with the option's letter."
-)
-
 
 def simulated_section(lm: LatencyModel, questions: int, steps: int, reps: int) -> tuple:
     """Section 2a: (markdown lines, {mode: Result}, {"verdict": [ratio per repetition], "speculate": [...]}
     of perf/speculation.py in the default layout)."""
-    image, limits = Image.new("RGB", (448, 448), (200, 40, 40)), (256, None, None)
-    qs = [SIM_QUESTION.format(k=k) for k in range(questions)]
+    qs, limits = [speculation.QUESTION.format(k=k) for k in range(questions)], (256, None, None)
+    images = speculation.images(questions)
     sim, zero = SimulatedServer(lm, steps - 1), SimulatedServer(replace(lm, time_scale=0.0), steps - 1)
     with LoopbackServer(sim, model="sim") as srv, LoopbackServer(zero, model="sim") as srv0:
         result = overhead(
@@ -135,11 +129,11 @@ def simulated_section(lm: LatencyModel, questions: int, steps: int, reps: int) -
             steps,
             reps,
             limits,
-            image,
+            images,
             sim.reset,
             count=tokenizer(srv.url),
         )
-        harness = float(np.mean(run_chains(Client(srv0.url, "sim"), BASE, qs, steps, limits, image).seconds))
+        harness = float(np.mean(run_chains(Client(srv0.url, "sim"), BASE, qs, steps, limits, images).seconds))
     scale = lm.time_scale or 1.0
     lines = (
         [
@@ -158,10 +152,11 @@ def simulated_section(lm: LatencyModel, questions: int, steps: int, reps: int) -
         + [f"- {s}" for s in SOURCES]
         + [
             "",
-            f"Workload: {questions} question(s) with one image each, {steps} steps per chain, the last a "
-            f"final answer on which the n candidates agree; n = 3, m = 3, json judges; median of {reps} "
-            "repetition(s), the modes interleaved. The cache is cleared before each mode's chains, so each "
-            "chain's first step finds nothing cached. Times are model seconds: wall time ÷ the clock scale "
+            f"Workload: {questions} question(s), each with its own image, {steps} steps per chain, "
+            "the last a final answer on which the n candidates agree; n = 3, m = 3, json judges; "
+            f"median of {reps} repetition(s), the modes interleaved. The cache is cleared before each "
+            "mode's chains, so each chain's first step finds nothing cached. Times are model seconds: "
+            "wall time ÷ the clock scale "
             f"{scale}. Harness overhead (client, HTTP, simulator) measured at zero latency: "
             f"{harness * 1e3:.1f} ms per request = {harness / scale:.3f} model seconds; it inflates the "
             "modes that send more requests. Every ratio is to the base step in the per-role layout (the "
@@ -179,14 +174,11 @@ def simulated_section(lm: LatencyModel, questions: int, steps: int, reps: int) -
         token_table(result) + ["", FLOOR, ""] + adaptive_lines(result) + [""] + sequential_explanation(lm)
     )
     spec = speculation.measure(reps, lm.time_scale, steps, questions, DEFAULT_LAYOUT)
-    spread = lambda xs: f"{statistics.median(xs):.2f}× base (min–max {min(xs):.2f}–{max(xs):.2f})"
     lines += [
         "",
         "`--speculate` (perf/speculation.py: verdict.run's whole chains, json score-only judges overlapped, "
         f"the {DEFAULT_LAYOUT} layout, against the base reasoner's chains; {reps} repetition(s), "
-        "interleaved, "
-        f"the same questions, steps and clock): VERDICT {spread(spec['verdict'])}, with `--speculate` "
-        f"{spread(spec['speculate'])}.",
+        f"interleaved, the same questions, steps and clock): {speculation.said(spec)}.",
     ]
     return lines, result, spec
 
@@ -315,6 +307,13 @@ def causes(sim: dict, live: dict | None) -> list:
     per_layout = lambda res: ", ".join(
         f"{multiple(res, replace(CONC_SCORE, layout=lay))} in the {lay} layout" for lay in ORDER
     )
+    per_chain = lambda res: ", ".join(
+        f"{res[m].per_chain:,.0f} in the {lay} layout"
+        if res and m in res and res[m].per_chain is not None
+        else f"— in the {lay} layout"
+        for lay in ORDER
+        for m in [replace(CONC_SCORE, layout=lay)]
+    )
     lines = [
         "- Prompt tokens computed per step after the first, against the floor (section 2a): each of a "
         "VERDICT step's n·m judge requests ends with its own candidate and task, which no earlier request "
@@ -323,7 +322,10 @@ def causes(sim: dict, live: dict | None) -> list:
         "the role's instructions follow the previous steps, so they are computed again at every step. "
         "Concurrent, "
         f"short judges: the simulated server (whose cache keeps every block it has seen) computes "
-        f"{per_layout(sim)}; the real llama-server {per_layout(live)}."
+        f"{per_layout(sim)}; the real llama-server {per_layout(live)}.",
+        "- Prompt tokens computed per whole chain, its cold first step too (concurrent, short judges): "
+        f"the simulated server {per_chain(sim)}; the real llama-server {per_chain(live)}. A layout whose "
+        "requests differ from the first token (per-role) computes each item's image once per role.",
     ]
     if live and live[BASE].server_ms:
         ms = lambda m: live[m].server_ms or (math.nan, math.nan)

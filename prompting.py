@@ -7,16 +7,16 @@ question, its images and the steps so far, then each does its own task (n candid
 paper leaves the requests to an implementation; this module holds:
 
 - prompt files (prompts/*.txt): named sections of text with {placeholders} (load_prompt);
-- role_messages: a role's chat messages in one of three layouts (DEFAULT_LAYOUT: "per-role", by
-  measurement). "shared": one system message
-  for every role, then the images, the question and the previous steps, byte for byte the same for the
-  reasoner, every judge and the judge modes' calls (modes/calls.py), then the role's own instructions and its
-  task, the candidate last; a prefix cache (vLLM's automatic prefix caching, llama-server's slots) can then
-  reuse everything up to the role across all the requests of a step. "per-role" (the default): the role's
-  instructions as its own system message; prompts then differ from the first token, and each role's own
-  prefix holds from one step to the next. "role-first": the shared
-  system message, images and question, then the role's instructions before the previous steps, so that a
-  role's own prefix also holds from one step to the next (the instructions are not computed again each step).
+- role_messages: a role's chat messages in one of three layouts (DEFAULT_LAYOUT: "role-first", by
+  measurement). "shared": one system message for every role, then the images, the question and the previous
+  steps, byte for byte the same for the reasoner, every judge and the judge modes' calls (modes/calls.py),
+  then the role's own instructions and its task, the candidate last; a prefix cache (vLLM's automatic prefix
+  caching, llama-server's slots) can then reuse everything up to the role across all the requests of a step.
+  "per-role": the role's instructions as its own system message; prompts then differ from the first token,
+  and each role's own prefix holds from one step to the next. "role-first" (the default): the shared system
+  message, images and question, then the role's instructions before the previous steps, so that every role
+  of an item shares its image and question, and a role's own prefix also holds from one step to the next
+  (the instructions are not computed again each step).
 Which role a request comes from is perf/loopback.py's role_of, for scripted servers.
 """
 
@@ -42,9 +42,10 @@ SECTIONS = (  # the sections a prompt file may hold, in this order
     ("system", "question", "steps"),  # shared.txt: what every role of a step reads in the shared layouts
 )
 LAYOUTS = ("shared", "per-role", "role-first")  # how a role's request is laid out; see role_messages
-# every role's, demo.py's and evaluate.py's: the fewest computed prompt tokens on llama-server and as few as
-# role-first on the simulator, where it costs only a cold first step more (docs/results.md, "Step overhead")
-DEFAULT_LAYOUT = "per-role"
+# every role's, demo.py's and evaluate.py's: whole chains with an image per item are fastest and compute the
+# fewest tokens on the simulator, as each item's image is computed once, not once per role (per-role); on
+# the text-only llama-server per-role computes fewer (docs/results.md, "Step overhead")
+DEFAULT_LAYOUT = "role-first"
 # the prompts role_messages lays out: the reasoner, the judges, the judge modes' calls and the reviser
 ROLES = ("reasoner",) + verdict.JUDGES + ("prior", "premises", "premise_check", "zoom", "reviser")
 

@@ -17,9 +17,11 @@ import re
 import signal
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 
 from client import Client, EndpointError
+from perf import speculation
 from perf.overhead import (
     ADAPTIVE,
     CONC_SCORE,
@@ -31,6 +33,7 @@ from perf.overhead import (
     token_table,
     tokenizer,
 )
+from prompting import DEFAULT_LAYOUT
 
 FLOOR = (
     "The floor: what the base step computes plus the tokens of the step's n·m judge tasks (candidate and "
@@ -75,10 +78,11 @@ def server_props(url: str) -> dict:
         return {}
 
 
-def start_server(flags: str) -> tuple:
+def start_server(flags: str, port: int | None = None) -> tuple:
     """(url, pid) of a llama-server serving SmolLM2-135M-Instruct that serve_tiny.sh starts with `flags`
-    added."""
+    added, on `port` (None: a free one)."""
     env = {**os.environ, "VERDICT_TINY_FLAGS": flags, "VERDICT_TINY_MODEL": "smollm2"}
+    env.update({"VERDICT_TINY_PORT": str(port)} if port else {})
     script = os.path.join(ROOT, "serve_tiny.sh")
     run = subprocess.run([script], env=env, capture_output=True, text=True, timeout=1800)
     found = [re.search(rf"(?m)^{k}=(\S+)$", run.stdout) for k in ("VERDICT_LIVE_URL", "VERDICT_SERVER_PID")]
@@ -105,13 +109,32 @@ def stop_server(pid: int, wait: float = 30.0) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
-def live_section(url: str, model: str, reps: int, steps: int, modes: tuple, questions: int = 2) -> tuple:
+def live_section(
+    url: str,
+    model: str,
+    reps: int,
+    steps: int,
+    modes: tuple,
+    questions: int = 2,
+    restart=None,
+    speculate: bool = False,
+) -> tuple:
     """Section 2b against a real OpenAI-compatible server (text only: the tiny model has no vision), on the
-    first `questions` of LIVE_QUESTIONS: (markdown lines, {mode: Result})."""
+    first `questions` of LIVE_QUESTIONS: (markdown lines, {mode: Result}). restart: starts the server again
+    on the same URL before each mode's chains, so that nothing is cached from an earlier mode or repetition
+    (None: a server this process does not own, whose caches stay warm). speculate: also measure
+    `--speculate` there (perf/speculation.py's ratios, the default layout)."""
     props, load, t0 = server_props(url), os.getloadavg(), time.perf_counter()
     qs = LIVE_QUESTIONS[:questions]
     result = overhead(
-        Client(url, model, timeout=900.0), modes, qs, steps, reps, LIVE_LIMITS, count=tokenizer(url)
+        Client(url, model, timeout=900.0),
+        modes,
+        qs,
+        steps,
+        reps,
+        LIVE_LIMITS,
+        reset=restart or (lambda: None),
+        count=tokenizer(url),
     )
     avg = lambda xs: ", ".join(f"{x:.1f}" for x in xs)
     n_ctx = props.get("default_generation_settings", {}).get("n_ctx", "?")
@@ -124,7 +147,14 @@ def live_section(url: str, model: str, reps: int, steps: int, modes: tuple, ques
         f"Workload: {len(qs)} text question(s), {steps} steps per chain, max_tokens {LIVE_LIMITS[0]} per "
         "step, json judges (a reason of at most 200 characters and a score; short judges the score alone); a "
         f"judge whose reply does not parse asks once more; median of {reps} repetition(s), the modes "
-        "interleaved; the server's caches stay warm between modes. Every ratio is to the base step in the "
+        "interleaved; "
+        + (
+            "the server is started again (cold: its slots and its prompt cache in RAM empty) before each "
+            "mode's chains, as the simulator forgets its cache. "
+            if restart
+            else "the server's caches stay warm between modes and repetitions. "
+        )
+        + "Every ratio is to the base step in the "
         f"per-role layout. Load average (1, 5, 15 min) before: {avg(load)}; after: {avg(os.getloadavg())} "
         f"(other processes may share the machine). The section took {time.perf_counter() - t0:.0f} s.",
         "",
@@ -140,7 +170,27 @@ def live_section(url: str, model: str, reps: int, steps: int, modes: tuple, ques
         + token_table(result)
         + ["", FLOOR]
     )
-    return lines + [""] + adaptive_lines(result), result
+    lines += [""] + adaptive_lines(result)
+    if speculate:
+        spec = speculation.ratios(
+            Client(url, model, timeout=900.0),
+            reps,
+            steps,
+            list(qs),
+            None,
+            DEFAULT_LAYOUT,
+            restart or (lambda: None),
+            LIVE_LIMITS[0],
+        )
+        lines += [
+            "",
+            f"`--speculate` on this server (perf/speculation.py: whole chains of {steps} steps, json "
+            f"score-only judges overlapped, the {DEFAULT_LAYOUT} layout, against the base reasoner's chains; "
+            f"{reps} repetition(s), interleaved, the same start before each as above): "
+            f"{speculation.said(spec)}. The server computes on this machine's {os.cpu_count()} cores, "
+            "with no spare parallel capacity: a speculative proposal takes time the judges would have used.",
+        ]
+    return lines, result
 
 
 def flags_section(
@@ -158,11 +208,17 @@ def flags_section(
     ]
     for flags, what in SERVER_FLAGS:
         url, pid = start_server(flags)
+        port, live = urllib.parse.urlsplit(url).port, [pid]  # live: the running server's PID
+
+        def restart(flags=flags, port=port, live=live):
+            stop_server(live.pop())
+            live.append(start_server(flags, port)[1])
+
         try:
             section, result = (
-                live_section(url, model, reps, steps, LIVE_MODES, questions)
+                live_section(url, model, reps, steps, LIVE_MODES, questions, restart, speculate=True)
                 if first is None
-                else live_section(url, model, flag_reps, steps, FLAG_MODES, questions)
+                else live_section(url, model, flag_reps, steps, FLAG_MODES, questions, restart)
             )
         except EndpointError as e:  # a flag set the workload cannot run on (-np 2 refuses n = 3): said
             if first is None:
@@ -170,7 +226,8 @@ def flags_section(
             rows.append(f"| `{flags}` | {what} | the run failed: {e.message} | | | | |")
             continue
         finally:
-            stop_server(pid)
+            if live:
+                stop_server(live[0])
         lines, first = (section, result) if first is None else (lines, first)
         rows += [
             f"| `{flags or '(none)'}` | {what} | {m.name} | {m.layout} | {r.seconds:.2f} | {r.ratio:.2f}× | "
@@ -180,7 +237,8 @@ def flags_section(
         ]
     intro = [
         "Each server: serve_tiny.sh (llama-server, SmolLM2-135M-Instruct, -c 8192 -np 4 -t 2) with the "
-        f"flags added, started and stopped by this run; {questions} question(s), {steps} steps per chain, "
+        "flags added, started and stopped by this run (started again, cold, before each mode's chains); "
+        f"{questions} question(s), {steps} steps per chain, "
         f"median of {flag_reps} repetition(s) ({reps} for the rows without flags, which are 2b's). Computed "
         "prompt tokens: per step after each chain's first. Each ratio is to the base step (per-role layout) "
         "on the same server.",

@@ -122,9 +122,10 @@ def task_tokens(count, js, cands, fmt: str) -> int | None:
 
 
 def run_chains(
-    client, mode: Mode, questions, steps: int, limits: tuple, image=None, fmt: str = "json", count=None
+    client, mode: Mode, questions, steps: int, limits: tuple, images=None, fmt: str = "json", count=None
 ) -> Chains:
     """Run `steps` steps of verdict.step on each question in `mode`, with judges replying in format `fmt`.
+    images: one image per question (as a benchmark's items each have their own), or None (text only).
     limits = max_tokens of (a step, a judge that explains, a short judge); None: the judge's own default.
     count(text) -> tokens (tokenizer): when given, each step's judge tasks are counted (Chains.tasks), after
     the step's time is taken."""
@@ -140,8 +141,10 @@ def run_chains(
     ]
     pool, config = judges.thread_map(mode.n * len(js) if mode.concurrent else 1), verdict.Config(n=mode.n)
     out = Chains([], [], [], 0, 0, [] if count else None)
-    for q in questions:
-        state = verdict.State(q, () if image is None else (image,))
+    if images is not None and len(images) != len(questions):
+        raise ValueError(f"{len(images)} images for {len(questions)} questions: give one per question")
+    for k, q in enumerate(questions):
+        state = verdict.State(q, () if images is None else (images[k],))
         for _ in range(steps):
             t0, before = time.perf_counter(), client.usage
             if mode.concurrent or mode.n == 1:
@@ -187,6 +190,7 @@ class Result:
     chains: list  # [reps][Q] every repetition's chains
     spread: tuple = (math.nan, math.nan)  # (min, max) over repetitions of the ratio, whole chains
     floor: float | None = None  # the floor of computed prompt tokens per step after the first (floor())
+    per_chain: float | None = None  # prompt tokens the server computed per whole chain, first step too
 
 
 def floor(base_computed: float | None, runs: list, steps: int) -> float | None:
@@ -220,6 +224,17 @@ def token_figures(runs: list, steps: int) -> tuple:
         total("completion_tokens") / len(later),
         total("cache_reports") / replies if replies else math.nan,
     )
+
+
+def chain_computed(runs: list) -> float | None:
+    """Prompt tokens the server computed per whole chain (every step, the cold first one too), over every
+    repetition's run_chains Chains: what an item costs, where a layout that computes an image once per role
+    shows. None unless every reply reported its cached tokens."""
+    usage = [u for c in runs for u in c.usage]
+    total = lambda k: sum(u.get(k, 0) for u in usage)
+    if not total("replies") or total("cache_reports") != total("replies"):
+        return None
+    return total("computed_prompt_tokens") / sum(len(c.chains) for c in runs)
 
 
 def server_ms(runs: list) -> tuple | None:
@@ -279,7 +294,7 @@ def overhead(
     steps: int,
     reps: int,
     limits: tuple,
-    image=None,
+    images=None,
     reset=lambda: None,
     fmt: str = "json",
     count=None,
@@ -292,7 +307,7 @@ def overhead(
     for r in range(reps):
         for mode in modes if r % 2 == 0 else modes[::-1]:
             reset()
-            runs[mode].append(run_chains(client, mode, questions, steps, limits, image, fmt, count))
+            runs[mode].append(run_chains(client, mode, questions, steps, limits, images, fmt, count))
     times = {
         m: [np.array(c.seconds).reshape(len(questions), steps) for c in runs[m]] for m in modes
     }  # [Q, S] each
@@ -316,6 +331,7 @@ def overhead(
             [c.chains for c in runs[m]],
             (min(ratios(m, slice(None))), max(ratios(m, slice(None)))),
             floor(out[BASE].computed if m != BASE else computed, [c.tasks for c in runs[m]], steps),
+            chain_computed(runs[m]),
         )
     return out
 
@@ -338,13 +354,13 @@ def time_table(result: dict, scale: float = 1.0) -> list:
 def token_table(result: dict) -> list:
     """Markdown rows: prompt tokens per step after each chain's first step, and those the server computed, to
     the base step's and to the floor (Result.floor); the server's own time per step computing prompts and
-    generating (all steps; when it reports timings)."""
+    generating (all steps; when it reports timings); the tokens it computed per whole chain."""
     base = result[BASE].computed
     rows = [
         "| mode | layout | prompt tokens per step | computed by the server | reused from its cache | "
         "computed vs base | floor | computed vs floor | completion tokens per step | server ms per step: "
-        "prompts + generating (prompts' share) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "prompts + generating (prompts' share) | computed per whole chain |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for m, r in result.items():
         c, ms, f = r.computed, r.server_ms, r.floor
@@ -353,7 +369,8 @@ def token_table(result: dict) -> list:
             f"{'—' if c is None or not r.prompt else f'{1 - c / r.prompt:.0%}'} | "
             f"{'—' if c is None or not base else f'{c / base:.2f}×'} | {'—' if f is None else f'{f:,.0f}'} | "
             f"{'—' if c is None or not f else f'{c / f:.2f}×'} | {r.completion:,.0f} | "
-            f"{'—' if not ms or not sum(ms) else f'{ms[0]:,.0f} + {ms[1]:,.0f} ({ms[0] / sum(ms):.0%})'} |"
+            f"{'—' if not ms or not sum(ms) else f'{ms[0]:,.0f} + {ms[1]:,.0f} ({ms[0] / sum(ms):.0%})'} | "
+            f"{'—' if r.per_chain is None else f'{r.per_chain:,.0f}'} |"
         )
     return rows
 

@@ -59,7 +59,9 @@ class Speculator:
 
     def __init__(self, propose: Callable[[verdict.State, int], Sequence[str]], config: verdict.Config):
         self.propose, self.config = propose, config
-        self._pool = ThreadPoolExecutor(max_workers=config.n, thread_name_prefix="speculate")
+        # a step's n proposals, beside up to n - 1 dropped ones of the step before that may still be running:
+        # a new proposal never waits for a thread
+        self._pool = ThreadPoolExecutor(max_workers=2 * config.n, thread_name_prefix="speculate")
         self._lock = threading.Lock()
         self._parent: verdict.State | None = None  # the state whose candidates were speculated on
         self._pending: dict = {}  # candidate -> (Future of its proposal, its _Tally or None)

@@ -180,9 +180,11 @@ def test_start_server_reads_the_url_and_pid_and_stop_server_stops_it(monkeypatch
 def test_causes_say_the_floor_multiples_and_the_real_servers_time():
     per = lambda ratio, computed, ms, f=None: replace(result(ratio, computed), server_ms=ms, floor=f)
     at = lambda m: replace(m, layout=DEFAULT_LAYOUT)
-    sim = {BASE: result(1.0, 100.0), at(CONC_SCORE): per(1.2, 900.0, None, 600.0)}
+    sim = {BASE: result(1.0, 100.0), at(CONC_SCORE): replace(per(1.2, 900.0, None, 600.0), per_chain=4321.0)}
     live = {BASE: per(1.0, 30.0, (40.0, 160.0)), at(CONC_SCORE): per(9.0, 600.0, (900.0, 2100.0), 400.0)}
-    floor, time_ = bench.causes(sim, live)
+    floor, chain, time_ = bench.causes(sim, live)
+    said = [f"{'4,321' if lay == DEFAULT_LAYOUT else '—'} in the {lay} layout" for lay in ORDER]
+    assert f"the simulated server {', '.join(said)};" in chain
     # 900 / 600 = 1.50×, 600 / 400 = 1.50×; 160 / (40 + 160) = 80% generating, 2,100 / 3,000 = 70%
     assert f"1.50× in the {DEFAULT_LAYOUT} layout" in floor and floor.count("1.50×") == 2
     assert floor.count("— in the") == 2 * (len(ORDER) - 1)
@@ -195,7 +197,7 @@ def test_causes_say_the_floor_multiples_and_the_real_servers_time():
         "(70% generating)" in time_
     )
     assert (
-        len(bench.causes(sim, None)) == 1
+        len(bench.causes(sim, None)) == 2
         and bench.causes(sim, None)[0].count("— in the") == 2 * len(ORDER) - 1
     )
 
@@ -208,21 +210,27 @@ def test_a_flag_set_the_workload_cannot_run_on_is_reported_and_the_others_run(mo
     monkeypatch.setattr(
         llama_server,
         "start_server",
-        lambda flags: started.append(flags) or (f"http://x/{len(started)}", len(started)),
+        lambda flags, port=None: (
+            started.append((flags, port))
+            or (f"http://127.0.0.1:{port or 900 + len(started)}/v1", len(started))
+        ),
     )
     monkeypatch.setattr(llama_server, "stop_server", stopped.append)
 
-    def live(url, model, reps, steps, modes, questions):
-        if url.endswith("/2"):
+    def live(url, model, reps, steps, modes, questions, restart, speculate=False):
+        assert speculate == (modes == llama_server.LIVE_MODES)  # --speculate measured in 2b only
+        restart()  # before a mode's chains: the server stopped and started again, cold, on the same port
+        if url.endswith(":903/v1"):  # the second flag set
             raise EndpointError(url, 400, "Field 'n': Value must be between 1 <= value <= 2, but got 3")
         return [f"section at {url}"], {m: result(1.0, 10.0) for m in modes}
 
     monkeypatch.setattr(llama_server, "live_section", live)
     lines, rows, first = llama_server.flags_section(2, 2, "m", 1, 1)
-    assert started == [f for f, _ in llama_server.SERVER_FLAGS] and stopped == list(
-        range(1, len(started) + 1)
-    )
-    assert lines == ["section at http://x/1"] and set(first) == set(llama_server.LIVE_MODES)
+    # each flag set: started on a free port, then again on the same port; every PID stopped once
+    flag_sets = [f for f, _ in llama_server.SERVER_FLAGS]
+    assert started == [(f, p) for i, f in enumerate(flag_sets) for p in (None, 901 + 2 * i)]
+    assert stopped == list(range(1, len(started) + 1))
+    assert lines == ["section at http://127.0.0.1:901/v1"] and set(first) == set(llama_server.LIVE_MODES)
     failed = [r for r in rows if "the run failed" in r]
     assert (
         len(failed) == 1

@@ -79,19 +79,26 @@ def test_reasoner_request_shape_with_image(loopback, png):
     )
 
 
-def test_the_default_layout_is_per_role(loopback, png):
-    # chosen by measurement (docs/results.md): each role's instructions are its own system message
+def test_the_default_layout_is_role_first(loopback, png):
+    # chosen by measurement (docs/results.md): every role's request starts with the same system message,
+    # image and question, then the role's own instructions, then the steps and the task
     srv = loopback(steps_then_scores)
     client = Client(srv.url, "m")
     state = verdict.State("Is the cup left of the plate?", (png,), ("The cup is visible.",))
     Reasoner(client)(state, 1), Judge(client, "logical")(state, "a step")
-    assert prompting.DEFAULT_LAYOUT == "per-role"
-    assert [b["messages"][0]["content"] for b in srv.chats] == [
-        load_prompt("reasoner")["instructions"],
-        load_prompt("logical")["instructions"],
-    ]
-    assert {j.layout for j in make_judges(client)} == {"per-role"}
-    assert judges.Reviser(client, make_judges(client)).layout == "per-role"
+    assert prompting.DEFAULT_LAYOUT == "role-first"
+    assert [b["messages"][0]["content"] for b in srv.chats] == [load_prompt("shared").system] * 2
+    for body, role in zip(srv.chats, ("reasoner", "logical")):
+        content = body["messages"][1]["content"]
+        assert content[0]["type"] == "image_url"  # the image first: shared by every role of the item
+        text = content[1]["text"]
+        assert (
+            text.index("Is the cup left")
+            < text.index(load_prompt(role)["instructions"])
+            < text.index("Step 1: The cup is visible.")
+        )
+    assert {j.layout for j in make_judges(client)} == {"role-first"}
+    assert judges.Reviser(client, make_judges(client)).layout == "role-first"
 
 
 def test_no_image_sends_plain_string_content(loopback):

@@ -99,13 +99,20 @@ def test_token_figures_count_the_steps_after_each_chains_first():
     assert (
         overhead.token_figures([[u(1, 1, 1, 1)]], 1)[1] is None
     )  # no step after a first one: nothing to say
+    # per whole chain, first steps too: (1000 + 60 + 40 + 900 + 100 + 20) / 2 chains = 1,060; with the
+    # reply that did not report, unknown
+    chains = lambda usage: overhead.Chains([], usage, [["a step"]], 0, 0)
+    runs[1][1] = u(500, 100, 2, 2)
+    assert overhead.chain_computed([chains(runs[0]), chains(runs[1])]) == 1060.0
+    runs[1][1] = u(500, 100, 2, 1)
+    assert overhead.chain_computed([chains(runs[0]), chains(runs[1])]) is None
 
 
 def test_overhead_results_and_tables(tmp_path):
     image = Image.new("RGB", (64, 64), "red")
     with sim() as srv:
         modes = in_layouts((CONC, CONC_SCORE, ADAPTIVE))
-        result = overhead.overhead(Client(srv.url, "sim"), modes, ["Q? A. x B. y"], 3, 2, LIMITS, image)
+        result = overhead.overhead(Client(srv.url, "sim"), modes, ["Q? A. x B. y"], 3, 2, LIMITS, [image])
     assert list(result) == list(modes) and modes[:3] == tuple(
         replace(BASE, layout=lay) for lay in overhead.ORDER
     )
@@ -126,13 +133,22 @@ def test_overhead_results_and_tables(tmp_path):
     assert len(times) == len(tokens) == 2 + len(result) and times[2].startswith(
         "| base (reasoner alone, n = 1) | per-role |"
     )
-    assert re.search(r"\| 1\.00× \| — \| — \| [\d,]+ \| — \|$", tokens[2])  # no floor: nothing counted
-    assert all(row.count("|") == 8 for row in times[2:]) and all(row.count("|") == 11 for row in tokens[2:])
+    # no floor: nothing counted; per whole chain, the cold first step computes its whole prompt, image and all
+    assert re.search(rf"\| 1\.00× \| — \| — \| [\d,]+ \| — \| {base.per_chain:,.0f} \|$", tokens[2])
+    # per-role computes the item's image once per role on a chain's cold first step, role-first once
+    for m in (CONC, CONC_SCORE):
+        per_role, first = result[replace(m, layout="per-role")], result[replace(m, layout="role-first")]
+        assert per_role.per_chain > first.per_chain
+    assert all(row.count("|") == 8 for row in times[2:]) and all(row.count("|") == 12 for row in tokens[2:])
     # the simulator is deterministic: adaptive's chains are full judging's, and each mode repeats itself
     assert overhead.agreement(result, ADAPTIVE, CONC_SCORE) == (2, 2) and overhead.agreement(
         result, CONC, CONC, 1
     ) == (1, 1)
-    assert overhead.agreement(result, ADAPTIVE, CONC) == (0, 2)  # other judges (they explain): other choices
+    other = {
+        **result,
+        CONC: replace(result[CONC], chains=[[["another step"]], [list(result[CONC].chains[1][0])]]),
+    }
+    assert overhead.agreement(other, ADAPTIVE, CONC) == (1, 2)  # a chain that differs is counted as such
     path = tmp_path / "overhead.png"
     overhead.picture([("simulated", result), ("again", result)], str(path))
     img = Image.open(path)

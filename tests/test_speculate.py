@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 import time
 
@@ -39,8 +40,8 @@ class Deterministic:
         with self.lock:
             self.seen.append((role, json.dumps(body, sort_keys=True)))
         h = digest(body, str(body.get("seed")))
+        depth = json.dumps(body["messages"]).count("Step ")  # a final answer only after two steps
         if role == "reasoner":
-            depth = json.dumps(body["messages"]).count("Step ")
             texts = [
                 "Final answer: B"
                 if depth >= 2 and (h >> (8 * i)) % 3 == 0
@@ -49,7 +50,7 @@ class Deterministic:
             ]
             return chat_response(texts, completion_tokens=7 * len(texts))
         if role == "reviser":
-            return chat_response("Final answer: B" if h % 2 else f"The cube is at {h % 13}.")
+            return chat_response("Final answer: B" if depth >= 2 and h % 2 else f"The cube is at {h % 13}.")
         if role == "prior":
             return chat_response("- Find the cube first.")
         if role == "premises":
@@ -176,6 +177,33 @@ def test_a_failed_speculative_proposal_raises_only_when_taken():
     assert trace.stopped == "budget" and trace.chain == ["a"]  # the taken proposal's Stop, as a plain run
 
 
+def test_a_dropped_proposal_still_running_never_delays_the_next_steps_proposals():
+    # "slow…" proposals hang until released; they are always dropped. With n threads, step 1's dropped
+    # "slow1" and step 2's "slow2" would hold both and "fast2"'s proposal would wait for a thread.
+    config, release = verdict.Config(n=2, max_steps=5), threading.Event()
+
+    def propose(state, n):
+        last = state.steps[-1] if state.steps else ""
+        if last.startswith("slow"):
+            release.wait()
+        k = len(state.steps) + 1
+        return [f"slow{k}", f"fast{k}"]
+
+    s = speculate.Speculator(propose, config)
+    root = verdict.State("q")
+    try:
+        assert s(root, 2) == ["slow1", "fast1"]
+        assert s(root.extend("fast1"), 2) == ["slow2", "fast2"]  # "slow1" dropped, still running
+        taken = []
+        worker = threading.Thread(target=lambda: taken.append(s(root.extend("fast1").extend("fast2"), 2)))
+        worker.start()
+        worker.join(timeout=30)  # with a free thread it returns at once; without one it waits for release
+        assert taken == [["slow3", "fast3"]]
+    finally:
+        release.set()
+        s.finish()
+
+
 def test_demo_and_evaluate_take_speculate(tmp_path, monkeypatch, capsys):
     import demo
     import evaluate
@@ -197,3 +225,27 @@ def test_the_simulated_measurement_runs():
 
     ratios = measure(reps=1, time_scale=0.0, steps=3, questions=1)
     assert set(ratios) == {"verdict", "speculate"} and all(len(r) == 1 and r[0] > 0 for r in ratios.values())
+
+
+def test_the_measurement_runs_on_any_server_text_only_and_resets_before_each_kind():
+    from perf import speculation
+
+    resets, server = [], Deterministic()
+    with LoopbackServer(server) as srv:
+        out = speculation.ratios(
+            Client(srv.url, "m"),
+            2,
+            3,
+            ["Where is the cube?"],
+            None,
+            "role-first",
+            lambda: resets.append(1),
+            48,
+        )
+    assert len(resets) == 6 and all(len(r) == 2 and r[0] > 0 for r in out.values())  # 3 kinds × 2 repetitions
+    roles = {role for role, _ in server.seen}
+    assert roles == {"reasoner", *verdict.JUDGES} and all(
+        '"max_tokens": 48' in b for r, b in server.seen if r == "reasoner"
+    )
+    figure = r"[\d.]+× base \(min–max [\d.]+–[\d.]+\)"
+    assert re.fullmatch(f"VERDICT {figure}, with `--speculate` {figure}", speculation.said(out))
