@@ -221,7 +221,7 @@ def sequential_explanation(lm: LatencyModel, n: int = 3, m: int = 3) -> list:
 def targets(
     ratios: dict, sim: dict, live: dict | None, per_judge: float | None = None, spec: dict | None = None
 ) -> list:
-    """The issue's targets, each with its measured figure in every layout (ORDER); met or missed is judged on
+    """The targets, each with its measured figure in every layout (ORDER); met or missed is judged on
     the default layout (prompting.DEFAULT_LAYOUT). per_judge: the response cache's stored bytes per judge
     reply (section 4); spec: perf/speculation.py's ratios (section 2a), measured in the default layout."""
 

@@ -29,6 +29,7 @@ from perf.overhead import (
     adaptive_lines,
     in_layouts,
     overhead,
+    run_chains,
     time_table,
     token_table,
     tokenizer,
@@ -46,8 +47,8 @@ LIVE_QUESTIONS = (
     "Tom has 3 apples and buys 2 more. How many apples does he have? Options: A. 4 B. 5 C. 6",
     "A shelf holds 4 red books and 3 blue books. How many books are on it? Options: A. 6 B. 7 C. 8",
 )
-# 2b: the paper's sequential setting, the default and adaptive judging (scalar judges: the default since issue
-# 25; judges with reasons are in 2a), in every layout
+# 2b: the paper's sequential setting, the default and adaptive judging (scalar judges, the default; judges
+# with reasons are in 2a), in every layout
 LIVE_MODES = in_layouts((SEQ_SCORE, CONC_SCORE, ADAPTIVE))
 FLAG_MODES = in_layouts((CONC_SCORE,))  # 2c: the mode with the fewest tokens to decode
 # max_tokens of a step; the judges' own (json: a reason of at most 200 characters)
@@ -193,6 +194,45 @@ def live_section(
     return lines, result
 
 
+SLOT_EVENT = re.compile(
+    r"id +(\d+) \| task (-?\d+) \| (?:selected slot by (LCP similarity|LRU)(?:.*?f_keep = ([\d.]+))?"
+    r"|processing task, is_child = (\d)|prompt eval time = +[\d.]+ ms / +(\d+) tokens)"
+)
+
+
+def slot_requests(log: str) -> list:
+    """llama-server's log (at its default verbosity) as one (slot, chosen by, f_keep, prompt tokens computed)
+    per request it served: "LCP similarity" (the idle slot whose last prompt shares the longest head with the
+    request; f_keep: the share of that slot's tokens kept) or "LRU" (no idle slot similar enough: the least
+    recently used one), or "child" (one of n > 1 choices, which shares its parent's prompt)."""
+    chosen, task_of, out = {}, {}, {}
+    for slot, task, how, keep, child, computed in SLOT_EVENT.findall(log):
+        if how:  # logged before the task is known: it names the slot the next launch on that slot takes
+            chosen[slot] = (how, float(keep) if keep else None)
+        elif child:
+            how, keep = ("child", None) if child == "1" else chosen.pop(slot, ("?", None))
+            task_of[task] = out[task] = [int(slot), how, keep, None]
+        elif task in task_of:
+            task_of[task][3] = int(computed)
+    return [tuple(r) for r in out.values() if r[3] is not None]
+
+
+def slot_lines(requests: list) -> list:
+    """Markdown rows from slot_requests: per way a slot was chosen, its requests and the tokens computed."""
+    rows = [
+        "| slot chosen by | requests | prompt tokens computed: mean | total | mean f_keep |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for how in ("LCP similarity", "LRU", "child"):
+        got = [r for r in requests if r[1] == how]
+        keeps = [r[2] for r in got if r[2] is not None]
+        if got:
+            total = sum(r[3] for r in got)
+            keep = f"{sum(keeps) / len(keeps):.2f}" if keeps else "—"
+            rows.append(f"| {how} | {len(got)} | {total / len(got):,.0f} | {total:,} | {keep} |")
+    return rows
+
+
 def flags_section(
     reps: int, steps: int, model: str, questions: int = 2, flag_reps: int | None = None
 ) -> tuple:
@@ -245,3 +285,30 @@ def flags_section(
         "",
     ]
     return lines, intro + rows, first
+
+
+if __name__ == "__main__":
+    # python -m perf.llama_server [layout]: one chain of the default settings (concurrent, short judges; the
+    # default layout unless named) on a fresh serve_tiny.sh server, then, from its log, how each request's
+    # slot was chosen and what it computed.
+    import sys
+
+    from dataclasses import replace
+
+    layout = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_LAYOUT
+    url, pid = start_server("")
+    try:
+        run_chains(
+            Client(url, "smollm2", timeout=900.0),
+            replace(CONC_SCORE, layout=layout),
+            LIVE_QUESTIONS[:1],
+            2,
+            LIVE_LIMITS,
+        )
+    finally:
+        stop_server(pid)
+    port = urllib.parse.urlsplit(url).port
+    cache = os.environ.get("VERDICT_TINY_CACHE", os.path.expanduser("~/.cache/verdict-tiny"))
+    with open(os.path.join(cache, f"server-{port}.log"), encoding="utf-8", errors="replace") as fh:
+        print(f"{CONC_SCORE.name}, {layout} layout, 1 question, 2 steps:")
+        print("\n".join(slot_lines(slot_requests(fh.read()))))

@@ -240,3 +240,34 @@ def test_a_flag_set_the_workload_cannot_run_on_is_reported_and_the_others_run(mo
     assert len(rows) == 4 + 1 + len(llama_server.FLAG_MODES) * (
         len(llama_server.SERVER_FLAGS) - 1
     )  # intro, header, failure, rest
+
+
+SLOT_LOG = """\
+0.00.602.308 I slot get_availabl: id  3 | task -1 | selected slot by LRU, t_last = -1
+0.00.602.483 I slot launch_slot_: id  0 | task 1 | processing task, is_child = 1
+0.00.602.542 I slot launch_slot_: id  3 | task 0 | processing task, is_child = 0
+0.01.512.601 I slot print_timing: id  0 | task 1 | prompt eval time =     758.48 ms /   269 tokens
+0.01.675.166 I slot print_timing: id  3 | task 0 | prompt eval time =     760.30 ms /   269 tokens
+0.01.779.086 I slot get_availabl: id  3 | task -1 | selected slot by LCP similarity, f_sim_best = 0.353 \
+(> 0.1 thold), f_keep = 0.429
+0.01.783.386 I slot launch_slot_: id  3 | task 28 | processing task, is_child = 0
+0.09.974.348 I slot print_timing: id  3 | task 28 | prompt eval time =    3673.57 ms /    22 tokens
+0.09.974.400 I slot get_availabl: id  1 | task -1 | selected slot by LCP similarity, f_sim_best = 0.801 \
+(> 0.1 thold), f_keep = 0.812
+0.09.974.500 I slot launch_slot_: id  1 | task 30 | processing task, is_child = 0
+"""
+
+
+def test_slot_requests_read_how_llama_server_chose_each_slot_and_what_it_computed():
+    # a request is known by its task: its slot's choice is logged just before its launch; a task still
+    # running when the log ends (30) computed nothing yet and is left out
+    assert llama_server.slot_requests(SLOT_LOG) == [
+        (0, "child", None, 269),
+        (3, "LRU", None, 269),
+        (3, "LCP similarity", 0.429, 22),
+    ]
+    assert llama_server.slot_lines(llama_server.slot_requests(SLOT_LOG))[2:] == [
+        "| LCP similarity | 1 | 22 | 22 | 0.43 |",
+        "| LRU | 1 | 269 | 269 | — |",
+        "| child | 1 | 269 | 269 | — |",
+    ]

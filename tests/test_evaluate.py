@@ -807,7 +807,7 @@ def test_zoom_and_revise_rows_record_their_paths_and_costs(tmp_path, loopback):
 
 def test_a_lone_surrogate_in_a_jsonl_cell_is_read_as_u_fffd_and_every_file_is_written(tmp_path, loopback):
     # "\ud800" in a JSONL question is valid JSON but no text: no UTF-8 file could hold it. It is read as
-    # U+FFFD, so the chains run and the predictions, the rows and the tables are written (issue 24, fault 8).
+    # U+FFFD, so the chains run and the predictions, the rows and the tables are written.
     data = tmp_path / "lone.jsonl"
     row = {"id": "q0", "question": "Which? \ud800", "options": {"A": "x", "B": "y"}, "answer": "B"}
     data.write_text(json.dumps(row) + "\n", encoding="utf-8")

@@ -1,4 +1,4 @@
-"""Tests for a run directory under faults (issue 24): rows tied to their input (a changed item runs again,
+"""Tests for a run directory under faults: rows tied to their input (a changed item runs again,
 the summary says how many, merge refuses shards of different inputs), merge never replacing a finished run,
 judges that never score, a full disk, a first run that fails before it starts, damaged run directories,
 Ctrl-C and a shard resumed with a smaller --limit. Each error a user can cause is one line on stderr and a
