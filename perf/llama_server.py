@@ -126,7 +126,7 @@ def live_section(
     (None: a server this process does not own, whose caches stay warm). speculate: also measure
     `--speculate` there (perf/speculation.py's ratios, the default layout)."""
     props, load, t0 = server_props(url), os.getloadavg(), time.perf_counter()
-    qs = LIVE_QUESTIONS[:questions]
+    qs, reset = LIVE_QUESTIONS[:questions], restart or (lambda: None)
     result = overhead(
         Client(url, model, timeout=900.0),
         modes,
@@ -134,7 +134,7 @@ def live_section(
         steps,
         reps,
         LIVE_LIMITS,
-        reset=restart or (lambda: None),
+        reset=reset,
         count=tokenizer(url),
     )
     avg = lambda xs: ", ".join(f"{x:.1f}" for x in xs)
@@ -180,7 +180,7 @@ def live_section(
             list(qs),
             None,
             DEFAULT_LAYOUT,
-            restart or (lambda: None),
+            reset,
             LIVE_LIMITS[0],
         )
         lines += [

@@ -149,6 +149,15 @@ def test_targets_are_the_issues_judged_on_the_default_layout():
 def test_live_section_against_a_simulated_server():
     with LoopbackServer(SimulatedServer(LatencyModel(time_scale=0.0), final_at=1)) as srv:
         lines, res = llama_server.live_section(srv.url, "sim", 1, 2, in_layouts((CONC,)))
+        resets = []
+        spec, _ = llama_server.live_section(
+            srv.url, "sim", 1, 2, (), 1, lambda: resets.append(1), speculate=True
+        )
+    # the server started again before each mode's chains (BASE alone) and each speculation kind (3)
+    assert len(resets) == 4 and "started again (cold" in "\n".join(spec)
+    assert re.search(
+        r"`--speculate` on this server .*: VERDICT [\d.]+× base .*, with `--speculate` [\d.]+×", spec[-1]
+    )
     text = "\n".join(lines)
     assert list(res) == list(in_layouts((CONC,))) and "2 text question(s), 2 steps per chain" in text
     assert "| concurrent | shared |" in text and "| prompt tokens per step | computed by the server |" in text
