@@ -235,11 +235,7 @@ def targets(
 
     each = lambda result, m, f: [f(result, replace(m, layout=lay)) if result else None for lay in ORDER]
     ratio = lambda result, m: result[m].ratio if m in result else None
-    to_floor = lambda result, m: (
-        result[m].computed / result[m].floor
-        if m in result and result[m].computed and result[m].floor
-        else None
-    )
+    to_floor = lambda result, m: result[m].to_floor if m in result else None
     at_most = lambda bound: lambda v: v <= bound
     near = lambda v: 0.75 <= v / PAPER_OVERHEAD <= 1.25
     checks = (  # (the target; {mode: Result}; the mode; the figure; met if)
@@ -300,9 +296,7 @@ def causes(sim: dict, live: dict | None) -> list:
     it saw) and on llama-server, and where the real server's time goes (its own timings: computing prompts
     against generating)."""
     multiple = lambda res, m: (
-        f"{res[m].computed / res[m].floor:.2f}×"
-        if res and m in res and res[m].computed and res[m].floor
-        else "—"
+        f"{res[m].to_floor:.2f}×" if res and m in res and res[m].to_floor is not None else "—"
     )
     per_layout = lambda res: ", ".join(
         f"{multiple(res, replace(CONC_SCORE, layout=lay))} in the {lay} layout" for lay in ORDER

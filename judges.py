@@ -232,6 +232,11 @@ def ask(
 # ----------------------------------------------------------------------------- judges
 
 
+def scale_of(fmt: str) -> str:
+    """The answer scale a text or digit reply is asked for (replies.SCALE)."""
+    return SCALE["unit" if fmt == "text" else "digit"]
+
+
 class Judge:
     """One frozen verification agent: judge(state, step) -> ŝ in [0, 1], or NaN (abstain).
 
@@ -342,8 +347,7 @@ class Judge:
         """What the request asks the reply to be, in format fmt (its prompt's {reply})."""
         if fmt == "json":
             return JSON_SCORE_ONLY if self.score_only else JSON_EXPLAIN
-        scale = SCALE["unit" if fmt == "text" else "digit"]
-        return (SCORE_ONLY if self.score_only else EXPLAIN).format(scale=scale)
+        return (SCORE_ONLY if self.score_only else EXPLAIN).format(scale=scale_of(fmt))
 
     def task(self, step: str, fmt: str | None = None) -> str:
         """The judge's task about `step` as its request holds it (the prompt's [task]: the candidate, fenced,
@@ -358,7 +362,7 @@ class Judge:
         if fmt == "json":
             follow_up = lambda reason: JSON_FOLLOW_UP.format(reason=reason)
         else:
-            follow_up = lambda reason: FOLLOW_UP.format(scale=SCALE["unit" if fmt == "text" else "digit"])
+            follow_up = lambda reason: FOLLOW_UP.format(scale=scale_of(fmt))
         evidence, looks, zoomed = "", (), {}
         if self.grounding is not None:
             evidence = self.grounding.evidence(self.name, state)

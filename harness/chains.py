@@ -65,9 +65,7 @@ class Settings:
     max_tokens: int  # per reasoner step
     judge_kw: dict  # Judge's max_tokens, score_only, and the run's one JudgeFormat
     mode_kw: dict  # ModeCalls' max_tokens, and the run's JudgeFormat (its JSON requests' schemas)
-    speculate: bool = (
-        False  # --speculate: a judged chain proposes its next step while judging (perf/speculate.py)
-    )
+    speculate: bool = False  # --speculate: propose the next step while judging (perf/speculate.py)
 
 
 @dataclass

@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-
 from modes.evpv import GATE_TARGET, GATE_TARGETS
 
 MODES = ("prior", "premises", "gate", "zoom")
@@ -70,6 +69,3 @@ class JudgeMode:
         if gates:
             kw.update(gate=True, gate_target=gates[0].partition("-")[2] or GATE_TARGET)
         return cls(**kw)
-
-
-# ----------------------------------------------------------------------------- the flags of the commands

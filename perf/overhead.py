@@ -192,6 +192,11 @@ class Result:
     floor: float | None = None  # the floor of computed prompt tokens per step after the first (floor())
     per_chain: float | None = None  # prompt tokens the server computed per whole chain, first step too
 
+    @property
+    def to_floor(self) -> float | None:
+        """computed / floor (1.00× is a perfect prefix cache); None when either is unknown."""
+        return self.computed / self.floor if self.computed is not None and self.floor else None
+
 
 def floor(base_computed: float | None, runs: list, steps: int) -> float | None:
     """The physical floor of the prompt tokens a step computes, per step after each chain's first: what the
@@ -317,9 +322,10 @@ def overhead(
     out = {}
     for m in modes:
         prompt, computed, completion, reported = token_figures([c.usage for c in runs[m]], steps)
+        whole = ratios(m, slice(None))  # [reps]
         out[m] = Result(
             statistics.median(a.mean() for a in times[m]),
-            ratio(m, slice(None)),
+            statistics.median(whole),
             ratio(m, slice(1, steps - 1)) if steps >= 3 else None,
             sum(c.replies for c in runs[m]) / per,
             sum(c.skipped for c in runs[m]) / per,
@@ -329,7 +335,7 @@ def overhead(
             reported,
             server_ms([c.usage for c in runs[m]]),
             [c.chains for c in runs[m]],
-            (min(ratios(m, slice(None))), max(ratios(m, slice(None)))),
+            (min(whole), max(whole)),
             floor(out[BASE].computed if m != BASE else computed, [c.tasks for c in runs[m]], steps),
             chain_computed(runs[m]),
         )
@@ -368,7 +374,7 @@ def token_table(result: dict) -> list:
             f"| {m.name} | {m.layout} | {r.prompt:,.0f} | {'—' if c is None else f'{c:,.0f}'} | "
             f"{'—' if c is None or not r.prompt else f'{1 - c / r.prompt:.0%}'} | "
             f"{'—' if c is None or not base else f'{c / base:.2f}×'} | {'—' if f is None else f'{f:,.0f}'} | "
-            f"{'—' if c is None or not f else f'{c / f:.2f}×'} | {r.completion:,.0f} | "
+            f"{'—' if r.to_floor is None else f'{r.to_floor:.2f}×'} | {r.completion:,.0f} | "
             f"{'—' if not ms or not sum(ms) else f'{ms[0]:,.0f} + {ms[1]:,.0f} ({ms[0] / sum(ms):.0%})'} | "
             f"{'—' if r.per_chain is None else f'{r.per_chain:,.0f}'} |"
         )

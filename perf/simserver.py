@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 
 import replies
+from client import RANK_HEADER
 from perf.loopback import chat_response
 
 BLOCK = 16  # prefix-cache block size in tokens (vLLM's default block size)
@@ -172,9 +173,6 @@ class _Replica:
     def __init__(self):
         self.slots, self.busy = threading.Condition(), 0
         self.prefill, self.cache = threading.Lock(), set()
-
-
-RANK_HEADER = "X-data-parallel-rank"  # vLLM's: the data-parallel replica a request goes to
 
 
 class SimulatedServer:
