@@ -40,14 +40,11 @@ from dataclasses import replace
 
 from PIL import Image, ImageDraw
 
-import charts
-import client
-import flags
-from flags import add_verifier_args, config_of, modes_of, score_only
-from modes import MODE_MAX_TOKENS, JudgeMode, calls
-import judges
-from perf import speculate
 import verdict
+from judges import EndpointError, api_key
+from verdict_lab import charts, client, flags, speculate, verifier
+from verdict_lab.cache import CacheError
+from verdict_lab.flags import add_verifier_args, modes_of, settings_of
 
 QUESTION = (
     "From the viewer's perspective, is the blue ball to the left or to the right of the red cube?\n"
@@ -176,7 +173,7 @@ def print_trace(trace: verdict.Trace, out=sys.stdout) -> None:
 
 
 def mode_line(rec: dict) -> str:
-    """One line for a judge mode's record (calls.ModeCalls.record): what it made and what it cost."""
+    """One line for a judge mode's record (ModeChain.record): what it made and what it cost."""
     parts = [f"judge mode {rec['judge_mode']}"]
     if "prior" in rec:
         parts.append(f"prior of {len(rec['prior'])} characters")
@@ -267,8 +264,7 @@ def parse_args(argv):
     p.add_argument("--rule", default="verdict", choices=verdict.RULES, help="selection rule (verdict)")
     p.add_argument("--trace", default="verdict_trace.json", help="where to write the trace JSON")
     p.add_argument("--plot", default="verdict_decisions.png", help="where to draw the decision plane")
-    add_verifier_args(p)  # --n, --tau, --eps, --max-steps, --judge-mode, --revise, --mode-max-tokens
-    judges.add_format_arg(p)
+    add_verifier_args(p)  # --n, --tau, --eps, --lam, --max-steps, --judge-format, --judge-mode, --revise, ...
     flags.add_endpoint_args(p)
     return p.parse_args(argv)
 
@@ -324,18 +320,17 @@ def write_text(path: str, text: str) -> None:
         fh.write(text)
 
 
-def check_args(args) -> tuple:
-    """(config, judge mode) from the flags; ValueError names the first bad flag, before any call is made.
-    verdict.Config checks the numbers (τ in [0, 1], ε in (0, 1], ...; see its docstring)."""
-    config, modes = config_of(args, rule=args.rule), modes_of(args)
-    if len(modes) != 1:
+def check_args(args) -> verifier.Settings:
+    """The verifier's settings from the flags; ValueError names the first bad flag, before any call is made
+    (verifier.Settings checks the verifier's: τ in [0, 1], ε in (0, 1], ...)."""
+    if len(modes_of(args)) != 1:
         raise ValueError(
             f"--judge-mode: demo.py runs one mode, got {args.judge_mode!r}; a mode's words are "
             f"joined by +: {args.judge_mode.replace(',', '+')!r}"
         )
-    mode = modes[0]
-    if mode.active and args.base_url is None:  # the scripted judges have no prompt to ground
-        raise ValueError(f"judge mode {mode.name!r} needs a live model (--base-url)")
+    settings = settings_of(args)
+    if settings.mode.active and args.base_url is None:  # the scripted judges have no prompt to ground
+        raise ValueError(f"judge mode {settings.mode.name!r} needs a live model (--base-url)")
     if args.revise and args.base_url is None:
         raise ValueError("--revise needs a live model (--base-url)")
     check_output(args.trace, "--trace")
@@ -349,11 +344,11 @@ def check_args(args) -> tuple:
             client.check_base_url(url)
         if not args.question:
             raise ValueError("live mode needs --question")
-        client.api_key(args.api_key_env or client.DEFAULT_KEY_ENV)  # a key no request can carry
+        api_key(args.api_key_env or flags.DEFAULT_KEY_ENV)  # a key no request can carry
         missing = [p for p in args.image if not os.path.isfile(p)]
         if missing:
             raise ValueError(f"image file not found: {missing[0]}")
-    return config, mode
+    return settings
 
 
 def run_offline(config: verdict.Config) -> verdict.Trace:
@@ -366,70 +361,39 @@ def run_offline(config: verdict.Config) -> verdict.Trace:
     return replace(trace, meta={"mode": "offline", "scene": "verdict_scene.png"})
 
 
-def run_live(args, config: verdict.Config, mode: JudgeMode) -> verdict.Trace:
-    """A real reasoner and real judges at --base-url; EndpointError or ValueError when the endpoint fails."""
+def run_live(args, settings: verifier.Settings) -> verdict.Trace:
+    """A real reasoner and real judges at --base-url (verifier.build); EndpointError or ValueError when the
+    endpoint fails."""
     question = args.question.strip() + ("\n" + "\n".join(parse_choices(args.choices)) if args.choices else "")
     print(f"live demo: reasoner {args.model} at {args.base_url}")
     reasoner, judge = flags.clients_from_args(args)
     client.pin((reasoner, judge), question, 0)  # --dp-replicas: the chain on one replica
-    evidence = calls.ModeCalls(
-        judge, mode, max_tokens=args.mode_max_tokens or MODE_MAX_TOKENS, fmt=args.judge_format
-    )
-    judge_fns = judges.make_judges(
-        judge, grounding=evidence, fmt=evidence.format, score_only=score_only(args)
-    )  # one fallback for all requests; the score alone unless --reasons
-    reviser = judges.Reviser(reasoner, judge_fns) if args.revise else None
-    propose = judges.Reasoner(reasoner)
-    propose = speculate.Speculator(propose, config) if args.speculate else propose
-    try:
-        trace = verdict.run(
-            question,
-            propose,
-            judge_fns,
-            config,
-            image=args.image or None,
-            map_fn=judges.thread_map(args.concurrency),
-            meter=lambda: client.total_usage((reasoner, judge)),
-            revise=reviser,
-        )
-    finally:  # speculative proposals still running end, and are counted
-        propose.finish() if args.speculate else None
+    v = verifier.build(settings, reasoner, judge)
+    trace = verifier.run(v, question, args.image or None, map_fn=verifier.thread_map(args.concurrency))
     usage = (
         {"reasoner": reasoner.usage}
         if reasoner is judge
         else {"reasoner": reasoner.usage, "judges": judge.usage}
     )
-    grounded = {"grounding": evidence.record(question, args.image)} if mode.active else {}
-    if args.speculate:  # what speculation cost, per step and in totals
-        grounded["speculation"] = propose.record(len(trace.steps))
-    return replace(
-        trace,
-        meta={
-            "mode": "live",
-            "model": args.model,
-            "judge_model": judge.model,
-            "usage": usage,
-            **grounded,
-            **judges.record(judge_fns),
-        },
-    )
+    meta = {"mode": "live", "model": args.model, "judge_model": judge.model, "usage": usage, **trace.meta}
+    return replace(trace, meta=meta)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
-        config, mode = check_args(args)
+        settings = check_args(args)
         if args.base_url is not None and (warning := flags.key_warning(args)):
             print(f"demo.py: {warning}", file=sys.stderr)
-        trace = run_offline(config) if args.base_url is None else run_live(args, config, mode)
-    except (client.EndpointError, client.CacheError, ValueError) as e:
+        trace = run_offline(settings.config) if args.base_url is None else run_live(args, settings)
+    except (EndpointError, CacheError, ValueError) as e:
         print(f"demo.py: error: {e}", file=sys.stderr)
         return 2
     print_trace(trace)
     if "speculation" in trace.meta:
         print(speculate.summary(trace.meta["speculation"]))
-    if "grounding" in trace.meta:
-        print(mode_line(trace.meta["grounding"]))
+    if "judge_mode" in trace.meta:
+        print(mode_line(trace.meta["judge_mode"]))
     try:
         text = json.dumps(trace.to_dict(), indent=1, allow_nan=False)  # before any file is touched
         write_whole(args.trace, lambda tmp: write_text(tmp, text))

@@ -1,64 +1,519 @@
 """The base reasoner and the three verification agents of VERDICT, over any OpenAI-compatible endpoint.
 
 Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
-Disagreement-Aware Consensus", ECCV 2026. This module implements:
+Disagreement-Aware Consensus", ECCV 2026: the base reasoner samples n candidate next steps (T = 0.8,
+top-p = 0.6); three frozen agents, each defined by its prompt (prompts/*.txt), visual (λ_V), logical (λ_L)
+and contextual (λ_C), score one candidate each, a raw ŝ_i in [0, 1] ("every agent returns a single
+scalar"), or NaN when the reply held no valid score twice (abstain). Not in the paper: the Reviser, which
+rewrites the best rejected candidate (after ReVISE's self-correction), for verdict.run's `revise`.
 
-- the base reasoner, which samples n candidate next steps at T = 0.8, top-p = 0.6 (experiments);
-- the three frozen agents, each defined entirely by its prompt (prompts/*.txt, after the paper's
-  agent descriptions): visual (λ_V), logical (λ_L) and contextual (λ_C). Each scores one candidate in
-  isolation and returns a raw score ŝ_i in [0, 1], or NaN when it abstains (its reply carried no
-  valid score, twice);
-- revise on reject (after ReVISE's self-correction; not in the paper): the Reviser, which rewrites the best
-  rejected candidate of a step from the judges' reasons, for verdict.run's `revise`;
-- what the paper leaves to an implementation: the "ask once more" follow-up, a thread-pool map so
-  the n×m judge calls of a step overlap, what a trace keeps about each judge call (Judge.judgement, which
-  verdict.step keeps in call order) and about the run's judges (record). How the reply formats fare on a
-  real server is measured by perf/reply_formats.py (`python -m perf.reply_formats URL`).
+One judge call, top to bottom: Judge.judgement lays out its messages (role_first: the prompt file, the
+images as PNG data URLs within the pixel budget, the candidate last), posts them (Endpoint.chat: one POST
+with bounded retries), reads the reply (JSON: the score under a JSON schema, and the weighted score from
+top_logprobs), and asks once more when the reply held no valid score (ask).
 
-The prompt files and how each request is laid out (a prefix shared by every role of a step) are
-prompting.py, the reply formats and the reading of replies are replies.py, the HTTP client is client.py,
-images and chat messages are images.py, and the judge modes of the related papers (SGV's prior, EVPV's
-premises, ReVISE's look again) are in modes/.
+Seams: every role takes `client` (any object with chat(messages, **params) -> a chat completion; Endpoint
+here) and `layout` (a function (name, state, note="", **fields) -> messages; role_first here); Judge takes
+`reply` (a Reply; JSON here). verdict_lab/ plugs in its client (deadline, merged requests, cache, pinning,
+counters), reply formats and layouts there. Copied with verdict.py and prompts/, this file gives live
+judges with numpy, requests and pillow only.
 """
 
 from __future__ import annotations
 
+import base64
+import io
+import json
 import math
+import os
+import random
 import re
 import threading
-from concurrent.futures import ThreadPoolExecutor
+import time
+import warnings
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import numpy as np
+from PIL import Image, ImageOps
 
 import verdict
-from client import Client
-from prompting import DEFAULT_LAYOUT, check_layout, load_prompt, role_messages
-from replies import (
-    EXPLAIN,
-    FOLLOW_UP,
-    FORMATS,
-    JSON_EXPLAIN,
-    JSON_FOLLOW_UP,
-    JSON_SCORE_ONLY,
-    SCALE,
-    SCORE_ONLY,
-    JudgeFormat,
-    digit_probs,
-    fence,
-    json_score,
-    logprob_score,
-    one_line,
-    parse_score,
-    reason_of,
-    response_format,
-    score_schema,
-    text_of,
+
+
+def _int(x) -> bool:
+    """x is an int and not a bool (True is an int)."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def one_line(text, limit: int = 300) -> str:
+    """text on one line (whitespace runs folded, other control characters such as a terminal's escape
+    sequences dropped), cut to `limit` characters with "..." when longer."""
+    text = " ".join("".join(c for c in str(text) if c.isprintable() or c.isspace()).split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+# ----------------------------------------------------------------------------- prompts
+
+_HERE = Path(__file__).resolve().parent
+# prompts/ beside this file (a checkout, a vendored copy), else where `pip install` puts it
+PROMPTS = next((p for p in (_HERE / "prompts", _HERE / "verdict_lab" / "prompts") if p.is_dir()), _HERE)
+SECTIONS = (  # the sections a prompt file may hold, in this order
+    ("system", "user"),  # a plain prompt (the harness's answer extraction)
+    ("instructions", "context", "task"),  # a role of the step; see role_first
+    ("system", "question", "steps"),  # shared.txt: what every role of a step reads first
 )
 
+
+@dataclass(frozen=True)
+class Prompt:
+    """A prompt file: named sections of text (SECTIONS), templates with {placeholders}."""
+
+    sections: tuple  # ((name, text), ...)
+    path: str
+
+    def __getitem__(self, name: str) -> str:
+        return dict(self.sections)[name]
+
+    def render(self, section: str = "user", **fields: str) -> str:
+        """The section with its {placeholders} filled from fields (extra fields are ignored; a placeholder
+        with no field is a ValueError); other braces are left alone."""
+        missing = [m for m in re.findall(r"\{(\w+)\}", self[section]) if m not in fields]
+        if missing:
+            raise ValueError(f"{self.path}: unknown placeholder {{{missing[0]}}}; known: {sorted(fields)}")
+        return re.sub(r"\{(\w+)\}", lambda m: fields[m.group(1)], self[section])
+
+
+@lru_cache(maxsize=None)
+def load_prompt(name: str) -> Prompt:
+    """prompts/{name}.txt; ValueError when it cannot be read or its sections are not one of SECTIONS."""
+    path = PROMPTS / f"{name}.txt"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ValueError(f"no prompt {name!r}: cannot read {path} ({e.strerror})") from None
+    parts = re.split(r"(?m)^\[(\w+)\][ \t]*\n", text)
+    names = tuple(parts[1::2])
+    if parts[0].strip() or names not in SECTIONS:
+        expected = " or ".join("".join(f"[{n}]" for n in s) for s in SECTIONS)
+        found = "".join(f"[{n}]" for n in names) or "none"
+        raise ValueError(f"{path} must hold the sections {expected}, in this order; it holds {found}")
+    return Prompt(tuple(zip(names, (p.strip() for p in parts[2::2]))), str(path))
+
+
+# ----------------------------------------------------------------------------- images
+
+# VLMEvalKit (e8e78f05, vlmeval/config.py) runs Qwen2.5-VL-7B with max_pixels = 16384·28·28: the default
+# budget. Images are only ever downscaled; raising a small one is the server's processor's job.
+MAX_PIXELS = 16384 * 28 * 28  # 12 845 056
+MAX_FILE = 2**28  # 256 MiB: a larger image file is refused before it is read
+_pil = threading.Lock()  # a caller's PIL image: two threads decoding one lazily opened image corrupt it
+
+
+def load(image) -> Image.Image:
+    """A PIL image from a path, bytes or a PIL image, decoded now; ValueError names what cannot be read: a
+    file over MAX_FILE bytes, or an image over twice pillow's MAX_IMAGE_PIXELS (its own limit, quietly: an
+    image within it is decoded and downscaled to the budget, without pillow's warning)."""
+    if isinstance(image, Image.Image):
+        return image
+    name = str(image) if isinstance(image, (str, Path)) else f"<{len(image)} bytes>"
+    try:
+        if isinstance(image, (str, Path)) and (size := os.path.getsize(image)) > MAX_FILE:
+            raise ValueError(f"{size:,} bytes, more than the {MAX_FILE:,} an image file may hold")
+        data = Path(image).read_bytes() if isinstance(image, (str, Path)) else bytes(image)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img = Image.open(io.BytesIO(data))
+            img.load()  # decode now, so a truncated file fails here
+        return img
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+        raise ValueError(f"cannot decode image {name}: {e}") from None
+
+
+def to_rgb(img: Image.Image) -> Image.Image:
+    """RGB from any mode, EXIF orientation applied: integer greyscale (I;16, I) scaled from 0..65535 when its
+    values fit there, else, like F, stretched min..max; alpha composited on white."""
+    img = ImageOps.exif_transpose(img)
+    if img.mode.startswith("I;16") or img.mode in ("I", "F"):  # convert("RGB") would clip these to white
+        a = np.asarray(img, dtype=np.float64)  # [h, w]
+        fits = img.mode != "F" and a.min() >= 0 and a.max() <= 65535  # the same pixels, the same render
+        lo, hi = (0.0, 65535.0) if fits else (a.min(), a.max())
+        img = Image.fromarray(np.round((a - lo) * (255 / max(hi - lo, 1e-12))).clip(0, 255).astype(np.uint8))
+    if img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info:
+        rgba = img.convert("RGBA")
+        img = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
+    return img.convert("RGB")
+
+
+def budget_size(size: tuple, max_pixels: int) -> tuple:
+    """(w', h') with w'·h' <= max_pixels, each >= 1: both sides of size = (w, h) scaled by
+    r = sqrt(max_pixels / (w·h)), rounded down; a side that would fall below 1 pixel stays 1 and the other
+    takes the rest of the budget (5000×1 at 1000 pixels: 1000×1)."""
+    w, h = size
+    r = math.sqrt(max_pixels / (w * h))
+    w2, h2 = max(1, int(w * r)), max(1, int(h * r))
+    if w2 * h2 > max_pixels:  # the shorter side was raised to 1 pixel: the longer one takes what is left
+        w2, h2 = (max_pixels // h2, h2) if w2 > h2 else (w2, max_pixels // w2)
+    return w2, h2
+
+
+def encode_image(image, max_pixels: int = MAX_PIXELS) -> str:
+    """A "data:image/png;base64,..." URL of a path, bytes or PIL image: to_rgb, downscaled to at most
+    max_pixels keeping the aspect ratio, lossless PNG (the model sees the pixels it was given). A file or
+    bytes is encoded once for the n×m calls of a step (memoised by path, mtime and size, or by the bytes)."""
+    if not (_int(max_pixels) and max_pixels >= 1):
+        raise ValueError(f"max_pixels must be an integer >= 1, got max_pixels={max_pixels!r}")
+    if isinstance(image, (str, Path)):
+        try:
+            st = os.stat(image)
+        except OSError as e:
+            raise ValueError(f"cannot read image {image}: {e.strerror}") from None
+        return _encoded(str(Path(image).resolve()), st.st_mtime_ns, st.st_size, max_pixels)
+    if isinstance(image, (bytes, bytearray, memoryview)):
+        return _encoded(bytes(image), None, None, max_pixels)
+    if not isinstance(image, Image.Image):
+        raise ValueError(f"an image must be a path, bytes or a PIL.Image, got {type(image).__name__}")
+    with _pil:
+        img = to_rgb(image)  # a new image, this thread's own
+    return _png_url(img, max_pixels)
+
+
+@lru_cache(maxsize=32)
+def _encoded(source, mtime, size, max_pixels: int) -> str:
+    return _png_url(to_rgb(load(source)), max_pixels)
+
+
+def _png_url(img: Image.Image, max_pixels: int) -> str:
+    if img.width * img.height > max_pixels:
+        img = img.resize(budget_size(img.size, max_pixels), Image.Resampling.LANCZOS, reducing_gap=3.0)
+    buf = io.BytesIO()
+    img.save(buf, "PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+# ----------------------------------------------------------------------------- messages
+
+
+def chat_messages(system: str, images: Sequence, text: str, max_pixels: int = MAX_PIXELS) -> list:
+    """[system, user]: the user message holds the images, then the text, so a prefix cache reuses the
+    images across calls; with no image it is a plain string (some llama.cpp chat formats drop a list)."""
+    if not images:
+        return [{"role": "system", "content": system}, {"role": "user", "content": text}]
+    urls = [{"type": "image_url", "image_url": {"url": encode_image(im, max_pixels)}} for im in images]
+    return [
+        {"role": "system", "content": system},
+        {"role": "user", "content": urls + [{"type": "text", "text": text}]},
+    ]
+
+
+def steps_text(steps: Sequence[str]) -> str:
+    """The previous steps as the prompts show them: "Step 1: ..." lines, or "(none yet)"."""
+    return "\n".join(f"Step {i}: {s}" for i, s in enumerate(steps, 1)) or "(none yet)"
+
+
+def role_first(name: str, state: verdict.State, note: str = "", images=None, max_pixels=MAX_PIXELS, **fields):
+    """The messages of role `name` (prompts/{name}.txt) about `state` (images: state's, or these), role
+    first: shared.txt's system message and question, the same bytes for every request of an item (a prefix
+    cache computes its image once), the role's instructions, `note` (what a judge mode adds) before the
+    previous steps, then the role's task filled from `fields`, the candidate last."""
+    role, shared = load_prompt(name), load_prompt("shared")
+    steps = note + shared.render("steps", steps=steps_text(state.steps))
+    parts = [shared.render("question", question=state.question), role["instructions"], steps]
+    text = "\n\n".join(parts + [role.render("task", **fields)])
+    return chat_messages(shared["system"], state.images if images is None else images, text, max_pixels)
+
+
+# ----------------------------------------------------------------------------- the endpoint
+
+MAX_WAIT = 60.0  # seconds; no retry waits longer, whatever Retry-After says
+DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+
+
+class EndpointError(RuntimeError):
+    """The endpoint failed. `status`: the HTTP status, or None (no connection, a timeout, a malformed body);
+    `message`: the server's own message, the API key removed."""
+
+    def __init__(self, url: str, status: int | None, message: str):
+        self.url, self.status, self.message = url, status, message
+        super().__init__(f"{url}: {'no valid response' if status is None else f'HTTP {status}'}: {message}")
+
+
+def api_key(name: str) -> str | None:
+    """$name without surrounding whitespace; None when unset or blank. ValueError, naming the variable and
+    never the key, when it holds a character an HTTP header cannot carry (a control character, or one
+    outside Latin-1 such as a typographic quote)."""
+    key = os.environ.get(name, "").strip()
+    if any(ord(c) < 32 or ord(c) == 127 or ord(c) > 255 for c in key):
+        raise ValueError(f"${name} holds a character that an HTTP header cannot carry; the key is not shown")
+    return key or None
+
+
+def shape_problem(body) -> str | None:
+    """None if body is a chat completion (non-empty "choices", each a message with string content), else
+    what is wrong."""
+    choices = body.get("choices") if isinstance(body, dict) else None
+    if not isinstance(choices, list) or not choices:
+        return "response has no choices"
+    message = lambda c: c.get("message") if isinstance(c, dict) and isinstance(c.get("message"), dict) else {}
+    bad = [c for c in choices if not isinstance(message(c).get("content"), str)]
+    return f"a choice has no message with string content: {json.dumps(bad[0])}" if bad else None
+
+
+def _requests():
+    """requests, imported by the first Endpoint: a module that reads prompts or images here posts nothing,
+    and imports no HTTP."""
+    import requests
+
+    return requests
+
+
+def _server_message(r) -> str:
+    """An error body's message: OpenAI's {"error": {"message"}}, vLLM's {"message"}, or the text."""
+    try:
+        body = r.json()
+    except (ValueError, RecursionError):
+        return r.text.strip() or r.reason or "(empty body)"
+    err = body.get("error", body) if isinstance(body, dict) else body
+    if isinstance(err, dict):
+        err = err.get("message") or err.get("detail") or err
+    return err if isinstance(err, str) else json.dumps(err)
+
+
+class Endpoint:
+    """POST {base_url}/chat/completions with bounded retries: chat(messages, **params) -> the response.
+
+    Retries (at most `retries`, waiting backoff·2^attempt·U(0.5, 1), or Retry-After up to MAX_WAIT) only on
+    connection errors, timeouts, 429, 5xx and a 200 whose body is no chat completion; any other 4xx raises
+    EndpointError at once, with the server's message. Every request has `timeout`. The API key is read from
+    $api_key_env at each request, never kept or printed, and removed from every error. `session`: the
+    requests.Session it posts with (verdict_lab's client bounds a request's wall-clock time with its own);
+    `backoff` and `sleep`: how it waits between attempts."""
+
+    def __init__(self, base_url: str, model: str, api_key_env=DEFAULT_KEY_ENV, timeout=120.0, retries=4):
+        if not (_int(retries) and retries >= 0):
+            raise ValueError(f"retries must be an integer >= 0, got retries={retries!r}")
+        if not 0 < timeout <= threading.TIMEOUT_MAX:  # NaN fails too
+            raise ValueError(f"timeout must be > 0 seconds, got timeout={timeout!r}")
+        api_key(api_key_env)  # a key no request can carry stops here, before any call
+        self.base_url, self.model, self.api_key_env = base_url.rstrip("/"), model, api_key_env
+        self.timeout, self.retries, self.backoff, self.sleep = timeout, retries, 0.5, time.sleep
+        self.session = _requests().Session()
+
+    def chat(self, messages: list, **params) -> dict:
+        """One chat completion; parameters set to None are not sent."""
+        params = {k: v for k, v in params.items() if v is not None}
+        return self.post({"model": self.model, "messages": messages, **params})
+
+    def post(self, payload: dict) -> dict:
+        """The response to `payload`, after at most `retries` retries; EndpointError with the last failure."""
+        for attempt in range(self.retries + 1):
+            body, error, told = self._attempt(payload)
+            if body is not None:
+                return body
+            if attempt < self.retries:
+                wait = self.backoff * 2**attempt * random.uniform(0.5, 1.0) if told is None else told
+                self.sleep(min(wait, MAX_WAIT))
+        raise error
+
+    def error(self, status: int | None, message: str) -> EndpointError:
+        """An EndpointError of this endpoint: the API key removed, then the message folded onto one line."""
+        raw, url = os.environ.get(self.api_key_env, ""), f"{self.base_url}/chat/completions"
+        for k in sorted({k for k in (raw, raw.strip()) if k}, key=len, reverse=True):  # the longer one first
+            url, message = url.replace(k, "***"), message.replace(k, "***")
+        return EndpointError(url, status, one_line(message))
+
+    def _attempt(self, payload: dict) -> tuple:
+        """One request: (body, None, None); (None, EndpointError, Retry-After or None) for a failure worth
+        retrying; EndpointError raised for one that retrying cannot help."""
+        requests = _requests()
+        try:
+            key = api_key(self.api_key_env)
+        except ValueError as e:  # the variable changed since __init__ checked it
+            raise self.error(None, str(e)) from None
+        url, headers = f"{self.base_url}/chat/completions", {"Authorization": f"Bearer {key}"} if key else {}
+        try:  # a redirect is not followed: answers from another server are not this endpoint's
+            r = self.session.post(
+                url, json=payload, headers=headers, timeout=self.timeout, allow_redirects=False
+            )
+        except ValueError as e:  # requests' InvalidURL, MissingSchema, ...: retrying cannot help
+            raise self.error(None, f"unusable request: {e}") from None
+        except requests.Timeout:
+            return None, self.error(None, f"timed out after {self.timeout:g} s"), None
+        except requests.RequestException as e:  # refused, reset, DNS, a body cut short, ...
+            return None, self.error(None, f"connection failed: {e}"), None
+        if r.status_code == 429 or r.status_code >= 500:  # transient: wait as told, else back off
+            told = r.headers.get("Retry-After", "")  # seconds (the HTTP-date form is not honoured)
+            told = float(told) if re.fullmatch(r"\s*\d+(\.\d*)?\s*", told) else None
+            return None, self.error(r.status_code, _server_message(r)), told
+        if r.status_code >= 300:  # the request itself is wrong, or the endpoint is elsewhere
+            where = f" to {r.headers.get('Location')!r}; name that endpoint" if r.status_code < 400 else ""
+            raise self.error(r.status_code, f"redirected{where}" if where else _server_message(r))
+        try:
+            body = r.json()
+        except (ValueError, RecursionError):  # RecursionError: nested too deep to read
+            return None, self.error(None, f"HTTP {r.status_code} body is not JSON: {r.text}"), None
+        problem = shape_problem(body)
+        if problem == "response has no choices" and isinstance(body, dict) and "error" in body:
+            problem += f" (server said: {_server_message(r)})"
+        return (None, self.error(None, problem), None) if problem else (body, None, None)
+
+
+def text_of(response: dict, i: int = 0) -> str:
+    """The content of choice i of a chat completion."""
+    return response["choices"][i]["message"]["content"]
+
+
+# ----------------------------------------------------------------------------- the judges' reply
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A reply format: what a judge asks its reply to be, and how it reads it (JSON here; verdict_lab.formats
+    has text and digit). line(reasons): the prompt's {reply}, the score alone or a reason and the score;
+    params(reasons): what the request adds (a schema in response_format); read(text, reasons, step): (ŝ,
+    the reason or ""), or ValueError saying why the reply holds no valid score; digit_at(text, step): where
+    the score's one-token digit is (for the weighted score; None: nowhere, or no such digit in the format),
+    step being the candidate, which a reply may quote; follow_up(reason): the message that asks once more;
+    max_tokens: (score alone, with a reason); follow_up_tokens: the follow-up's (None: the same)."""
+
+    name: str
+    line: Callable[[bool], str]
+    params: Callable[[bool], dict]
+    read: Callable[[str, bool, str], tuple]
+    digit_at: Callable[[str, str], Any] | None
+    follow_up: Callable[[str], str]
+    max_tokens: tuple = (24, 256)
+    follow_up_tokens: int | None = None
+
+
+SCALE = "one digit from 0 to 9, where 0 means certainly wrong and 9 certainly right"
+JSON_SCORE_ONLY = 'Reply with one JSON object of this form, without explanation:\n{"score": <' + SCALE + ">}"
+JSON_EXPLAIN = 'Reply with one JSON object of this form:\n{"reason": "<why, in one or two sentences>", '
+JSON_EXPLAIN += '"score": <' + SCALE + ">}"
+REASON_CHARS = 200  # the longest "reason" the schema allows
+_FENCED = re.compile(r"(?s)\A\s*```(?:json)?\s*(.*?)\s*```\s*\Z")  # a reply wrapped in a ``` fence
+
+
+def score_schema(reasons: bool = False) -> dict:
+    """The JSON reply's schema: {"score": an integer 0..9}, after {"reason": 1..REASON_CHARS characters} with
+    reasons. An integer, because llama.cpp's grammar enforces minimum/maximum on integers only; one digit,
+    one token in Qwen's and SmolLM2's tokenizers, so top_logprobs at that token hold the whole score."""
+    props = {"score": {"type": "integer", "minimum": 0, "maximum": 9}}
+    if reasons:
+        props = {"reason": {"type": "string", "minLength": 1, "maxLength": REASON_CHARS}, **props}
+    return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+
+
+def response_format(name: str, schema: dict) -> dict:
+    """The request field asking for a reply under a JSON schema, as vLLM, SGLang, llama-server and the OpenAI
+    API accept it. A server may skip keywords it does not support: a 200 proves nothing, read every reply."""
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
+
+
+def json_score(text: str, reasons: bool = False, step: str | None = None) -> tuple:
+    """(d / 9, the reason) from {"reason": "...", "score": d}, d an integer 0..9 (a ```json fence allowed).
+    ValueError saying what is wrong otherwise (the follow-up tells the judge); never a clamp."""
+    try:
+        reply = json.loads(_FENCED.sub(r"\1", text))
+    except (ValueError, RecursionError):
+        raise ValueError("not valid JSON") from None
+    if not isinstance(reply, dict) or "score" not in reply:
+        raise ValueError('not a JSON object with a "score"')
+    score, reason = reply["score"], reply.get("reason")
+    if not (_int(score) and 0 <= score <= 9):
+        raise ValueError(f'"score" must be an integer from 0 to 9, got {one_line(json.dumps(score), 40)}')
+    if reasons and not isinstance(reason, str):
+        raise ValueError('"reason" must be a string')
+    reason = re.sub("[\ud800-\udfff]", "\ufffd", reason.strip()) if isinstance(reason, str) else ""
+    return score / 9, reason  # a lone surrogate ("\\ud800" in the JSON) is no text a file could hold
+
+
+def json_digit_at(text: str, step: str | None = None) -> int | None:
+    """Where the digit of the last "score" key of a JSON reply is, or None."""
+    m = list(re.finditer(r'"score"\s*:\s*', text))
+    return m[-1].end() if m and re.match(r"[0-9]", text[m[-1].end() :]) else None
+
+
+JSON = Reply(
+    "json",
+    line=lambda reasons: JSON_EXPLAIN if reasons else JSON_SCORE_ONLY,
+    params=lambda reasons: {"response_format": response_format("judgement", score_schema(reasons))},
+    read=json_score,
+    digit_at=json_digit_at,
+    follow_up="Your reply was not the JSON object asked for ({}). Reply with that object only.".format,
+)
+
+
+def fence(step: str) -> str:
+    """The candidate with any <step> or </step> of its own defused, so it cannot close its fence."""
+    return re.sub(r"(?i)<(/?)step>", r"[\1step]", step)
+
+
+def digit_probs(logprobs: Any, reply: Reply = JSON, step: str | None = None) -> np.ndarray:
+    """[10] the probability of each digit 0..9 among the top_logprobs of the score's digit token (found by
+    reply.digit_at in the text the tokens spell), as sent (not renormalised); a token holding more than the
+    digit (" 7") counts for its digit. All 0 without usable logprobs: not in the OpenAI shape, a logprob
+    that is no number <= 0, or digits whose probabilities sum above 1."""
+    p = np.zeros(10)  # [10]
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    tokens = lambda c: all(isinstance(t, dict) and isinstance(t.get("token"), str) for t in c)
+    if not (isinstance(content, list) and tokens(content)):
+        return p
+    at = reply.digit_at("".join(t["token"] for t in content), step) if reply.digit_at else None
+    pos = 0
+    for t in content if at is not None else ():
+        if pos + len(t["token"]) > at:
+            break
+        pos += len(t["token"])
+    else:
+        return p
+    before = t["token"][: at - pos].strip()  # what the digit's token holds before it (often nothing)
+    alts = t.get("top_logprobs") if isinstance(t.get("top_logprobs"), list) else []
+    for a in (a for a in alts if isinstance(a, dict) and isinstance(a.get("token"), str)):
+        d, lp = a["token"].strip(), a.get("logprob")
+        d = d[len(before) :] if d.startswith(before) else ""
+        if re.fullmatch(r"[0-9]", d) and isinstance(lp, (int, float)) and not isinstance(lp, bool):
+            if not -1e300 <= lp <= 0:  # a probability above 1, NaN, or a number no float holds
+                return np.zeros(10)
+            p[int(d)] += math.exp(float(lp))
+    return p if p.sum() <= 1 + 1e-6 else np.zeros(10)
+
+
+def logprob_score(logprobs: Any, reply: Reply = JSON, step: str | None = None) -> float:
+    """The probability-weighted score Σ_d p(d)·d/9 at the score's digit, p = digit_probs renormalised over
+    the digits; NaN without usable logprobs. On llama-server, whose top_logprobs come before the grammar,
+    that is the distribution the grammar leaves where only a digit may come (provided the digits made the
+    list: digit_probs(...).sum() says how much they hold); vLLM masks before, and gives the same quantity."""
+    p = digit_probs(logprobs, reply, step)  # [10]
+    return _weighted(p) if p.sum() > 0 else math.nan
+
+
+def _weighted(p: np.ndarray) -> float:
+    return float(p @ np.arange(10) / 9 / p.sum())  # [10] @ [10] -> scalar
+
+
+def ask(chat: Callable, msgs: list, read: Callable, follow_up: Callable, params: dict, retry=None) -> tuple:
+    """read(chat(msgs, **params)); if read raises ValueError, ask once more with the model's own reply and
+    follow_up(reason) appended (parameters `retry`, default params), and read that. Twice is the bound.
+    -> (value, or None when both replies were unreadable; the responses; the reasons they failed)."""
+    responses, errors = [], []
+    for attempt in range(2):
+        response = chat(msgs, **(params if attempt == 0 else retry or params))
+        responses.append(response)
+        try:
+            return read(response), responses, errors
+        except ValueError as e:
+            errors.append(str(e))
+            said, told = {"role": "assistant", "content": text_of(response)}, follow_up(str(e))
+            msgs = msgs + [said, {"role": "user", "content": told}]
+    return None, responses, errors
+
+
+# ----------------------------------------------------------------------------- the roles
+
 STOP = ["\n\n", "\nStep "]  # one candidate = one step: it ends at a blank line or a new "Step" label
-
-
-# ----------------------------------------------------------------------------- one step
+SEED_STRIDE = 1000  # sampling seeds per reasoner seed (see Reasoner)
 
 
 def one_step(text: str) -> str:
@@ -67,404 +522,172 @@ def one_step(text: str) -> str:
     return re.sub(r"(?i)^[ \t*_#]*step[ \t]*\d+[ \t]*[:.)-][ \t*_]*", "", text).strip()
 
 
-# ----------------------------------------------------------------------------- reasoner
-
-
-SEED_STRIDE = 1000  # sampling seeds per reasoner seed (see Reasoner)
-
-
 def sampling_seed(seed: int, i: int, n: int) -> int:
-    """The `seed` field of reasoner seed `seed`'s i-th request of a step for n candidates; the server
-    samples its choices j < n with seed + j, all inside [seed·SEED_STRIDE, (seed + 1)·SEED_STRIDE)."""
+    """The `seed` of reasoner seed `seed`'s i-th request of a step for n candidates: the server samples
+    choice j with seed + j, all inside [seed·SEED_STRIDE, (seed + 1)·SEED_STRIDE)."""
     return seed * SEED_STRIDE + i * n
 
 
 class Reasoner:
     """The base reasoner: propose(state, n) -> n candidate next steps, for verdict.run.
 
-    One request asks for n choices at `temperature` and `top_p` (the paper's 0.8 and 0.6), with top_k sent
-    explicitly (vLLM serving Qwen2.5-VL otherwise applies the model's top_k = 1 and every candidate
-    comes out identical; top_k=None omits it for hosted APIs that reject it). Each candidate is one
-    step: generation stops at STOP and `one_step` trims the rest. If the server returns fewer
-    choices (llama-cpp-python ignores n), at most `max_topups` further requests (default: n) ask for the rest.
-    Candidates are kept as the model wrote them, even empty.
-
-    Sampling seeds (sampling_seed): vLLM and llama-server give the j-th of a request's choices the seed
-    `seed + j`, so reasoner seeds 0 and 1 sent as is would share n − 1 of their first step's n candidates.
-    Reasoner seed k therefore owns the block [k·SEED_STRIDE, (k + 1)·SEED_STRIDE), and its i-th request
-    of a step (0: the first, then the top-ups) sends k·SEED_STRIDE + i·n: no two seeds, and no two requests
-    of one step, share a sampling seed.
-    The same state and seed give byte-identical requests (so a Cache shares them across runs).
-    The prompt asks for "Final answer: <letter or value>", which verdict.FINAL_ANSWER recognises.
-    `layout` is how the request is laid out (role_messages; the default prompting.DEFAULT_LAYOUT): "shared"
-    shares its prefix with the judges' requests of the step; "per-role" is the reasoner's own system message.
-    """
+    One request asks for n choices at the paper's T = 0.8 and top-p = 0.6, top_k sent (vLLM serving
+    Qwen2.5-VL otherwise applies its top_k = 1: identical candidates; None omits it). A candidate is one
+    step: it stops at STOP and one_step trims it. A server returning fewer choices (llama-cpp-python ignores
+    n) is asked for the rest, at most `max_topups` times (default n). Servers give choice j the seed
+    `seed + j`, so reasoner seed k owns [k·SEED_STRIDE, (k + 1)·SEED_STRIDE) and its i-th request of a step
+    sends sampling_seed(k, i, n): no two seeds or requests share one, and a state gives the same request."""
 
     def __init__(
         self,
-        client: Client,
-        temperature: float = 0.8,
-        top_p: float = 0.6,
-        top_k: int | None = -1,
-        max_tokens: int = 256,
-        seed: int = 0,
-        max_topups: int | None = None,
-        layout: str = DEFAULT_LAYOUT,
+        client,
+        max_tokens=256,
+        seed=0,
+        *,
+        temperature=0.8,
+        top_p=0.6,
+        top_k=-1,
+        max_topups=None,
+        layout=role_first,
     ):
         if not (math.isfinite(temperature) and temperature >= 0 and 0 < top_p <= 1):  # NaN fails too
-            raise ValueError(
-                f"need temperature >= 0 and 0 < top_p <= 1, got temperature={temperature!r}, top_p={top_p!r}"
-            )
-        if not (isinstance(seed, int) and seed >= 0):  # a negative seed would reach into another's block
+            raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature=}, {top_p=}")
+        if not (_int(seed) and seed >= 0):  # a negative seed would reach into another seed's block
             raise ValueError(f"seed must be an integer >= 0, got seed={seed!r}")
-        check_layout(layout)
-        self.client, self.temperature, self.top_p, self.top_k = client, temperature, top_p, top_k
-        self.max_tokens, self.seed, self.max_topups, self.layout = max_tokens, seed, max_topups, layout
+        self.client, self.max_tokens, self.seed, self.max_topups = client, max_tokens, seed, max_topups
+        self.temperature, self.top_p, self.top_k, self.layout = temperature, top_p, top_k, layout
 
     def __call__(self, state: verdict.State, n: int) -> list:
-        if not (isinstance(n, int) and n >= 1):
+        if not (_int(n) and n >= 1):
             raise ValueError(f"n must be an integer >= 1, got n={n!r}")
-        msgs = role_messages("reasoner", state, self.layout)
-        requests = 1 + (n if self.max_topups is None else self.max_topups)
-        if requests * n > SEED_STRIDE:  # the step's seeds would run into the next reasoner seed's block
-            raise ValueError(
-                f"n = {n} with {requests - 1} top-ups needs {requests * n} sampling seeds, more than "
-                f"SEED_STRIDE = {SEED_STRIDE}"
-            )
-        candidates: list = []
-        for i in range(requests):
-            if len(candidates) >= n:
+        asks = 1 + (n if self.max_topups is None else self.max_topups)
+        if asks * n > SEED_STRIDE:  # the step's seeds would run into the next reasoner seed's block
+            raise ValueError(f"n = {n} with {asks - 1} top-ups needs {asks * n} seeds, over {SEED_STRIDE}")
+        msgs, out = self.layout("reasoner", state), []
+        sampling = dict(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, stop=STOP)
+        for i in range(asks):
+            if len(out) >= n:
                 break
-            r = self.client.chat(
-                msgs,
-                temperature=self.temperature,
-                top_p=self.top_p,
-                top_k=self.top_k,
-                n=n - len(candidates),
-                seed=sampling_seed(self.seed, i, n),
-                stop=STOP,
-                max_tokens=self.max_tokens,
-            )
-            candidates += [one_step(c["message"]["content"]) for c in r["choices"]][: n - len(candidates)]
-        return candidates
-
-
-# ----------------------------------------------------------------------------- reviser
-
-
-class Reviser:
-    """Revise on reject (after ReVISE's self-correction): revise(state, record) -> one revised step, for
-    verdict.run's `revise`, which calls it when no candidate of a step passed the dual test.
-
-    It shows the reasoner's model the best rejected candidate (the fallback's choice, record.chosen), each
-    judge's raw score of it and the reason its reply gave (the "reason" in that call's record, record.calls:
-    the json format's "reason"; "(no reason given)" for a plain callable or a score-only reply, the default:
-    then it revises from the scores alone, and --reasons gives it the judges' objections), in
-    prompts/reviser.txt laid out like every role of the step (role_messages), and asks for one step at
-    temperature 0 with a fixed seed (so a Cache serves it again). None when the reply holds no step.
-    """
-
-    def __init__(
-        self,
-        client: Client,
-        judge_fns: Sequence,
-        max_tokens: int = 256,
-        seed: int = 0,
-        layout: str = DEFAULT_LAYOUT,
-    ):
-        self.client, self.judge_fns, self.max_tokens, self.seed = client, tuple(judge_fns), max_tokens, seed
-        self.layout = check_layout(layout)
-
-    def reasons(self, record: verdict.StepRecord) -> str:
-        """One line per judge: its name, its raw score of the chosen candidate and the reason of that call."""
-        s_hat = record.s_hat[record.selection.index]  # [m]
-        calls = record.calls[record.selection.index] if record.calls else (None,) * len(s_hat)  # [m]
-        lines = []
-        for k, (judge, s, call) in enumerate(zip(self.judge_fns, s_hat, calls)):
-            name = getattr(judge, "name", None) or (
-                verdict.JUDGES[k] if len(s_hat) == 3 else f"judge {k + 1}"
-            )
-            why = (call or {}).get("reason")
-            score = "no score (abstained)" if math.isnan(s) else f"score {s:.2f}"
-            lines.append(f"- {name} checker, {score}: {one_line(why or '(no reason given)', 400)}")
-        return "\n".join(lines)
-
-    def __call__(self, state: verdict.State, record: verdict.StepRecord) -> str | None:
-        msgs = role_messages(
-            "reviser", state, self.layout, step=fence(record.chosen), reasons=fence(self.reasons(record))
-        )
-        r = self.client.chat(msgs, temperature=0.0, seed=self.seed, stop=STOP, max_tokens=self.max_tokens)
-        return one_step(text_of(r)) or None
-
-
-# ----------------------------------------------------------------------------- asking once more
-
-
-def ask(
-    chat: Callable[..., dict],
-    msgs: list,
-    read: Callable[[dict], Any],
-    follow_up: Callable[[str], str],
-    params: dict,
-    retry_params: dict | None = None,
-) -> tuple:
-    """read(chat(msgs, **params)); if read raises ValueError, ask once more, with the model's own reply and
-    follow_up(reason) appended to the conversation (retry_params, default params), and read that.
-
-    Returns (value, or None when both replies were unreadable; the responses; the reasons they failed).
-    A model that missed the format once usually gets it right when told what was wrong; twice is the bound.
-    """
-    responses, errors = [], []
-    for attempt in range(2):
-        response = chat(msgs, **(params if attempt == 0 else retry_params or params))
-        responses.append(response)
-        try:
-            return read(response), responses, errors
-        except ValueError as e:
-            errors.append(str(e))
-            msgs = msgs + [
-                {"role": "assistant", "content": text_of(response)},
-                {"role": "user", "content": follow_up(str(e))},
-            ]
-    return None, responses, errors
-
-
-# ----------------------------------------------------------------------------- judges
-
-
-def scale_of(fmt: str) -> str:
-    """The answer scale a text or digit reply is asked for (replies.SCALE)."""
-    return SCALE["unit" if fmt == "text" else "digit"]
+            seed = sampling_seed(self.seed, i, n)
+            r = self.client.chat(msgs, n=n - len(out), seed=seed, max_tokens=self.max_tokens, **sampling)
+            out += [one_step(c["message"]["content"]) for c in r["choices"]][: n - len(out)]
+        return out
 
 
 class Judge:
     """One frozen verification agent: judge(state, step) -> ŝ in [0, 1], or NaN (abstain).
 
-    The prompt is prompts/{name}.txt; the candidate sits between <step> and </step>, last, after the images,
-    question and previous steps, laid out by `layout` (role_messages: "shared" puts the judge's
-    instructions after the question and steps that every role of the step shares). Temperature 0: the judge
-    is deterministic, as a frozen verifier should be.
-    `fmt` (a FORMATS name, or a JudgeFormat shared by a run's judges) is the reply asked for; score_only (the
-    default, as the paper's agents "return a single scalar") asks for the score alone, score_only=False (the
-    commands' --reasons) for a reason before it; the prompt is the same either way but for that reply line:
-      json  : {"score" 0..9} (or {"reason", "score"}) under score_schema() in response_format; ŝ = score / 9.
-              If the server refuses response_format, the run falls back to text (JudgeFormat).
-      text  : a last line "Score: x", x in [0, 1] (score_only=False: after a rationale).
-      digit : the same with one digit 0..9; ŝ = digit / 9.
-    Every reply is validated; if it holds no valid score, the judge asks once more (its own reply, then
-    the follow-up) and abstains with NaN if that fails too. json and digit also ask for top_logprobs (0: not
-    at all) and compute the probability-weighted score (logprob_score) beside the sampled one: ŝ is the
-    sampled score, or with weighted=True the weighted one where the server returned logprobs. judgement()
-    gives ŝ with the call's record (both scores, the digits' share of the list, the reason, the format used),
-    and verdict.step calls it, so each record reaches the trace with its own call. `counts` tallies calls,
-    replies, parsed replies, retries and abstentions. An endpoint that fails raises EndpointError: a failed
-    request is an error, not an abstention.
-    `grounding` (a modes.calls.ModeCalls) adds the per-question evidence of the SGV and EVPV modes at the
-    prompt's {evidence}, gates the judges' scores, and in the zoom mode gives the visual judge close-ups of
-    the regions it named (just before its task); None is plain VERDICT.
-    """
+    Its prompt is prompts/{name}.txt, the candidate between <step> and </step>, last; temperature 0 and a
+    fixed seed. `reply` (JSON) is the reply asked for: the score alone, as the paper's agents give it, or
+    with reasons=True a reason first. A reply with no valid score is asked once more (ask), then the judge
+    abstains (NaN). With a one-token digit it asks for `top_logprobs` (0: none) and computes the weighted
+    score (logprob_score); ŝ is the sampled score, or with weighted=True the weighted one where the server
+    sent logprobs. A failed request raises EndpointError: an error, not an abstention. judgement gives ŝ and
+    the call's record (verdict.step keeps it); a judge mode adds a `note`, or lays out messages() itself and
+    calls score()."""
 
     def __init__(
         self,
-        client: Client,
+        client,
         name: str,
-        max_tokens: int | None = None,
-        score_only: bool = True,
-        fmt: str | JudgeFormat = "text",
-        weighted: bool = False,
-        top_logprobs: int = 20,
-        seed: int = 0,
-        grounding: Any = None,
-        layout: str = DEFAULT_LAYOUT,
+        *,
+        reply: Reply = JSON,
+        reasons=False,
+        weighted=False,
+        max_tokens=None,
+        top_logprobs=20,
+        seed=0,
+        layout=role_first,
     ):
-        self.client, self.name, self.score_only, self.seed, self.layout = (
-            client,
-            name,
-            score_only,
-            seed,
-            layout,
-        )
-        check_layout(layout)
-        self.format = fmt if isinstance(fmt, JudgeFormat) else JudgeFormat(fmt)
-        if not (isinstance(top_logprobs, int) and 0 <= top_logprobs <= 20) or (
-            weighted and top_logprobs == 0
-        ):
+        if not (_int(top_logprobs) and 0 <= top_logprobs <= 20):
+            raise ValueError(f"top_logprobs must be an integer in 0..20, got {top_logprobs!r}")
+        if weighted and not (top_logprobs and reply.digit_at):  # no digit to weigh
             raise ValueError(
-                f"need top_logprobs in 1..20 for a weighted score (0..20 otherwise), got {top_logprobs!r}"
+                f"a weighted score needs top_logprobs >= 1 and a digit, got {reply.name} {top_logprobs=}"
             )
-        self.weighted, self.top_logprobs, self._max_tokens = weighted, top_logprobs, max_tokens
-        self.prompt, self.grounding = load_prompt(name), grounding
-        if (
-            grounding is not None
-            and grounding.mode.active
-            and layout == "per-role"
-            and "{evidence}" not in self.prompt["context"]
-        ):  # the shared layout always shows it
-            raise ValueError(
-                f"{self.prompt.path} has no {{evidence}} placeholder, so judge mode "
-                f"{grounding.mode.name!r} could not show the judge its evidence"
-            )
-        self._lock = threading.Lock()
-        self._counts = dict(calls=0, replies=0, parsed=0, retries=0, abstentions=0)
+        self.client, self.name, self.reply, self.reasons = client, name, reply, reasons
+        self.weighted, self.top_logprobs, self.seed, self.layout = weighted, top_logprobs, seed, layout
+        self.max_tokens = max_tokens or reply.max_tokens[reasons]
+        self.prompt = load_prompt(name)
 
     def __repr__(self) -> str:
-        return (
-            f"Judge({self.name!r}, fmt={self.format.requested!r}, score_only={self.score_only}, "
-            f"weighted={self.weighted})"
-        )
+        return f"Judge({self.name!r}, {self.reply.name}, reasons={self.reasons}, weighted={self.weighted})"
 
-    @property
-    def counts(self) -> dict:
-        with self._lock:
-            return dict(self._counts)
-
-    def params(self, fmt: str) -> tuple:
-        """(the request's parameters, the follow-up's) for format fmt."""
-        max_tokens = self._max_tokens or ((24 if fmt == "json" else 16) if self.score_only else 256)
-        params = dict(temperature=0.0, seed=self.seed, max_tokens=max_tokens)
-        if fmt == "json":
-            params["response_format"] = response_format("judgement", score_schema(self.score_only))
-        if fmt != "text" and self.top_logprobs:
+    def params(self) -> tuple:
+        """(the request's parameters, the follow-up's)."""
+        params = dict(temperature=0.0, seed=self.seed, max_tokens=self.max_tokens)
+        params.update(self.reply.params(self.reasons))
+        if self.reply.digit_at is not None and self.top_logprobs:
             params.update(logprobs=True, top_logprobs=self.top_logprobs)
-        return params, params if fmt == "json" else {**params, "max_tokens": 16}
+        tokens = self.reply.follow_up_tokens
+        return params, params if tokens is None else {**params, "max_tokens": tokens}
 
-    def _read(self, response: dict, fmt: str, step: str) -> tuple:
-        """(sampled, weighted, digit mass, reason) from a response; ValueError saying why when it holds no
-        valid score."""
+    def task(self, step: str) -> str:
+        """The judge's task about `step` as its request holds it (the candidate fenced, the reply line): the
+        text no other request of a step holds, in every layout."""
+        return self.prompt.render("task", step=fence(step), reply=self.reply.line(self.reasons))
+
+    def messages(self, state: verdict.State, step: str, note: str = "") -> list:
+        """The request's messages about `step` after state.steps, laid out by `layout`."""
+        return self.layout(self.name, state, note, step=fence(step), reply=self.reply.line(self.reasons))
+
+    def _read(self, response: dict, step: str) -> dict:
+        """The scores and reason of a reply; ValueError saying why it holds no valid score."""
         choice = response["choices"][0]
-        text = choice["message"]["content"]
-        if fmt == "json":
-            s = json_score(text, self.score_only)
-        elif math.isnan(s := parse_score(text, "unit" if fmt == "text" else "digit", step)):
-            raise ValueError("no valid score line")
-        weighted = logprob_score(choice.get("logprobs"), fmt, step) if fmt != "text" else math.nan
-        mass = (
-            math.nan if math.isnan(weighted) else float(digit_probs(choice.get("logprobs"), fmt, step).sum())
-        )
-        return s, weighted, mass, reason_of(text, fmt)
+        sampled, reason = self.reply.read(choice["message"]["content"], self.reasons, step)
+        p = digit_probs(choice.get("logprobs"), self.reply, step)  # [10]
+        weighted, share = (_weighted(p), float(p.sum())) if p.sum() > 0 else (None, None)
+        return dict(sampled=sampled, weighted=weighted, digit_share=share, reason=reason)
 
-    def reply_line(self, fmt: str) -> str:
-        """What the request asks the reply to be, in format fmt (its prompt's {reply})."""
-        if fmt == "json":
-            return JSON_SCORE_ONLY if self.score_only else JSON_EXPLAIN
-        return (SCORE_ONLY if self.score_only else EXPLAIN).format(scale=scale_of(fmt))
+    def score(self, msgs: list, step: str) -> verdict.Judgement:
+        """ŝ from the reply to `msgs` (asked once more if it holds no valid score), with the call's record:
+        the judge, the reply format, the replies it took, "sampled" (what the reply said), "weighted"
+        (logprob_score) and "digit_share" (the digits' share of the score token's top_logprobs), each None
+        where there is none (all three when it abstained), and "reason" (None without a readable reply)."""
+        read = lambda r: self._read(r, step)
+        value, replies, _ = ask(self.client.chat, msgs, read, self.reply.follow_up, *self.params())
+        value = value or dict(sampled=None, weighted=None, digit_share=None, reason=None)
+        s = value["weighted"] if self.weighted and value["weighted"] is not None else value["sampled"]
+        record = {"judge": self.name, "format": self.reply.name, "replies": len(replies), **value}
+        return verdict.Judgement(math.nan if s is None else s, record)
 
-    def task(self, step: str, fmt: str | None = None) -> str:
-        """The judge's task about `step` as its request holds it (the prompt's [task]: the candidate, fenced,
-        and the reply line of fmt, by default the format in use): the text no other request of a step holds,
-        in every layout (perf/overhead.py's floor of computed tokens)."""
-        return self.prompt.render("task", step=fence(step), reply=self.reply_line(fmt or self.format.active))
-
-    def _ask(self, state: verdict.State, step: str, fmt: str) -> dict:
-        """One call in format fmt: its record without the gate (see judgement), NaN where a score is missing
-        and a None reason when both replies were unreadable."""
-        reply = self.reply_line(fmt)
-        if fmt == "json":
-            follow_up = lambda reason: JSON_FOLLOW_UP.format(reason=reason)
-        else:
-            follow_up = lambda reason: FOLLOW_UP.format(scale=scale_of(fmt))
-        evidence, looks, zoomed = "", (), {}
-        if self.grounding is not None:
-            evidence = self.grounding.evidence(self.name, state)
-            if (
-                self.grounding.mode.zoom and self.name == "visual"
-            ):  # ReVISE's look again: close-ups of its regions
-                note, looks, zoomed["zoom"] = self.grounding.look(state, step)
-                evidence += note
-        msgs = role_messages(
-            self.name, state, self.layout, evidence, looks=looks, step=fence(step), reply=reply
-        )
-        value, responses, _ = ask(
-            self.client.chat, msgs, lambda r: self._read(r, fmt, step), follow_up, *self.params(fmt)
-        )
-        sampled, weighted, share, reason = (math.nan,) * 3 + (None,) if value is None else value  # unreadable
-        return {
-            "judge": self.name,
-            "format": fmt,
-            "replies": len(responses),
-            "sampled": sampled,
-            "weighted": weighted,
-            "digit_share": share,
-            "reason": reason,
-            **zoomed,
-        }
-
-    def judgement(self, state: verdict.State, step: str) -> verdict.Judgement:
-        """ŝ of `step` after state.steps, with this call's record; verdict.step calls this, and keeps the
-        record in StepRecord.calls, in call order. The record: the judge's name, the format used, how many
-        replies it took, "sampled" (what the reply said), "weighted" (logprob_score) and "digit_share" (the
-        digits' share of the score token's top_logprobs), each None where there is none (all three when it
-        abstained), and "reason" (replies.reason_of: the json format's "reason", the prose before a text score
-        line; None without a readable reply). A judge mode adds "zoom" (ModeCalls.look: the path, why and the
-        boxes of the close-ups the visual judge saw) and "gate" (ModeCalls.gated: ŝ before and after the gate,
-        with ν_t, r and α(r)). The scores are the judge's own, before the gate; ŝ is after it."""
-        call = self.format.run(lambda fmt: self._ask(state, step, fmt))  # json, or text once refused
-        sampled, weighted = call["sampled"], call["weighted"]
-        s = weighted if self.weighted and not math.isnan(weighted) else sampled
-        with self._lock:
-            c, tries = self._counts, call["replies"]
-            c["calls"], c["replies"], c["retries"] = (
-                c["calls"] + 1,
-                c["replies"] + tries,
-                c["retries"] + tries - 1,
-            )
-            c["parsed"], c["abstentions"] = (
-                c["parsed"] + (not math.isnan(s)),
-                c["abstentions"] + math.isnan(s),
-            )
-        record = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in call.items()}  # JSON
-        gate = None
-        if self.grounding is not None:  # a judge mode's gate (EVPV), on the judges it targets
-            s, gate = self.grounding.gated(self.name, state, step, s)
-        return verdict.Judgement(s, record if gate is None else {**record, "gate": gate})
+    def judgement(self, state: verdict.State, step: str, note: str = "") -> verdict.Judgement:
+        """ŝ of `step` after state.steps, with this call's record (score); verdict.step calls this."""
+        return self.score(self.messages(state, step, note), step)
 
     def __call__(self, state: verdict.State, step: str) -> float:
         """ŝ in [0, 1], or NaN (abstain): judgement(state, step) without its record."""
         return self.judgement(state, step).score
 
 
-def make_judges(
-    client: Client, grounding: Any = None, fmt: str | JudgeFormat = "text", **judge_kwargs
-) -> list:
-    """The three judges in the order of verdict.JUDGES and verdict.STUBBORNNESS, sharing `grounding`
-    (a judge mode's per-question evidence; None for plain VERDICT) and one JudgeFormat (so a fallback
-    from json to text holds for all three)."""
-    fmt = fmt if isinstance(fmt, JudgeFormat) else JudgeFormat(fmt)
-    return [Judge(client, name, grounding=grounding, fmt=fmt, **judge_kwargs) for name in verdict.JUDGES]
+def make_judges(client, **judge_kwargs) -> list:
+    """The three judges, in the order of verdict.JUDGES and verdict.STUBBORNNESS."""
+    return [Judge(client, name, **judge_kwargs) for name in verdict.JUDGES]
 
 
-def record(judge_fns: Sequence) -> dict:
-    """What a trace's meta keeps about a run's Judges ({} for plain callables or none): the reply format asked
-    for and the one used, when it fell back (JudgeFormat.record), and which score fed ŝ. Each call's own
-    scores and reason are in its step's "calls" (Judge.judgement)."""
-    if not judge_fns or not all(isinstance(j, Judge) for j in judge_fns):
-        return {}
-    fed = "weighted" if judge_fns[0].weighted else "sampled"
-    return {"judges": {**judge_fns[0].format.record(), "s_hat": fed}}
+class Reviser:
+    """Revise on reject (after ReVISE's self-correction): revise(state, record) -> one revised step, for
+    verdict.run's `revise`, when no candidate passed. It shows the reasoner's model the best rejected
+    candidate, each judge's score of it and the reason of that call ("(no reason given)" for a score-only
+    reply), and asks for one step at temperature 0, a fixed seed. None when the reply holds no step."""
 
+    def __init__(self, client, judges: Sequence, max_tokens=256, seed=0, layout=role_first):
+        self.client, self.judges, self.layout = client, judges, layout
+        self.max_tokens, self.seed = max_tokens, seed
 
-def add_format_arg(parser) -> None:
-    """--judge-format, for demo.py and evaluate.py."""
-    parser.add_argument(
-        "--judge-format",
-        choices=FORMATS,
-        default="json",
-        help="the judges' replies: json (a JSON schema in response_format, score 0-9; falls back to "
-        "text, once and said aloud, if the server refuses it), text (a 'Score:' line, 0 to 1), "
-        "digit (a 'Score:' digit, 0 to 9) (json)",
-    )
+    def reasons(self, record: verdict.StepRecord) -> str:
+        """One line per judge: its name, its raw score of the chosen candidate and the reason of that call."""
+        s_hat = record.s_hat[record.selection.index]  # [m]
+        calls = record.calls[record.selection.index] if record.calls else (None,) * len(s_hat)  # [m]
+        lines = []
+        for k, (judge, s, call) in enumerate(zip(self.judges, s_hat, calls)):
+            default = verdict.JUDGES[k] if len(s_hat) == len(verdict.JUDGES) else f"judge {k + 1}"
+            name = getattr(judge, "name", None) or default
+            why = one_line((call or {}).get("reason") or "(no reason given)", 400)
+            lines.append(f"- {name} checker, {'no score (abstained)' if s != s else f'score {s:.2f}'}: {why}")
+        return "\n".join(lines)
 
-
-def thread_map(k: int) -> Callable:
-    """A map_fn for verdict.run: f over items on at most k threads, results in input order."""
-    if not (isinstance(k, int) and k >= 1):
-        raise ValueError(f"k must be an integer >= 1, got k={k!r}")
-    if k == 1:
-        return lambda f, items: list(map(f, items))
-
-    def map_fn(f, items):
-        items = list(items)
-        with ThreadPoolExecutor(max_workers=max(1, min(k, len(items)))) as pool:
-            return list(pool.map(f, items))
-
-    return map_fn
+    def __call__(self, state: verdict.State, record: verdict.StepRecord) -> str | None:
+        msgs = self.layout("reviser", state, step=fence(record.chosen), reasons=fence(self.reasons(record)))
+        r = self.client.chat(msgs, temperature=0.0, seed=self.seed, stop=STOP, max_tokens=self.max_tokens)
+        return one_step(text_of(r)) or None

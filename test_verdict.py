@@ -690,7 +690,7 @@ def test_loop_follows_a_hand_derived_chain():
     assert trace.steps[0].selection.accepted.tolist() == [True, False, False]
     assert trace.stopped == "final" and trace.answer == "B"
     d = trace.to_dict()
-    assert d["format"] == "verdict-trace/4"
+    assert d["format"] == "verdict-trace/5"
     assert d["totals"] == {
         "steps": 3,
         "fallbacks": 1,
@@ -1020,7 +1020,7 @@ def test_each_judge_calls_record_stays_with_its_score_in_call_order():
     assert [[r and r["call"] for r in row] for row in rec.calls] == [[2, None, 2], [1, None, 1], [0, None, 0]]
     judges = [Recording([0.9, 0.2, 0.5]), lambda s, c: 0.5, Recording([0.8, 0.3, 0.6])]
     d = run("q", propose, judges, Config(max_steps=1)).to_dict()
-    assert d["format"] == "verdict-trace/4" and json.loads(json.dumps(d, allow_nan=False)) == d
+    assert d["format"] == "verdict-trace/5" and json.loads(json.dumps(d, allow_nan=False)) == d
 
 
 def test_plain_judges_leave_no_records_in_the_trace():

@@ -31,7 +31,7 @@ JUDGES = ("visual", "logical", "contextual")  # the order of STUBBORNNESS
 TAU, EPS = 0.6, 0.1  # τ, ε: the dual test's thresholds (paper, hyperparameters); Config says their ranges
 RULES = ("verdict", "mean", "min", "max", "majority", "variance", "raw-dual", "no-filter", "no-rank")
 FINAL_ANSWER = r"(?i)final answer\s*:"  # default test for "this step ends the chain"
-TRACE_FORMAT = "verdict-trace/4"  # /4 adds each judge call's record ("calls") to a step and its revision
+TRACE_FORMAT = "verdict-trace/5"  # Trace.to_dict's "format"
 
 
 # ----------------------------------------------------------------------------- guards

@@ -11,7 +11,7 @@ import os
 import pytest
 from PIL import Image
 
-from perf.loopback import LoopbackServer
+from verdict_lab.loopback import LoopbackServer
 
 try:  # Hypothesis is for tests only (tests/test_claims.py, which skips without it)
     from hypothesis import settings

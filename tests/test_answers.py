@@ -7,11 +7,11 @@ import os
 
 import pytest
 
-from harness import answers
-from harness.answers import Value
-from harness.benchmarks import Item
+from verdict_lab.harness import answers
+from verdict_lab.harness.answers import Value
+from verdict_lab.harness.benchmarks import Item
 from judges import load_prompt
-from perf.loopback import chat_response, user_text
+from verdict_lab.loopback import chat_response, user_text
 
 C4 = {"A": "cat", "B": "dog", "C": "teddy bear", "D": "rabbit"}
 C5 = {**C4, "E": "fox"}
@@ -193,7 +193,7 @@ def test_a_multiple_choice_item_is_scored_by_its_letter():
 def test_extraction_model_tries_hotter_until_it_can_read_a_letter(loopback):
     replies = iter(["I would say the second one is meant", "Letter: B"])
     srv = loopback(lambda body, path: chat_response([next(replies)]))
-    from client import Client
+    from verdict_lab.client import Client
 
     got = answers.ask_model(Client(srv.url, "extractor").chat, mcq_item(), "the furry animal that barks")
     assert got == ("B", "judge", True)
@@ -203,11 +203,14 @@ def test_extraction_model_tries_hotter_until_it_can_read_a_letter(loopback):
     assert "Options:\nA. cat\nB. dog\nReply: the furry animal that barks\nLetter:" in text
     assert isinstance(srv.chats[0]["messages"][1]["content"], str)  # text only
     assert mcq_item().question in text
-    assert srv.chats[0]["messages"][0] == {"role": "system", "content": load_prompt("extract_choice").system}
+    assert srv.chats[0]["messages"][0] == {
+        "role": "system",
+        "content": load_prompt("extract_choice")["system"],
+    }
 
 
 def test_extraction_model_z_declines_and_three_failures_leave_it_unanswered(loopback):
-    from client import Client
+    from verdict_lab.client import Client
 
     srv = loopback(lambda body, path: chat_response(["Z"]))
     assert answers.ask_model(Client(srv.url, "x").chat, mcq_item(), "a spider") == (None, "declined", False)
@@ -224,7 +227,7 @@ def test_extraction_model_z_declines_and_three_failures_leave_it_unanswered(loop
 
 
 def test_extraction_model_text_values_are_never_right_by_the_rule(loopback):
-    from client import Client
+    from verdict_lab.client import Client
 
     # VLMEvalKit's post_check compares str(None) with a text answer: the extracted "red" is read, not right.
     srv = loopback(lambda body, path: chat_response(["red"]))
@@ -233,7 +236,7 @@ def test_extraction_model_text_values_are_never_right_by_the_rule(loopback):
 
 
 def test_extraction_model_none_is_no_value(loopback):
-    from client import Client
+    from verdict_lab.client import Client
 
     # extract_value.txt asks for None when the reply gives no value: never the text answer "none".
     srv = loopback(lambda body, path: chat_response(["None"]))
@@ -246,4 +249,4 @@ def test_extraction_model_none_is_no_value(loopback):
     item = Item("MathVista_MINI", "1", 2, "How long?", (), "7.1", value=Value("float", 1))
     assert answers.ask_model(Client(srv.url, "x").chat, item, "roughly seven") == ("7.1", "judge", True)
     assert "Question: How long?\nReply: roughly seven\nValue:" in user_text(srv.chats[0])
-    assert srv.chats[0]["messages"][0]["content"] == load_prompt("extract_value").system
+    assert srv.chats[0]["messages"][0]["content"] == load_prompt("extract_value")["system"]

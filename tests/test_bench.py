@@ -11,12 +11,12 @@ from dataclasses import replace
 import numpy as np
 from PIL import Image
 
-import bench
-from perf import footprint, llama_server
-from perf.loopback import LoopbackServer
-from perf.overhead import BASE, CONC, CONC_SCORE, ORDER, SEQ, SEQ_SCORE, Result, in_layouts
-from perf.simserver import LatencyModel, SimulatedServer
-from prompting import DEFAULT_LAYOUT
+from verdict_lab import bench
+from verdict_lab.perf import footprint, llama_server
+from verdict_lab.loopback import LoopbackServer
+from verdict_lab.perf.overhead import BASE, CONC, CONC_SCORE, ORDER, SEQ, SEQ_SCORE, Result, in_layouts
+from verdict_lab.perf.simserver import LatencyModel, SimulatedServer
+from verdict_lab.layouts import DEFAULT_LAYOUT
 
 
 def test_sequential_explanation_formula():
@@ -213,7 +213,7 @@ def test_causes_say_the_floor_multiples_and_the_real_servers_time():
 
 def test_a_flag_set_the_workload_cannot_run_on_is_reported_and_the_others_run(monkeypatch):
     # llama-server with -np 2 refuses n = 3 (HTTP 400): that flag set's row says so, and the run goes on.
-    from client import EndpointError
+    from judges import EndpointError
 
     started, stopped = [], []
     monkeypatch.setattr(

@@ -11,7 +11,7 @@ import os
 import pytest
 from PIL import Image
 
-from harness import answers, benchmarks
+from verdict_lab.harness import answers, benchmarks
 
 
 def png(color, size=(8, 6)) -> bytes:
@@ -407,8 +407,9 @@ def test_scoring_by_dataset(name, columns, expected):
 
 
 def test_pandas_cells_duplicate_columns_swallowed_rows_deep_json_and_symlinks(tmp_path):
-    """Issue 24 faults 10, 17, 18, 19 and pandas' cell rules (values checked with pandas 3.1.1)."""
-    from harness.cells import Column, mangle, shown
+    """Duplicate columns, swallowed rows, deep JSON, symlinks and pandas' cell rules (values checked with
+    pandas 3.1.1)."""
+    from verdict_lab.harness.cells import Column, mangle, shown
 
     def dtype(cells):
         c = Column()
@@ -454,7 +455,7 @@ def test_pandas_cells_duplicate_columns_swallowed_rows_deep_json_and_symlinks(tm
 
 
 def test_cell_types_at_int64s_edges_and_pandas_bools():
-    from harness.cells import Column, shown
+    from verdict_lab.harness.cells import Column, shown
 
     def dtype(*cells):
         c = Column()
@@ -535,7 +536,7 @@ def test_jsonl_malformed_lines_and_images_say_why(tmp_path):
 
 
 def test_decode_image_and_image_file(tmp_path):
-    from harness.items import decode_image, image_file
+    from verdict_lab.harness.items import decode_image, image_file
 
     data = png("red")
     assert decode_image(data) == data and decode_image("data:image/png;base64," + b64(data)) == data
@@ -554,7 +555,7 @@ def test_decode_image_and_image_file(tmp_path):
 
 
 def test_tsv_warnings_and_reasons_word_for_word(tmp_path):
-    from harness import tsv as tsv_module
+    from verdict_lab.harness import tsv as tsv_module
 
     # Lines after the first of a quoted cell that hold a tab: "b\tc" and "d\te\tf", not "no tab".
     assert tsv_module.swallowed(["a\nb\tc\nno tab\nd\te\tf", "x"]) == 2

@@ -1,5 +1,5 @@
-"""Tests for cache.py, the on-disk response cache: keys, integrity and format checks on opening, a file
-locked by another process, every failure a CacheError, and committed replies surviving SIGKILL."""
+"""Tests for verdict_lab/cache.py, the on-disk response cache: keys, integrity and format checks on opening,
+a file locked by another process, every failure a CacheError, and committed replies surviving SIGKILL."""
 
 import json
 import os
@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from cache import Cache, CacheError, cache_key, stored
-from images import messages
-from perf.loopback import chat_response, token_logprobs
+from judges import chat_messages as messages
+from scripted import token_logprobs
+from verdict_lab.cache import Cache, CacheError, cache_key, stored
+from verdict_lab.formats import DIGIT, REPLIES
+from verdict_lab.loopback import chat_response
 
 
 def test_cache_key_hashes_images_and_covers_every_parameter_and_the_endpoint(png, tmp_path):
@@ -130,8 +132,8 @@ def test_every_cache_failure_is_a_cache_error(tmp_path):
 
 KILLED_WRITER = """
 import sys, threading
-from cache import Cache
-from perf.loopback import chat_response, token_logprobs
+from verdict_lab.cache import Cache
+from verdict_lab.loopback import chat_response
 cache, out = Cache(sys.argv[1]), threading.Lock()
 def write(t):
     for i in range(10**9):
@@ -193,7 +195,7 @@ def test_a_stored_reply_gives_the_same_weighted_score_in_every_format_that_asks_
     # The same reply, fresh and out of a cache file: digit_probs (so the weighted score and the digits'
     # share) are equal to the last bit, in the json format (with and without a reason, the reason quoting
     # numbers) and the digit format (with and without a reason, a quoted candidate holding its own score).
-    from replies import digit_probs, logprob_score
+    from judges import digit_probs, logprob_score
 
     rng = np.random.default_rng(seed)
     d, step = int(rng.integers(0, 10)), "x = 42, so Score: 9"
@@ -209,7 +211,7 @@ def test_a_stored_reply_gives_the_same_weighted_score_in_every_format_that_asks_
     }
     cache = Cache(tmp_path / "c.sqlite")
     for i, (key, text) in enumerate(replies.items()):
-        fmt, quoted = key[0], key[1]
+        fmt, quoted = REPLIES[key[0]], key[1]
         at = text.rfind(str(d))
         fresh = chat_response(text, logprobs=[full_logprobs(text, rng, at)])
         cache.put(f"k{i}", fresh)
@@ -230,7 +232,7 @@ def test_a_stored_reply_gives_the_same_weighted_score_in_every_format_that_asks_
 @pytest.mark.parametrize("score_only", [True, False])
 def test_a_judge_records_the_same_call_from_the_cache_as_from_the_server(loopback, tmp_path, fmt, score_only):
     import verdict
-    from client import Client
+    from verdict_lab.client import Client
     from judges import Judge
 
     alts = {"5": 0.3, "2": 0.25, "9": 0.05, '"': 0.4}
@@ -249,15 +251,15 @@ def test_a_judge_records_the_same_call_from_the_cache_as_from_the_server(loopbac
     records = []
     for _ in range(2):  # from the server, then from the cache
         client = Client(srv.url, "m", cache=Cache(path))
-        judge = Judge(client, "visual", fmt=fmt, score_only=score_only)
+        judge = Judge(client, "visual", reply=REPLIES[fmt], reasons=not score_only)
         records.append(judge.judgement(verdict.State("q"), "s").record)
         client.cache.close()
-    assert len(srv.chats) == 1 and records[0] == records[1]
+    assert len(srv.chats) == 1 and records[0] == records[1] and records[0]["format"] == fmt
     assert records[0]["weighted"] == pytest.approx((5 * 0.3 + 2 * 0.25 + 9 * 0.05) / 0.6 / 9)
 
 
 def test_an_entry_stored_whole_by_an_older_version_is_still_read(tmp_path):
-    from replies import logprob_score
+    from judges import logprob_score
 
     lp = token_logprobs([("Score: ", {"Score: ": 1.0}), ("7", {"7": 0.6, "3": 0.2, "x": 0.2})])
     full = chat_response("Score: 7", logprobs=[lp])
@@ -268,7 +270,7 @@ def test_an_entry_stored_whole_by_an_older_version_is_still_read(tmp_path):
     db.close()
     cache = Cache(tmp_path / "c.sqlite")
     assert cache.get("old") == full
-    assert logprob_score(cache.get("old")["choices"][0]["logprobs"]) == pytest.approx(
+    assert logprob_score(cache.get("old")["choices"][0]["logprobs"], DIGIT) == pytest.approx(
         (3 * 0.2 + 7 * 0.6) / 0.8 / 9
     )
     cache.close()
@@ -277,7 +279,7 @@ def test_an_entry_stored_whole_by_an_older_version_is_still_read(tmp_path):
 def test_stored_keeps_exactly_the_alternatives_digit_probs_reads():
     # The token '":7' holds '":' before its digit: '":3' is read (3), '"x' and '"=5' are not, nor is "4" (it
     # lacks the '":'); "}" holds no digit and keeps no top_logprobs.
-    from replies import digit_probs
+    from judges import JSON, digit_probs
 
     lp = token_logprobs(
         [
@@ -289,4 +291,5 @@ def test_stored_keeps_exactly_the_alternatives_digit_probs_reads():
     kept = stored(chat_response('{"score":7}', logprobs=[lp]))["choices"][0]["logprobs"]["content"]
     assert [t.get("top_logprobs") for t in kept[::2]] == [None, None]
     assert [a["token"] for a in kept[1]["top_logprobs"]] == ['":7', '":3']
-    assert digit_probs({"content": kept}, "json").tolist() == digit_probs(lp, "json").tolist()
+    assert digit_probs({"content": kept}, JSON).tolist() == digit_probs(lp, JSON).tolist()
+    assert digit_probs(lp, JSON).tolist() == pytest.approx([0, 0, 0, 0.2, 0, 0, 0, 0.6, 0, 0])

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import charts
 import demo
-import simulate
 import verdict
-from harness import tables
-from images import font
-from perf import overhead, simulation_report
+from verdict_lab import charts
+from verdict_lab.charts import font
+from verdict_lab.harness import tables
+from verdict_lab.perf import overhead, simulation_report
+from verdict_lab.perf import simulation as simulate
 
 WORDS = ("a", "judge", "consensus", "verdict+zoom+revise", "3DSRBench", "accuracy (%)", "s-bar*", "x" * 40)
 

@@ -1,5 +1,6 @@
-"""Tests for client.py against a scripted loopback server (perf/loopback.py): retries, errors, usage counts,
-the API key, the response cache, forks and the command-line flags. No other network."""
+"""Tests for verdict_lab/client.py (over judges.Endpoint's POST) against a scripted loopback server
+(verdict_lab/loopback.py, tests/scripted.py): retries, errors, usage counts, the API key, the response cache,
+forks and the command-line flags. No other network."""
 
 import argparse
 import json
@@ -10,15 +11,17 @@ from dataclasses import replace
 
 import pytest
 
-import client as client_module
 import verdict
-from cache import stored
-from client import Cache, Client, EndpointError, InFlight
-from flags import Parser, add_endpoint_args, clients_from_args, key_warning
-from replies import reported_cache
-from images import messages
-from judges import Reasoner, make_judges, thread_map
-from perf.loopback import chat_response, scripted, user_text
+from judges import EndpointError, Reasoner, make_judges
+from judges import chat_messages as messages
+from scripted import scripted
+from verdict_lab import client as client_module
+from verdict_lab.cache import Cache, stored
+from verdict_lab.client import Client, InFlight, reported_cache
+from verdict_lab.flags import Parser, add_endpoint_args, clients_from_args, key_warning
+from verdict_lab.formats import TEXT
+from verdict_lab.loopback import chat_response, user_text
+from verdict_lab.verifier import thread_map
 
 SECRET = "sk-test-VERY-SECRET-0123456789"
 
@@ -144,14 +147,14 @@ def test_a_url_error_from_requests_is_not_retried(loopback, monkeypatch):
     import requests
 
     client = Client("http://127.0.0.1:9/v1", "m", retries=3, sleep=pytest.fail)
-    monkeypatch.setattr(
-        client.session,
-        "post",
+    monkeypatch.setattr(  # where requests would raise it: sending the request, inside the client's session
+        client.endpoint.session.get_adapter("http://127.0.0.1:9/v1"),
+        "send",
         lambda *a, **k: (_ for _ in ()).throw(
             requests.exceptions.InvalidURL("Failed to parse: http://127.0.0.1:9/v1")
         ),
     )
-    with pytest.raises(EndpointError, match="unusable URL: Failed to parse"):
+    with pytest.raises(EndpointError, match="unusable request: Failed to parse"):
         client.chat([{"role": "user", "content": "hi"}])
     assert client.usage["requests"] == 1
 
@@ -255,14 +258,18 @@ def test_api_key_is_sent_but_absent_from_traces_reprs_and_errors(loopback, monke
     srv = loopback(lambda body, path: chat_response(["Fine.\nScore: 0.8"] * body.get("n", 1)))
     client = Client(srv.url, "m", api_key_env="VERDICT_TEST_KEY")
     cfg = verdict.Config(n=2, max_steps=2)
-    js = make_judges(client)
+    js = make_judges(client, reply=TEXT)
     trace = verdict.run("Is the cup left?", Reasoner(client), js, cfg, image=png, map_fn=thread_map(3))
     trace = replace(
         trace, meta={"usage": client.usage, "client": repr(client), "judges": [repr(j) for j in js]}
     )
     assert SECRET not in json.dumps(trace.to_dict())
     assert all(r.headers["Authorization"] == f"Bearer {SECRET}" for r in srv.requests)
-    assert SECRET not in repr(client) + str(vars(client)) + str(dict(client.session.headers))
+    assert SECRET not in repr(client) + str(vars(client)) + str(vars(client.endpoint)) + str(
+        dict(client.headers)
+    )
+    calls = [c for r in trace.steps for row in r.calls for c in row]
+    assert calls and all(c["sampled"] is not None for c in calls)  # the judges read every reply
 
     echo = loopback(
         scripted(
@@ -438,8 +445,8 @@ def test_clients_from_args_share_or_split_the_client():
     reasoner, judge = clients_from_args(
         p.parse_args(["--base-url", "http://h/v1", "--model", "a", "--retries", "1"])
     )
-    assert reasoner is judge and reasoner.retries == 1 and reasoner.cache is None
-    assert reasoner.api_key_env == "OPENAI_API_KEY"
+    assert reasoner is judge and reasoner.endpoint.retries == 1 and reasoner.cache is None
+    assert reasoner.endpoint.api_key_env == "OPENAI_API_KEY"
     reasoner, judge = clients_from_args(
         p.parse_args(["--base-url", "http://h/v1", "--model", "a", "--judge-model", "b"])
     )
@@ -505,13 +512,14 @@ def test_fork_shares_endpoint_and_cache_not_counters_and_on_chat_can_refuse(loop
             raise RuntimeError("budget spent")
 
     child = parent.fork(on_chat=budget)
-    assert (child.base_url, child.model, child.retries, child.timeout, child.cache) == (
+    e = child.endpoint
+    assert (child.base_url, child.model, e.retries, e.timeout, child.cache) == (
         parent.base_url,
         parent.model,
         1,
         9.0,
         parent.cache,
-    ) and child.session is not parent.session
+    ) and e.session is not parent.endpoint.session
     ask(child, "first")  # the parent's reply, from the shared cache
     assert child.usage == usage(calls=1, cache_hits=1, call_tokens=11)  # "ok": 10 prompt tokens + 1 word
     ask(child, "second")

@@ -13,19 +13,34 @@ from PIL import Image
 
 import demo
 import verdict
-from perf.loopback import LoopbackServer, chat_response, role_of
+from verdict_lab.loopback import LoopbackServer, chat_response
+from verdict_lab.layouts import role_of
 from test_judges import REFUSE, revise_server
 from test_zoom import SQUARE, scene
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the root
 
 
+def command(name) -> list:
+    """How to run `name`: a file at the root (demo.py) as `python <root>/demo.py`, a module of the folder
+    (verdict_lab.evaluate) as `python -m verdict_lab.evaluate`, which finds the checkout on script_env's
+    PYTHONPATH from any working directory."""
+    if name.endswith(".py"):
+        return [sys.executable, os.path.join(HERE, name)]
+    return [sys.executable, "-m", name]
+
+
+def script_env(env=None) -> dict:
+    """This process's environment with the root first on PYTHONPATH, then `env` over it."""
+    path = os.pathsep.join(filter(None, (HERE, os.environ.get("PYTHONPATH"))))
+    return {**os.environ, "PYTHONPATH": path, **(env or {})}
+
+
 def run_script(name, args, cwd=None, env=None, timeout=120):
-    """`python <root>/<name> args` in `cwd`, with `env` over this process's
-    environment; its output as text."""
-    env = {**os.environ, **(env or {})}
-    argv = [sys.executable, os.path.join(HERE, name), *args]
-    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    """`name` (see command) with `args` in `cwd`, with `env` over this process's environment; its output as
+    text."""
+    argv = [*command(name), *args]
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=script_env(env))
 
 
 def run_demo(args, cwd, env=None, timeout=120):
@@ -253,7 +268,7 @@ def test_live_mode_with_judge_modes_records_them_in_the_trace(tmp_path):
     assert out.returncode == 0, out.stderr
     d = json.loads((tmp_path / "verdict_trace.json").read_text())
     check_trace(d)
-    g = d["meta"]["grounding"]
+    g = d["meta"]["judge_mode"]
     assert (
         g["judge_mode"] == "prior+premises+gate"
         and g["prior"] == "- The ball must be found right of the cube."
@@ -272,7 +287,7 @@ def test_live_mode_with_judge_modes_records_them_in_the_trace(tmp_path):
     ) in out.stdout
 
 
-# The flags demo.py and evaluate.py share (add_verifier_args), refused in the same words by both.
+# The flags demo.py and verdict_lab.evaluate share (add_verifier_args), refused in the same words by both.
 VERIFIER_ERRORS = [
     (flags.split(), message)
     for flags, message in (
@@ -281,7 +296,7 @@ VERIFIER_ERRORS = [
         ("--eps -1", "--eps must be in (0, 1]"),
         ("--n 0", "--n must be an integer >= 1, got n=0"),
         ("--max-steps 0", "--max-steps must be an integer >= 1, got max_steps=0"),
-        ("--mode-max-tokens 0", "--mode-max-tokens must be >= 1"),
+        ("--mode-max-tokens 0", "--mode-max-tokens must be an integer >= 1, got mode_max_tokens=0"),
     )
 ]
 
@@ -312,6 +327,9 @@ def refuse_model(body, path):
         (["--base-url", "http://127.0.0.1:9/v1", "--model", "x"], "--question"),
         (["--judge-mode", "prior"], "needs a live model (--base-url)"),
         (["--revise"], "--revise needs a live model (--base-url)"),
+        # the hidden old names are gone: argparse refuses them
+        (["--judge-modes", "prior"], "error: unrecognized arguments: --judge-modes prior"),
+        (["--score-only"], "error: unrecognized arguments: --score-only"),
         (
             ["--base-url", "http://127.0.0.1:9/v1", "--question", "q", "--judge-mode", "sgv"],
             "judge mode 'sgv'",
@@ -533,7 +551,7 @@ def test_live_zoom_mode_records_the_regions_and_prints_their_paths(tmp_path):
             cwd=tmp_path,
         )
     assert out.returncode == 0, out.stderr
-    g = json.loads((tmp_path / "verdict_trace.json").read_text())["meta"]["grounding"]
+    g = json.loads((tmp_path / "verdict_trace.json").read_text())["meta"]["judge_mode"]
     assert g["judge_mode"] == "zoom" and [e["path"] for e in g["zoom"]] == ["zoom"] and g["extra_calls"] == 1
     assert "judge mode zoom; 1 region requests (zoom); 1 extra calls, " in out.stdout
 

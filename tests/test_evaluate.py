@@ -1,23 +1,27 @@
-"""Tests for evaluate.py: a TSV run with every image sent, the summary arithmetic by hand, resume after a
-kill, shared calls between rules, budgets, errors and flags. Every model is the loopback scripted server; one
-`live` test talks to VERDICT_LIVE_URL."""
+"""Tests for verdict_lab/evaluate.py: a TSV run with every image sent, the summary arithmetic by hand, resume
+after a kill, shared calls between rules, budgets, errors and flags. Every model is the loopback scripted
+server; one `live` test talks to VERDICT_LIVE_URL."""
 
 import json
 import os
 import re
 import subprocess
-import sys
 import threading
 
 import pytest
 
 import demo
-import evaluate
+from verdict_lab import evaluate
 import verdict
-from harness.rows import Row
-from perf.loopback import chat_response, role_of, user_text
+from verdict_lab.cache import Cache, CacheError
+from verdict_lab.flags import settings_of
+from verdict_lab.modes import MODE_MAX_TOKENS
+from verdict_lab.verifier import Settings
+from verdict_lab.harness.rows import Row
+from verdict_lab.loopback import chat_response, user_text
+from verdict_lab.layouts import role_of
 from test_benchmarks import tiny_tsv
-from test_demo import VERIFIER_ERRORS, run_script
+from test_demo import VERIFIER_ERRORS, command, run_script, script_env
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the root
 
@@ -63,8 +67,8 @@ def write_jsonl(path, n=4, answers="BBAB"):
 
 
 def argv(data, url, out, flags="") -> list:
-    """evaluate.py's command line: `data` (a file, or a list of them), the endpoint and the run directory,
-    then `flags`, split at spaces."""
+    """verdict_lab.evaluate's command line: `data` (a file, or a list of them), the endpoint and the run
+    directory, then `flags`, split at spaces."""
     files = data if isinstance(data, list) else [data]
     return [
         *(a for f in files for a in ("--data", str(f))),
@@ -77,7 +81,7 @@ def argv(data, url, out, flags="") -> list:
 
 
 def run(args, cwd=None, timeout=300):
-    return run_script("evaluate.py", args, cwd, timeout=timeout)
+    return run_script("verdict_lab.evaluate", args, cwd, timeout=timeout)
 
 
 def rows_of(out) -> list:
@@ -230,13 +234,10 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path, loopback):
     data, out, ref = write_jsonl(tmp_path / "q.jsonl", n=5), tmp_path / "out", tmp_path / "ref"
     flags = "--seeds 2 --max-steps 3 --retries 0 --judge-format text"
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            os.path.join(HERE, "evaluate.py"),
-            *argv(data, srv.url, out, flags + " --concurrency 1"),
-        ],
+        [*command("verdict_lab.evaluate"), *argv(data, srv.url, out, flags + " --concurrency 1")],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env=script_env(),
     )
     try:
         assert reached.wait(120), "the run never reached the third item"
@@ -330,7 +331,7 @@ def test_json_refused_falls_back_to_text_once_for_the_whole_run(tmp_path, loopba
     assert len(metas) == 3 and all((m["format"], m["format_used"]) == ("json", "text") for m in metas)
     assert metas[0]["fallback"]["at_call"] >= 1 and all(m["fallback"] == metas[0]["fallback"] for m in metas)
     assert all(None not in r for row in rows_of(out) for s in row["trace"]["steps"] for r in s["s_hat"])
-    assert json.loads((out / "run.json").read_text())["settings"]["judge_format"] == "json"
+    assert json.loads((out / "run.json").read_text())["settings"]["verifier"]["judge_format"] == "json"
 
 
 SHEET = json.dumps({"objects": [{"fact": "two numbers"}], "numbers": [], "relations": [], "structure": []})
@@ -358,7 +359,7 @@ def test_judge_modes_are_rows_that_share_the_reasoners_candidates(tmp_path, loop
                 srv.url,
                 out,
                 "--seeds 1 --rules base,verdict --judge-format text "
-                "--judge-modes plain,prior,premises,prior+premises,premises+gate",
+                "--judge-mode plain,prior,premises,prior+premises,premises+gate",
             )
         )
         == 0
@@ -391,10 +392,10 @@ def test_judge_modes_are_rows_that_share_the_reasoners_candidates(tmp_path, loop
         "verdict+premises+gate": 1 + 5,
     }
     assert rows["verdict+prior"]["extra_tokens"] == 20 + 5  # prompt 20, completion: 5 words
-    g = rows["verdict+prior+premises"]["trace"]["meta"]["grounding"]
+    g = rows["verdict+prior+premises"]["trace"]["meta"]["judge_mode"]
     assert g["prior"] == "- Compare the two numbers." and g["fact_sheet_status"] == "ok"
     assert (
-        "grounding" not in rows["verdict"]["trace"]["meta"] and rows["verdict"]["fact_sheet_status"] is None
+        "judge_mode" not in rows["verdict"]["trace"]["meta"] and rows["verdict"]["fact_sheet_status"] is None
     )
     summary = json.loads((out / "summary.json").read_text())
     stats = summary["stats"]
@@ -457,7 +458,7 @@ def test_unreachable_endpoint_fails_fast(tmp_path):
         argv(write_jsonl(tmp_path / "q.jsonl"), "http://127.0.0.1:9/v1", tmp_path / "out", "--retries 0")
     )
     assert out.returncode == 2 and out.stderr.count("\n") == 1
-    assert out.stderr.startswith("evaluate.py: error: the endpoint cannot be used:")
+    assert out.stderr.startswith("verdict_lab.evaluate: error: the endpoint cannot be used:")
     assert not (tmp_path / "out" / "summary.json").exists()
 
 
@@ -467,16 +468,19 @@ def test_unreachable_endpoint_fails_fast(tmp_path):
         (["--seeds", "0"], "--seeds must be >= 1, got 0"),
         (["--rules", "base,median"], "--rules must list distinct methods"),
         (["--concurrency", "0"], "--concurrency must be >= 1"),
-        (["--max-calls", "0"], "--max-calls must be >= 1"),
+        (["--max-calls", "0"], "--max-calls must be an integer >= 1 or None, got max_calls=0"),
         *VERIFIER_ERRORS,
         (["--data", "x.csv"], "unknown format '.csv'"),
         (["--data", "nowhere.jsonl"], "nowhere.jsonl: no such file"),
         (["--base-url", ""], "--base-url is required"),
-        (["--judge-modes", "plain,sgv"], "judge mode 'sgv'"),
-        (["--judge-modes", "prior,prior"], "--judge-mode lists a mode twice"),  # the old name still works
+        (["--judge-mode", "plain,sgv"], "judge mode 'sgv'"),
+        (["--judge-mode", "prior,prior"], "--judge-mode lists a mode twice"),
         (["--judge-mode", "prior,premises,prior"], "--judge-mode lists a mode twice"),
         (["--judge-mode", "premises,gate"], "the gate needs the premises mode"),
-        (["--judge-modes", "gate"], "the gate needs the premises mode"),
+        (["--judge-mode", "gate"], "the gate needs the premises mode"),
+        # the hidden old names are gone: argparse refuses them
+        (["--judge-modes", "plain,prior"], "error: unrecognized arguments: --judge-modes plain,prior"),
+        (["--score-only"], "error: unrecognized arguments: --score-only"),
     ],
 )
 def test_bad_flags_one_line_exit_2(tmp_path, args, message):
@@ -495,6 +499,8 @@ def test_bad_flags_one_line_exit_2(tmp_path, args, message):
         ["--tau", "-0.5"],
         ["--max-steps", "0"],
         ["--judge-mode", "plain,sgv"],
+        ["--judge-modes", "plain,zoom"],  # the hidden old names are gone
+        ["--score-only"],
     ],
 )
 def test_a_bad_setting_exits_2_before_any_request(tmp_path, loopback, bad):
@@ -502,7 +508,7 @@ def test_a_bad_setting_exits_2_before_any_request(tmp_path, loopback, bad):
     data = write_jsonl(tmp_path / "q.jsonl")
     out = run(argv(data, srv.url, tmp_path / "o") + bad)
     assert out.returncode == 2 and out.stderr.count("\n") == 1
-    assert out.stderr.startswith("evaluate.py: error: "), out.stderr
+    assert out.stderr.startswith("verdict_lab.evaluate: error: "), out.stderr
     assert srv.requests == [] and not (tmp_path / "o").exists()
 
 
@@ -511,17 +517,22 @@ def test_demo_and_evaluate_share_the_verifier_flags(capsys):
     for parse in (demo.parse_args, lambda a: evaluate.parse_args(["--data", "x.jsonl", *a])):
         args = parse([])
         assert (args.n, args.tau, args.eps, args.max_steps) == (3, verdict.TAU, verdict.EPS, 8)
-        assert (args.judge_mode, args.revise, args.mode_max_tokens) == ("plain", False, None)
+        assert (args.judge_mode, args.revise, args.mode_max_tokens) == ("plain", False, MODE_MAX_TOKENS)
+        assert settings_of(args) == Settings()  # every flag's default is verifier.Settings'
     helps = []
     for parse in (demo.parse_args, evaluate.parse_args):
         with pytest.raises(SystemExit):
             parse(["-h"])
         text = capsys.readouterr().out
         helps.append(text[text.index("verifier:") :].split("\n\n")[0])
-    assert helps[0] == helps[1] and "--judge-modes" not in helps[0]  # the old name works, unlisted
+    assert helps[0] == helps[1] and "--judge-modes" not in helps[0] and "--score-only" not in helps[0]  # gone
     assert all(
         f in helps[0]
-        for f in ("--n", "--tau", "--eps", "--max-steps", "--judge-mode", "--revise", "--mode-max-tokens")
+        for f in (
+            *("--n", "--tau", "--eps", "--lam", "--max-steps", "--max-tokens", "--judge-max-tokens"),
+            *("--judge-format", "--weighted", "--judge-mode", "--mode-max-tokens", "--revise", "--reasons"),
+            *("--speculate", "--layout"),
+        )
     )
 
 
@@ -530,7 +541,8 @@ def test_other_settings_in_out_dir_refused(tmp_path, loopback):
     args = argv(write_jsonl(tmp_path / "q.jsonl", n=1), srv.url, tmp_path / "o", "--seeds 1 --rules base")
     assert evaluate.main(args) == 0
     out = run(args + ["--max-steps", "2"])
-    assert out.returncode == 2 and "holds a run with other settings (config); use another --out" in out.stderr
+    assert out.returncode == 2
+    assert "holds a run with other settings (verifier); use another --out" in out.stderr, out.stderr
 
 
 @pytest.mark.live
@@ -567,7 +579,7 @@ def test_live_structure(tmp_path, live_url):
         if r["trace"]:
             assert r["trace"]["format"] == verdict.TRACE_FORMAT and r["stopped"] in ("final", "max_steps")
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
-    assert summary["format"] == "verdict-eval/3" and set(summary["accuracy"]) == {"base", "verdict"}
+    assert summary["format"] == "verdict-eval/4" and set(summary["accuracy"]) == {"base", "verdict"}
     assert summary["stats"]["verdict"]["abstention_rate"] <= 0.05
     judged = [r["trace"]["meta"]["judges"] for r in rows if r["method"] == "verdict" and r["trace"]]
     assert judged and all((m["format_used"], m["fallback"]) == ("json", None) for m in judged)
@@ -593,24 +605,23 @@ def test_out_dir_made_against_another_endpoint_is_refused(tmp_path, loopback):
 def test_cache_error_stops_the_run_and_keeps_finished_rows(tmp_path, loopback, monkeypatch, capsys):
     srv = loopback(script)
     gets = {"n": 0}
-    real_get = evaluate.client.Cache.get
+    real_get = Cache.get
 
     def failing_get(self, key):  # the cache breaks in the middle of the run (a damaged or locked file)
         gets["n"] += 1
         if gets["n"] > 25:
-            raise evaluate.client.CacheError(
+            raise CacheError(
                 f"{self.path} is not a readable verdict cache (database disk image is malformed)"
             )
         return real_get(self, key)
 
-    monkeypatch.setattr(evaluate.client.Cache, "get", failing_get)
+    monkeypatch.setattr(Cache, "get", failing_get)
     out = tmp_path / "out"
     flags = "--seeds 1 --rules base,verdict --concurrency 1 --judge-format text"
     code = evaluate.main(argv(write_jsonl(tmp_path / "q.jsonl", n=4), srv.url, out, flags))
     err = capsys.readouterr().err
-    assert (
-        code == 2 and "evaluate.py: error: the response cache cannot be used:" in err and "malformed" in err
-    )
+    assert code == 2 and "malformed" in err
+    assert "verdict_lab.evaluate: error: the response cache cannot be used:" in err
     rows = rows_of(out)
     assert rows and all(r["error"] is None for r in rows)  # the chain that met the broken cache left no row
     assert {(r["id"], r["method"]) for r in rows} == {("q0", "base"), ("q0", "verdict"), ("q1", "base")}
@@ -629,10 +640,11 @@ def test_second_run_on_the_same_out_dir_is_refused_at_once(tmp_path, loopback):
     srv = loopback(holding)
     args = argv(write_jsonl(tmp_path / "q.jsonl", n=2), srv.url, tmp_path / "o", "--seeds 1 --rules base")
     proc = subprocess.Popen(
-        [sys.executable, os.path.join(HERE, "evaluate.py"), *args],
+        [*command("verdict_lab.evaluate"), *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        env=script_env(),
     )
     try:
         assert reached.wait(120), "the first run never sent a request"
@@ -776,7 +788,7 @@ def test_zoom_and_revise_rows_record_their_paths_and_costs(tmp_path, loopback):
                 path,
                 srv.url,
                 out,
-                "--seeds 1 --limit 1 --rules verdict --judge-modes plain,zoom --revise --n 2 --max-steps 2",
+                "--seeds 1 --limit 1 --rules verdict --judge-mode plain,zoom --revise --n 2 --max-steps 2",
             )
         )
         == 0

@@ -1,4 +1,4 @@
-"""Issue 24's faults on the HTTP side, each against a loopback server started here: a zoom box of 1e309, an
+"""Hostile inputs on the HTTP side, each against a loopback server started here: a zoom box of 1e309, an
 API key with a trailing CRLF or a character no header carries, a server that trickles its bytes, a lone
 surrogate, demo.py's unwritable outputs, cache entries of the wrong shape, huge timings."""
 
@@ -8,37 +8,34 @@ import math
 import os
 import socket
 import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
-import client as client_module
 import demo
-import evaluate
+from verdict_lab import evaluate
 import verdict
-from cache import cache_key
-from client import Cache, CacheError, Client, EndpointError, total_usage
-from replies import reported_cache, reported_usage
-from judges import Reasoner, make_judges
-from perf.loopback import chat_response, role_of
-from test_demo import run_demo, scripted_judge_server
+import judges
+from verdict_lab.cache import Cache, CacheError, cache_key
+from verdict_lab.client import Client, reported_cache, reported_usage, total_usage
+from verdict_lab.formats import TEXT
+from judges import EndpointError, Reasoner, make_judges
+from verdict_lab.loopback import chat_response
+from verdict_lab.layouts import role_of
+from test_demo import command, run_demo, script_env, scripted_judge_server
 from test_evaluate import look_and_revise, rows_of
 from test_benchmarks import tiny_tsv
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the root
 SECRET = "sk-hostile-SECRET-42"
 HI = [{"role": "user", "content": "hi"}]
 
 
 def script(args, name, env=None, timeout=120):
+    """demo.py, or a module such as verdict_lab.evaluate (test_demo.command), with `env` over the
+    environment."""
     return subprocess.run(
-        [sys.executable, os.path.join(HERE, name), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
+        [*command(name), *args], capture_output=True, text=True, timeout=timeout, env=script_env(env)
     )
 
 
@@ -56,11 +53,11 @@ def test_a_zoom_box_of_1e309_keeps_the_row_and_a_cached_rerun_gives_the_same(tmp
     srv = loopback(infinite_box)
     out = tmp_path / "out"
     argv = ["--data", str(path), "--base-url", srv.url, "--out", str(out), "--seeds", "1", "--limit", "1"]
-    argv += ["--rules", "verdict", "--judge-modes", "plain,zoom", "--n", "2", "--max-steps", "1"]
+    argv += ["--rules", "verdict", "--judge-mode", "plain,zoom", "--n", "2", "--max-steps", "1"]
     assert evaluate.main(argv) == 0
     rows = {r["method"]: r for r in rows_of(out)}
     assert list(rows) == ["verdict", "verdict+zoom"] and rows["verdict+zoom"]["error"] is None
-    zoom = rows["verdict+zoom"]["trace"]["meta"]["grounding"]["zoom"]
+    zoom = rows["verdict+zoom"]["trace"]["meta"]["judge_mode"]["zoom"]
     assert [(z["path"], z["why"]) for z in zoom] == [("full", "unreadable")] * 2  # read, asked again, refused
     sent = len(srv.requests)
     os.remove(out / "results.jsonl")  # the rows go, the cached replies stay: every chain runs from the cache
@@ -115,7 +112,7 @@ def live_args(tool, url, tmp_path):
     return ["--data", str(data), "--base-url", url, "--out", str(tmp_path / "out"), "--seeds", "1"]
 
 
-@pytest.mark.parametrize("tool", ["demo.py", "evaluate.py"])
+@pytest.mark.parametrize("tool", ["demo.py", "verdict_lab.evaluate"])
 @pytest.mark.parametrize("tail", ["\r\n", "\n", "\r", " \t"])
 def test_a_key_read_with_its_line_end_is_sent_stripped_and_never_printed(tmp_path, loopback, tool, tail):
     srv = echoing_server(loopback)
@@ -127,7 +124,7 @@ def test_a_key_read_with_its_line_end_is_sent_stripped_and_never_printed(tmp_pat
     assert len(out.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("tool", ["demo.py", "evaluate.py"])
+@pytest.mark.parametrize("tool", ["demo.py", "verdict_lab.evaluate"])
 @pytest.mark.parametrize(
     "key", ["sk-\u20acuro-SECRET", "sk-\u201cquoted\u201d", "sk-in\x7fner", "sk-in\nner"]
 )
@@ -142,12 +139,12 @@ def test_a_key_no_header_can_carry_stops_at_once_with_one_line(tmp_path, loopbac
 
 def test_api_key_strips_and_refuses_without_showing_the_key(monkeypatch):
     monkeypatch.setenv("K", f"  {SECRET}\r\n")
-    assert client_module.api_key("K") == SECRET
+    assert judges.api_key("K") == SECRET
     monkeypatch.setenv("K", " \r\n")
-    assert client_module.api_key("K") is None
+    assert judges.api_key("K") is None
     monkeypatch.setenv("K", SECRET + "\u2014")
     with pytest.raises(ValueError) as e:
-        client_module.api_key("K")
+        judges.api_key("K")
     assert "$K" in str(e.value) and SECRET not in str(e.value)
     with pytest.raises(ValueError):  # and before any call
         Client("http://127.0.0.1:9/v1", "m", api_key_env="K")
@@ -219,7 +216,7 @@ def test_timeout_bounds_the_whole_request_against_a_server_that_trickles(head):
 
 @pytest.mark.parametrize("timeout", [0, -1, math.nan, math.inf, 1e300])
 def test_a_timeout_no_watchdog_can_wait_is_refused(timeout):
-    with pytest.raises(ValueError, match="need timeout > 0"):
+    with pytest.raises(ValueError, match=r"timeout must be > 0 seconds, got timeout="):
         Client("http://127.0.0.1:9/v1", "m", timeout=timeout)
 
 
@@ -246,7 +243,15 @@ def test_cache_key_takes_a_lone_surrogate_and_keeps_every_other_key():
     assert len({cache_key(lone, "e"), cache_key(other, "e"), cache_key(payload, "e")}) == 3
 
 
-def test_a_lone_surrogate_in_a_reply_is_replaced_and_the_chain_runs(tmp_path, loopback):
+@pytest.mark.parametrize(
+    "reply",
+    [
+        TEXT,  # the text judges cannot read this reply, and abstain
+        judges.JSON,  # the json judges read the reason from the reply's JSON, "\\ud800" and all
+    ],
+    ids=["text", "json"],
+)
+def test_a_lone_surrogate_in_a_reply_is_replaced_and_the_chain_runs(tmp_path, loopback, reply):
     def server(body, path):
         role = role_of(body["messages"])
         if role == "reasoner":
@@ -256,11 +261,15 @@ def test_a_lone_surrogate_in_a_reply_is_replaced_and_the_chain_runs(tmp_path, lo
     srv = loopback(server)
     cache = Cache(tmp_path / "c.sqlite")
     c = Client(srv.url, "m", cache=cache)
-    trace = verdict.run("q\ud800?", Reasoner(c), make_judges(c), verdict.Config(n=1, max_steps=2))
+    trace = verdict.run(
+        "q\ud800?", Reasoner(c), make_judges(c, reply=reply), verdict.Config(n=1, max_steps=2)
+    )
     assert trace.answer == "B \ufffd"  # U+FFFD for the lone surrogate
     json.dumps(trace.to_dict()["steps"], ensure_ascii=False).encode("utf-8")  # what the replies made is text
     sent = len(srv.requests)
-    again = verdict.run("q\ud800?", Reasoner(c), make_judges(c), verdict.Config(n=1, max_steps=2))
+    again = verdict.run(
+        "q\ud800?", Reasoner(c), make_judges(c, reply=reply), verdict.Config(n=1, max_steps=2)
+    )
     assert len(srv.requests) == sent and again.to_dict() == trace.to_dict()
 
 

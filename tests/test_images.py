@@ -1,5 +1,6 @@
-"""Tests for images.py: every colour mode, EXIF orientation, the pixel budget, bad inputs, memoisation
-and the chat messages that carry images."""
+"""Tests for how the judges see images (judges.py's load, to_rgb, budget_size, encode_image, chat_messages):
+every colour mode, EXIF orientation, the pixel budget, bad inputs, memoisation, and the chat messages that
+carry images, with MMMU's placement (verdict_lab.layouts.placed)."""
 
 import base64
 import io
@@ -10,9 +11,15 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import flags
-import images
-from images import encode_image, messages
+import judges as images
+import verdict
+from judges import chat_messages, encode_image
+from verdict_lab import flags, layouts, verifier
+from verdict_lab.loopback import chat_response
+
+# VLMEvalKit (e8e78f05, vlmeval/config.py) runs Qwen2.5-VL-7B-Instruct with min_pixels = 1280·28·28; the
+# client never raises an image to it (the server's processor does), so only the tests name it: 1.0 MP.
+MIN_PIXELS = 1280 * 28 * 28
 
 
 def decode(url: str) -> Image.Image:
@@ -91,8 +98,8 @@ def test_exif_orientation_is_applied(tmp_path):
 def test_huge_image_is_downscaled_to_the_budget_keeping_aspect(tmp_path):
     path = tmp_path / "huge.png"
     Image.new("RGB", (2400, 1800), "white").save(path, compress_level=1)
-    w, h = decode(encode_image(path, max_pixels=images.MIN_PIXELS)).size  # 4.3 MP at a 1.0 MP budget
-    assert 0.98 * images.MIN_PIXELS <= w * h <= images.MIN_PIXELS
+    w, h = decode(encode_image(path, max_pixels=MIN_PIXELS)).size  # 4.3 MP at a 1.0 MP budget
+    assert 0.98 * MIN_PIXELS <= w * h <= MIN_PIXELS
     assert abs(w / h - 4 / 3) < 0.01
     assert decode(encode_image(path)).size == (2400, 1800)  # the default budget, 12.8 MP: sent as is
     w, h = decode(encode_image(path, max_pixels=100)).size
@@ -122,6 +129,7 @@ def test_encodings_are_memoised_and_follow_file_changes(png):
     a = encode_image(png)
     assert encode_image(png) is a and encode_image(str(png)) is a
     assert encode_image(png.read_bytes()) == a and encode_image(Image.open(png)) == a
+    assert encode_image(png.read_bytes()) is encode_image(png.read_bytes())  # bytes: memoised by their value
     Image.new("RGB", (64, 48), "black").save(png)
     os.utime(png, ns=(1, 1))
     assert encode_image(png) != a
@@ -195,19 +203,29 @@ def test_modes_i_and_i16_with_the_same_pixels_render_the_same(tmp_path):
 # ------------------------------------------------------------------------- chat messages: where the images go
 
 
+def sheet(text: str):
+    """A layout (name, state, note="", **fields) -> messages whose user text is `text`: chat_messages with
+    the state's images, for layouts.placed to place them."""
+    return lambda name, state, note="", **fields: chat_messages("sys", state.images, text)
+
+
 def test_images_come_first_unless_the_question_names_them():
     red, blue = Image.new("RGB", (4, 4), "red"), Image.new("RGB", (4, 4), "blue")
     r, b = ({"type": "image_url", "image_url": {"url": encode_image(im)}} for im in (red, blue))
     t = lambda s: {"type": "text", "text": s}
-    first = messages("sys", (red, blue), "Question:\nIs it red?", question="Is it red?")
-    assert first == [
+    expected = [
         {"role": "system", "content": "sys"},
         {"role": "user", "content": [r, b, t("Question:\nIs it red?")]},
     ]
+    assert chat_messages("sys", (red, blue), "Question:\nIs it red?") == expected
+    placed = lambda text, q, images=(red, blue): layouts.placed(sheet(text))(
+        "visual", verdict.State(q, images)
+    )
+    assert placed("Question:\nIs it red?", "Is it red?") == expected  # no <image k>: the images come first
     # MMMU (VLMEvalKit's split_MMMU): each <image k> of the question becomes the k-th image, at that place; an
     # image named twice is sent twice; the text before and after the question stays as it is.
     q = "Compare <image 2> with <image 2> and A. <image 1>"
-    got = messages("sys", (red, blue), f"Question:\n{q}\n\nWrite the next step.", question=q)
+    got = placed(f"Question:\n{q}\n\nWrite the next step.", q)
     assert got[0] == {"role": "system", "content": "sys"} and got[1]["content"] == [
         t("Question:\nCompare "),
         b,
@@ -217,49 +235,85 @@ def test_images_come_first_unless_the_question_names_them():
         r,
         t("\n\nWrite the next step."),
     ]
-    only = messages("sys", (red, blue), "Question: <image 2>", question="<image 2>")
+    only = placed("Question: <image 2>", "<image 2>")
     assert only[1]["content"] == [
         t("Question: "),
         b,
     ]  # image 1 is never named: left out, as VLMEvalKit leaves it out
     # a marker outside the question (a previous step, a candidate) is text, and so is one
     # with no image sent at all
-    step = messages("sys", (red, blue), f"{q}\nStep 1: see <image 1>", question=q)[1]["content"]
+    step = placed(f"{q}\nStep 1: see <image 1>", q)[1]["content"]
     assert (
         step[-1] == t("\nStep 1: see <image 1>") and len([p for p in step if p["type"] == "image_url"]) == 3
     )
-    assert messages("sys", (), f"Question: {q}", question=q)[1]["content"] == f"Question: {q}"
+    assert placed(f"Question: {q}", q, images=())[1]["content"] == f"Question: {q}"
+    assert chat_messages("sys", (), f"Question: {q}")[1]["content"] == f"Question: {q}"  # never placed here
 
 
 def test_image_placement_refuses_a_missing_image_or_a_question_not_in_the_text():
     red = Image.new("RGB", (4, 4), "red")
+    q = "<image 1> or <image 2>?"
     with pytest.raises(ValueError, match="names <image 2> but there are 1 image"):
-        messages("sys", (red,), "Question: <image 1> or <image 2>?", question="<image 1> or <image 2>?")
+        layouts.placed(sheet(f"Question: {q}"))("visual", verdict.State(q, (red,)))
     with pytest.raises(ValueError, match="does not hold the question"):
-        messages("sys", (red,), "Question: something else", question="<image 1>?")
+        layouts.placed(sheet("Question: something else"))("visual", verdict.State("<image 1>?", (red,)))
+
+
+class Recorder:
+    """A client (chat(messages, **params)) that keeps every request's messages and answers each with n
+    copies of a json judge's reply (the reasoner takes it as its step)."""
+
+    def __init__(self):
+        self.requests = []
+
+    def chat(self, messages, **params):
+        self.requests.append(messages)
+        return chat_response(['{"score": 7}'] * params.get("n", 1))
+
+
+def sent_sizes(requests) -> list:
+    """The size of every image the requests sent, in order."""
+    urls = [p["image_url"]["url"] for m in requests for p in m[1]["content"] if p.get("type") == "image_url"]
+    return [decode(u).size for u in urls]
 
 
 def test_the_default_budget_is_vlmevalkits_and_max_pixels_sets_it(tmp_path):
     """VLMEvalKit e8e78f05 (vlmeval/config.py) runs Qwen2.5-VL-7B-Instruct with min_pixels = 1280·28·28 and
-    max_pixels = 16384·28·28; the budget is the latter, and --max-pixels (client.py, shared by demo.py and
-    evaluate.py) sets the one every image is sent at."""
+    max_pixels = 16384·28·28; the budget is the latter, and --max-pixels (flags.py, shared by demo.py and
+    verdict_lab.evaluate) sets Settings.max_pixels, the budget every image of the chain is sent at: the
+    reasoner's, every judge's (layouts.layout(name, max_pixels))."""
     import argparse
 
-    assert (images.MIN_PIXELS, images.MAX_PIXELS) == (1_003_520, 12_845_056) == (1280 * 784, 16384 * 784)
-    assert images.pixel_budget() == images.MAX_PIXELS
+    assert (MIN_PIXELS, images.MAX_PIXELS) == (1_003_520, 12_845_056) == (1280 * 784, 16384 * 784)
+    assert verifier.Settings().max_pixels == images.MAX_PIXELS
     p = argparse.ArgumentParser()
     flags.add_endpoint_args(p)
+    flags.add_verifier_args(p)
     assert p.parse_args([]).max_pixels == images.MAX_PIXELS
+    assert flags.settings_of(p.parse_args([])).max_pixels == images.MAX_PIXELS
     path = tmp_path / "a.png"
     Image.new("RGB", (40, 30), "white").save(path)
+    state = verdict.State("Is it white?", (path,))
     args = p.parse_args(["--base-url", "http://127.0.0.1:9/v1", "--max-pixels", "300"])
-    try:
-        flags.clients_from_args(args)
-        assert images.pixel_budget() == 300 and decode(encode_image(path)).size == (20, 15)
-        with pytest.raises(ValueError, match="--max-pixels must be an integer >= 1, got 0"):
-            flags.clients_from_args(
-                p.parse_args(["--base-url", "http://127.0.0.1:9/v1", "--max-pixels", "0"])
-            )
-    finally:
-        images.set_pixel_budget(images.MAX_PIXELS)
+    settings = flags.settings_of(args)
+    assert settings.max_pixels == 300
+    client = Recorder()
+    v = verifier.build(settings, client)
+    assert (
+        v.propose(state, 1) == ['{"score": 7}']
+        and [j.judgement(state, "It is.").score for j in v.judges] == [pytest.approx(7 / 9)] * 3
+    )
+    assert len(client.requests) == 4 and sent_sizes(client.requests) == [(20, 15)] * 4  # 300 pixels, 4:3
+    for name in layouts.LAYOUTS:  # every layout at that budget
+        msgs = layouts.layout(name, 300)("visual", state, step="It is.", reply="Score:")
+        assert sent_sizes([msgs]) == [(20, 15)]
+        assert sent_sizes([layouts.layout(name)("visual", state, step="It is.", reply="Score:")]) == [
+            (40, 30)
+        ]
+    with pytest.raises(ValueError, match="--max-pixels must be an integer >= 1, got max_pixels=0"):
+        flags.settings_of(p.parse_args(["--base-url", "http://127.0.0.1:9/v1", "--max-pixels", "0"]))
+    client = Recorder()  # the default budget, 12.8 MP: sent as is
+    v = verifier.build(flags.settings_of(p.parse_args([])), client)
+    v.propose(state, 1), v.judges[0].judgement(state, "It is.")
+    assert sent_sizes(client.requests) == [(40, 30)] * 2
     assert decode(encode_image(path)).size == (40, 30)

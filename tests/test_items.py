@@ -11,10 +11,10 @@ import json
 import pytest
 from PIL import Image
 
-from harness import benchmarks, tsv
-from harness.answers import Value
-from harness.cells import mangle
-from harness.items import build_question, decode_image, make_item
+from verdict_lab.harness import benchmarks, tsv
+from verdict_lab.harness.answers import Value
+from verdict_lab.harness.cells import mangle
+from verdict_lab.harness.items import build_question, decode_image, make_item
 
 
 def png(color) -> bytes:

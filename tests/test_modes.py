@@ -1,5 +1,5 @@
-"""Tests for calls.py, the judge modes (SGV's prior, EVPV's fact sheet and gate), against a scripted
-loopback server; one `live` test talks to $VERDICT_LIVE_URL."""
+"""Tests for modes/judge.py (ModeChain, ModeJudge): the judge modes (SGV's prior, EVPV's fact sheet and gate),
+against a scripted loopback server; one `live` test talks to $VERDICT_LIVE_URL."""
 
 import json
 import math
@@ -10,15 +10,18 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from modes import evpv
-import prompting
+import judges
 import verdict
-from client import Cache, Client
-from modes import JudgeMode
-from modes.calls import ModeCalls
-from judges import Judge, Reasoner, make_judges, thread_map
-from perf.loopback import chat_response, role_of, user_text
-from test_judges import REFUSE
+from judges import Judge, Reasoner, make_judges
+from verdict_lab import layouts, verifier
+from verdict_lab.cache import Cache
+from verdict_lab.client import Client
+from verdict_lab.formats import TEXT, JudgeFormat
+from verdict_lab.layouts import DEFAULT_LAYOUT, role_of
+from verdict_lab.loopback import chat_response, user_text
+from verdict_lab.modes import JudgeMode, evpv
+from verdict_lab.modes.judge import ModeChain, ModeJudge
+from verdict_lab.verifier import Settings, judges_of, thread_map
 
 nan = math.nan
 
@@ -52,6 +55,37 @@ CHECKS = {  # candidate -> the premise check's reply
     "The ball is blue.": "The ball is indeed blue.",  # not JSON: the check is unreadable
     "The ball is hidden.": '{"claims": []}',  # no visual claim: ν_t = 0
 }
+
+
+REFUSE = (  # llama-server's 400 for a response_format type it does not know
+    400,
+    {
+        "error": {
+            "code": 400,
+            "type": "invalid_request_error",
+            "message": 'response_format type must be one of "text" or "json_object", but got: json_schema',
+        }
+    },
+)
+
+
+def chain_of(client, mode: JudgeMode = JudgeMode(), fmt: str = "json", layout: str = DEFAULT_LAYOUT, **kw):
+    """One chain's ModeChain: its requests laid out by `layout` (layouts.layout), under a JudgeFormat of its
+    own (json by default: the mode's JSON requests send their schemas)."""
+    return ModeChain(client, mode, fmt=JudgeFormat(fmt), layout=layouts.layout(layout), **kw)
+
+
+def judges_in(chain, client=None, layout: str = DEFAULT_LAYOUT, **kw) -> list:
+    """The three judges (make_judges; text replies, as the scripted server writes "Score: x"), each wrapped
+    in `chain`'s judge mode (ModeJudge), or plain when chain is None."""
+    js = make_judges(client or chain.client, reply=TEXT, layout=layouts.layout(layout), **kw)
+    return js if chain is None else [ModeJudge(j, chain) for j in js]
+
+
+def run_judges(chain, **settings) -> tuple:
+    """The judges a run builds for `chain` (verifier.judges_of), in the run's format: the chain's own."""
+    s = Settings(judge_format=chain.format.requested, **settings)
+    return judges_of(s, chain.client, chain.format, chain)
 
 
 def role(body) -> str:
@@ -139,21 +173,21 @@ def test_plain_mode_sends_byte_identical_requests(loopback):
     srv = loopback(modes_handler())
     client = Client(srv.url, "m")
     state = verdict.State("Where is the ball?", (), ("The cube is red.",))
-    for evidence in (None, ModeCalls(client)):
-        assert [j(state, "The ball is right.") for j in make_judges(client, grounding=evidence)] == [0.8] * 3
+    for chain in (None, chain_of(client)):  # plain judges, then the same judges in the plain mode
+        assert [j(state, "The ball is right.") for j in judges_in(chain, client)] == [0.8] * 3
     raw = [r.raw for r in srv.requests]
     text = user_text(srv.chats[0])
     assert raw[:3] == raw[3:] and text.index("Where is the ball?") < text.index("Step 1: The cube is red.")
 
 
-def test_prior_is_made_once_per_question_and_reused_across_steps_and_candidates(loopback):
+def test_prior_is_made_once_per_chain_and_reused_across_steps_and_candidates(loopback):
     srv = loopback(modes_handler())
     client = Client(srv.url, "m")
     cfg = verdict.Config(n=2, max_steps=2)
-    g = ModeCalls(client, JudgeMode(prior=True), layout="shared")
-    js = make_judges(client, grounding=g, layout="shared")
+    g = chain_of(client, JudgeMode(prior=True), layout="shared")
+    js = judges_in(g, layout="shared")
     verdict.run(
-        "Where is the ball?", Reasoner(client, layout="shared"), js, cfg, map_fn=thread_map(6)
+        "Where is the ball?", Reasoner(client, layout=layouts.layout("shared")), js, cfg, map_fn=thread_map(6)
     )  # 6 judge calls at once
     roles = [role(b) for b in srv.chats]
     assert roles.count("prior") == 1 and roles.count("reasoner") == 2 and len(roles) == 1 + 2 + 2 * 2 * 3
@@ -171,34 +205,65 @@ def test_prior_is_made_once_per_question_and_reused_across_steps_and_candidates(
                 < text.index(PRIOR)
                 < text.index("Step to check:\n<step>")
             )
-    verdict.run("Where is the cube?", Reasoner(client), js, cfg)  # a new question, a new prior
+    expected = {"judge_mode": "prior", "prior": PRIOR, "extra_calls": 1, "extra_tokens": 50}
+    assert g.record() == expected
+    # a new question is a new chain: its own ModeChain, its own prior (this one refuses it: see below)
+    other = chain_of(client, JudgeMode(prior=True), layout="shared")
+    verdict.run("Where is the cube?", Reasoner(client), judges_in(other, layout="shared"), cfg)
     assert [role(b) for b in srv.chats].count("prior") == 2
-    assert g.record("Where is the ball?") == {
-        "judge_mode": "prior",
-        "prior": PRIOR,
-        "extra_calls": 1,
-        "extra_tokens": 50,
-    }
+    assert other.record() == expected and g.record() == expected
+
+
+def test_a_mode_chain_serves_one_chain_and_refuses_another_question(loopback, png):
+    # A ModeChain's artefacts (the prior, the fact sheet, the checks and region requests) are one chain's:
+    # a state of another question, or of the same question with other images, is a ValueError, before any
+    # request, and the chain's record is left as it was. The chain's own later steps are served as before.
+    srv = loopback(modes_handler())
+    client = Client(srv.url, "m")
+    g = chain_of(client, JudgeMode(prior=True, premises=True, gate=True, zoom=True))
+    state = verdict.State("Where is the ball?", (png,))
+    assert g.prior(state) == PRIOR and g.fact_sheet(state) == SHEET
+    later = state.extend("The cube is red.")  # the same chain a step later: the same prior and sheet
+    assert g.note("visual", later) == g.note("visual", state) and PRIOR in g.note("logical", later)
+    sent, before = len(srv.chats), g.record()
+    refused = "a ModeChain serves one chain; got another question"
+    for other in (
+        verdict.State("Where is the cube?", (png,)),  # another question
+        verdict.State("Where is the ball?"),  # the same question without its image
+        verdict.State("Where is the cube?", (png,), ("The cube is red.",)),
+    ):
+        for call in (
+            lambda s: g.prior(s),
+            lambda s: g.fact_sheet(s),
+            lambda s: g.note("logical", s),
+            lambda s: g.gated("visual", s, "The ball is right of the cube.", 0.8),
+            lambda s: g.look(s, "The ball is right of the cube."),
+        ):
+            with pytest.raises(ValueError, match=refused):
+                call(other)
+    assert len(srv.chats) == sent and g.record() == before  # refused before any request, nothing recorded
+    # through the judges: a run of another question on this chain's ModeJudges fails at its first judge call
+    with pytest.raises(ValueError, match=refused):
+        verdict.run("Where is the cube?", Reasoner(client), judges_in(g), verdict.Config(n=1, max_steps=1))
+    assert [role(b) for b in srv.chats[sent:]] == ["reasoner"] and g.record() == before
 
 
 def test_a_mode_request_is_identical_across_runs_so_the_disk_cache_serves_it(loopback, tmp_path):
     srv = loopback(modes_handler())
     for _ in range(2):  # two runs, one cache file
         client = Client(srv.url, "m", cache=Cache(tmp_path / "c.sqlite"))
-        g = ModeCalls(client, JudgeMode(prior=True, premises=True))
+        g = chain_of(client, JudgeMode(prior=True, premises=True))  # each run's chain its own ModeChain
         assert g.prior(verdict.State("q")) == PRIOR and g.fact_sheet(verdict.State("q")) == SHEET
     assert [role(b) for b in srv.chats] == ["prior", "premises"]
-    assert (
-        g.record("q")["extra_calls"] == 2 and g.record("q")["extra_tokens"] == 150
-    )  # a cached reply still costs
+    assert g.record()["extra_calls"] == 2 and g.record()["extra_tokens"] == 150  # a cached reply still costs
 
 
 def test_fact_sheet_is_parsed_and_only_the_visual_judge_reads_it(loopback, png):
     srv = loopback(modes_handler(["Here it is:\n```json\n" + json.dumps(SHEET, indent=2) + "\n```"]))
     client = Client(srv.url, "m")
-    g = ModeCalls(client, JudgeMode(premises=True))
+    g = chain_of(client, JudgeMode(premises=True))
     state = verdict.State("Where is the ball?", (png,))
-    assert [j(state, "The ball is right.") for j in make_judges(client, grounding=g)] == [0.8] * 3
+    assert [j(state, "The ball is right.") for j in judges_in(g)] == [0.8] * 3
     by = {role(b): b for b in srv.chats}
     assert len(srv.chats) == 4 and by["premises"]["messages"][1]["content"][0]["type"] == "image_url"
     visual = user_text(by["visual"])
@@ -208,7 +273,7 @@ def test_fact_sheet_is_parsed_and_only_the_visual_judge_reads_it(loopback, png):
         < visual.index("Step to check:\n<step>")
     )
     assert "Fact sheet" not in user_text(by["logical"]) + user_text(by["contextual"])
-    assert g.record("Where is the ball?", png) == {
+    assert g.record() == {
         "judge_mode": "premises",
         "fact_sheet": SHEET,
         "fact_sheet_status": "ok",
@@ -221,7 +286,7 @@ def test_fact_sheet_is_parsed_and_only_the_visual_judge_reads_it(loopback, png):
 def test_malformed_fact_sheet_is_asked_for_once_more(loopback):
     truncated = json.dumps(SHEET)[:-20]
     srv = loopback(modes_handler([truncated, json.dumps(SHEET)]))
-    g = ModeCalls(Client(srv.url, "m"), JudgeMode(premises=True))
+    g = chain_of(Client(srv.url, "m"), JudgeMode(premises=True))
     assert g.fact_sheet(verdict.State("q")) == SHEET
     first, second = srv.chats
     assert second["messages"][:2] == first["messages"] and second["messages"][2] == {
@@ -229,7 +294,7 @@ def test_malformed_fact_sheet_is_asked_for_once_more(loopback):
         "content": truncated,
     }
     assert second["messages"][3]["content"].startswith("Your reply was not a valid fact sheet (invalid JSON")
-    rec = g.record("q")
+    rec = g.record()
     assert (
         rec["fact_sheet_status"] == "retried"
         and len(rec["fact_sheet_errors"]) == 1
@@ -238,19 +303,19 @@ def test_malformed_fact_sheet_is_asked_for_once_more(loopback):
 
 
 def test_fact_sheet_malformed_twice_degrades_and_the_trace_records_it(loopback):
+    # the run as the commands build it (verifier.build, verifier.run: meta["judge_mode"] is ModeChain.record)
     srv = loopback(modes_handler(["I see a cube and a ball.", '{"objects": "a cube"}']))
     client = Client(srv.url, "m")
-    cfg = verdict.Config(n=2, max_steps=1)
-    g = ModeCalls(client, JudgeMode(premises=True, gate=True))
-    trace = verdict.run(
-        "Where is the ball?", Reasoner(client), make_judges(client, grounding=g), cfg, map_fn=thread_map(3)
-    )
-    trace = replace(trace, meta={"grounding": g.record("Where is the ball?")})
+    settings = Settings(n=2, max_steps=1, judge_format="text", judge_mode="premises+gate")
+    v = verifier.build(settings, client)
+    assert v.chain is not None and all(isinstance(j, ModeJudge) and j.chain is v.chain for j in v.judges)
+    trace = verifier.run(v, "Where is the ball?", map_fn=thread_map(3))
     roles = [role(b) for b in srv.chats]
     assert roles.count("premises") == 2 and "premise_check" not in roles  # no sheet: nothing to check against
     assert not any("Fact sheet" in user_text(b) for b in srv.chats)
     assert (trace.steps[0].s_hat == 0.8).all()  # the visual judge as in plain VERDICT
-    meta = json.loads(json.dumps(trace.to_dict(), allow_nan=False))["meta"]["grounding"]
+    meta = json.loads(json.dumps(trace.to_dict(), allow_nan=False))["meta"]["judge_mode"]
+    assert meta == v.chain.record() and meta["judge_mode"] == "premises+gate"
     assert meta["fact_sheet"] is None and meta["fact_sheet_status"] == "degraded" and meta["extra_calls"] == 2
     assert meta["fact_sheet_errors"] == [
         "no JSON object in the reply",
@@ -326,20 +391,20 @@ def test_gate_arithmetic_against_hand_computed_values():
 
 
 def run_gated(loopback, png, mode: JudgeMode, scores=None) -> tuple:
-    """One step over the five CANDIDATES with every judge called at once: (server, trace with meta.grounding
-    as JSON would hold it)."""
+    """One step over the five CANDIDATES with every judge called at once: (server, trace with
+    meta.judge_mode, the chain's record, as JSON would hold it)."""
     srv = loopback(modes_handler(scores=scores))
     client = Client(srv.url, "m")
-    g = ModeCalls(client, mode, layout="shared")  # as written for the shared layout
+    g = chain_of(client, mode, layout="shared")  # as written for the shared layout
     trace = verdict.run(
         "Where is the ball?",
-        Reasoner(client, layout="shared"),
-        make_judges(client, grounding=g, layout="shared"),
+        Reasoner(client, layout=layouts.layout("shared")),
+        judges_in(g, layout="shared"),
         verdict.Config(n=5, max_steps=1),
         image=png,
         map_fn=thread_map(6),
     )
-    trace = replace(trace, meta={"grounding": g.record("Where is the ball?", png)})
+    trace = replace(trace, meta={"judge_mode": g.record()})
     return srv, json.loads(json.dumps(trace.to_dict(), allow_nan=False))
 
 
@@ -362,7 +427,7 @@ def test_visual_target_gates_the_visual_score_before_the_consensus_and_the_trace
         < text.index("Fact sheet:\n" + SHEET_LINES)
         < text.index("Step to check:\n<step>")
     )
-    meta = d["meta"]["grounding"]
+    meta = d["meta"]["judge_mode"]
     assert meta["judge_mode"] == "prior+premises+gate-visual" and meta["gate_target"] == "visual"
     assert meta["prior"] == PRIOR and meta["fact_sheet"] == SHEET
     gate = {e["candidate"]: e for e in meta["gate"]}
@@ -408,7 +473,7 @@ def test_step_target_gates_every_judges_score_with_one_check_per_candidate(loopb
     assert (
         len(checks) == 6
     )  # one per candidate, not one per judge, the unreadable one twice; "hidden" for L and C alone
-    meta = d["meta"]["grounding"]
+    meta = d["meta"]["judge_mode"]
     assert meta["judge_mode"] == "premises+gate" and meta["gate_target"] == "step"
     gate, records = {e["candidate"]: e for e in meta["gate"]}, d["steps"][0]["calls"]
     assert [(c["gate"]["s_hat"], c["gate"]["gated"]) for c in records[2]] == [  # "The cube is large."
@@ -427,7 +492,7 @@ def test_nu_rule_a_step_with_no_visual_claim_is_never_gated(loopback, monkeypatc
     # ν_t = 0 is decided from the claims, before r and α: even a gate that would flatten every score
     # (α patched to 0, so r = 1 no longer leaves a score alone) keeps a claim-free step's scores.
     srv = loopback(modes_handler())
-    g = ModeCalls(Client(srv.url, "m"), JudgeMode(premises=True, gate=True))
+    g = chain_of(Client(srv.url, "m"), JudgeMode(premises=True, gate=True))
     monkeypatch.setattr(evpv, "alpha", lambda r, *a: 0.0)
     state = verdict.State("Where is the ball?")
     assert g.gated("visual", state, "The ball is hidden.", 0.9)[0] == 0.9  # ν_t = 0: kept
@@ -435,7 +500,7 @@ def test_nu_rule_a_step_with_no_visual_claim_is_never_gated(loopback, monkeypatc
     assert g.gated("visual", state, "The ball is right of the cube.", 0.9)[0] == 0.5  # ν_t = 1: gated (α = 0)
     assert g.gated("contextual", state, "The ball is right of the cube.", 0.3)[0] == 0.5
     assert math.isnan(g.gated("logical", state, "The ball is right of the cube.", nan)[0])  # NaN stays NaN
-    gate = {e["candidate"]: e for e in g.record("Where is the ball?")["gate"]}
+    gate = {e["candidate"]: e for e in g.record()["gate"]}
     assert (gate["The ball is hidden."]["nu"], gate["The ball is hidden."]["alpha"]) == (0, None)
     assert (
         gate["The ball is right of the cube."]["nu"],
@@ -449,7 +514,7 @@ def test_two_candidates_with_the_same_text_share_one_check_and_keep_their_own_ga
     # the reply, as the zoom mode's region requests do. Each call's gate record is its own: the judges of the
     # second candidate reply 0.2, not 0.8, and their records say so, in call order (no counting per text).
     state = verdict.State("Where is the ball?", (), ("The cube is red.",))
-    g = ModeCalls(Client(loopback(modes_handler()).url, "m"), JudgeMode(premises=True, gate=True))
+    g = chain_of(Client(loopback(modes_handler()).url, "m"), JudgeMode(premises=True, gate=True))
     for s in (0.8, 0.2):
         assert [g.gated(j, state, "The cube is large.", s) for j in verdict.JUDGES] == [
             (
@@ -463,7 +528,7 @@ def test_two_candidates_with_the_same_text_share_one_check_and_keep_their_own_ga
                 },
             )
         ] * 3
-    rec = g.record("Where is the ball?")
+    rec = g.record()
     assert len(rec["gate"]) == 1 and "scores" not in rec["gate"][0] and rec["extra_calls"] == 1 + 1
     # The same through the judges: two identical candidates, judges that reply 0.8 to the first call and 0.2
     # to the second, one check, and each call's record (its own score before and after the gate) in place.
@@ -478,8 +543,8 @@ def test_two_candidates_with_the_same_text_share_one_check_and_keep_their_own_ga
         return handler(body, path)
 
     client = Client(loopback(per_call).url, "m")
-    g = ModeCalls(client, JudgeMode(premises=True, gate=True), fmt="text")
-    js = make_judges(client, grounding=g, fmt=g.format)
+    g = chain_of(client, JudgeMode(premises=True, gate=True), fmt="text")  # a new chain: its own ModeChain
+    js = run_judges(g)  # the run's judges, in the chain's format (text)
     trace = verdict.run("Where is the ball?", Reasoner(client), js, verdict.Config(n=2, max_steps=1))
     rec = trace.steps[0]
     assert rec.candidates == ("The cube is large.",) * 2
@@ -492,7 +557,7 @@ def test_two_candidates_with_the_same_text_share_one_check_and_keep_their_own_ga
         [("Call 0.", 0.8, 0.8, pytest.approx(0.65))] * 3,
         [("Call 1.", 0.2, 0.2, pytest.approx(0.35))] * 3,
     ]
-    assert len(g.record("Where is the ball?")["gate"]) == 1
+    assert len(g.record()["gate"]) == 1
 
 
 def test_judges_gating_one_candidate_at_once_share_one_check(loopback):
@@ -507,7 +572,7 @@ def test_judges_gating_one_candidate_at_once_share_one_check(loopback):
         return handler(body, path)
 
     srv = loopback(slow_check)
-    g = ModeCalls(Client(srv.url, "m"), JudgeMode(premises=True, gate=True))
+    g = chain_of(Client(srv.url, "m"), JudgeMode(premises=True, gate=True))
     g.fact_sheet(verdict.State("Where is the ball?"))
     calls, inner = [], g.gated
 
@@ -521,7 +586,7 @@ def test_judges_gating_one_candidate_at_once_share_one_check(loopback):
     trace = verdict.run(
         "Where is the ball?",
         Reasoner(Client(srv.url, "m")),
-        make_judges(Client(srv.url, "m"), grounding=g),
+        judges_in(g, Client(srv.url, "m")),
         verdict.Config(n=1, max_steps=1),
         map_fn=thread_map(3),
     )
@@ -610,9 +675,7 @@ def schema_of(body):
 
 def test_the_fact_sheet_and_every_premise_check_send_their_schema(loopback):
     srv = loopback(modes_handler())
-    g = ModeCalls(
-        Client(srv.url, "m"), JudgeMode(prior=True, premises=True, gate=True)
-    )  # json, the default format
+    g = chain_of(Client(srv.url, "m"), JudgeMode(prior=True, premises=True, gate=True))  # json, the default
     state = verdict.State("Where is the ball?")
     assert g.gated("visual", state, "The ball is left of the cube.", 0.8)[0] == 0.5  # contradicted: r = 0
     assert g.gated("visual", state, "The ball is blue.", 0.8)[0] == 0.8  # unreadable twice: not gated
@@ -637,7 +700,7 @@ def test_the_fact_sheet_and_every_premise_check_send_their_schema(loopback):
 @pytest.mark.parametrize("fmt", ["text", "digit"])
 def test_without_the_json_format_no_request_sends_a_schema(loopback, fmt):
     srv = loopback(modes_handler())
-    g = ModeCalls(Client(srv.url, "m"), JudgeMode(premises=True, gate=True), fmt=fmt)
+    g = chain_of(Client(srv.url, "m"), JudgeMode(premises=True, gate=True), fmt=fmt)
     assert g.gated("visual", verdict.State("Where is the ball?"), "The cube is large.", 0.8)[
         0
     ] == pytest.approx(0.65)
@@ -654,8 +717,8 @@ def test_a_refused_schema_switches_the_judges_and_the_modes_to_prose_once(loopba
     handler = modes_handler()
     srv = loopback(lambda body, path: REFUSE if "response_format" in body else handler(body, path))
     client = Client(srv.url, "m", retries=0)
-    g = ModeCalls(client, JudgeMode(premises=True, gate=True))
-    js = make_judges(client, grounding=g, fmt=g.format)
+    g = chain_of(client, JudgeMode(premises=True, gate=True))  # json
+    js = run_judges(g)  # json judges that fall back to text with the chain's format (FormatJudge)
     trace = verdict.run("Where is the ball?", Reasoner(client), js, verdict.Config(n=3, max_steps=1))
     refused = [role(b) for b in srv.chats if "response_format" in b]
     assert refused == ["premises", "visual"]  # the sheet, then the judge call it was made in; never again
@@ -666,7 +729,7 @@ def test_a_refused_schema_switches_the_judges_and_the_modes_to_prose_once(loopba
         and len(err.splitlines()) == 1
     )
     assert g.format.record()["fallback"]["at_call"] == 2 and js[0].format.record() == g.format.record()
-    rec = g.record("Where is the ball?")
+    rec = g.record()
     assert rec["fact_sheet"] == SHEET and rec["fact_sheet_status"] == "ok" and rec["fact_sheet_errors"] == []
     assert {e["candidate"]: e["r"] for e in rec["gate"]} == dict(
         zip(CANDIDATES[:3], [1.0, 0.0, 0.5])
@@ -683,12 +746,12 @@ def test_a_reply_the_schema_forbids_is_still_an_invalid_reply(loopback):
     srv = loopback(
         lambda body, path: chat_response(bad_check) if role(body) == "premise_check" else handler(body, path)
     )
-    g = ModeCalls(Client(srv.url, "m"), JudgeMode(premises=True, gate=True))
+    g = chain_of(Client(srv.url, "m"), JudgeMode(premises=True, gate=True))
     state = verdict.State("Where is the ball?")
     assert (
         g.gated("logical", state, "The ball is right of the cube.", 0.9)[0] == 0.9
     )  # unreadable check: not gated
-    rec = g.record("Where is the ball?")
+    rec = g.record()
     assert rec["fact_sheet_status"] == "retried" and "objects entry" in rec["fact_sheet_errors"][0]
     (check,) = rec["gate"]
     assert check["nu"] is None and "label" in check["error"] and "probably" in check["error"]
@@ -696,20 +759,38 @@ def test_a_reply_the_schema_forbids_is_still_an_invalid_reply(loopback):
     assert all(schema_of(b) is not None for b in srv.chats) and rec["extra_calls"] == 4
 
 
-def test_a_mode_needs_the_evidence_placeholder_in_the_prompt(monkeypatch, tmp_path):
+def test_a_mode_needs_the_note_placeholder_in_a_per_role_prompt(loopback, monkeypatch, tmp_path):
+    # A judge mode's note goes before the task (shared) or the steps (role-first) in those layouts, and in
+    # per-role only where the prompt's context says {note}: a per-role prompt without it cannot show its
+    # note, a ValueError naming the prompt, before the judge's request is sent (plain: nothing to show).
+    for f in judges.PROMPTS.glob("*.txt"):
+        (tmp_path / f.name).write_text(f.read_text(encoding="utf-8"), encoding="utf-8")
     (tmp_path / "terse.txt").write_text(
         "[instructions]\nJudge.\n[context]\n{question}\n[task]\n<step>\n{step}\n</step>\n{reply}\n"
     )
-    monkeypatch.setattr(prompting, "PROMPTS", tmp_path)
-    client = Client("http://127.0.0.1:9/v1", "m")
-    Judge(client, "terse", grounding=ModeCalls(client), layout="per-role")  # plain: nothing to show
-    Judge(
-        client, "terse", grounding=ModeCalls(client, JudgeMode(prior=True)), layout="shared"
-    )  # shared: the evidence precedes the task
-    with pytest.raises(
-        ValueError, match=r"terse\.txt.*evidence"
-    ):  # per-role: only where the context says {evidence}
-        Judge(client, "terse", grounding=ModeCalls(client, JudgeMode(prior=True)), layout="per-role")
+    monkeypatch.setattr(judges, "PROMPTS", tmp_path)
+    judges.load_prompt.cache_clear()
+    try:
+        srv = loopback(
+            lambda body, path: chat_response(
+                PRIOR if role_of(body["messages"]) == "prior" else "Fine.\nScore: 0.8"
+            )
+        )
+        client = Client(srv.url, "m")
+        state = verdict.State("Where is the ball?", (), ("The cube is red.",))
+        terse = lambda lay: Judge(client, "terse", reply=TEXT, layout=layouts.layout(lay))
+        prior = lambda: chain_of(client, JudgeMode(prior=True))
+        assert ModeJudge(terse("per-role"), chain_of(client))(state, "The ball is right.") == 0.8
+        for lay in ("shared", "role-first"):
+            assert ModeJudge(terse(lay), prior())(state, "The ball is right.") == 0.8
+            text = user_text(srv.chats[-1])
+            assert text.index(PRIOR) < text.index("<step>\nThe ball is right.")
+        sent = len(srv.chats)
+        with pytest.raises(ValueError, match=r"terse\.txt has no \{note\} placeholder"):
+            ModeJudge(terse("per-role"), prior())(state, "The ball is right.")
+        assert [role_of(b["messages"]) for b in srv.chats[sent:]] == ["prior"]  # no judge request sent
+    finally:
+        judges.load_prompt.cache_clear()  # no prompt of tmp_path stays cached
 
 
 # ----------------------------------------------------------------------------- live
@@ -719,42 +800,50 @@ def test_a_mode_needs_the_evidence_placeholder_in_the_prompt(monkeypatch, tmp_pa
 def test_live_judge_modes(live_url):
     """A real server, every mode on: real prior and fact-sheet calls, whatever the model makes of them."""
     client = Client(live_url, "live", timeout=60.0, retries=1)
-    g = ModeCalls(client, JudgeMode(prior=True, premises=True, gate=True), max_tokens=48)
+    g = chain_of(client, JudgeMode(prior=True, premises=True, gate=True), max_tokens=48)
     cfg = verdict.Config(n=1, max_steps=1)
     question = "What is 2 + 3?\nA. 4\nB. 5"
-    trace = verdict.run(
-        question, Reasoner(client, max_tokens=32), make_judges(client, grounding=g, max_tokens=32), cfg
-    )
-    rec = g.record(question)
+    trace = verdict.run(question, Reasoner(client, max_tokens=32), judges_in(g, max_tokens=32), cfg)
+    rec = g.record()
     assert isinstance(rec["prior"], str) and rec["fact_sheet_status"] in ("ok", "retried", "degraded")
     sheet_calls = {"ok": 1, "retried": 2, "degraded": 2}[rec["fact_sheet_status"]]
     assert rec["extra_calls"] == 1 + sheet_calls + len(rec.get("gate", [])) and rec["extra_tokens"] > 0
-    json.dumps(replace(trace, meta={"grounding": rec}).to_dict(), allow_nan=False)
+    json.dumps(replace(trace, meta={"judge_mode": rec}).to_dict(), allow_nan=False)
 
 
 # ----------------------------------------------------------------------------- --reasons
 
 
-@pytest.mark.parametrize(
-    "flags, score_only",
-    [([], True), (["--reasons"], False), (["--score-only"], True)],
-)
-def test_judges_reply_with_the_score_alone_unless_reasons(flags, score_only):
+@pytest.mark.parametrize("flags, reasons", [([], False), (["--reasons"], True)])
+def test_judges_reply_with_the_score_alone_unless_reasons(flags, reasons):
+    # Settings.reasons (--reasons) decides, for demo.py and evaluate alike, and reaches every judge a run
+    # builds: the json judges and their text fallback.
     import demo
-    import evaluate
-    from flags import score_only as score_only_of
+    from verdict_lab import evaluate
+    from verdict_lab.flags import settings_of
 
-    for args in (
-        demo.parse_args(flags),
-        evaluate.parse_args(["--data", "x.jsonl", "--base-url", "http://127.0.0.1:1/v1"] + flags),
+    demo_args = demo.parse_args(flags)
+    eval_args = evaluate.parse_args(["--data", "x.jsonl", "--base-url", "http://127.0.0.1:1/v1"] + flags)
+    for settings in (settings_of(demo_args), evaluate.check_args(eval_args)[1]):
+        assert settings.reasons is reasons
+        v = verifier.build(settings, Client("http://127.0.0.1:1/v1", "m"))  # builds; makes no request
+        built = [j for fj in v.judges for j in fj.judges.values()]
+        assert len(built) == 6 and all(j.reasons is reasons for j in built)
+        line = judges.JSON_EXPLAIN if reasons else judges.JSON_SCORE_ONLY
+        assert [fj.judges["json"].reply.line(fj.judges["json"].reasons) for fj in v.judges] == [line] * 3
+
+
+@pytest.mark.parametrize("flags", [["--score-only"], ["--reasons", "--score-only"]])
+def test_the_hidden_score_only_flag_is_gone_and_refused(flags, capsys):
+    # The score alone is the default (Settings.reasons=False); the hidden --score-only flag, and with it the
+    # contradiction --reasons --score-only, are gone: each command refuses it as an unknown flag (exit 2).
+    import demo
+    from verdict_lab import evaluate
+
+    for parse, argv in (
+        (demo.parse_args, flags),
+        (evaluate.parse_args, ["--data", "x.jsonl", "--base-url", "http://127.0.0.1:1/v1"] + flags),
     ):
-        assert score_only_of(args) is score_only
-    if score_only:
-        assert evaluate.settings_of(args, verdict.Config()).judge_kw["score_only"] is True
-
-
-def test_reasons_and_score_only_together_are_refused():
-    import demo
-
-    with pytest.raises(ValueError, match="--reasons and --score-only"):
-        demo.check_args(demo.parse_args(["--reasons", "--score-only"]))
+        with pytest.raises(SystemExit) as e:
+            parse(argv)
+        assert e.value.code == 2 and "unrecognized arguments: --score-only" in capsys.readouterr().err

@@ -12,13 +12,13 @@ from PIL import Image
 
 import judges
 import verdict
-from client import Client
-from perf import overhead
-from perf.loopback import LoopbackServer, chat_response, role_of
-from prompting import load_prompt
-from replies import fence
-from perf.overhead import ADAPTIVE, BASE, CONC, CONC_SCORE, SEQ, in_layouts, run_chains
-from perf.simserver import LatencyModel, SimulatedServer
+from verdict_lab.client import Client
+from verdict_lab.perf import overhead
+from verdict_lab.loopback import LoopbackServer, chat_response
+from verdict_lab.layouts import role_of
+from judges import fence, load_prompt
+from verdict_lab.perf.overhead import ADAPTIVE, BASE, CONC, CONC_SCORE, SEQ, in_layouts, run_chains
+from verdict_lab.perf.simserver import LatencyModel, SimulatedServer
 
 LIMITS = (256, None, None)
 
@@ -210,7 +210,9 @@ def test_the_floor_is_the_base_step_plus_the_judge_tasks_tokens():
         )
         without = overhead.overhead(Client(srv.url, "x"), (CONC_SCORE,), ["Q? A. x B. y"], 2, 1, LIMITS)
     cands = [f"Candidate {i} adds one more." for i in range(3)]
-    reply = judges.Judge(None, "logical").reply_line("json")  # the score alone, in json
+    judge = judges.Judge(None, "logical")  # json (the default), the score alone (reasons=False)
+    reply = judge.reply.line(judge.reasons)
+    assert reply == judges.JSON_SCORE_ONLY
     tasks = sum(
         len(load_prompt(name).render("task", step=fence(c), reply=reply).split())
         for c in cands

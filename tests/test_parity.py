@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from harness import answers, benchmarks
+from verdict_lab.harness import answers, benchmarks
 
 HERE = os.path.dirname(__file__)
 CASES = [json.loads(line) for line in open(os.path.join(HERE, "parity.jsonl"), encoding="utf-8")]

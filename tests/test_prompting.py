@@ -1,4 +1,5 @@
-"""Tests for prompting.py: the prompt files, the two layouts of a role's request, and which role a request is.
+"""Tests for the prompt files (judges.load_prompt), the layouts of a role's request (judges.role_first,
+verdict_lab/layouts.py's shared and per_role), and which role a request is (layouts.role_of).
 
 The shared layout's promise is checked on the bytes the client sends: every request of a step (the reasoner,
 the three judges, the judge modes' calls) is identical up to the role's instructions. The per-role layout's is
@@ -9,14 +10,13 @@ import re
 
 import pytest
 
-import prompting
+import judges
 import verdict
-from client import Client
-from modes import JudgeMode
-from modes.calls import ModeCalls
-from judges import Judge, Reasoner, make_judges
-from prompting import LAYOUTS, ROLES, load_prompt, role_messages
-from perf.loopback import chat_response, role_of
+from judges import load_prompt, role_first
+from verdict_lab import flags, layouts, verifier
+from verdict_lab.client import Client
+from verdict_lab.layouts import DEFAULT_LAYOUT, LAYOUTS, ROLES, check_layout, role_of
+from verdict_lab.loopback import chat_response
 
 SHEET = {
     "objects": [{"fact": "a lamp"}],
@@ -51,15 +51,9 @@ def head(raw: bytes, role: str) -> bytes:
 def test_every_request_of_a_step_is_byte_identical_up_to_its_role(loopback, png, with_image):
     srv = loopback(by_role)
     client = Client(srv.url, "m")
-    g = ModeCalls(client, JudgeMode(prior=True, premises=True, gate=True, zoom=True), layout="shared")
+    settings = verifier.Settings(n=2, max_steps=2, judge_mode="prior+premises+gate+zoom", layout="shared")
     question = "Which is nearer, the lamp or the chair?\nA. lamp\nB. chair"
-    verdict.run(
-        question,
-        Reasoner(client, layout="shared"),
-        make_judges(client, grounding=g, fmt="json", layout="shared"),
-        verdict.Config(n=2, max_steps=2),
-        image=png if with_image else None,
-    )
+    verifier.run(verifier.build(settings, client), question, png if with_image else None)
     steps = {}  # the steps a request shows -> {role: [the bytes before its instructions]}
     for r in srv.requests:
         if r.method == "POST":
@@ -95,13 +89,8 @@ def test_role_first_keeps_each_roles_prefix_from_step_to_step(loopback):
     # role's request of one step begins with all of its request of the step before, up to the steps it shows.
     srv = loopback(by_role)
     client = Client(srv.url, "m")
-    g = ModeCalls(client, JudgeMode(prior=True), layout="role-first")
-    verdict.run(
-        "Which is nearer?\nA. lamp\nB. chair",
-        Reasoner(client, layout="role-first"),
-        make_judges(client, grounding=g, fmt="json", layout="role-first"),
-        verdict.Config(n=2, max_steps=2),
-    )
+    settings = verifier.Settings(n=2, max_steps=2, judge_mode="prior", layout="role-first")
+    verifier.run(verifier.build(settings, client), "Which is nearer?\nA. lamp\nB. chair")
     posts = [r for r in srv.requests if r.method == "POST"]
     assert len({head(r.raw, role_of(r.body["messages"])) for r in posts}) == 1
     for role in ("reasoner",) + verdict.JUDGES:
@@ -120,23 +109,29 @@ STATE = verdict.State("How many?\nA. 1\nB. 2", (), ("There are apples.",))
 
 @pytest.mark.parametrize("role", ROLES)
 def test_each_role_reads_its_own_instructions_and_task_in_either_layout(role):
-    p, shared = load_prompt(role), load_prompt("shared")
+    p, common = load_prompt(role), load_prompt("shared")
     task = p.render("task", **fields())
-    msgs = role_messages(role, STATE, "shared", "EVIDENCE\n\n", **fields())
-    assert msgs[0] == {"role": "system", "content": shared.system}
+    msgs = layouts.shared(role, STATE, "EVIDENCE\n\n", **fields())
+    assert msgs[0] == {"role": "system", "content": common["system"]}
     assert msgs[1]["content"] == (
         "Question:\nHow many?\nA. 1\nB. 2\n\nPrevious steps:\nStep 1: There are apples.\n\n"
         + p["instructions"]
         + "\n\nEVIDENCE\n\n"
         + task
     )
-    old = role_messages(role, STATE, "per-role", "EVIDENCE\n\n", **fields())
+    if "{note}" in p["context"]:  # per-role shows the note where the role's context says {note}
+        old = layouts.per_role(role, STATE, "EVIDENCE\n\n", **fields())
+        assert "EVIDENCE\n\n" in old[1]["content"]
+    else:  # a role with nowhere to show it refuses a note rather than lose it without a word
+        with pytest.raises(ValueError, match=re.escape(f"{p.path} has no {{note}} placeholder")):
+            layouts.per_role(role, STATE, "EVIDENCE\n\n", **fields())
+        old = layouts.per_role(role, STATE, **fields())
     assert (
         old[0] == {"role": "system", "content": p["instructions"]}
         and p["instructions"] not in old[1]["content"]
     )
     assert old[1]["content"].endswith("\n\n" + task)
-    first = role_messages(role, STATE, "role-first", "EVIDENCE\n\n", **fields())
+    first = role_first(role, STATE, "EVIDENCE\n\n", **fields())
     assert first[0] == msgs[0] and first[1]["content"] == (
         "Question:\nHow many?\nA. 1\nB. 2\n\n"
         + p["instructions"]
@@ -151,7 +146,7 @@ def test_each_role_reads_its_own_instructions_and_task_in_either_layout(role):
 # and are each file's [task]).
 TODAY = {
     "reasoner": "Question:\n{question}\n\nSteps so far:\n{steps}\n\nWrite the next step only.",
-    "visual": "Question:\n{question}\n\n{evidence}Previous steps:\n{steps}\n\n"
+    "visual": "Question:\n{question}\n\n{note}Previous steps:\n{steps}\n\n"
     "Step to check:\n<step>\n{step}\n</step>\n\n{reply}",
     "prior": "Question:\n{question}\n\n" + load_prompt("prior")["task"],
     "premises": "Question (it tells you what to look at; do not answer it):\n{question}\n\n"
@@ -182,13 +177,13 @@ def test_the_per_role_layout_sends_todays_request(role):
     evidence = (
         "Fact sheet:\n- objects: an apple\n\n" if role == "premise_check" else "Reference:\n- count them\n\n"
     )
-    msgs = role_messages(
-        role, STATE, "per-role", evidence if role in verdict.JUDGES + ("premise_check",) else "", **fields()
+    msgs = layouts.per_role(
+        role, STATE, evidence if role in verdict.JUDGES + ("premise_check",) else "", **fields()
     )
     values = dict(
         question=STATE.question,
         steps="Step 1: There are apples.",
-        evidence=evidence,
+        note=evidence,
         facts="- objects: an apple",
         **fields(),
     )
@@ -197,32 +192,41 @@ def test_the_per_role_layout_sends_todays_request(role):
     assert msgs[0]["content"].startswith(FIRST_WORDS[role])
 
 
-def test_the_layouts_are_checked_and_role_of_knows_only_the_roles(png):
-    client = Client("http://127.0.0.1:9/v1", "m")
+def test_the_layouts_are_checked_and_role_of_knows_only_the_roles(png, capsys):
+    # A layout is a function; a layout's name (Settings.layout, --layout) is checked before any call.
     for make in (
-        lambda: Reasoner(client, layout="flat"),
-        lambda: Judge(client, "visual", layout="flat"),
-        lambda: ModeCalls(client, layout="flat"),
-        lambda: role_messages("visual", STATE, "flat"),
+        lambda: check_layout("flat"),
+        lambda: layouts.layout("flat"),
+        lambda: verifier.Settings(layout="flat"),
     ):
         with pytest.raises(
-            ValueError, match="unknown layout 'flat'; expected one of shared, per-role, role-first"
+            ValueError, match="unknown layout 'flat'; expected one of role-first, shared, per-role"
         ):
             make()
-    assert LAYOUTS == ("shared", "per-role", "role-first")
+    p = flags.Parser(prog="demo.py")
+    flags.add_verifier_args(p)
+    with pytest.raises(SystemExit) as stop:
+        p.parse_args(["--layout", "flat"])
+    assert stop.value.code == 2 and "--layout: invalid choice: 'flat'" in capsys.readouterr().err
+    assert LAYOUTS == {"role-first": role_first, "shared": layouts.shared, "per-role": layouts.per_role}
+    assert tuple(LAYOUTS) == ("role-first", "shared", "per-role") and DEFAULT_LAYOUT == "role-first"
+    assert verifier.Settings().layout == DEFAULT_LAYOUT  # and every role's own default is role-first:
+    assert judges.Reasoner(None).layout is judges.Judge(None, "visual").layout is role_first
     extract = load_prompt("extract_choice")
     assert (
-        role_of([{"role": "system", "content": extract.system}, {"role": "user", "content": "Letter:"}])
+        role_of([{"role": "system", "content": extract["system"]}, {"role": "user", "content": "Letter:"}])
         is None
     )
-    with_image = role_messages("logical", verdict.State("q", (png,)), step="x", reply="y")
-    assert [p["type"] for p in with_image[1]["content"]] == ["image_url", "text"] and role_of(
-        with_image
-    ) == "logical"
+    for lay in (role_first, layouts.layout()):  # the default layout, plain and with MMMU's placement
+        with_image = lay("logical", verdict.State("q", (png,)), step="x", reply="y")
+        assert [p["type"] for p in with_image[1]["content"]] == ["image_url", "text"] and role_of(
+            with_image
+        ) == "logical"
 
 
 def test_a_prompt_file_must_hold_known_sections_in_order(monkeypatch, tmp_path):
-    monkeypatch.setattr(prompting, "PROMPTS", tmp_path)
+    load_prompt("shared")  # read (and kept) before the prompts move: role_first reads it after the role's
+    monkeypatch.setattr(judges, "PROMPTS", tmp_path)
     (tmp_path / "swapped.txt").write_text("[task]\nDo it.\n[instructions]\nYou do.\n[context]\n{question}\n")
     with pytest.raises(
         ValueError,
@@ -236,4 +240,4 @@ def test_a_prompt_file_must_hold_known_sections_in_order(monkeypatch, tmp_path):
         load_prompt("loose")
     (tmp_path / "unknown.txt").write_text("[instructions]\nI.\n[context]\n{question}\n[task]\nT {nothing}.\n")
     with pytest.raises(ValueError, match=r"unknown\.txt: unknown placeholder \{nothing\}"):
-        role_messages("unknown", STATE)
+        role_first("unknown", STATE)

@@ -3,8 +3,8 @@ small files (one row per quirk), and how the summary shows them beside VLMEvalKi
 
 from dataclasses import replace
 
-from harness import answers, benchmarks, quirks, tables
-from harness.rows import Method, Row
+from verdict_lab.harness import answers, benchmarks, quirks, tables
+from verdict_lab.harness.rows import Method, Row
 from test_tables import context, fake_row
 
 

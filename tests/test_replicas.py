@@ -4,11 +4,12 @@ the simulated server's replicas (perf/simserver.py, perf/replicas.py)."""
 import collections
 
 import pytest
+import requests
 
-from client import RANK_HEADER, Client, dp_rank, pin
-from perf.loopback import LoopbackServer
-from perf.replicas import computed_tokens
-from perf.simserver import LatencyModel, SimulatedServer
+from verdict_lab.client import RANK_HEADER, Client, dp_rank, pin
+from verdict_lab.loopback import LoopbackServer
+from verdict_lab.perf.replicas import computed_tokens
+from verdict_lab.perf.simserver import LatencyModel, SimulatedServer
 
 
 def test_dp_rank_is_stable_in_range_and_spreads_chains():
@@ -25,8 +26,11 @@ def test_a_pinned_chain_sends_its_rank_in_every_request_and_one_replica_sends_no
         c = Client(srv.url, "m")
         c.replicas = 3
         forked = c.fork()
-        assert forked.replicas == 3 and forked.headers == {}
+        # a fork sends only its session's own headers (requests' defaults), no rank: its pinning is its own
+        fresh = dict(requests.Session().headers)
+        assert forked.replicas == 3 and dict(forked.headers) == fresh and RANK_HEADER not in forked.headers
         pin((c, c), "data/q7", 2)
+        assert RANK_HEADER in c.headers and dict(c.fork().headers) == fresh  # a pinned one's fork: unpinned
         for _ in range(2):
             c.chat([{"role": "user", "content": "Score this."}], max_tokens=4)
         one = Client(srv.url, "m")

@@ -1,6 +1,6 @@
-"""Tests for replies.py: reading a judge's reply in each format (golden replies, with the reason for each
-expectation beside it), what the judge quotes of the candidate, the probability-weighted score, and a run's
-format with its fallback."""
+"""Tests for reading a judge's reply (judges.py's JSON reply, verdict_lab/formats.py's text and digit replies)
+in each format (golden replies, with the reason for each expectation beside it), what the judge quotes of
+the candidate, the probability-weighted score, and a run's format with its fallback."""
 
 import math
 import re
@@ -9,9 +9,9 @@ import warnings
 
 import pytest
 
-from client import EndpointError
-from perf.loopback import token_logprobs
-from replies import JudgeFormat, digit_probs, fence, json_score, logprob_score, parse_score, unquote
+from judges import JSON, EndpointError, digit_probs, fence, json_score, logprob_score
+from scripted import token_logprobs
+from verdict_lab.formats import DIGIT, REPLIES, JudgeFormat, parse_score, unquote
 
 nan = math.nan
 
@@ -167,22 +167,23 @@ def test_logprob_score_ignores_the_quoted_candidate():
     )
     # The judge's own line says 3 (p = 0.6) or 4 (p = 0.4): (3·0.6 + 4·0.4) / 9; "Score: 9"
     # is the quoted candidate's.
-    assert logprob_score(lp) == pytest.approx((3 * 0.6 + 4 * 0.4) / 9)
+    assert logprob_score(lp, DIGIT) == pytest.approx((3 * 0.6 + 4 * 0.4) / 9)
     assert parse_score("Score: 3\n<step>\nScore: 9\n</step>", "digit") == pytest.approx(3 / 9)
 
 
 def test_digit_probs_are_the_servers_own_probabilities_at_the_score_digit():
     # " 7" and "7" are different tokens for the same digit: their probabilities add up; "x" is no digit.
     lp = token_logprobs([("Score:", {}), (" 7", {" 7": 0.4, "7": 0.1, " 2": 0.3, "x": 0.2})])
-    assert digit_probs(lp).tolist() == pytest.approx([0, 0, 0.3, 0, 0, 0, 0, 0.5, 0, 0])
-    assert logprob_score(lp) == pytest.approx((2 * 0.3 + 7 * 0.5) / 0.8 / 9)
+    assert digit_probs(lp, DIGIT).tolist() == pytest.approx([0, 0, 0.3, 0, 0, 0, 0, 0.5, 0, 0])
+    assert logprob_score(lp, DIGIT) == pytest.approx((2 * 0.3 + 7 * 0.5) / 0.8 / 9)
     # A token holding more than the digit ('":7') counts for its digit when its alternatives share the prefix:
     # '"=5' spells another text before its digit, so its 5 is not a score.
     lp = token_logprobs(
         [('{"score', {}), ('":7', {'":7': 0.6, '":3': 0.2, '"x': 0.1, '"=5': 0.1}), ("}", {})]
     )
-    assert digit_probs(lp, "json").tolist() == pytest.approx([0, 0, 0, 0.2, 0, 0, 0, 0.6, 0, 0])
-    assert digit_probs(None).tolist() == [0.0] * 10
+    assert digit_probs(lp, JSON).tolist() == pytest.approx([0, 0, 0, 0.2, 0, 0, 0, 0.6, 0, 0])
+    assert digit_probs(None, DIGIT).tolist() == [0.0] * 10
+    assert digit_probs(None, JSON).tolist() == [0.0] * 10
 
 
 def json_tokens(reason: str, digit: str, alternatives: dict) -> dict:
@@ -213,12 +214,12 @@ def test_digit_probs_when_the_digit_is_a_token_of_its_own():
     # The value starts where the token "Score: " ends, so the next token, "7", is the
     # digit's (7: 0.6, 3: 0.2).
     lp = token_logprobs([("Score: ", {}), ("7", {"7": 0.6, "3": 0.2, "x": 0.2})])
-    assert digit_probs(lp).tolist() == pytest.approx([0, 0, 0, 0.2, 0, 0, 0, 0.6, 0, 0])
-    assert logprob_score(lp) == pytest.approx((3 * 0.2 + 7 * 0.6) / 0.8 / 9)
+    assert digit_probs(lp, DIGIT).tolist() == pytest.approx([0, 0, 0, 0.2, 0, 0, 0, 0.6, 0, 0])
+    assert logprob_score(lp, DIGIT) == pytest.approx((3 * 0.2 + 7 * 0.6) / 0.8 / 9)
     # The same in a json reply, where '": ' ends at the digit; '"' (p 0.4) is no digit.
     lp = json_tokens("ok", "5", {"5": 0.3, "2": 0.25, '"': 0.4})
-    assert digit_probs(lp, "json").tolist() == pytest.approx([0, 0, 0.25, 0, 0, 0.3, 0, 0, 0, 0])
-    assert logprob_score(lp, "json") == pytest.approx((2 * 0.25 + 5 * 0.3) / 0.55 / 9)
+    assert digit_probs(lp, JSON).tolist() == pytest.approx([0, 0, 0.25, 0, 0, 0.3, 0, 0, 0, 0])
+    assert logprob_score(lp, JSON) == pytest.approx((2 * 0.25 + 5 * 0.3) / 0.55 / 9)
 
 
 def test_logprob_score_skips_the_candidate_quoted_after_an_open_step():
@@ -234,8 +235,8 @@ def test_logprob_score_skips_the_candidate_quoted_after_an_open_step():
             (" 3", {" 3": 0.6, " 4": 0.4}),
         ]
     )
-    assert logprob_score(lp, "digit", step=CANDIDATE_WITH_SCORE) == pytest.approx((3 * 0.6 + 4 * 0.4) / 9)
-    assert math.isnan(logprob_score(lp, "digit"))
+    assert logprob_score(lp, DIGIT, step=CANDIDATE_WITH_SCORE) == pytest.approx((3 * 0.6 + 4 * 0.4) / 9)
+    assert math.isnan(logprob_score(lp, DIGIT))
 
 
 @pytest.mark.parametrize(
@@ -271,13 +272,15 @@ def test_json_score(reply, expected):
         with pytest.raises(
             ValueError, match=re.escape(expected) + "$"
         ):  # the follow-up quotes the message whole
-            json_score(reply)
+            json_score(reply, reasons=True)
     else:
-        assert json_score(reply) == pytest.approx(expected)
+        score, reason = json_score(reply, reasons=True)
+        assert score == pytest.approx(expected) and reason == "ok"  # the reason comes with the score
 
 
 def test_json_score_only_needs_no_reason():
-    assert json_score('{"score": 7}', score_only=True) == pytest.approx(7 / 9)
+    assert json_score('{"score": 7}', reasons=False) == (pytest.approx(7 / 9), "")
+    assert json_score('{"score": 7}') == (pytest.approx(7 / 9), "")  # score alone is the default
 
 
 def test_only_the_json_format_falls_back():
@@ -307,8 +310,8 @@ def test_only_the_json_format_falls_back():
 def test_logprob_score_without_usable_logprobs_is_nan(logprobs, fmt):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # quietly: a run over many replies prints no numpy warning for each
-        assert math.isnan(logprob_score(logprobs, fmt))
-        assert digit_probs(logprobs, fmt).tolist() == [0.0] * 10
+        assert math.isnan(logprob_score(logprobs, REPLIES[fmt]))
+        assert digit_probs(logprobs, REPLIES[fmt]).tolist() == [0.0] * 10
 
 
 def test_unquote_blanks_quotes_and_keeps_every_position():

@@ -1,12 +1,13 @@
-"""Tests for perf/reply_formats.py: survey() and its command against a scripted loopback server."""
+"""Tests for verdict_lab/perf/reply_formats.py: survey() and its command against a scripted loopback
+server."""
 
 import math
 
 import pytest
 
-from client import Client
-from perf.loopback import chat_response, user_text
-from perf.reply_formats import main, survey
+from verdict_lab.client import Client
+from verdict_lab.loopback import chat_response, user_text
+from verdict_lab.perf.reply_formats import main, survey
 from test_replies import json_tokens
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from modes.rewards import (
+from verdict_lab.modes.rewards import (
     accuracy_reward,
     format_reward,
     grounding_reward,
@@ -22,7 +22,7 @@ from modes.rewards import (
     self_correction_reward,
     turns,
 )
-from modes.zoom import iou
+from verdict_lab.modes.zoom import iou
 
 # ----------------------------------------------------------------------------- rewards: completions
 

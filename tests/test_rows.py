@@ -9,8 +9,8 @@ from dataclasses import fields
 import pytest
 
 import verdict
-from harness.rows import ROW_FORMAT, Method, Row
-from modes import JudgeMode
+from verdict_lab.harness.rows import ROW_FORMAT, Method, Row
+from verdict_lab.modes import JudgeMode
 
 
 def full_row() -> dict:

@@ -1,13 +1,14 @@
-"""Tests for harness/rundir.py: the lock, the settings check, the results file, and shards: two shards run
-against two servers and merged give the same tables as one unsharded run; shards of other runs are refused."""
+"""Tests for verdict_lab/harness/rundir.py: the lock, the settings check, the results file, and shards: two
+shards run against two servers and merged give the same tables as one unsharded run; shards of other runs are
+refused."""
 
 import json
 import os
 
 import pytest
 
-import evaluate
-from harness import rundir
+from verdict_lab import evaluate
+from verdict_lab.harness import rundir
 from test_evaluate import argv, rows_of, run, script, write_jsonl
 from test_tables import fake_row, three_dsr_rows
 
@@ -23,16 +24,41 @@ def test_lock_is_held_until_released(tmp_path):
 
 
 def test_claim_names_what_differs(tmp_path):
-    settings = {"model": "m", "base_url": "http://a/v1", "config": {"n": 3}, "shard": None}
+    settings = {"model": "m", "base_url": "http://a/v1", "verifier": {"n": 3}, "shard": None}
     rundir.claim(str(tmp_path), settings)
     rundir.claim(str(tmp_path), settings)  # the same settings: a resume
     with pytest.raises(
-        ValueError, match=r"other settings \(base_url: 'http://a/v1' there, 'http://b/v1' now, config\)"
+        ValueError, match=r"other settings \(base_url: 'http://a/v1' there, 'http://b/v1' now, verifier\)"
     ):
-        rundir.claim(str(tmp_path), {**settings, "base_url": "http://b/v1", "config": {"n": 2}})
+        rundir.claim(str(tmp_path), {**settings, "base_url": "http://b/v1", "verifier": {"n": 2}})
     (tmp_path / "run.json").write_text(json.dumps({"format": "verdict-eval-run/1", "settings": settings}))
     with pytest.raises(ValueError, match="is of format 'verdict-eval-run/1'"):
         rundir.claim(str(tmp_path), settings)
+
+
+def test_a_run_of_the_settings_shape_before_the_verifier_dict_is_refused_by_its_format(tmp_path, loopback):
+    """run.json of format /2 held the verifier's settings flat ("config", "score_only", ...); a run now keeps
+    them in one dict, "verifier" (verifier.Settings.record()), so an OUT of /2 is refused by its format."""
+    srv, data, out = loopback(script), write_jsonl(tmp_path / "q.jsonl", n=1), tmp_path / "o"
+    args = argv(data, srv.url, out, "--seeds 1 --rules base")
+    assert evaluate.main(args) == 0
+    run_json = json.loads((out / "run.json").read_text())
+    assert run_json["format"] == rundir.RUN_FORMAT == "verdict-eval-run/3"
+    assert set(run_json["settings"]) == {
+        *("model", "judge_model", "base_url", "judge_base_url", "verifier"),
+        *("extract_model", "extract_base_url", "shard"),
+    }
+    verifier = run_json["settings"]["verifier"]  # Settings.record() but what a run's methods vary
+    assert verifier["n"] == 3 and verifier["judge_format"] == "json" and verifier["max_calls"] is None
+    assert not {"rule", "judge_mode", "revise", "speculate"} & set(verifier)
+    old = {k: v for k, v in run_json["settings"].items() if k != "verifier"}
+    old |= {"config": {"n": 3}, "score_only": True, "judge_format": "json"}
+    (out / "run.json").write_text(json.dumps({"format": "verdict-eval-run/2", "settings": old}))
+    sent = len(srv.requests)
+    p = run(args)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert "is of format 'verdict-eval-run/2', not 'verdict-eval-run/3'; use another --out" in p.stderr
+    assert len(srv.requests) == sent
 
 
 def test_load_rows_drops_what_must_run_again(tmp_path):

@@ -9,14 +9,16 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 
 import pytest
 
-import evaluate
-from perf.loopback import chat_response, role_of, user_text
-from test_evaluate import HERE, rows_of, run, script, write_jsonl
+from verdict_lab import evaluate
+from verdict_lab.loopback import chat_response, user_text
+from verdict_lab.layouts import role_of
+from verdict_lab.harness.rundir import RUN_FORMAT
+from test_demo import command, script_env
+from test_evaluate import rows_of, run, script, write_jsonl
 
 BASE = ["--seeds", "1", "--rules", "base,verdict", "--max-steps", "3", "--judge-format", "text"]
 
@@ -151,8 +153,8 @@ def test_judges_that_never_score_exit_3_with_one_line(tmp_path, loopback, capsys
     assert evaluate.main(args) == 3
     err = [line for line in capsys.readouterr().err.splitlines() if "judges" in line]
     assert err == [
-        "evaluate.py: the judges never gave a score in verdict (every judge call abstained); check the judge "
-        "model and --judge-format: their rows equal the reasoner's alone"
+        "verdict_lab.evaluate: the judges never gave a score in verdict (every judge call abstained); check "
+        "the judge model and --judge-format: their rows equal the reasoner's alone"
     ]
     assert summary_of(out)["silent_judges"] == ["verdict"]
     assert "**the judges never gave a score in verdict" in (out / "summary.md").read_text()
@@ -181,8 +183,9 @@ def test_a_full_disk_is_one_line_exit_2_and_leaves_whole_rows(tmp_path, loopback
     capsys.readouterr()
     assert evaluate.main(args) == 2
     err = capsys.readouterr().err.splitlines()
-    assert [line for line in err if "evaluate.py" in line] == [
-        f"evaluate.py: error: cannot write {results}: No space left on device; the rows before are kept"
+    assert [line for line in err if "verdict_lab.evaluate" in line] == [
+        f"verdict_lab.evaluate: error: cannot write {results}: No space left on device; "
+        "the rows before are kept"
     ]
     assert results.read_text().endswith("\n") and len(rows_of(out)) == 2  # whole rows only
     monkeypatch.setattr(os, "write", real)
@@ -221,7 +224,7 @@ def _damage_run_list(d):
 
 
 def _damage_no_settings(d):
-    (d / "run.json").write_text('{"format": "verdict-eval-run/2"}')
+    (d / "run.json").write_text(json.dumps({"format": RUN_FORMAT}))
 
 
 def _damage_run_not_json(d):
@@ -236,7 +239,7 @@ def _damage_results_dir(d):
 @pytest.mark.parametrize(
     "damage, said",
     [
-        (_damage_run_list, "is of format 'a JSON list', not 'verdict-eval-run/2'"),
+        (_damage_run_list, "is of format 'a JSON list', not 'verdict-eval-run/3'"),
         (_damage_no_settings, "is damaged (its settings are missing)"),
         (_damage_run_not_json, "is damaged (not UTF-8 JSON"),
         (_damage_results_dir, "Is a directory"),
@@ -308,10 +311,11 @@ def test_ctrl_c_is_one_line_exit_130_and_keeps_the_rows(tmp_path, loopback):
     srv, out = loopback(blocking), tmp_path / "out"
     args = ["--data", write_jsonl(tmp_path / "q.jsonl", n=4), "--base-url", srv.url, "--out", str(out), *BASE]
     proc = subprocess.Popen(
-        [sys.executable, os.path.join(HERE, "evaluate.py"), *args, "--concurrency", "1"],
+        [*command("verdict_lab.evaluate"), *args, "--concurrency", "1"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        env=script_env(),
     )
     try:
         assert reached.wait(120), "the run never reached the third item"
@@ -321,7 +325,7 @@ def test_ctrl_c_is_one_line_exit_130_and_keeps_the_rows(tmp_path, loopback):
         _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "Traceback" not in err, err
     assert [line for line in err.splitlines() if "items" not in line] == [
-        "evaluate.py: interrupted; the rows finished are kept: the same command resumes"
+        "verdict_lab.evaluate: interrupted; the rows finished are kept: the same command resumes"
     ]
     kept = rows_of(out)
     assert len(kept) >= 2 * 2  # q0 and q1, both methods

@@ -8,12 +8,14 @@ import pytest
 from PIL import Image
 
 import judges
-from perf import simserver
+from verdict_lab.perf import simserver
 import verdict
-from client import Client
-from prompting import LAYOUTS, role_messages
-from perf.loopback import LoopbackServer
-from perf.simserver import BLOCK, LatencyModel, SimulatedServer, block_hashes, prompt_units
+from verdict_lab.client import Client
+from verdict_lab import layouts
+from verdict_lab.formats import REPLIES
+from verdict_lab.layouts import LAYOUTS
+from verdict_lab.loopback import LoopbackServer
+from verdict_lab.perf.simserver import BLOCK, LatencyModel, SimulatedServer, block_hashes, prompt_units
 
 
 def test_latency_model_seconds():
@@ -82,8 +84,9 @@ def test_the_prefix_cache_serves_what_the_layout_shares(layout):
     # system message, the image's 1,280 tokens, the question and the steps; in the per-role layout nothing
     # (the system messages differ from their first word on).
     state = verdict.State("Is the mug left of the laptop?", (Image.new("RGB", (32, 32), "red"),), ("A mug.",))
-    reasoner = role_messages("reasoner", state, layout)
-    judge = role_messages("visual", state, layout, step="The mug is left.", reply="Score: <a digit>")
+    lay = layouts.layout(layout)
+    reasoner = lay("reasoner", state)
+    judge = lay("visual", state, step="The mug is left.", reply="Score: <a digit>")
     a, b = prompt_units(reasoner, 1280), prompt_units(judge, 1280)
     common = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
     sim = SimulatedServer(LatencyModel(time_scale=0.0))
@@ -117,10 +120,10 @@ def test_simulated_replies_parse_in_every_format_and_agree_at_the_final_step():
             judges.Reasoner(client)(state.extend(cands[0]), 3) == ["Final answer: B"] * 3
         )  # the same string
         for fmt in ("json", "text", "digit"):
-            for score_only in (False, True):
-                for j in judges.make_judges(client, score_only=score_only, fmt=fmt):
-                    s = j(state, cands[0])
-                    assert 0.5 <= s <= 1 and j.counts["retries"] == 0
+            for reasons in (True, False):
+                for j in judges.make_judges(client, reasons=reasons, reply=REPLIES[fmt]):
+                    judged = j.judgement(state, cands[0])
+                    assert 0.5 <= judged.score <= 1 and judged.record["replies"] == 1
         schemas = [r.body["response_format"] for r in srv.requests if "response_format" in (r.body or {})]
         assert (
             len(schemas) == 3 * 2
@@ -150,7 +153,7 @@ def lcp(a: list, b: list) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize(
     "question", ["Is the mug left of the laptop?", "In <image 2>, is the mug left of <image 1>?"]
 )
@@ -158,8 +161,8 @@ def test_the_prefix_cache_is_a_longest_common_prefix_in_whole_blocks(layout, que
     # Oracle: vLLM's chained block hashes make block i cached exactly when an earlier prompt began with the
     # same (i + 1)·BLOCK units, so a request's cached tokens are BLOCK · max over earlier prompts p of
     # lcp(p, it) // BLOCK. The requests are those of three steps (the reasoner's, then 3 judges × 3
-    # candidates), laid out by prompting.py with two images, first or at the question's <image k>, as the
-    # server receives them in sequential mode.
+    # candidates), laid out by verdict_lab/layouts.py with two images, first or at the question's <image k>,
+    # as the server receives them in sequential mode.
     images = (Image.new("RGB", (32, 32), "red"), Image.new("RGB", (32, 32), "blue"))
     sim, seen, state = (
         SimulatedServer(LatencyModel(time_scale=0.0, image_tokens=64)),
@@ -168,8 +171,9 @@ def test_the_prefix_cache_is_a_longest_common_prefix_in_whole_blocks(layout, que
     )
     for t in range(3):
         candidates = [f"Candidate {t}.{i}: the mug is left." for i in range(3)]
-        requests = [role_messages("reasoner", state, layout)] + [
-            role_messages(judge, state, layout, step=c, reply="Score: <a digit>")
+        lay = layouts.layout(layout)  # with MMMU's placement: each image at the question's <image k>
+        requests = [lay("reasoner", state)] + [
+            lay(judge, state, step=c, reply="Score: <a digit>")
             for c in candidates
             for judge in verdict.JUDGES
         ]

@@ -1,5 +1,6 @@
-"""Tests for simulate.py: the batched selection against verdict.select (oracle), the noise-free and
-symmetric cases, EVPV's gate, the intervals, and the reproducibility of the report."""
+"""Tests for perf/simulation.py and its command (verdict_lab/simulate.py): the batched selection against
+verdict.select (oracle), the noise-free and symmetric cases, EVPV's gate, the intervals, and the
+reproducibility of the report."""
 
 import math
 from dataclasses import replace
@@ -7,9 +8,19 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-import simulate
+from verdict_lab import simulate
+from verdict_lab.perf import simulation
 import verdict
-from simulate import ALL_RULES, Scenario, draw, interval, measure, premises, raw_scores, select_batch
+from verdict_lab.perf.simulation import (
+    ALL_RULES,
+    Scenario,
+    draw,
+    interval,
+    measure,
+    premises,
+    raw_scores,
+    select_batch,
+)
 
 
 # ----------------------------------------------------------------------------- oracle
@@ -193,7 +204,7 @@ def test_fixed_seed_gives_an_identical_report(tmp_path):
     assert outs[0] == outs[1]
     assert outs[0][0] != outs[2][0]  # and the seed matters
     text = outs[0][0].decode()
-    assert f"Format: `{simulate.FORMAT}`" in text and "--trials 60 --seeds 3 --seed 11" in text
+    assert f"Format: `{simulation.FORMAT}`" in text and "--trials 60 --seeds 3 --seed 11" in text
     assert "## EVPV's gate" in text and all(
         f"| premise V+L+C, gate {g} |" in text for g in ("none", "visual", "step")
     )

@@ -1,5 +1,5 @@
-"""Speculative proposing (perf/speculate.py): the same decisions as a plain run, step for step, and its cost
-recorded.
+"""Speculative proposing (verdict_lab/speculate.py): the same decisions as a plain run, step for step, and its
+cost recorded.
 
 A deterministic scripted server answers every role as a function of its request (a hash of the messages
 and the seed), so a plain run and a speculative one must produce the same trace in every judge mode and
@@ -17,12 +17,16 @@ import pytest
 from PIL import Image
 
 import judges
-from perf import speculate
+from verdict_lab import speculate
 import verdict
-from cache import Cache
-from client import Client
-from modes import JudgeMode, calls
-from perf.loopback import LoopbackServer, chat_response, role_of
+from verdict_lab.cache import Cache
+from verdict_lab.client import Client
+from verdict_lab.formats import JudgeFormat
+from verdict_lab.modes import JudgeMode
+from verdict_lab.modes.judge import ModeChain
+from verdict_lab.verifier import Settings, judges_of, thread_map
+from verdict_lab.loopback import LoopbackServer, chat_response
+from verdict_lab.layouts import role_of
 
 
 def digest(body, salt="") -> int:
@@ -75,8 +79,9 @@ def run(url, mode: JudgeMode, spec: bool, revise: bool, tmp_path, cache=None, sc
     c = Client(url, "m", cache=cache)
     image = tmp_path / "scene.png"
     Image.new("RGB", (64, 64), (200, 40, 40)).save(image)
-    evidence = calls.ModeCalls(c, mode)
-    js = judges.make_judges(c, grounding=evidence, fmt=evidence.format, score_only=score_only)
+    fmt = JudgeFormat()  # the run's json format, shared by the judges and the mode's JSON requests
+    chain = ModeChain(c, mode, fmt=fmt) if mode.active else None  # one chain: its own ModeChain
+    js = judges_of(Settings(judge_mode=mode.name, reasons=not score_only), c, fmt, chain)
     config = verdict.Config(n=3, max_steps=5)
     propose = judges.Reasoner(c, seed=7)
     propose = speculate.Speculator(propose, config) if spec else propose
@@ -86,7 +91,7 @@ def run(url, mode: JudgeMode, spec: bool, revise: bool, tmp_path, cache=None, sc
         js,
         config,
         image=str(image),
-        map_fn=judges.thread_map(4),
+        map_fn=thread_map(4),
         revise=judges.Reviser(c, js) if revise else None,
     )
     return trace, (propose.finish(len(trace.steps)) if spec else None), c
@@ -206,7 +211,7 @@ def test_a_dropped_proposal_still_running_never_delays_the_next_steps_proposals(
 
 def test_demo_and_evaluate_take_speculate(tmp_path, monkeypatch, capsys):
     import demo
-    import evaluate
+    from verdict_lab import evaluate
 
     monkeypatch.chdir(tmp_path)
     with LoopbackServer(Deterministic()) as srv:
@@ -217,18 +222,18 @@ def test_demo_and_evaluate_take_speculate(tmp_path, monkeypatch, capsys):
     assert len(d["meta"]["speculation"]["steps"]) == len(d["steps"])
     assert "speculation: " in capsys.readouterr().out
     args = evaluate.parse_args(["--data", "x.jsonl", "--base-url", "http://127.0.0.1:1/v1", "--speculate"])
-    assert evaluate.settings_of(args, verdict.Config()).speculate is True
+    assert evaluate.check_args(args)[1].speculate is True
 
 
 def test_the_simulated_measurement_runs():
-    from perf.speculation import measure
+    from verdict_lab.perf.speculation import measure
 
     ratios = measure(reps=1, time_scale=0.0, steps=3, questions=1)
     assert set(ratios) == {"verdict", "speculate"} and all(len(r) == 1 and r[0] > 0 for r in ratios.values())
 
 
 def test_the_measurement_runs_on_any_server_text_only_and_resets_before_each_kind():
-    from perf import speculation
+    from verdict_lab.perf import speculation
 
     resets, server = [], Deterministic()
     with LoopbackServer(server) as srv:

@@ -3,7 +3,7 @@ hand-built run (three files, three methods, two seeds), every number worked out 
 
 from dataclasses import replace
 
-from harness import tables
+from verdict_lab.harness import tables
 from test_tables import context, fake_row
 
 FILES = ["MMStar", "3DSRBench", "CV-Bench-2D"]
@@ -58,13 +58,14 @@ def run_context():
     rd["MMStar"] |= {"changed": 1, "warnings": ["MMStar.tsv has no image column"]}
     rd["3DSRBench"] |= {"limited": True, "skipped": [{"row": 3 + k, "reason": f"bad {k}"} for k in range(22)]}
     rd["CV-Bench-2D"] |= {"skipped": [{"row": 9, "reason": "no answer"}], "dropped": 1}
-    ctx["settings"] |= {"max_calls": 40, "shard": "1/2", "extract_model": "x/extract"}
+    ctx["settings"] |= {"shard": "1/2", "extract_model": "x/extract"}
+    ctx["settings"]["verifier"]["max_calls"] = 40
     return ctx
 
 
 # summary.md for run_rows() under run_context(), section by section.
 GOLDEN = [
-    "# VERDICT evaluation (verdict-eval/3)",
+    "# VERDICT evaluation (verdict-eval/4)",
     "",
     (
         "**1 of 30 chains (3.3%) ended in an error, above --max-error-rate 2.0%: the table counts "
@@ -248,7 +249,7 @@ def test_render_is_the_golden_summary():
 # sqrt(((50−75)² + (100−75)²) / 1) = 35.36; the gain is +0.00. Every row is fake_row's: 10 calls, 100 tokens,
 # 10 sent, 1 s, a letter, "final".
 PLAIN = [
-    "# VERDICT evaluation (verdict-eval/3)",
+    "# VERDICT evaluation (verdict-eval/4)",
     "",
     "Reasoner `m`, judges `m`; 2 seed(s); n = 3, τ = 0.6, ε = 0.1, λ = (1.5, 1.0, 0.8), max steps 8, "
     "max calls per chain unlimited.",

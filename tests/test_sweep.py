@@ -1,6 +1,7 @@
-"""Tests for evaluate.py's sweeps (harness/sweep.py): τ sweeps whose settings agree everywhere cost one run,
-sweeps whose decisions differ cost less than separate runs, by counts derived from the scripted replies; a
-resumed sweep sends nothing twice; judge and reasoner lists; the flags' checks; the tables and picture."""
+"""Tests for verdict_lab.evaluate's sweeps (verdict_lab/harness/sweep.py): τ sweeps whose settings agree
+everywhere cost one run, sweeps whose decisions differ cost less than separate runs, by counts derived from
+the scripted replies; a resumed sweep sends nothing twice; judge and reasoner lists; the flags' checks; the
+tables and picture."""
 
 import csv
 import json
@@ -11,10 +12,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import evaluate
+from verdict_lab import evaluate
 import verdict
-from harness import sweep
-from perf.loopback import chat_response, role_of, user_text
+from verdict_lab.harness import sweep
+from verdict_lab.loopback import chat_response, user_text
+from verdict_lab.layouts import role_of
 from test_evaluate import argv, write_jsonl
 
 N, M = 3, 3  # candidates per step, judges
@@ -186,7 +188,7 @@ def test_bad_sweeps_fail_before_any_call(tmp_path, loopback, capsys, flags, says
 
 
 def test_the_simulator_draws_the_same_curves(tmp_path):
-    import simulate
+    from verdict_lab import simulate
 
     s = simulate.curve("tau=0.01,0.6,0.95", trials=300, seeds=3)
     assert s["format"] == sweep.SWEEP_FORMAT and s["settings"] == ["tau=0.01", "tau=0.6", "tau=0.95"]

@@ -9,8 +9,8 @@ from dataclasses import replace
 
 from PIL import Image
 
-from harness import accuracy, tables, vlmeval_files
-from harness.rows import Method, Row
+from verdict_lab.harness import accuracy, tables, vlmeval_files
+from verdict_lab.harness.rows import Method, Row
 
 VANILLA = {"setting": "vanilla", "macro": None}
 
@@ -61,9 +61,15 @@ def context(files, methods, seeds, scoring=None, max_error_rate=1.0):
     settings = {
         "model": "m",
         "judge_model": "m",
-        "max_calls": None,
         "shard": None,
-        "config": {"n": 3, "tau": 0.6, "eps": 0.1, "lam": [1.5, 1.0, 0.8], "max_steps": 8},
+        "verifier": {
+            "n": 3,
+            "tau": 0.6,
+            "eps": 0.1,
+            "lam": [1.5, 1.0, 0.8],
+            "max_steps": 8,
+            "max_calls": None,
+        },
     }
     return {
         "files": files,
@@ -106,7 +112,7 @@ def test_summary_arithmetic_by_hand():
         fake_row("g", 1, "verdict", True, steps=2, fallbacks=0, judge_calls=18),
     ]
     s = tables.summarize(rows, context(["f", "g"], ["base", "verdict"], [0, 1]))
-    assert s["format"] == "verdict-eval/3" and s["columns"] == ["f", "g"]
+    assert s["format"] == "verdict-eval/4" and s["columns"] == ["f", "g"]
     acc = s["accuracy"]
     # base: f = 50, 100 -> mean 75, sample std sqrt((25² + 25²) / 1) = 35.355; g = 0, 100 -> 50 ± 70.711;
     # Avg per seed = (50 + 0)/2 = 25 and (100 + 100)/2 = 100 -> 62.5 ± sqrt(2 · 37.5²) = 53.033.

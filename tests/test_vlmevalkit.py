@@ -1,15 +1,16 @@
 """The paper's six benchmarks (3DSRBench, CV-Bench-2D, CV-Bench-3D, BLINK, MMStar, AI2D_TEST), then MMMU and
 MathVista, as small synthetic TSVs that follow VLMEvalKit's conventions for each dataset, run end to end by
-evaluate.py against the loopback server: every request carries the item's images (in place, for MMMU), and
-the files a VLMEvalKit user expects are written."""
+verdict_lab.evaluate against the loopback server: every request carries the item's images (in place, for
+MMMU), and the files a VLMEvalKit user expects are written."""
 
 import csv
 import json
 import re
 
-import evaluate
-from images import encode_image
-from perf.loopback import chat_response, role_of, user_text
+from verdict_lab import evaluate
+from judges import encode_image
+from verdict_lab.loopback import chat_response, user_text
+from verdict_lab.layouts import role_of
 from test_benchmarks import MATHVISTA, b64, png, tsv
 from test_evaluate import argv, script
 

@@ -1,4 +1,4 @@
-"""VerdictVLM (vlmevalkit/verdict_model.py), VERDICT with VLMEvalKit's model interface, against a scripted
+"""VerdictVLM (verdict_lab/vlmevalkit.py), VERDICT with VLMEvalKit's model interface, against a scripted
 loopback server, with messages in VLMEvalKit's format: text only, one image, several images first (BLINK),
 images interleaved with text (MMMU after split_MMMU). Each test checks the requests sent (roles, images and
 their order, the question) and the output returned (the chain's final output)."""
@@ -13,10 +13,11 @@ import pytest
 from PIL import Image
 
 import verdict
-from images import encode_image
-from perf.loopback import chat_response
-from perf.loopback import role_of
-from vlmevalkit.verdict_model import FAIL_MSG, VerdictVLM, question_and_images
+from judges import encode_image
+from verdict_lab.loopback import chat_response
+from verdict_lab.layouts import role_of
+from verdict_lab.vlmevalkit import FAIL_MSG, VerdictVLM, question_and_images
+from verdict_lab.verifier import Settings
 
 # Step 2's candidates and their judges' digits (ŝ = d / 9). A: the raw mean's choice (0.741), judges that
 # conflict (Δ* > ε: rejected); B: agreement at 6/9 = 0.667 > τ, Δ* = 0: accepted. VERDICT answers B.
@@ -147,7 +148,7 @@ def test_question_and_images_reads_every_form_vlmevalkit_passes():
         {"type": "image", "value": "2.jpg"},
     ]
     assert question_and_images(msg) == ("see <image 1> and\nthen<image 2>", ["1.jpg", "2.jpg"])
-    # VLMEvalKit's own markers are kept: images.messages places the images there
+    # VLMEvalKit's own markers are kept: layouts.placed places the images there
     msg = [{"type": "text", "value": "Q <image 1>"}, {"type": "image", "value": "1.jpg"}]
     assert question_and_images(msg) == ("Q <image 1>", ["1.jpg"])
     for bad in (
@@ -187,3 +188,30 @@ def test_a_config_entry_built_like_vlmevalkits_runs_items_on_threads(loopback, t
     before = len(srv.chats)  # the same items again: every call from the response cache
     assert vlm.generate(**msgs[0]) == "B" and len(srv.chats) == before
     assert threading.active_count() < 50
+
+
+def test_the_verifiers_settings_are_keywords_and_an_unknown_one_is_refused(loopback):
+    """VerdictVLM's other keywords are verifier.Settings' fields, the old ones among them (n, tau, max_tokens,
+    judge_format, judge_max_tokens, judge_mode, revise, ...): they reach the requests. A keyword that names
+    no setting (the old score_only, say) or a bad value is a ValueError naming it, before any call."""
+    srv = loopback(script)
+    kw = dict(n=2, tau=0.6, eps=0.1, max_steps=3, max_tokens=64, judge_format="json", judge_max_tokens=32)
+    vlm = model(srv, **kw, judge_mode="plain", revise=False)
+    assert vlm.settings == Settings(**kw)
+    assert vlm.generate([{"type": "text", "value": MCQ}], dataset="MMStar") == "B"
+    chats = srv.chats
+    assert len(chats) == 2 * (1 + 2 * 3)  # 2 steps: 1 reasoner request (n = 2), 2 candidates × 3 judges
+    reasoner = [c for c in chats if role_of(c["messages"]) == "reasoner"]
+    assert [(c["n"], c["max_tokens"]) for c in reasoner] == [(2, 64)] * 2
+    judged = [c for c in chats if role_of(c["messages"]) != "reasoner"]
+    assert all(c["max_tokens"] == 32 and "response_format" in c for c in judged)
+    for bad, says in (
+        ({"score_only": True}, "unknown setting 'score_only'"),
+        ({"grounding": "prior"}, "unknown setting 'grounding'"),
+        ({"tau": 5}, "tau must be in [0, 1]"),
+        ({"judge_mode": "sgv"}, "judge mode 'sgv'"),
+    ):
+        with pytest.raises(ValueError) as e:
+            model(srv, **bad)
+        assert says in str(e.value), str(e.value)
+    assert len(srv.chats) == len(chats)  # refused before any call

@@ -1,5 +1,5 @@
-"""Tests for zoom.py and grounding's zoom mode (ReVISE's look again) against a scripted loopback server that
-names boxes and looks at the crops it is sent."""
+"""Tests for modes/zoom.py and the zoom judge mode (ReVISE's look again) against a scripted loopback server
+that names boxes and looks at the crops it is sent."""
 
 import base64
 import io
@@ -9,18 +9,21 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import prompting
 import verdict
-from modes import zoom
-from client import Client
-from modes import JudgeMode
-from modes.calls import ModeCalls
-from judges import make_judges
-from perf.loopback import chat_response, role_of
+from judges import MAX_PIXELS, load_prompt
+from verdict_lab import layouts
+from verdict_lab.client import Client
+from verdict_lab.formats import JudgeFormat
+from verdict_lab.layouts import DEFAULT_LAYOUT, role_of
+from verdict_lab.loopback import chat_response
+from verdict_lab.modes import JudgeMode, zoom
+from verdict_lab.modes.judge import ModeChain
+from verdict_lab.verifier import Settings, judges_of
 
 RED = (220, 20, 20)
 SQUARE = [600, 200, 800, 600]  # the red square in 0..1000 coordinates (see scene)
 STEP = "The square at the top right is red."
+ONE_MP = 1280 * 28 * 28  # a 1.0 Mpx pixel budget (1 003 520 pixels)
 
 
 def scene(path, size=(200, 100)):
@@ -73,18 +76,24 @@ def zoom_handler(regions, seen: list):
     return handler
 
 
-def run_zoom(loopback, image, regions, fmt="json", layout=prompting.DEFAULT_LAYOUT):
-    """One step (n = 1) in the zoom mode: (trace, the grounding record, what the visual judge saw, server)."""
+def run_zoom(loopback, image, regions, fmt="json", layout=DEFAULT_LAYOUT, max_pixels=MAX_PIXELS):
+    """One step (n = 1) in the zoom mode, the judges built as a run builds them (verifier.judges_of, one
+    ModeChain for the chain, the run's JudgeFormat shared): (trace, the chain's record, what the visual judge
+    saw, server)."""
     seen = []
     srv = loopback(zoom_handler(regions, seen))
     client = Client(srv.url, "m")
-    evidence = ModeCalls(client, JudgeMode(zoom=True), fmt=fmt, layout=layout)
-    judges = make_judges(client, grounding=evidence, fmt=fmt, layout=layout)
+    settings = Settings(judge_format=fmt, judge_mode="zoom", layout=layout, max_pixels=max_pixels)
+    run_format, lay = JudgeFormat(fmt), layouts.layout(layout, max_pixels)
+    chain = ModeChain(client, settings.mode, fmt=run_format, layout=lay, max_pixels=max_pixels)
+    judges = judges_of(settings, client, run_format, chain)
     reasoner = lambda state, n: [STEP] * n
     trace = verdict.run(
         "Which colour is the square?", reasoner, judges, verdict.Config(n=1, max_steps=1), image
     )
-    return trace, evidence.record(trace.question, image), seen, srv
+    rec = chain.record()
+    assert rec["judge_mode"] == "zoom"
+    return trace, rec, seen, srv
 
 
 # ----------------------------------------------------------------------------- the pure parts
@@ -167,12 +176,18 @@ def test_a_valid_box_sends_the_crop_of_that_region_and_the_judge_scores_with_it(
 
 
 def test_boxes_in_0_1000_map_to_the_source_when_the_image_is_sent_downscaled(loopback, tmp_path):
-    # 2000×1000 is 2.0 Mpx, above the 1.0 Mpx budget: the model sees a 1416×708 image. The box is relative,
+    # 2000×1000 is 2.0 Mpx, above a 1.0 Mpx budget: the model sees a 1416×708 image. The box is relative,
     # so it names the same region of the source: x 1200..1600, y 200..600, cut at full resolution.
-    trace, rec, seen, _ = run_zoom(
-        loopback, scene(tmp_path / "big.png", (2000, 1000)), '{"boxes": [[600, 200, 800, 600]]}'
+    trace, rec, seen, srv = run_zoom(
+        loopback,
+        scene(tmp_path / "big.png", (2000, 1000)),
+        '{"boxes": [[600, 200, 800, 600]]}',
+        max_pixels=ONE_MP,
     )
     assert seen == [(2, True)] and rec["zoom"][0]["crops"] == [[1200, 200, 1600, 600]]
+    (visual,) = [r.body for r in srv.requests if role_of(r.body["messages"]) == "visual"]
+    image, close_up = pictures(visual)
+    assert image.size == (1416, 708) and close_up.width * close_up.height <= ONE_MP  # both within the budget
 
 
 def test_the_close_up_goes_after_the_shared_prefix_just_before_the_task(loopback, tmp_path):
@@ -183,7 +198,7 @@ def test_the_close_up_goes_after_the_shared_prefix_just_before_the_task(loopback
     visual, logical = bodies["visual"]["messages"][1]["content"], bodies["logical"]["messages"][1]["content"]
     assert [p["type"] for p in visual] == ["image_url", "text", "image_url", "text"]
     assert visual[0] == logical[0]  # the same image first
-    shared = logical[1]["text"].split(prompting.load_prompt("logical")["instructions"])[0]
+    shared = logical[1]["text"].split(load_prompt("logical")["instructions"])[0]
     assert visual[1]["text"].startswith(
         shared
     )  # question and steps: the prefix every role of the step shares

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import images
-from modes.zoom import crop_box, out_size, sent_size, to_source, zoom_in
+import judges
+from verdict_lab.modes.zoom import crop_box, out_size, sent_size, to_source, zoom_in
 
 RED, GREY = (220, 20, 20), (128, 128, 128)
+ONE_MP = 1280 * 28 * 28  # 1 003 520 pixels: a 1.0 MP budget (VLMEvalKit's min_pixels for Qwen2.5-VL)
 
 
 def scene(size=(200, 100), square=(120, 30, 160, 70)) -> Image.Image:
@@ -84,10 +85,10 @@ def test_conversions_golden():
 
 def test_sent_size_is_the_size_encode_image_sends():
     img = Image.new("RGB", (2000, 1500), GREY)  # 3.0 MP, above a 1.0 MP budget
-    w, h = sent_size(img, images.MIN_PIXELS)
-    png = base64.b64decode(images.encode_image(img, images.MIN_PIXELS).split(",", 1)[1])
+    w, h = sent_size(img, ONE_MP)
+    png = base64.b64decode(judges.encode_image(img, ONE_MP).split(",", 1)[1])
     assert (w, h) == Image.open(io.BytesIO(png)).size
-    assert w * h <= images.MIN_PIXELS and (w, h) != (2000, 1500)
+    assert w * h <= ONE_MP and (w, h) != (2000, 1500)
     assert sent_size(img) == (2000, 1500)  # under the default budget, 16384·28·28: sent as is
     assert sent_size(Image.new("RGB", (64, 48))) == (64, 48)  # under the budget: sent as is
 
@@ -97,7 +98,7 @@ def test_a_box_read_off_the_sent_image_maps_back_to_the_source_region():
     # off the sent image, as a model would, and map it back: it lands on the square, to within one sent pixel.
     square = (1200, 300, 1400, 500)
     img = scene((2000, 1500), square)
-    sent = Image.open(io.BytesIO(base64.b64decode(images.encode_image(img).split(",", 1)[1])))
+    sent = Image.open(io.BytesIO(base64.b64decode(judges.encode_image(img).split(",", 1)[1])))
     px = 2000 / sent.size[0]  # source pixels per sent pixel (~1.73)
     back = to_source(red_bbox(sent), "sent", img.size, sent.size)
     assert max(abs(a - b) for a, b in zip(back, square)) <= px + 1
@@ -204,8 +205,8 @@ def test_crop_stays_inside_the_image_with_ratio_at_most_4(seed):
             if lo > 0 and hi < n:  # not pushed by a border: centred on the box, to within a pixel
                 assert abs(a - b) <= 1
         zoom = float(rng.uniform(1, 6))
-        (ow, oh), s = out_size(w, h, zoom, min_side=int(rng.choice([0, 28])), max_pixels=images.MAX_PIXELS)
-        assert max(ow, oh) <= 4 * min(ow, oh) and ow * oh <= images.MAX_PIXELS
+        (ow, oh), s = out_size(w, h, zoom, min_side=int(rng.choice([0, 28])), max_pixels=judges.MAX_PIXELS)
+        assert max(ow, oh) <= 4 * min(ow, oh) and ow * oh <= judges.MAX_PIXELS
         assert s <= max(4.0, 28 / min(w, h))
 
 

@@ -1,0 +1,414 @@
+"""The client long runs need: judges.Endpoint's POST with a wall-clock deadline, identical requests in flight
+merged into one, the on-disk response cache, replica pinning and usage counters.
+
+Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
+Disagreement-Aware Consensus", ECCV 2026: the reasoner and the agents are model calls, and a benchmark run
+makes hundreds of thousands of them. judges.py makes one call with bounded retries; Client plugs into its
+seam (a `client` with chat(messages, **params)) and adds what a run of many chains needs:
+
+- a deadline: `timeout` bounds each attempt from sending it to the reply's last byte, however slowly the
+  server trickles it (requests' own timeout bounds each socket read, not the request);
+- merging: identical calls in flight at once (on a client and its forks) send one request;
+- the response cache (cache.py), keyed on the endpoint and the request;
+- pinning: each chain's requests to one data-parallel replica (vLLM's X-data-parallel-rank header);
+- counters: requests, calls, cache hits, tokens and the prefix-cache reuse the replies report (usage).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import socket
+import threading
+import time
+import urllib.parse
+from typing import Callable
+
+import requests
+import urllib3
+
+from judges import DEFAULT_KEY_ENV, Endpoint, one_line, shape_problem
+from verdict_lab.cache import Cache, CacheError, cache_key
+from verdict_lab.formats import whole_text
+
+RANK_HEADER = "X-data-parallel-rank"  # vLLM's request header: the data-parallel replica to serve it
+MAX_REPORTED = 10**15  # the largest token count or millisecond figure a reply may report: sums stay finite
+
+
+def check_base_url(url) -> str:
+    """url without its trailing "/", if it is http(s)://HOST[:PORT][/PATH]; else ValueError naming it: such a
+    URL is wrong for good, so it fails before any request rather than after a round of retries."""
+    try:
+        parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
+        port_ok = parts is None or parts.port is None or parts.port > 0  # .port raises on a malformed port
+    except ValueError:
+        parts, port_ok = None, False
+    if not (parts and parts.scheme in ("http", "https") and parts.hostname and port_ok) or any(
+        c.isspace() for c in parts.netloc
+    ):
+        raise ValueError(
+            f"the endpoint URL must be http:// or https:// with a host, e.g. http://127.0.0.1:8000/v1; "
+            f"got {url!r}"
+        )
+    return url.rstrip("/")
+
+
+# ----------------------------------------------------------------------------- what a reply reports
+
+
+def _count_ok(v) -> bool:
+    """A count a server may report: an int in [0, MAX_REPORTED] (a bool is no count)."""
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_REPORTED
+
+
+def reported_usage(response: dict) -> dict:
+    """{"prompt_tokens", "completion_tokens"} of a response's OpenAI "usage", each 0 when the server sent
+    none or a value that is no count (not an int, negative, or above MAX_REPORTED)."""
+    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+    return {k: usage[k] if _count_ok(usage.get(k)) else 0 for k in ("prompt_tokens", "completion_tokens")}
+
+
+def reported_cache(response: dict) -> dict:
+    """What a response reports of its prompt's reuse, None for each value it lacks:
+    "cached_tokens": usage.prompt_tokens_details.cached_tokens, the prompt tokens a prefix cache served
+        (OpenAI, llama-server, vLLM with --enable-prompt-tokens-details, SGLang with --enable-cache-report;
+        vLLM leaves it out when it is 0, so a missing value is unknown, not 0);
+    "cache_n", "prompt_n": llama-server's timings, the prompt tokens reused from its cache and those computed;
+    "prompt_ms", "predicted_ms": llama-server's timings, the milliseconds it spent computing the prompt and
+        generating the reply (a request's own; requests in parallel slots overlap in wall time).
+    A value that is not a number in [0, MAX_REPORTED] counts as not reported."""
+    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+    details = usage.get("prompt_tokens_details")
+    details = details if isinstance(details, dict) else {}
+    timings = response.get("timings") if isinstance(response.get("timings"), dict) else {}
+    count = lambda d, k: d[k] if _count_ok(d.get(k)) else None
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= MAX_REPORTED
+    ms = lambda k: float(timings[k]) if number(timings.get(k)) else None
+    return {
+        "cached_tokens": count(details, "cached_tokens"),
+        "cache_n": count(timings, "cache_n"),
+        "prompt_n": count(timings, "prompt_n"),
+        "prompt_ms": ms("prompt_ms"),
+        "predicted_ms": ms("predicted_ms"),
+    }
+
+
+# ----------------------------------------------------------------------------- the deadline
+
+_current = threading.local()  # .deadline: the _Deadline of the request this thread is making, if any
+
+
+class _Deadline:
+    """The wall-clock bound of one request: a watchdog thread that, `seconds` after the request starts, shuts
+    the socket of its connection down, so that no read outlasts it. The connection is the one _Pool hands
+    this thread while the deadline is current. `expired` tells that a failure, or a reply cut short, was the
+    deadline's doing."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.expired, self.conn = seconds, False, None
+        self._over, self._lock = threading.Event(), threading.Lock()
+
+    def __enter__(self) -> "_Deadline":
+        _current.deadline = self
+        threading.Thread(target=self._watch, daemon=True, name="verdict-deadline").start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _current.deadline = None
+        with self._lock:
+            self._over.set()
+
+    def connection(self, conn) -> None:
+        """Called by _Pool: this request's connection."""
+        with self._lock:
+            self.conn = conn
+
+    def _watch(self) -> None:
+        if self._over.wait(self.seconds):  # the request ended in time
+            return
+        while True:  # shut the connection down once it has a socket, unless the request ends first
+            with self._lock:
+                if self._over.is_set():
+                    return
+                sock = getattr(self.conn, "sock", None)
+                if sock is not None:
+                    self.expired = True  # before the shutdown: the request's thread reads it on waking
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)  # the blocked read returns at once
+                    except OSError:  # already closed
+                        pass
+                    return
+            if self._over.wait(0.01):  # connecting (the connect timeout bounds it), or the reply is read
+                return
+
+
+class _Pool(urllib3.HTTPConnectionPool):
+    """A connection pool that tells the current _Deadline which connection its request uses."""
+
+    def _get_conn(self, timeout=None):
+        conn = super()._get_conn(timeout)
+        deadline = getattr(_current, "deadline", None)
+        if deadline is not None:
+            deadline.connection(conn)
+        return conn
+
+    def _put_conn(self, conn) -> None:
+        deadline = getattr(_current, "deadline", None)
+        if deadline is not None:  # the reply is read: the connection goes back to the pool, not ours to shut
+            deadline.connection(None)
+        super()._put_conn(conn)
+
+
+class _HTTPSPool(_Pool, urllib3.HTTPSConnectionPool):
+    pass
+
+
+class _Adapter(requests.adapters.HTTPAdapter):
+    """requests' adapter with _Pool's connection pools, so that a _Deadline can end a request."""
+
+    def init_poolmanager(self, *args, **kwargs):
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"http": _Pool, "https": _HTTPSPool}
+
+    def proxy_manager_for(self, *args, **kwargs):
+        manager = super().proxy_manager_for(*args, **kwargs)
+        manager.pool_classes_by_scheme = {"http": _Pool, "https": _HTTPSPool}
+        return manager
+
+
+class _Session(requests.Session):
+    """The session Client gives its Endpoint: every request within a _Deadline of `timeout` seconds (an
+    expired one raises requests.Timeout, a reply cut short by it included), counted by on_request()."""
+
+    def __init__(self, timeout: float, on_request: Callable[[], None]):
+        super().__init__()
+        self.deadline, self.on_request = timeout, on_request
+        self.mount("http://", _Adapter(pool_maxsize=64))  # one connection per thread
+        self.mount("https://", _Adapter(pool_maxsize=64))
+
+    def request(self, *args, **kwargs):
+        self.on_request()
+        deadline = _Deadline(self.deadline)
+        try:
+            with deadline:
+                response = super().request(*args, **kwargs)
+        except requests.RequestException:
+            if deadline.expired:
+                raise requests.Timeout(f"timed out after {self.deadline:g} s") from None
+            raise
+        if deadline.expired:  # a reply cut short by the deadline is no reply
+            raise requests.Timeout(f"timed out after {self.deadline:g} s")
+        return response
+
+
+# ----------------------------------------------------------------------------- the client
+
+
+class _Flight:
+    """One request in flight: its outcome, once known, for every identical call waiting on it."""
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.response, self.source, self.error = None, None, None  # source: "server" or "cache"
+
+    def finish(self, response: dict | None, source: str | None, error: BaseException | None = None) -> None:
+        self.response, self.source, self.error = response, source, error
+        self.done.set()
+
+
+class InFlight:
+    """The requests a client and its forks have in flight, by cache key. An identical call made meanwhile
+    waits for the first one's outcome instead of sending a request of its own."""
+
+    def __init__(self):
+        self._lock, self._flights = threading.Lock(), {}
+
+    def join(self, key: str) -> tuple:
+        """(flight, True) for the first call of `key`, which must end it with leave(); (flight, False) for a
+        follower."""
+        with self._lock:
+            flight = self._flights.get(key)
+            if flight is None:
+                flight = self._flights[key] = _Flight()
+                return flight, True
+            return flight, False
+
+    def leave(self, key: str) -> None:
+        with self._lock:
+            del self._flights[key]
+
+
+USAGE = (  # Client.usage's counters, in order
+    "requests calls cache_hits merged replies prompt_tokens completion_tokens call_tokens cache_reports "
+    "cached_tokens computed_prompt_tokens timings_reports timings_cache_n timings_prompt_n timings_prompt_ms "
+    "timings_predicted_ms"
+).split()
+
+
+class Client:
+    """chat(messages, **params) -> a chat completion, for judges.py's roles: judges.Endpoint's POST with
+    bounded retries (at most `retries`; connection errors, timeouts, 429 with Retry-After, 5xx and malformed
+    replies), each attempt within `timeout` seconds of wall-clock time, its replies' lone surrogates
+    replaced (whole_text). Identical calls in flight at the same time (the same cache key, on this client or
+    its forks) send one request and share its response (or its error); `cache` (a Cache) serves a request
+    made before. on_chat(), when given, is called before every call, merged ones included; an exception it
+    raises refuses the call (the harness's call budget). `headers` go with every request (pin)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key_env: str = DEFAULT_KEY_ENV,
+        timeout: float = 120.0,
+        retries: int = 4,
+        cache: Cache | None = None,
+        backoff: float = 0.5,
+        sleep: Callable = time.sleep,
+        on_chat: Callable[[], None] | None = None,
+        in_flight: InFlight | None = None,
+    ):
+        if not backoff >= 0:  # NaN fails too
+            raise ValueError(f"backoff must be >= 0 seconds, got backoff={backoff!r}")
+        self.endpoint = Endpoint(check_base_url(base_url), model, api_key_env, timeout, retries)
+        self.endpoint.session = _Session(timeout, lambda: self._count(requests=1))
+        self.endpoint.backoff, self.endpoint.sleep = backoff, sleep
+        self.cache, self.on_chat, self.in_flight = cache, on_chat, in_flight or InFlight()
+        self.replicas = 1  # data-parallel replicas behind the endpoint (--dp-replicas); see pin
+        self._lock, self._usage = threading.Lock(), dict.fromkeys(USAGE, 0)
+
+    base_url = property(lambda self: self.endpoint.base_url)
+    model = property(lambda self: self.endpoint.model)
+    headers = property(lambda self: self.endpoint.session.headers)
+
+    def __repr__(self) -> str:
+        return f"Client(base_url={self.base_url!r}, model={self.model!r})"
+
+    def fork(self, on_chat: Callable[[], None] | None = None) -> "Client":
+        """A client for the same endpoint, model, settings, cache, replica count and requests in flight, with
+        its own session, counters and pinning (none)."""
+        e = self.endpoint
+        forked = Client(e.base_url, e.model, e.api_key_env, e.timeout, e.retries, self.cache, e.backoff,
+                        e.sleep, on_chat, self.in_flight)  # fmt: skip
+        forked.replicas = self.replicas
+        return forked
+
+    def close(self) -> None:
+        self.endpoint.session.close()
+
+    @property
+    def usage(self) -> dict:
+        """requests: HTTP attempts; calls: chat calls (each one answered, merged or failed); cache_hits: calls
+        answered by the cache; merged: calls answered by an identical call in flight at the same time (they
+        send nothing); replies: valid responses from the server; prompt_tokens, completion_tokens: what the
+        server reported for those replies (what this process paid for); call_tokens: prompt + completion
+        tokens of every response returned, cached and merged ones too (what the calls cost, had nothing been
+        cached or merged). A successful call is exactly one of a reply, a cache hit or a merged call.
+        What the server's own prefix cache reused, measured on the replies (reported_cache): cache_reports:
+        the replies that reported cached_tokens; cached_tokens: their sum; computed_prompt_tokens:
+        Σ (prompt_tokens − cached_tokens) over those replies, the prompt tokens the server computed;
+        timings_reports: the replies with llama-server's timings; timings_cache_n, timings_prompt_n: their
+        sums of cache_n and prompt_n; timings_prompt_ms, timings_predicted_ms: their sums of prompt_ms and
+        predicted_ms (server time computing prompts and generating replies)."""
+        with self._lock:
+            return dict(self._usage)
+
+    def _count(self, **inc) -> None:
+        with self._lock:
+            for k, v in inc.items():
+                self._usage[k] += v
+
+    def chat(self, messages: list, **params) -> dict:
+        """The response JSON of one chat completion; parameters set to None are not sent."""
+        if self.on_chat is not None:
+            self.on_chat()
+        payload = {
+            "model": self.model,
+            "messages": messages,
+            **{k: v for k, v in params.items() if v is not None},
+        }
+        self._count(calls=1)
+        key = cache_key(payload, self.base_url)
+        flight, first = self.in_flight.join(key)
+        if not first:  # an identical call is in flight: its outcome is this call's
+            flight.done.wait()
+            if flight.error is not None:
+                raise flight.error
+            source = "cache_hits" if flight.source == "cache" else "merged"
+            self._count(call_tokens=sum(reported_usage(flight.response).values()), **{source: 1})
+            return copy.deepcopy(flight.response)
+        try:
+            response, source = self._answer(key, payload)
+            flight.finish(response, source)
+            return response
+        except BaseException as e:
+            why = "the identical call this one waited for was interrupted"
+            flight.finish(None, None, e if isinstance(e, Exception) else self.endpoint.error(None, why))
+            raise
+        finally:
+            self.in_flight.leave(key)
+
+    def _answer(self, key: str, payload: dict) -> tuple:
+        """(response, "cache") from the cache, else (response, "server") from the endpoint, then cached."""
+        hit = self.cache.get(key) if self.cache is not None else None
+        if hit is not None:
+            if problem := shape_problem(hit):  # valid JSON, but not what put() stores: a damaged entry
+                raise CacheError(
+                    f"{self.cache.path}: entry {key[:16]} is not a chat completion "
+                    f"({one_line(problem, 80)}); the cache is damaged: delete it or choose another file"
+                )
+            hit = whole_text(hit)
+            self._count(cache_hits=1, call_tokens=sum(reported_usage(hit).values()))
+            return hit, "cache"
+        response = whole_text(self.endpoint.post(payload))
+        tokens, reuse = reported_usage(response), reported_cache(response)
+        self._count(replies=1, call_tokens=sum(tokens.values()), **tokens, **_reuse_counts(tokens, reuse))
+        if self.cache is not None:
+            self.cache.put(key, response)
+        return response, "server"
+
+
+def _reuse_counts(tokens: dict, reuse: dict) -> dict:
+    """Client.usage's increments for one reply's prefix-cache report (reported_cache)."""
+    counts = {}
+    if reuse["cached_tokens"] is not None:
+        counts.update(
+            cache_reports=1,
+            cached_tokens=reuse["cached_tokens"],
+            computed_prompt_tokens=tokens["prompt_tokens"] - reuse["cached_tokens"],
+        )
+    if reuse["cache_n"] is not None and reuse["prompt_n"] is not None:
+        counts.update(timings_reports=1, timings_cache_n=reuse["cache_n"], timings_prompt_n=reuse["prompt_n"])
+        counts.update(
+            {f"timings_{k}": reuse[k] for k in ("prompt_ms", "predicted_ms") if reuse[k] is not None}
+        )
+    return counts
+
+
+def usage_change(before: dict, after: dict) -> dict:
+    """after − before, counter by counter (Client.usage read twice around some calls; a counter missing from
+    `before` counts from 0): what those calls cost."""
+    return {k: v - before.get(k, 0) for k, v in after.items()}
+
+
+def total_usage(clients) -> dict:
+    """The usage counters of the distinct clients among `clients`, summed (a client listed twice counts
+    once)."""
+    distinct = list({id(c): c for c in clients}.values())
+    return {k: sum(c.usage[k] for c in distinct) for k in distinct[0].usage}
+
+
+def dp_rank(key: str, seed: int, replicas: int) -> int:
+    """The replica a chain is pinned to: sha256 of its item's key and seed, modulo the replica count (stable
+    across runs and processes, unlike hash())."""
+    return int(hashlib.sha256(f"{key}\x1f{seed}".encode("utf-8", "surrogatepass")).hexdigest(), 16) % replicas
+
+
+def pin(clients, key: str, seed: int) -> None:
+    """Send every request of `clients` (one chain's) to one data-parallel replica, dp_rank(key, seed), in the
+    X-data-parallel-rank header, so the chain's requests find its prefixes in that replica's cache; nothing
+    when a client has one replica. vLLM's front end (--data-parallel-size K) otherwise routes by load and a
+    step's requests scatter over the replicas' caches."""
+    for c in {id(c): c for c in clients}.values():
+        c.headers.pop(RANK_HEADER, None)
+        if c.replicas > 1:
+            c.headers[RANK_HEADER] = str(dp_rank(key, seed, c.replicas))

@@ -1,0 +1,336 @@
+"""The chains of VERDICT's harness: one (item, seed, method) run into a row, every item run across threads,
+and the progress line.
+
+Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
+Disagreement-Aware Consensus", ECCV 2026: "same agents, different aggregation". Every method runs
+verdict.run with the same reasoner and judges and only verdict.select's rule differs; `base` is one
+sampled chain (n = 1, no judges). evaluate.py checks the flags, reads the files and writes the tables;
+this module runs the chains between:
+
+- input_digest: what a row records of the item it ran (question, options, answer, columns, image bytes);
+- run_chain: one chain (verifier.build and verifier.run), its answer read (answers.score, then the
+  extraction model if any), as a rows.Row with its cost (calls, tokens, seconds), its judge mode's record
+  and its revisions;
+- ChainClients: one item's clients, forks of the run's that share its response cache, and the --max-calls
+  budget their calls spend (verifier.CallBudget);
+- Harness: each item's chains one after another in one thread, --concurrency items at once, every row
+  appended to results.jsonl as it finishes; it stops every thread when the endpoint refuses us before
+  any reply, or the response cache cannot be used;
+- Progress: one line on stderr, items finished, running accuracy and an ETA.
+
+It makes requests (through verifier): the harness readers never import it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, replace
+
+import verdict
+from judges import EndpointError
+from verdict_lab import client, verifier
+from verdict_lab.cache import CacheError
+from verdict_lab.formats import JudgeFormat
+from verdict_lab.harness import answers, rundir
+from verdict_lab.harness.benchmarks import Item
+from verdict_lab.harness.rows import Method, Row
+from verdict_lab.verifier import CallBudget, Settings
+
+# ----------------------------------------------------------------------------- one chain
+
+
+@dataclass
+class ChainClients:
+    """One item's clients, used by one thread: the reasoner's and the judges' (the same object when they
+    share an endpoint and model), forks of the run's clients that share its cache and one call budget, and
+    the extraction model's (no budget), if any."""
+
+    reasoner: client.Client
+    judges: client.Client
+    budget: CallBudget
+    extractor: client.Client | None = None
+
+    @classmethod
+    def fork(
+        cls,
+        reasoner: client.Client,
+        judge: client.Client,
+        limit: int | None,
+        extractor: client.Client | None = None,
+    ) -> "ChainClients":
+        budget = CallBudget(limit)
+        forked = reasoner.fork(on_chat=budget.spend)
+        return cls(
+            forked,
+            forked if judge is reasoner else judge.fork(on_chat=budget.spend),
+            budget,
+            extractor.fork() if extractor else None,
+        )
+
+    def usage(self) -> dict:
+        """The reasoner's and judges' usage counters, summed."""
+        return client.total_usage((self.reasoner, self.judges))
+
+    def close(self) -> None:
+        for c in {self.reasoner, self.judges, self.extractor} - {None}:
+            c.close()
+
+
+def final_text(trace) -> str | None:
+    """The text an answer is read from: after "Final answer:" if the chain ended there, else its last
+    chosen step (a chain stopped by a budget); None without a step."""
+    if trace is None or not trace.steps:
+        return None
+    return trace.answer if trace.stopped == "final" else trace.chain[-1]
+
+
+def read_answer(item: Item, text: str | None, extractor: client.Client | None) -> tuple:
+    """(prediction, how, correct, extraction calls, extraction tokens): answers.score, then the extraction
+    model when the rules found nothing in a final answer."""
+    pred, how, correct = answers.score(item, text)
+    if how != "unanswered" or not text or extractor is None:
+        return pred, how, correct, 0, 0
+    before = extractor.usage
+    pred, how, correct = answers.ask_model(extractor.chat, item, text)
+    used = client.usage_change(before, extractor.usage)
+    return pred, how, correct, used["calls"], used["call_tokens"]
+
+
+def input_digest(item: Item) -> str:
+    """The digest of everything a chain of `item` reads or is scored against: its question, options, answer,
+    how a value is compared, its input columns and the bytes of its images (a path's file is read). Two
+    items with the same digest run the same chains; a row records it (Row.input_digest). OSError if an
+    image file cannot be read."""
+    h = hashlib.sha256()
+    text = [item.question, item.options, item.answer, asdict(item.value) if item.value else None, item.fields]
+    h.update(json.dumps(text).encode("ascii") + b"\n")  # ensure_ascii: a lone surrogate is escaped
+    for image in item.images:
+        if isinstance(image, (bytes, bytearray)):
+            h.update(hashlib.sha256(image).digest())
+        else:
+            h.update(bytes.fromhex(file_sha256(image)))
+    return h.hexdigest()[:32]
+
+
+def file_sha256(path: str) -> str:
+    """The sha256 of a file's bytes (hex), read in chunks; OSError if it cannot be read."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def chain_settings(settings: Settings, method: Method) -> Settings:
+    """The settings of one method's chains: its rule, judge mode and revising (base: none of them, and no
+    speculation)."""
+    speculate = settings.speculate and method.judged
+    return replace(
+        settings, rule=method.rule, judge_mode=method.mode.name, revise=method.revise, speculate=speculate
+    )
+
+
+def run_chain(
+    item: Item,
+    seed: int,
+    method: Method,
+    clients: ChainClients,
+    settings: Settings,
+    fmt: JudgeFormat,
+    digest: str | None = None,
+) -> tuple:
+    """(row of results.jsonl, None), or (error row, the exception) on EndpointError or ValueError: the
+    chain of `method` (verifier.build) in the run's reply format `fmt`. The row records `digest`,
+    input_digest(item) when it is None."""
+    digest = digest or input_digest(item)
+    v = verifier.build(chain_settings(settings, method), clients.reasoner, clients.judges, seed, fmt)
+    before, clients.budget.spent = clients.usage(), 0
+    t0, trace, error, text = time.perf_counter(), None, None, None
+    pred, how, correct, ex_calls, ex_tokens = None, "unanswered", False, 0, 0
+    try:
+        trace = verifier.run(v, item.question, item.images or None, meter=clients.usage)
+        text = final_text(trace)
+        pred, how, correct, ex_calls, ex_tokens = read_answer(item, text, clients.extractor)
+    except (EndpointError, ValueError) as e:
+        error = e
+    record = v.chain.record() if v.chain else {"extra_calls": 0, "extra_tokens": 0}
+    meta = {"method": str(method), "seed": seed, **(trace.meta if trace else {})}
+    used = client.usage_change(before, clients.usage())
+    return Row(
+        data=item.data,
+        id=item.id,
+        row=item.row,
+        seed=seed,
+        method=method,
+        answer=item.answer,
+        pred=pred,
+        extracted=how,
+        correct=correct,
+        prediction=text,
+        stopped=trace.stopped if trace else None,
+        error=f"{type(error).__name__}: {error}" if error else None,
+        calls=used["calls"],
+        sent=used["requests"],
+        cached=used["cache_hits"],
+        replies=used["replies"],
+        tokens=used["call_tokens"],
+        seconds=round(time.perf_counter() - t0, 3),
+        extra_calls=record["extra_calls"],
+        extra_tokens=record["extra_tokens"],
+        fact_sheet_status=record.get("fact_sheet_status"),
+        gate_checks=len(record.get("gate", [])),
+        zoom_requests=len(record.get("zoom", [])),
+        **revisions(trace),
+        zoomed=sum(e["path"] == "zoom" for e in record.get("zoom", [])),
+        extract_calls=ex_calls,
+        extract_tokens=ex_tokens,
+        input_digest=digest,
+        input=dict(item.fields),
+        trace=replace(trace, meta=meta).to_dict() if trace else None,
+    ), error
+
+
+def revisions(trace: verdict.Trace | None) -> dict:
+    """A row's revisions: how many were written and taken, and what they cost (calls and tokens: the reviser's
+    call and the revisions' judgements, with any judge-mode call a judgement made)."""
+    vs = [r.revision for r in trace.steps if r.revision is not None] if trace else []
+    return {
+        "revisions": len(vs),
+        "revised": sum(v.taken for v in vs),
+        "revise_calls": sum(v.usage.get("calls", 0) for v in vs),
+        "revise_tokens": sum(v.usage.get("call_tokens", 0) for v in vs),
+    }
+
+
+# ----------------------------------------------------------------------------- running the items
+
+
+class Progress:
+    """One line on stderr: items finished, the running accuracy of base and verdict, an ETA. Not thread-safe:
+    the Harness calls it under its lock."""
+
+    def __init__(self, total: int, todo: int, rows):
+        self.total, self.todo, self.finished = total, todo, total - todo
+        self.score = {"base": [0, 0], "verdict": [0, 0]}  # method -> [correct, rows]
+        self.t0, self.tty = time.perf_counter(), sys.stderr.isatty()
+        for row in rows:
+            self.count(row)
+
+    def count(self, row: Row) -> None:
+        if str(row.method) in self.score:
+            self.score[str(row.method)][0] += row.correct
+            self.score[str(row.method)][1] += 1
+
+    def item_done(self) -> None:
+        self.finished += 1
+        ran = self.finished - (self.total - self.todo)
+        eta = (time.perf_counter() - self.t0) / ran * (self.total - self.finished)
+        line = f"{self.finished}/{self.total} items"
+        line += "".join(f"  acc {m} {100 * c / n:.1f}%" for m, (c, n) in self.score.items() if n)
+        line += f"  ETA {int(eta // 60)}m{int(eta % 60):02d}s"
+        print(
+            "\r" + line + "\033[K" if self.tty else line,
+            end="" if self.tty else "\n",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def close(self) -> None:
+        if self.tty:  # end the progress line
+            print(file=sys.stderr)
+
+
+class Harness:
+    """Runs each item's chains in one thread, --concurrency items at once, appending every row to
+    results.jsonl (and to `done`) as it finishes, each row recording its item's digest (`digests`). Fail
+    fast: every thread stops, and run() returns why, if a row cannot be written (a full disk: the file
+    keeps the rows before, whole), if the response cache cannot be used (CacheError, never one
+    item's error), or if, before any reply came, the endpoint could not be reached or refused us (401,
+    403, 404); the chain that met it leaves no row."""
+
+    def __init__(
+        self,
+        reasoner: client.Client,
+        judge: client.Client,
+        settings: Settings,
+        results: str,
+        done: dict,
+        progress: Progress,
+        extractor: client.Client | None = None,
+        digests: dict | None = None,
+    ):
+        self.reasoner, self.judge, self.extractor = reasoner, judge, extractor
+        self.settings, self.results, self.done, self.progress = settings, results, done, progress
+        self.format = JudgeFormat(settings.judge_format)  # one for the run: a fallback holds for every chain
+        self.digests = digests or {}  # {(data, id): input_digest(item)}, computed once per item
+        self.lock, self.stop, self.reached = threading.Lock(), threading.Event(), threading.Event()
+        self.fatal: str | None = None
+
+    def run(self, todo: list, concurrency: int) -> str | None:
+        with open(self.results, "ab", buffering=0) as self.fh:  # unbuffered: a row is on disk, or not at all
+            pool = ThreadPoolExecutor(max_workers=concurrency)
+            try:
+                for f in [pool.submit(self.item, it, chains) for it, chains in todo]:
+                    f.result()  # a bug in a task surfaces here, with its traceback
+            finally:  # also on Ctrl-C: no new chain starts; the chains in flight finish and are kept
+                self.stop.set()
+                pool.shutdown(cancel_futures=True)
+                self.progress.close()
+        return self.fatal
+
+    def item(self, item: Item, chains: list) -> None:
+        clients = ChainClients.fork(self.reasoner, self.judge, self.settings.max_calls, self.extractor)
+        try:
+            for seed, method in chains:
+                if self.stop.is_set():
+                    return
+                try:
+                    digest = self.digests.get((item.data, item.id))
+                    client.pin((clients.reasoner, clients.judges), f"{item.data}/{item.id}", seed)
+                    row, error = run_chain(item, seed, method, clients, self.settings, self.format, digest)
+                except CacheError as e:
+                    return self.halt(f"the response cache cannot be used: {e}")
+                if row.replies:
+                    self.reached.set()
+                if self.refused(error):
+                    return self.halt(f"the endpoint cannot be used: {error}")
+                if not self.write(row):
+                    return
+            with self.lock:
+                self.progress.item_done()
+        finally:
+            clients.close()
+
+    def halt(self, why: str) -> None:
+        """Stop every thread; the first reason is the one run() returns."""
+        with self.lock:
+            self.fatal = self.fatal or why
+        self.stop.set()
+
+    def refused(self, error) -> bool:
+        """The endpoint never answered and this error says it will not: unreachable, or 401, 403, 404."""
+        return (
+            isinstance(error, EndpointError)
+            and error.status in (None, 401, 403, 404)
+            and not self.reached.is_set()
+        )
+
+    def write(self, row: Row) -> bool:
+        """Append the row to results.jsonl, whole (rundir.append); False, with every thread stopped, if it
+        cannot be written (a full disk): the file ends with the last row written."""
+        with self.lock:
+            try:
+                rundir.append(self.fh, json.dumps(row.to_json(), allow_nan=False) + "\n")
+            except OSError as e:
+                why = f"cannot write {self.results}: {e.strerror or e}; the rows before are kept"
+                self.fatal = self.fatal or why
+                self.stop.set()
+                return False
+            self.done[row.key] = row
+            self.progress.count(row)
+        return True

@@ -1,0 +1,208 @@
+"""The rows of VERDICT's harness: one row of results.jsonl, and the name of the method that wrote it.
+
+Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
+Disagreement-Aware Consensus", ECCV 2026: its table compares methods run with the same agents ("same
+agents, different aggregation"), one chain per (item, seed, method). These two types are the contract
+between evaluate.py, which writes a Row per chain, and tables.py and rundir.py, which read them back:
+
+- Method: "base", or a rule of verdict.RULES judged in a judge mode (JudgeMode), revising on reject
+  or not; its str is its one spelling, "verdict+zoom+revise", and Method.parse reads it back;
+- Row: every field of a row, typed; to_json is the object results.jsonl holds ("verdict-eval-row/3"),
+  from_json reads one back and raises ValueError naming the first bad field. A row of format /3 records
+  the digest of the input it ran (chains.input_digest); a row of format /2 (before it) reads as one of
+  unknown input (input_digest None), which a resumed run runs again.
+
+Left out: the trace stays verdict.Trace.to_dict's dict (it has its own format), and the input columns
+stay the benchmark file's values.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import MISSING, dataclass, field, fields
+
+import verdict
+from verdict_lab.modes import JudgeMode
+
+ROW_FORMAT = "verdict-eval-row/3"
+OLDER_ROW_FORMATS = ("verdict-eval-row/2",)  # read, as rows of unknown input
+EXTRACTED = ("letter", "text", "value", "judge", "declined", "unanswered")  # how answers.py read an answer
+# a fact sheet: valid at once, valid when asked once more, malformed twice
+SHEET_STATUSES = ("ok", "retried", "degraded")
+
+
+@dataclass(frozen=True)
+class Method:
+    """What ran a chain: "base" (the reasoner alone) or a judged rule. str(m) is its name in the table and
+    in results.jsonl ("verdict", "mean+prior", "verdict+premises+gate+revise"); Method.parse(str(m)) == m."""
+
+    rule: str  # "base" or one of verdict.RULES
+    mode: JudgeMode = field(default_factory=JudgeMode)  # the judges' mode; plain is left out of the name
+    revise: bool = False  # revise on reject (judges.Reviser): "+revise", last
+
+    def __post_init__(self):
+        if self.rule != "base" and self.rule not in verdict.RULES:
+            raise ValueError(
+                f"unknown rule {self.rule!r}; expected base or one of {', '.join(verdict.RULES)}"
+            )
+        if not isinstance(self.mode, JudgeMode):
+            raise ValueError(f"mode must be a JudgeMode, got {self.mode!r}")
+        if not isinstance(self.revise, bool):
+            raise ValueError(f"revise must be a bool, got {self.revise!r}")
+        if self.rule == "base" and (self.mode.active or self.revise):  # base runs no judge to put in a mode
+            raise ValueError(
+                f"base runs no judges: it takes no judge mode and no +revise, got mode "
+                f"{self.mode.name!r}, revise={self.revise}"
+            )
+
+    def __str__(self) -> str:
+        mode, revise = f"+{self.mode.name}" if self.mode.active else "", "+revise" if self.revise else ""
+        return self.rule + mode + revise
+
+    @property
+    def judged(self) -> bool:
+        """The chain ran judges (every method but base)."""
+        return self.rule != "base"
+
+    @property
+    def plain(self) -> bool:
+        """No judge mode and no revising: the rule's own calls only."""
+        return not (self.mode.active or self.revise)
+
+    @classmethod
+    def parse(cls, text: str) -> Method:
+        """ "verdict+zoom+revise" -> Method("verdict", JudgeMode(zoom=True), True). ValueError for an unknown
+        rule or mode word, a base with a mode, and a name spelled otherwise than str() spells it
+        ("verdict+plain", "verdict+zoom+prior"): one method, one name, one row key."""
+        if not isinstance(text, str):
+            raise ValueError(f"a method name is a string, got {text!r}")
+        rule, _, mode = text.removesuffix("+revise").partition("+")
+        try:
+            method = cls(rule, JudgeMode.parse(mode), text.endswith("+revise"))
+        except ValueError as e:
+            raise ValueError(f"method {text!r}: {e}") from None
+        if str(method) != text:
+            raise ValueError(f"method {text!r} is spelled {str(method)!r}")
+        return method
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of results.jsonl: one chain (item, seed, method), its answer, its cost and its trace. The
+    fields' order is the keys' order in the file. The fields with a default came after the format did:
+    a row written before them reads as 0 (None for the fact sheet)."""
+
+    data: str  # the benchmark file's name (benchmarks.Item.data)
+    id: str  # the item's id in that file
+    row: int  # the item's line in that file (the tables' order)
+    seed: int  # the reasoner's seed
+    method: Method  # what ran the chain
+    answer: str  # the right answer: a letter or a value
+    pred: str | None  # the answer read from the chain; None when none was
+    extracted: str  # how it was read: one of EXTRACTED
+    correct: bool  # pred is right (an error row counts wrong)
+    prediction: str | None  # the text it was read from (VLMEvalKit's prediction column)
+    stopped: str | None  # how it ended: "final", "max_steps", "budget"; None: no trace
+    error: str | None  # "EndpointError: ..." when the chain ended in an error
+    calls: int  # model calls of the reasoner and judges, cached replies counted
+    sent: int  # HTTP requests this run made for them
+    cached: int  # calls the response cache answered
+    replies: int  # replies received from the endpoint
+    tokens: int  # tokens of those calls
+    seconds: float  # wall time of the chain
+    extra_calls: int = 0  # the judge mode's own calls (prior, fact sheet, checks, regions)
+    extra_tokens: int = 0  # and their tokens
+    fact_sheet_status: str | None = None  # one of SHEET_STATUSES; None without a fact sheet
+    gate_checks: int = 0  # premise checks made (the premises mode)
+    zoom_requests: int = 0  # region requests made (the zoom mode)
+    revisions: int = 0  # revisions written (revise on reject)
+    revised: int = 0  # revisions taken
+    revise_calls: int = 0  # the revisions' calls: the reviser's and their judgements
+    revise_tokens: int = 0  # and their tokens
+    zoomed: int = 0  # region requests that sent close-ups
+    extract_calls: int = 0  # calls of the extraction model (--extract-model)
+    extract_tokens: int = 0  # and their tokens
+    input_digest: str | None = None  # the digest of the item it ran (chains.input_digest); None: unknown
+    input: dict = field(default_factory=dict)  # the item's input columns, never the image
+    trace: dict | None = None  # verdict.Trace.to_dict() with its meta; None when it failed
+
+    def __post_init__(self):
+        for f in fields(self):
+            v, types = getattr(self, f.name), _types(f.type)
+            if not any(_is(v, t) for t in types):
+                raise ValueError(f"row field {f.name!r} must be {' or '.join(map(_said, types))}, got {v!r}")
+            if type(v) is int and v < 0:  # a line, a seed or a count
+                raise ValueError(f"row field {f.name!r} must be >= 0, got {v}")
+        if not (math.isfinite(self.seconds) and self.seconds >= 0):  # JSON's NaN and Infinity read as floats
+            raise ValueError(f"row field 'seconds' must be a finite number >= 0, got {self.seconds!r}")
+        if self.extracted not in EXTRACTED:
+            raise ValueError(
+                f"row field 'extracted' must be one of {', '.join(EXTRACTED)}, got {self.extracted!r}"
+            )
+        if self.input_digest == "":
+            raise ValueError("row field 'input_digest' must be a digest or null, got ''")
+        if self.fact_sheet_status not in (None,) + SHEET_STATUSES:
+            raise ValueError(
+                f"row field 'fact_sheet_status' must be one of {', '.join(SHEET_STATUSES)} "
+                f"or null, got {self.fact_sheet_status!r}"
+            )
+
+    @property
+    def key(self) -> tuple:
+        """(data, id, seed, method name): one row per key in a run."""
+        return self.data, self.id, self.seed, str(self.method)
+
+    def to_json(self) -> dict:
+        """The object results.jsonl holds: "format" first, then every field, the method as its name."""
+        return {
+            "format": ROW_FORMAT,
+            **{f.name: getattr(self, f.name) for f in fields(self)},
+            "method": str(self.method),
+        }
+
+    @classmethod
+    def from_json(cls, d) -> Row:
+        """A row of results.jsonl, read back. ValueError names what is wrong: another format, a missing or
+        unknown field, a field of the wrong type or value ("correct": "yes"). A row of an older format
+        (OLDER_ROW_FORMATS) reads with input_digest None: its input is unknown."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a row is a JSON object, got {type(d).__name__}")
+        form = d.get("format")
+        if form != ROW_FORMAT and form not in OLDER_ROW_FORMATS:
+            raise ValueError(f"a row of format {form!r}, not {ROW_FORMAT!r}")
+        known = {f.name: f for f in fields(cls) if form == ROW_FORMAT or f.name != "input_digest"}
+        unknown = [k for k in d if k not in known and k != "format"]
+        if unknown:
+            raise ValueError(f"row field {unknown[0]!r} is not a field of {form}")
+        required = [k for k, f in known.items() if f.default is MISSING and f.default_factory is MISSING]
+        required += ["input_digest"] if form == ROW_FORMAT else []
+        missing = [k for k in required if k not in d]
+        if missing:
+            raise ValueError(f"row field {missing[0]!r} is missing")
+        try:
+            method = Method.parse(d["method"])
+        except ValueError as e:
+            raise ValueError(f"row field 'method': {e}") from None
+        return cls(**{**{k: v for k, v in d.items() if k != "format"}, "method": method})
+
+
+TYPES = {"str": str, "int": int, "float": float, "bool": bool, "dict": dict, "Method": Method, "None": None}
+
+
+def _types(annotation: str) -> list:
+    """A Row field's annotation, as written ("str | None"), as its types: [str, None]."""
+    return [TYPES[t.strip()] for t in annotation.split("|")]
+
+
+def _is(v, t) -> bool:
+    """v is of type t, None being null; a bool is neither an int nor a float, and an int is a float too."""
+    if t is None:
+        return v is None
+    if t in (int, float):
+        return isinstance(v, (int,) if t is int else (int, float)) and not isinstance(v, bool)
+    return isinstance(v, t)
+
+
+def _said(t) -> str:
+    """A type as an error message says it: "a bool", "an int", "a number", "null"."""
+    return "null" if t is None else "an int" if t is int else "a number" if t is float else f"a {t.__name__}"

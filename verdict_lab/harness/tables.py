@@ -1,0 +1,455 @@
+"""The tables of VERDICT's harness: results rows -> the paper's table, VLMEvalKit's per-category tables and
+prediction files, and a picture.
+
+Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
+Disagreement-Aware Consensus", ECCV 2026, reports accuracy per benchmark (mean ± std over seeds), the
+unweighted Avg and the gain over the base model. This module writes, from evaluate.py's rows (rows.Row):
+
+- summary.json ("verdict-eval/4") and summary.md: that table, the per-method statistics, what reading
+  each file found (and its sha256, the digest of every item run, how many items ran again for a changed
+  input), the judged methods whose judges never gave a score, the rows VLMEvalKit's quirks decided, and
+  accuracy per category, l2-category and split;
+- VLMEvalKit's own files (vlmeval_files.write_runs), one directory per (model, method, seed);
+- summary.png: accuracy per method and benchmark, bars ± the std over seeds.
+
+Accuracy is VLMEvalKit's on the same replies, per dataset (accuracy.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+
+from verdict_lab import charts
+from verdict_lab.harness import quirks, vlmeval_files
+from verdict_lab.harness.accuracy import SETTINGS, accuracy, breakdown, columns, questions, split_of
+from verdict_lab.harness.rows import EXTRACTED, SHEET_STATUSES, Method
+from verdict_lab.charts import font
+
+SUMMARY_FORMAT = "verdict-eval/4"
+CONTEXT = (
+    "files",
+    "methods",
+    "seeds",
+    "settings",
+    "reading",
+    "max_error_rate",
+)  # what a summary is made from
+
+
+def _mean_std(xs: list) -> dict:
+    """mean ± sample std (n − 1) over seeds; std is None for one seed, everything None for none."""
+    if not xs or any(x is None for x in xs):
+        return {"mean": None, "std": None, "per_seed": xs}
+    return {
+        "mean": statistics.fmean(xs),
+        "std": statistics.stdev(xs) if len(xs) > 1 else None,
+        "per_seed": xs,
+    }
+
+
+# ----------------------------------------------------------------------------- the summary
+
+
+def _stats(rs: list, method: str) -> dict:
+    tot = [r.trace["totals"] for r in rs if r.trace]
+    steps, jcalls = sum(t["steps"] for t in tot), sum(t["judge_calls"] for t in tot)
+    per = lambda xs: statistics.fmean(xs) if rs else None  # xs: one number per chain
+    rate = lambda num, den: num / den if den else None
+    judged = Method.parse(method).judged  # base has no fallback
+    return {
+        "chains": len(rs),
+        "steps": steps,
+        "fallback_rate": rate(sum(t["fallbacks"] for t in tot), steps) if judged else None,
+        "abstention_rate": rate(sum(t["abstentions"] for t in tot), jcalls),
+        "unanswered_rate": rate(sum(r.extracted == "unanswered" and not r.error for r in rs), len(rs)),
+        "error_rate": rate(sum(bool(r.error) for r in rs), len(rs)),
+        "extracted": {k: sum(r.extracted == k for r in rs) for k in EXTRACTED},
+        "stopped": {k: sum(r.stopped == k for r in rs) for k in ("final", "max_steps", "budget")},
+        "calls_per_item": per([r.calls for r in rs]),
+        "tokens_per_item": per([r.tokens for r in rs]),
+        "sent_per_item": per([r.sent for r in rs]),
+        "seconds_per_item": per([r.seconds for r in rs]),
+        "extra_calls_per_item": per([r.extra_calls for r in rs]),
+        "extra_tokens_per_item": per([r.extra_tokens for r in rs]),
+        "extract_calls_per_item": per([r.extract_calls for r in rs]),
+        "gate_checks_per_item": per([r.gate_checks for r in rs]),
+        "fact_sheet": {k: sum(r.fact_sheet_status == k for r in rs) for k in SHEET_STATUSES},
+        "revise_calls_per_item": per([r.revise_calls for r in rs]),
+        "revise_tokens_per_item": per([r.revise_tokens for r in rs]),
+        "revised_rate": rate(sum(r.revised for r in rs), sum(r.revisions for r in rs)),
+        "degraded_rate": rate(
+            sum(r.fact_sheet_status == "degraded" for r in rs), sum(bool(r.fact_sheet_status) for r in rs)
+        ),
+    }
+
+
+def summarize(rows: list, ctx: dict) -> dict:
+    """The summary of `rows` under ctx (CONTEXT: files, methods, seeds, settings, reading, max_error_rate):
+    the table (accuracy % per method × column + Avg, mean ± std over seeds; gain over base), the variants of
+    3DSRBench files, the per-category breakdown, the per-method statistics and the error check. Avg is, per
+    seed, the unweighted mean over the columns. Error rows count as wrong. The row order does not matter."""
+    files, methods, seeds, reading = ctx["files"], ctx["methods"], ctx["seeds"], ctx["reading"]
+    by: dict = {}
+    for r in sorted(rows, key=lambda r: (r.row, r.id)):
+        by.setdefault((r.data, str(r.method), r.seed), []).append(r)
+    cols = columns(files, by)
+    primary = lambda f: SETTINGS[reading[f]["scoring"]["setting"]][0]
+
+    def acc(m, f, split, s, setting=None, rows_by=by):
+        pairs = questions(rows_by.get((f, m, s), []), setting or primary(f))
+        a = accuracy(
+            [(r, h) for r, h in pairs if split is None or split_of(r) == split],
+            reading[f]["scoring"]["macro"],
+        )
+        return None if a is None else 100 * a
+
+    table, gain, variants = {}, {}, {}
+    for m in methods:
+        per = {c: [acc(m, f, split, s) for s in seeds] for c, (f, split) in cols.items()}
+        avg = [
+            None if any(v[i] is None for v in per.values()) else statistics.fmean(v[i] for v in per.values())
+            for i in range(len(seeds))
+        ]
+        table[m] = {**{c: _mean_std(v) for c, v in per.items()}, "Avg": _mean_std(avg)}
+    for m in methods:
+        if m != "base" and "base" in table:
+            gain[m] = {
+                c: None
+                if None in (v["mean"], table["base"][c]["mean"])
+                else v["mean"] - table["base"][c]["mean"]
+                for c, v in table[m].items()
+            }
+    for f in files:
+        sets = SETTINGS[reading[f]["scoring"]["setting"]]
+        if len(sets) > 1:
+            variants[f] = {
+                m: {st: _mean_std([acc(m, f, None, s, st) for s in seeds]) for st in sets} for m in methods
+            }
+    detail = {
+        f: [
+            {"method": m, "setting": st, **rec}
+            for m in methods
+            for st in SETTINGS[reading[f]["scoring"]["setting"]]
+            for rec in breakdown([r for s in seeds for r in by.get((f, m, s), [])], st, reading[f]["scoring"])
+        ]
+        for f in files
+    }
+    decided, fixed = {}, {}  # VLMEvalKit's quirks: the rows each decided, and the corrected reading
+    for f in files:
+        for m in methods:
+            for s in seeds:
+                counts, fixed[(f, m, s)] = quirks.tally(by.get((f, m, s), []), reading[f])
+                for q, n in counts.items():
+                    decided.setdefault(f, {}).setdefault(m, {}).setdefault(q, 0)
+                    decided[f][m][q] += n
+    quirk = {
+        f: {
+            "rows": {m: decided[f].get(m, {}) for m in methods},
+            "corrected": {
+                m: {
+                    c: _mean_std([acc(m, f, sp, s, rows_by=fixed) for s in seeds])
+                    for c, (g, sp) in cols.items()
+                    if g == f
+                }
+                for m in methods
+            },
+        }
+        for f in decided
+    }
+    kept = [r for rs in by.values() for r in rs]
+    errors = sum(bool(r.error) for r in kept)
+    stats = {m: _stats([r for r in kept if str(r.method) == m], m) for m in methods}
+    return {
+        "format": SUMMARY_FORMAT,
+        **{k: ctx[k] for k in CONTEXT},
+        "columns": list(cols),
+        "accuracy": table,
+        "gain_over_base": gain,
+        "variants": variants,
+        "breakdown": detail,
+        "quirks": quirk,
+        "stats": stats,
+        # judged methods whose judges abstained on every call: their rows are the reasoner's alone
+        "silent_judges": [m for m in methods if stats[m]["abstention_rate"] == 1],
+        "rows": len(kept),
+        "errors": {
+            "rows": errors,
+            "rate": errors / len(kept) if kept else 0.0,
+            "over": bool(kept) and errors / len(kept) > ctx["max_error_rate"],
+        },
+    }
+
+
+# ----------------------------------------------------------------------------- summary.md
+
+STAT_COLUMNS = (
+    ("fallback", "fallback_rate", ".1%"),
+    ("abstention", "abstention_rate", ".1%"),
+    ("unanswered", "unanswered_rate", ".1%"),
+    ("errors", "error_rate", ".1%"),
+    ("calls/item", "calls_per_item", ".1f"),
+    ("tokens/item", "tokens_per_item", ".0f"),
+    ("sent/item", "sent_per_item", ".1f"),
+    ("s/item", "seconds_per_item", ".2f"),
+)
+MODE_COLUMNS = (
+    ("extra calls/item", "extra_calls_per_item", ".1f"),
+    ("extra tokens/item", "extra_tokens_per_item", ".0f"),
+    ("gate checks/item", "gate_checks_per_item", ".1f"),
+    ("sheet degraded", "degraded_rate", ".1%"),  # shown when a mode ran, with "sheet ok/retried/degraded"
+    ("revise calls/item", "revise_calls_per_item", ".1f"),
+    ("revise tokens/item", "revise_tokens_per_item", ".0f"),
+    ("revisions taken", "revised_rate", ".1%"),
+)
+MODE_NOTE = (
+    " Extra calls and tokens are a judge mode's own (prior, fact sheet, premise checks), within calls and "
+    "tokens; gate checks are the premise checks; sheet ok/retried/degraded counts a mode's chains whose fact "
+    "sheet was valid at once, valid when asked once more, or malformed twice (degraded, also as a share). "
+    "Revise calls and tokens are the revisions' (the reviser's call and the revision's judgements), within "
+    "calls and tokens; revisions taken is the share of the revisions written that passed."
+)
+SHOWN_SKIPS = 20  # skipped rows listed per file; the rest are counted
+
+
+def _pct(c: dict) -> str:
+    if c["mean"] is None:
+        return "—"
+    return f"{c['mean']:.2f}" + (f" ±{c['std']:.2f}" if c["std"] is not None else "")
+
+
+def _head(first: str, cs: list) -> list:
+    return [f"| {first} | " + " | ".join(cs) + " |", "|---" * (len(cs) + 1) + "|"]
+
+
+def _warnings(s: dict) -> list:
+    """The lines above everything else: too many errors, judges that never scored, files read without
+    images."""
+    e, out = s["errors"], []
+    if e["over"]:
+        out.append(
+            f"**{e['rows']} of {s['rows']} chains ({e['rate']:.1%}) ended in an error, above "
+            f"--max-error-rate {s['max_error_rate']:.1%}: the table counts them as wrong. "
+            "Run the same command again to retry them.**"
+        )
+    if s["silent_judges"]:
+        out.append(f"**{silent_judges(s)}: their rows equal the reasoner's alone.**")
+    out += [f"**Warning: {w}.**" for f in s["files"] for w in s["reading"][f]["warnings"]]
+    return out + [""] if out else []
+
+
+def silent_judges(s: dict) -> str:
+    """The sentence that says which judged methods never got a score from a judge."""
+    return (
+        f"the judges never gave a score in {', '.join(s['silent_judges'])} (every judge call abstained); "
+        "check the judge model and --judge-format"
+    )
+
+
+def _reading(s: dict) -> list:
+    out = [
+        "Reading: rows read, items (valid rows), rows skipped as malformed, rows dropped for having no image "
+        "(as VLMEvalKit drops them), items in this run"
+        + (
+            ", of which ran again for an input changed since their rows were written"
+            if any(s["reading"][f].get("changed") for f in s["files"])
+            else ""
+        )
+        + ".",
+        "",
+    ]
+    out += _head("File", ["rows read", "items", "skipped", "no image", "run"])
+    for f in s["files"]:
+        x = s["reading"][f]
+        note = " (read up to --limit)" if x["limited"] else ""
+        changed = f" ({x['changed']} changed)" if x.get("changed") else ""
+        out.append(
+            f"| {x['file']}{note} | {x['read']} | {x['total']} | {len(x['skipped'])} | {x['dropped']} "
+            f"| {x['items']}{changed} |"
+        )
+    return out
+
+
+def _quirks(s: dict) -> list:
+    """Per file whose rows a VLMEvalKit quirk decided: VLMEvalKit's accuracy beside the corrected reading's,
+    and the rows each quirk decided (a quirk that decided none is not shown)."""
+    out = []
+    for f, x in s["quirks"].items():
+        shown = [q for q in quirks.QUIRKS if any(q in x["rows"][m] for m in s["methods"])]
+        cols = list(next(iter(x["corrected"].values())))
+        out += [
+            "",
+            f"{f}: rows that VLMEvalKit's quirks decided (chains, all seeds; docs/parity.md). VLMEvalKit's "
+            "accuracy, as in the table, is the one comparable with published tables; the corrected reading "
+            "re-reads the same replies without the quirks (the prompts stayed VLMEvalKit's).",
+            "",
+        ]
+        heads = [h for c in cols for h in (f"{c} VLMEvalKit", f"{c} corrected")]
+        out += _head("Method", heads + shown)
+        for m in s["methods"]:
+            accs = [_pct(a) for c in cols for a in (s["accuracy"][m][c], x["corrected"][m][c])]
+            out.append(f"| {m} | " + " | ".join(accs + [str(x["rows"][m].get(q, 0)) for q in shown]) + " |")
+        out += [""] + [f"- {q}: {quirks.QUIRKS[q]}" for q in shown]
+    return out
+
+
+def _details(s: dict, f: str) -> list:
+    """One file's 3DSRBench variants and its accuracy per split, l2-category and category (% over all
+    seeds)."""
+    out, methods = [], s["methods"]
+    if f in s["variants"]:
+        out = [
+            "",
+            f"{f}: VLMEvalKit's four settings (%, mean ± std over seeds); the table shows vanilla.",
+            "",
+        ]
+        out += _head("Setting", methods)
+        for st in SETTINGS["3dsr"]:
+            out.append(f"| {st} | " + " | ".join(_pct(s["variants"][f][m][st]) for m in methods) + " |")
+    scoring = s["reading"][f]["scoring"]
+    recs = [
+        r for r in s["breakdown"][f] if r["setting"] == SETTINGS[scoring["setting"]][0]
+    ]  # the CSV has them all
+    for st, split in dict.fromkeys((r["setting"], r["split"]) for r in recs):
+        here = {r["method"]: r for r in recs if (r["setting"], r["split"]) == (st, split)}
+        keys = [k for k in next(iter(here.values())) if k not in ("method", "setting", "split")]
+        macro = f"; Overall is the unweighted mean over {scoring['macro']}" if scoring["macro"] else ""
+        out += ["", f"{f}, setting {st}, split {split} (%, all seeds{macro}):", ""] + _head("Column", methods)
+        for k in keys:
+            out.append(
+                f"| {k} | "
+                + " | ".join(
+                    "—" if here.get(m, {}).get(k) is None else f"{100 * here[m][k]:.2f}" for m in methods
+                )
+                + " |"
+            )
+    return out
+
+
+def render(s: dict) -> str:
+    """summary.md: warnings first, then what was read, the paper-style table, the gains, the per-method
+    statistics, each file's breakdown and the skipped rows."""
+    cols, fmt = s["columns"] + ["Avg"], lambda x, f: "—" if x is None else format(x, f)
+    st, cfg = s["settings"], s["settings"]["verifier"]  # evaluate.run_record: verifier.Settings.record()
+    out = [f"# VERDICT evaluation ({SUMMARY_FORMAT})", ""] + _warnings(s)
+    out += [
+        f"Reasoner `{st['model']}`, judges `{st['judge_model']}`; {len(s['seeds'])} seed(s); n = {cfg['n']}, "
+        f"τ = {cfg['tau']}, ε = {cfg['eps']}, λ = {tuple(cfg['lam'])}, max steps {cfg['max_steps']}, "
+        f"max calls per chain {cfg['max_calls'] or 'unlimited'}"
+        + (f", shard {st['shard']}" if st.get("shard") else "")
+        + (
+            f", answers the rules cannot read go to `{st['extract_model']}`"
+            if st.get("extract_model")
+            else ""
+        )
+        + ".",
+        "",
+    ]
+    out += _reading(s) + [
+        "",
+        "Accuracy (%), mean ± sample std over seeds. Avg: per seed, the unweighted mean over "
+        "the columns. An error, an unanswered or a declined item counts as wrong.",
+        "",
+    ]
+    out += _head("Method", cols)
+    out += [f"| {m} | " + " | ".join(_pct(s["accuracy"][m][c]) for c in cols) + " |" for m in s["methods"]]
+    if s["gain_over_base"]:
+        out += ["", "Gain over base (points)", ""] + _head("Method", cols)
+        out += [
+            f"| {m} | " + " | ".join(fmt(g[c], "+.2f") for c in cols) + " |"
+            for m, g in s["gain_over_base"].items()
+        ]
+    out += _quirks(s)
+    modes_ran = not all(Method.parse(m).plain for m in s["methods"])  # a judge mode or revise on reject
+    stat_cols = STAT_COLUMNS + (MODE_COLUMNS if modes_ran else ())
+    out += [
+        "",
+        "Per method; an item is one chain (one item, one seed). Rates: fallback per step, abstention per "
+        "judge call, unanswered and errors per item. Calls and tokens count cached replies too (the cost of "
+        "the method alone); sent counts the HTTP requests this run made, and s the wall time, both of which "
+        "the first method of an item pays for the methods after it. Answers: read as a letter, an "
+        "option's text, a value, by the extraction model, declined (Z), unanswered."
+        + (MODE_NOTE if modes_ran else ""),
+        "",
+    ]
+    sheets = ["sheet ok/retried/degraded"] if modes_ran else []
+    out += _head(
+        "Method",
+        [name for name, _, _ in stat_cols] + sheets + ["answers", "extract calls/item", "final/max/budget"],
+    )
+    for m in s["methods"]:
+        x = s["stats"][m]
+        cells = [fmt(x[key], f) for _, key, f in stat_cols]
+        cells += ["/".join(str(x["fact_sheet"][k]) for k in SHEET_STATUSES)] if modes_ran else []
+        cells += [
+            "/".join(map(str, x["extracted"].values())),
+            fmt(x["extract_calls_per_item"], ".2f"),
+            "/".join(map(str, x["stopped"].values())),
+        ]
+        out.append(f"| {m} | " + " | ".join(cells) + " |")
+    for f in s["files"]:
+        out += _details(s, f)
+    for f in s["files"]:
+        sk = s["reading"][f]["skipped"]
+        out += ["", f"{s['reading'][f]['file']}: {len(sk) or 'no'} malformed row(s) skipped"]
+        out += [f"- line {k['row']}: {k['reason']}" for k in sk[:SHOWN_SKIPS]]
+        out += (
+            [f"- ... and {len(sk) - SHOWN_SKIPS} more (summary.json lists them all)"]
+            if len(sk) > SHOWN_SKIPS
+            else []
+        )
+    return "\n".join(out) + "\n"
+
+
+def picture(s: dict, path: str) -> list:
+    """summary.png: per column (benchmark, then Avg) a bar per method at its mean accuracy, a whisker of ±1
+    sample std over seeds. Returns the bars as (method, column, (x0, y0, x1, y1)), the y axis being
+    0-100 % from y = 320 (0) to y = 40 (100)."""
+    cols, methods = s["columns"] + ["Avg"], s["methods"]
+    bar, gap, left, top, bottom, small = 14, 24, 50, 40, 320, font(11)
+    spans = [max(len(methods) * bar, small.getlength(c) + 4) + gap for c in cols]  # a column fits its name
+    width = int(left + sum(spans)) + 190
+    c = charts.Canvas((width, 380))
+    y = lambda pct: bottom - (bottom - top) * pct / 100
+    c.text(
+        (left, 4),
+        "Accuracy (%) per method and benchmark, ± sample std over seeds",
+        13,
+        width=width - left - 8,
+        lines=2,
+    )
+    items = [(m, charts.PALETTE[i % 10]) for i, m in enumerate(methods)]
+    charts.legend(c, (width - 180, top), items, width=172)
+    for pct in range(0, 101, 20):
+        c.draw.line((left, y(pct), width - 190, y(pct)), fill=charts.GRID)
+        c.text((left - 6, y(pct)), f"{pct}", anchor="rm")
+    bars = []
+    for j, col in enumerate(cols):
+        x = left + gap / 2 + sum(spans[:j])
+        c.text((x, bottom + 8), col, width=spans[j] - gap / 2)
+        for i, m in enumerate(methods):
+            cell = s["accuracy"][m][col]
+            if cell["mean"] is None:
+                continue
+            box = (x + i * bar, y(cell["mean"]), x + (i + 1) * bar - 2, bottom)
+            c.draw.rectangle(box, fill=charts.PALETTE[i % 10])
+            bars.append((m, col, box))
+            if cell["std"]:
+                mid = (box[0] + box[2]) / 2
+                hi, lo = min(100, cell["mean"] + cell["std"]), max(0, cell["mean"] - cell["std"])
+                c.draw.line((mid, y(hi), mid, y(lo)), fill=charts.INK)
+    c.save(path)
+    return bars
+
+
+def write(out: str, summary: dict, rows: list) -> str:
+    """summary.json, summary.md, summary.png and VLMEvalKit's files (write_runs) in `out`; returns the
+    markdown."""
+    md = render(summary)
+    for name, text in (("summary.json", json.dumps(summary, indent=1, allow_nan=False)), ("summary.md", md)):
+        with open(os.path.join(out, name), "w", encoding="utf-8") as fh:
+            fh.write(text)
+    vlmeval_files.write_runs(out, summary, rows)
+    picture(summary, os.path.join(out, "summary.png"))
+    return md

@@ -1,0 +1,231 @@
+"""ReVISE's GRPO rewards as plain functions, ready for any GRPO trainer.
+
+Cheng, Goel and Bilen, "Think, Look, and Revise: Inconsistency-Aware Visual Self-Correction in MLLMs"
+(ReVISE), §3.3: format (1 for the prescribed tags, −1 otherwise), self-correction (−1 when the model
+emits "re-examine" but answers incorrectly, else 0), grounding (mean IoU against reference boxes plus the
+positive localisation improvement, 0 when no box is produced or updated) and answer accuracy.
+
+TRL's GRPOTrainer calls a reward as reward(prompts=..., completions=..., completion_ids=..., **columns),
+every other dataset column a keyword argument. So a reward's only named parameters are `completions` and
+the one column it reads (`solution` or `ref_boxes`); everything else lands in **kwargs and is ignored. The
+patterns are bound by factories (make_accuracy_reward, make_format_reward, make_self_correction_reward),
+never taken from a column; accuracy_reward, format_reward and self_correction_reward are their defaults.
+docs/rewards.md shows them as a GRPOTrainer's reward_funcs. Left out: the training itself.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from verdict_lab.modes.zoom import check_box, iou
+
+FORMAT = re.compile(r"\s*<think>.*?</think>\s*(?:<tool_call>.*?</tool_call>|<answer>.*?</answer>)\s*", re.S)
+REEXAMINE = re.compile(r"(?i)\bre-?examin")  # "re-examine", "Re-examining", "reexamined", ...
+ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
+_BOXED = re.compile(r"\\boxed\{((?:[^{}]|\{[^{}]*\})*)\}")
+_NUM = r"\s*(-?\d+(?:\.\d+)?)\s*"
+_BOX = re.compile(r"\[" + ",".join([_NUM] * 4) + r"\]")  # [x1, y1, x2, y2]: four plain decimal numbers
+
+
+def turns(completion) -> list:
+    """The assistant's text, one string per assistant turn, from either completion format TRL passes:
+
+    - standard: a string, which is one turn;
+    - conversational: a list of messages. Each message whose role is "assistant" (or that has no role)
+      is a turn; "tool", "user" and "system" messages are not the model's words and are skipped. Its
+      text is the content (a string, or the "text" parts of a list), followed by each structured tool
+      call written as Qwen2.5's chat template writes it:
+      <tool_call>{"name": ..., "arguments": ...}</tool_call>.
+    """
+    if isinstance(completion, str):
+        return [completion]
+    if not isinstance(completion, (list, tuple)):
+        raise ValueError(
+            f"a completion must be a string or a list of messages, got {type(completion).__name__}"
+        )
+    out = []
+    for m in completion:
+        if not isinstance(m, dict):
+            raise ValueError(f"a message must be a dict with a 'content', got {type(m).__name__}")
+        if m.get("role", "assistant") != "assistant":
+            continue
+        c = m.get("content") or ""
+        text = c if isinstance(c, str) else "".join(p.get("text", "") for p in c if isinstance(p, dict))
+        out.append(text + "".join(_tool_call_text(t) for t in m.get("tool_calls") or ()))
+    return out
+
+
+def _tool_call_text(call: dict) -> str:
+    f = call.get("function", call)
+    args = f.get("arguments")
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            pass
+    return "<tool_call>" + json.dumps({"name": f.get("name"), "arguments": args}) + "</tool_call>"
+
+
+def final_answer(texts: Sequence[str], answer_pattern=ANSWER) -> str | None:
+    """The last <answer>…</answer> over the turns (the content of a \\boxed{…} inside it, if any); None
+    when there is none."""
+    found = [m for t in texts for m in re.findall(answer_pattern, t)]
+    if not found:
+        return None
+    boxed = _BOXED.findall(found[-1])
+    return boxed[-1] if boxed else found[-1]
+
+
+def _norm(s: Any) -> str:
+    s = " ".join(str(s).replace("$", "").split()).casefold().rstrip(".")
+    while len(s) >= 2 and s[0] + s[-1] in ("()", "[]", '""', "''"):
+        s = s[1:-1].strip()
+    return s
+
+
+def is_correct(answer: str | None, solution: Any) -> bool:
+    """Whether a final answer matches the solution: both stripped of "$", whitespace collapsed, case
+    folded, a trailing "." and enclosing (), [] or quotes removed; then equal as numbers if both are
+    numbers ("3" = "3.0"), else equal as strings ("(B)" = "b"). No answer is never correct."""
+    if answer is None:
+        return False
+    a, b = _norm(answer), _norm(solution)
+    try:
+        return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=0.0)
+    except ValueError:
+        return a == b
+
+
+def _column(values, n: int, name: str) -> list:
+    """A dataset column as TRL passes it: one value per completion."""
+    if values is None or isinstance(values, (str, bytes)) or len(values) != n:
+        raise ValueError(f"{name} must give one value per completion ({n}), got {name}={values!r}")
+    return list(values)
+
+
+def _pattern(pattern, name: str) -> re.Pattern:
+    """A regular expression given as a string or compiled; anything else raises ValueError naming it."""
+    if not isinstance(pattern, (str, re.Pattern)):
+        raise ValueError(f"{name} must be a regular expression (str or re.Pattern), got {name}={pattern!r}")
+    try:
+        return re.compile(pattern)
+    except re.error as e:
+        raise ValueError(f"{name}={pattern!r} is not a regular expression: {e}") from None
+
+
+def make_accuracy_reward(answer_pattern=ANSWER) -> Callable:
+    """The answer-accuracy reward, reading the final answer with `answer_pattern` (its group 1 is the answer):
+
+    accuracy_reward(completions, solution, **kwargs): 1.0 when the final answer (final_answer) is correct
+    (is_correct), else 0.0; None where the solution is None (TRL then leaves this reward out for that sample).
+    """
+    answer = _pattern(answer_pattern, "answer_pattern")
+
+    def accuracy_reward(completions, solution=None, **kwargs) -> list:
+        sol = _column(solution, len(completions), "solution")
+        return [
+            None if s is None else float(is_correct(final_answer(turns(c), answer), s))
+            for c, s in zip(completions, sol)
+        ]
+
+    return accuracy_reward
+
+
+def make_format_reward(format_pattern=FORMAT) -> Callable:
+    """The format reward for the prescribed tags `format_pattern`:
+
+    format_reward(completions, **kwargs): 1.0 when every assistant turn fully matches the pattern (and there
+    is one), else −1.0.
+
+    ReVISE does not list its prescribed tags. The default is <think>…</think> followed by either
+    <tool_call>…</tool_call> or <answer>…</answer>, with nothing but whitespace around them.
+    """
+    tags = _pattern(format_pattern, "format_pattern")
+
+    def format_reward(completions, **kwargs) -> list:
+        def ok(c) -> bool:
+            t = turns(c)
+            return bool(t) and all(tags.fullmatch(x) for x in t)
+
+        return [1.0 if ok(c) else -1.0 for c in completions]
+
+    return format_reward
+
+
+def make_self_correction_reward(reexamine_pattern=REEXAMINE, answer_pattern=ANSWER) -> Callable:
+    """The self-correction reward, `reexamine_pattern` saying "re-examine", `answer_pattern` the answer:
+
+    self_correction_reward(completions, solution, **kwargs): −1.0 when an assistant turn says "re-examine"
+    and the final answer is wrong, else 0.0; None where the solution is None. As written in §3.3 there is
+    no bonus for a re-examination that ends right: "reflection is rewarded only when the final answer is
+    correct" through the accuracy reward.
+    """
+    reexamine = _pattern(reexamine_pattern, "reexamine_pattern")
+    answer = _pattern(answer_pattern, "answer_pattern")
+
+    def self_correction_reward(completions, solution=None, **kwargs) -> list:
+        def reward(c, s) -> float | None:
+            if s is None:
+                return None
+            t = turns(c)
+            wrong = not is_correct(final_answer(t, answer), s)
+            return -1.0 if wrong and any(reexamine.search(x) for x in t) else 0.0
+
+        return [reward(c, s) for c, s in zip(completions, _column(solution, len(completions), "solution"))]
+
+    return self_correction_reward
+
+
+accuracy_reward = make_accuracy_reward()
+format_reward = make_format_reward()
+self_correction_reward = make_self_correction_reward()
+
+
+def matched_iou(pred, ref) -> float:
+    """Mean IoU of predicted boxes against reference boxes, matched one to one: repeatedly take the pair
+    with the highest IoU (lowest indices on ties) and remove both. m = Σ matched IoU / max(|pred|, |ref|),
+    so a missed reference and a spare prediction each count as 0, and spraying boxes does not pay."""
+    m = iou(pred, ref)  # [p, r]
+    total, k = 0.0, min(m.shape)
+    for _ in range(k):
+        i, j = np.unravel_index(np.argmax(m), m.shape)
+        total += max(m[i, j], 0.0)
+        m[i, :], m[:, j] = -1.0, -1.0
+    return float(total / max(m.shape))
+
+
+def grounding_reward(completions, ref_boxes=None, **kwargs) -> list:
+    """Grounding (§3.3): mean IoU against the reference boxes, plus the positive localisation improvement.
+
+    The boxes a turn produces are the [x1, y1, x2, y2] lists of four numbers in its text (tool calls
+    included, see `turns`). Let B_first and B_last be the boxes of the first and of the last assistant
+    turn that produces any, and m = matched_iou. Then
+
+      R = m(B_last, ref) + max(0, m(B_last, ref) − m(B_first, ref))      in [0, 2]
+
+    R = 0 when no box is produced; the improvement term is 0 when the boxes are never updated (one
+    turn with boxes; a string completion is one turn). ref_boxes: one list of reference boxes per
+    completion, in the same convention as the model's boxes (ReVISE asks for [0, 1000]; IoU does not
+    change when both are rescaled per axis, so de-normalising both to pixels gives the same R). None or
+    [] for a sample means no grounding for it (e.g. a math question): its reward is None, which TRL
+    leaves out. A reference box that is not a valid box raises ValueError naming it.
+    """
+    out = []
+    for k, (c, r) in enumerate(zip(completions, _column(ref_boxes, len(completions), "ref_boxes"))):
+        if r is None or len(r) == 0:
+            out.append(None)
+            continue
+        r = [r] if np.ndim(r[0]) == 0 else r  # one box given flat
+        ref = [check_box(b, f"ref_boxes[{k}][{i}]") for i, b in enumerate(r)]
+        rounds = [b for b in ([[float(v) for v in m] for m in _BOX.findall(t)] for t in turns(c)) if b]
+        if not rounds:
+            out.append(0.0)
+            continue
+        last = matched_iou(rounds[-1], ref)
+        out.append(float(last + max(0.0, last - matched_iou(rounds[0], ref))))
+    return out

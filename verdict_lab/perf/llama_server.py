@@ -1,0 +1,314 @@
+"""Sections 2b and 2c of bench.py: VERDICT's step overhead on real llama.cpp llama-servers.
+
+Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
+Disagreement-Aware Consensus", ECCV 2026 (the 3.80× sequential wall-clock overhead of the limitations).
+
+- live_section (2b): perf/overhead.py's modes on a running OpenAI-compatible server, text only (the tiny
+  model has no vision), with what the server says of itself (server_props);
+- flags_section (2b and 2c): servers that serve_tiny.sh starts (start_server) with each of SERVER_FLAGS,
+  measured and stopped (stop_server) in turn.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+
+from judges import EndpointError
+from verdict_lab.client import Client
+from verdict_lab.perf import speculation
+from verdict_lab.perf.overhead import (
+    ADAPTIVE,
+    CONC_SCORE,
+    SEQ_SCORE,
+    adaptive_lines,
+    in_layouts,
+    overhead,
+    run_chains,
+    time_table,
+    token_table,
+    tokenizer,
+)
+from verdict_lab.layouts import DEFAULT_LAYOUT
+
+FLOOR = (
+    "The floor: what the base step computes plus the tokens of the step's n·m judge tasks (candidate and "
+    "reply line), as this server's POST /tokenize counts them; defined in section 2a. Computed vs floor "
+    "is the share a perfect prefix cache would not need."
+)
+SERVE_TINY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "serve_tiny.sh")
+
+LIVE_QUESTIONS = (
+    "Tom has 3 apples and buys 2 more. How many apples does he have? Options: A. 4 B. 5 C. 6",
+    "A shelf holds 4 red books and 3 blue books. How many books are on it? Options: A. 6 B. 7 C. 8",
+)
+# 2b: the paper's sequential setting, the default and adaptive judging (scalar judges, the default; judges
+# with reasons are in 2a), in every layout
+LIVE_MODES = in_layouts((SEQ_SCORE, CONC_SCORE, ADAPTIVE))
+FLAG_MODES = in_layouts((CONC_SCORE,))  # 2c: the mode with the fewest tokens to decode
+# max_tokens of a step; the judges' own (json: a reason of at most 200 characters)
+LIVE_LIMITS = (48, None, None)
+# llama-server flags tried in 2c, appended to serve_tiny.sh's (-c 8192 -np 4 -t 2), with what they do
+SERVER_FLAGS = (
+    (
+        "",
+        "serve_tiny.sh's own: 4 slots, each its own KV cache; a prompt cache in RAM (--cache-ram, 8,192 MiB)",
+    ),
+    ("-kvu", "one KV buffer shared by the slots (unified KV)"),
+    (
+        "--cache-reuse 32",
+        "reuse cached chunks of 32 tokens or more after the common prefix, by shifting their KV",
+    ),
+    ("--cache-ram 0", "no prompt cache in RAM: a slot keeps only its last prompt"),
+    ("-np 2", "2 slots (n = 3 candidates need 3: llama-server serves n choices in n slots)"),
+    ("-np 8 -c 16384", "8 slots (the same 2,048 tokens each)"),
+)
+
+
+def server_props(url: str) -> dict:
+    """llama-server's GET /props (slots, context, model file), or {} when the server has none."""
+    try:
+        with urllib.request.urlopen(re.sub(r"/v1/?$", "", url) + "/props", timeout=10) as r:
+            return json.load(r)
+    except (OSError, ValueError):
+        return {}
+
+
+def start_server(flags: str, port: int | None = None) -> tuple:
+    """(url, pid) of a llama-server serving SmolLM2-135M-Instruct that serve_tiny.sh starts with `flags`
+    added, on `port` (None: a free one)."""
+    env = {**os.environ, "VERDICT_TINY_FLAGS": flags, "VERDICT_TINY_MODEL": "smollm2"}
+    env.update({"VERDICT_TINY_PORT": str(port)} if port else {})
+    run = subprocess.run([SERVE_TINY], env=env, capture_output=True, text=True, timeout=1800)
+    found = [re.search(rf"(?m)^{k}=(\S+)$", run.stdout) for k in ("VERDICT_LIVE_URL", "VERDICT_SERVER_PID")]
+    if run.returncode != 0 or not all(found):
+        raise RuntimeError(
+            f"serve_tiny.sh with {flags!r} failed (exit code {run.returncode}): "
+            f"{' '.join(run.stderr.split())[-300:]}"
+        )
+    return found[0].group(1), int(found[1].group(1))
+
+
+def stop_server(pid: int, wait: float = 30.0) -> None:
+    """Stop the server with this PID: SIGTERM, then SIGKILL if it is still running after `wait` seconds."""
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":  # exited; its parent has not reaped it yet
+                    return
+        except OSError:  # gone
+            return
+        time.sleep(0.2)
+    os.kill(pid, signal.SIGKILL)
+
+
+def live_section(
+    url: str,
+    model: str,
+    reps: int,
+    steps: int,
+    modes: tuple,
+    questions: int = 2,
+    restart=None,
+    speculate: bool = False,
+) -> tuple:
+    """Section 2b against a real OpenAI-compatible server (text only: the tiny model has no vision), on the
+    first `questions` of LIVE_QUESTIONS: (markdown lines, {mode: Result}). restart: starts the server again
+    on the same URL before each mode's chains, so that nothing is cached from an earlier mode or repetition
+    (None: a server this process does not own, whose caches stay warm). speculate: also measure
+    `--speculate` there (perf/speculation.py's ratios, the default layout)."""
+    props, load, t0 = server_props(url), os.getloadavg(), time.perf_counter()
+    qs, reset = LIVE_QUESTIONS[:questions], restart or (lambda: None)
+    result = overhead(
+        Client(url, model, timeout=900.0),
+        modes,
+        qs,
+        steps,
+        reps,
+        LIVE_LIMITS,
+        reset=reset,
+        count=tokenizer(url),
+    )
+    avg = lambda xs: ", ".join(f"{x:.1f}" for x in xs)
+    n_ctx = props.get("default_generation_settings", {}).get("n_ctx", "?")
+    model_file = os.path.basename(str(props.get("model_path", "?")))
+    lines = [
+        f"A real server at {url}: llama.cpp's llama-server reporting {props.get('total_slots', '?')} "
+        f"parallel slots of {n_ctx} tokens and the model {model_file}, on a machine with {os.cpu_count()} "
+        "cores.",
+        "",
+        f"Workload: {len(qs)} text question(s), {steps} steps per chain, max_tokens {LIVE_LIMITS[0]} per "
+        "step, json judges (a reason of at most 200 characters and a score; short judges the score alone); a "
+        f"judge whose reply does not parse asks once more; median of {reps} repetition(s), the modes "
+        "interleaved; "
+        + (
+            "the server is started again (cold: its slots and its prompt cache in RAM empty) before each "
+            "mode's chains, as the simulator forgets its cache. "
+            if restart
+            else "the server's caches stay warm between modes and repetitions. "
+        )
+        + "Every ratio is to the base step in the "
+        f"per-role layout. Load average (1, 5, 15 min) before: {avg(load)}; after: {avg(os.getloadavg())} "
+        f"(other processes may share the machine). The section took {time.perf_counter() - t0:.0f} s.",
+        "",
+    ]
+    lines += (
+        time_table(result)
+        + [
+            "",
+            "Prompt tokens per step after each chain's first step, as the server reports "
+            "them (usage.prompt_tokens_details.cached_tokens):",
+            "",
+        ]
+        + token_table(result)
+        + ["", FLOOR]
+    )
+    lines += [""] + adaptive_lines(result)
+    if speculate:
+        spec = speculation.ratios(
+            Client(url, model, timeout=900.0),
+            reps,
+            steps,
+            list(qs),
+            None,
+            DEFAULT_LAYOUT,
+            reset,
+            LIVE_LIMITS[0],
+        )
+        lines += [
+            "",
+            f"`--speculate` on this server (perf/speculation.py: whole chains of {steps} steps, json "
+            f"score-only judges overlapped, the {DEFAULT_LAYOUT} layout, against the base reasoner's chains; "
+            f"{reps} repetition(s), interleaved, the same start before each as above): "
+            f"{speculation.said(spec)}. The server computes on this machine's {os.cpu_count()} cores, "
+            "with no spare parallel capacity: a speculative proposal takes time the judges would have used.",
+        ]
+    return lines, result
+
+
+SLOT_EVENT = re.compile(
+    r"id +(\d+) \| task (-?\d+) \| (?:selected slot by (LCP similarity|LRU)(?:.*?f_keep = ([\d.]+))?"
+    r"|processing task, is_child = (\d)|prompt eval time = +[\d.]+ ms / +(\d+) tokens)"
+)
+
+
+def slot_requests(log: str) -> list:
+    """llama-server's log (at its default verbosity) as one (slot, chosen by, f_keep, prompt tokens computed)
+    per request it served: "LCP similarity" (the idle slot whose last prompt shares the longest head with the
+    request; f_keep: the share of that slot's tokens kept) or "LRU" (no idle slot similar enough: the least
+    recently used one), or "child" (one of n > 1 choices, which shares its parent's prompt)."""
+    chosen, task_of, out = {}, {}, {}
+    for slot, task, how, keep, child, computed in SLOT_EVENT.findall(log):
+        if how:  # logged before the task is known: it names the slot the next launch on that slot takes
+            chosen[slot] = (how, float(keep) if keep else None)
+        elif child:
+            how, keep = ("child", None) if child == "1" else chosen.pop(slot, ("?", None))
+            task_of[task] = out[task] = [int(slot), how, keep, None]
+        elif task in task_of:
+            task_of[task][3] = int(computed)
+    return [tuple(r) for r in out.values() if r[3] is not None]
+
+
+def slot_lines(requests: list) -> list:
+    """Markdown rows from slot_requests: per way a slot was chosen, its requests and the tokens computed."""
+    rows = [
+        "| slot chosen by | requests | prompt tokens computed: mean | total | mean f_keep |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for how in ("LCP similarity", "LRU", "child"):
+        got = [r for r in requests if r[1] == how]
+        keeps = [r[2] for r in got if r[2] is not None]
+        if got:
+            total = sum(r[3] for r in got)
+            keep = f"{sum(keeps) / len(keeps):.2f}" if keeps else "—"
+            rows.append(f"| {how} | {len(got)} | {total / len(got):,.0f} | {total:,} | {keep} |")
+    return rows
+
+
+def flags_section(
+    reps: int, steps: int, model: str, questions: int = 2, flag_reps: int | None = None
+) -> tuple:
+    """Sections 2b and 2c on servers this process starts (serve_tiny.sh) and stops: 2b (LIVE_MODES, `reps`
+    repetitions) on serve_tiny.sh's own flags, 2c (FLAG_MODES, `flag_reps`, default `reps`) with each of
+    SERVER_FLAGS. (2b lines, 2c lines, 2b result)."""
+    flag_reps = reps if flag_reps is None else flag_reps
+    lines, first = [], None
+    rows = [
+        "| flags | what they do | mode | layout | seconds per step | overhead vs base "
+        "| computed prompt tokens per step |",
+        "|---|---|---|---|---:|---:|---:|",
+    ]
+    for flags, what in SERVER_FLAGS:
+        url, pid = start_server(flags)
+        port, live = urllib.parse.urlsplit(url).port, [pid]  # live: the running server's PID
+
+        def restart(flags=flags, port=port, live=live):
+            stop_server(live.pop())
+            live.append(start_server(flags, port)[1])
+
+        try:
+            section, result = (
+                live_section(url, model, reps, steps, LIVE_MODES, questions, restart, speculate=True)
+                if first is None
+                else live_section(url, model, flag_reps, steps, FLAG_MODES, questions, restart)
+            )
+        except EndpointError as e:  # a flag set the workload cannot run on (-np 2 refuses n = 3): said
+            if first is None:
+                raise
+            rows.append(f"| `{flags}` | {what} | the run failed: {e.message} | | | | |")
+            continue
+        finally:
+            if live:
+                stop_server(live[0])
+        lines, first = (section, result) if first is None else (lines, first)
+        rows += [
+            f"| `{flags or '(none)'}` | {what} | {m.name} | {m.layout} | {r.seconds:.2f} | {r.ratio:.2f}× | "
+            f"{'—' if r.computed is None else f'{r.computed:,.0f}'} |"
+            for m, r in result.items()
+            if m in FLAG_MODES
+        ]
+    intro = [
+        "Each server: serve_tiny.sh (llama-server, SmolLM2-135M-Instruct, -c 8192 -np 4 -t 2) with the "
+        "flags added, started and stopped by this run (started again, cold, before each mode's chains); "
+        f"{questions} question(s), {steps} steps per chain, "
+        f"median of {flag_reps} repetition(s) ({reps} for the rows without flags, which are 2b's). Computed "
+        "prompt tokens: per step after each chain's first. Each ratio is to the base step (per-role layout) "
+        "on the same server.",
+        "",
+    ]
+    return lines, intro + rows, first
+
+
+if __name__ == "__main__":
+    # python -m perf.llama_server [layout]: one chain of the default settings (concurrent, short judges; the
+    # default layout unless named) on a fresh serve_tiny.sh server, then, from its log, how each request's
+    # slot was chosen and what it computed.
+    import sys
+
+    from dataclasses import replace
+
+    layout = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_LAYOUT
+    url, pid = start_server("")
+    try:
+        run_chains(
+            Client(url, "smollm2", timeout=900.0),
+            replace(CONC_SCORE, layout=layout),
+            LIVE_QUESTIONS[:1],
+            2,
+            LIVE_LIMITS,
+        )
+    finally:
+        stop_server(pid)
+    port = urllib.parse.urlsplit(url).port
+    cache = os.environ.get("VERDICT_TINY_CACHE", os.path.expanduser("~/.cache/verdict-tiny"))
+    with open(os.path.join(cache, f"server-{port}.log"), encoding="utf-8", errors="replace") as fh:
+        print(f"{CONC_SCORE.name}, {layout} layout, 1 question, 2 steps:")
+        print("\n".join(slot_lines(slot_requests(fh.read()))))
