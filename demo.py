@@ -41,7 +41,7 @@ from dataclasses import replace
 from PIL import Image, ImageDraw
 
 import verdict
-from judges import EndpointError, api_key
+from judges import EndpointError, api_key, one_line, shown_url
 from verdict_lab import charts, client, flags, speculate, verifier
 from verdict_lab.cache import CacheError
 from verdict_lab.flags import add_verifier_args, modes_of, settings_of
@@ -103,9 +103,9 @@ def fmt(x: float) -> str:
 
 
 def row(k, text: str, values: tuple, end: str) -> str:
-    """One line of a step's table: the candidate's label, its text on one line (cut to 46 characters with
-    "…"), its ŝ, s̄* and Δ*, and the end (filter, chosen)."""
-    text = text.replace("\n", " ")
+    """One line of a step's table: the candidate's label, its text on one line (control characters such as a
+    terminal's escape sequences dropped, cut to 46 characters with "…"), its ŝ, s̄* and Δ*, and the end."""
+    text = one_line(text, len(text))
     text = text if len(text) <= 46 else text[:45] + "…"
     return f"  {k}  {text:<46}  {'  '.join(fmt(x) for x in values)}  {end}"
 
@@ -160,10 +160,8 @@ def print_trace(trace: verdict.Trace, out=sys.stdout) -> None:
         if raw != sel.index:
             print(f"  the raw mean would have chosen #{raw} instead", file=out)
     tot = trace.totals()
-    print(
-        f"\nfinal answer: {trace.answer if trace.answer is not None else '(none: stopped at max_steps)'}",
-        file=out,
-    )
+    answer = "(none: stopped at max_steps)" if trace.answer is None else one_line(trace.answer)
+    print(f"\nfinal answer: {answer}", file=out)
     print(
         f"totals: {tot['steps']} steps, {tot['fallbacks']} fallback ({tot['fallback_rate']:.0%}), "
         f"{tot['abstentions']} abstentions, {tot['judge_calls']} judge calls"
@@ -289,6 +287,8 @@ def parse_choices(text: str) -> list:
 def check_output(path: str, flag: str, image: bool = False) -> None:
     """ValueError naming the flag unless `path` can be written (by write_whole): not a directory, in an
     existing directory where a file can be created, with a file extension PIL can save when `image`."""
+    if not path:
+        raise ValueError(f"{flag}: the path is empty")
     folder = os.path.dirname(path) or "."
     if image and os.path.splitext(path)[1].lower() not in Image.registered_extensions():
         raise ValueError(f"{flag}: {path!r} has no image file extension PIL can write, such as .png")
@@ -339,6 +339,15 @@ def check_args(args) -> verifier.Settings:
         raise ValueError("--question is blank")
     if args.choices is not None:
         parse_choices(args.choices)
+    given = [
+        f
+        for f, v in (("--question", args.question), ("--image", args.image), ("--choices", args.choices))
+        if v
+    ]
+    if given and args.base_url is None:  # the offline demo runs its own scene and question
+        raise ValueError(
+            f"{' and '.join(given)} need a live model (--base-url): the offline demo runs its own question"
+        )
     if args.base_url is not None:
         for url in filter(None, (args.base_url, args.judge_base_url)):
             client.check_base_url(url)
@@ -365,7 +374,7 @@ def run_live(args, settings: verifier.Settings) -> verdict.Trace:
     """A real reasoner and real judges at --base-url (verifier.build); EndpointError or ValueError when the
     endpoint fails."""
     question = args.question.strip() + ("\n" + "\n".join(parse_choices(args.choices)) if args.choices else "")
-    print(f"live demo: reasoner {args.model} at {args.base_url}")
+    print(f"live demo: reasoner {args.model} at {shown_url(args.base_url)}")
     reasoner, judge = flags.clients_from_args(args)
     client.pin((reasoner, judge), question, 0)  # --dp-replicas: the chain on one replica
     v = verifier.build(settings, reasoner, judge)

@@ -240,13 +240,24 @@ class EndpointError(RuntimeError):
 
 
 def api_key(name: str) -> str | None:
-    """$name without surrounding whitespace; None when unset or blank. ValueError, naming the variable and
-    never the key, when it holds a character an HTTP header cannot carry (a control character, or one
-    outside Latin-1 such as a typographic quote)."""
+    """$name without surrounding whitespace; None when unset or blank. ValueError, never showing a key, when
+    `name` is no variable's name (a key given in its place) or the key holds a character an HTTP header
+    cannot carry (a control character, or one outside Latin-1 such as a typographic quote)."""
+    if not (isinstance(name, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)):
+        raise ValueError(
+            "the API key's variable must be a name such as OPENAI_API_KEY, not a key (not shown)"
+        )
     key = os.environ.get(name, "").strip()
     if any(ord(c) < 32 or ord(c) == 127 or ord(c) > 255 for c in key):
         raise ValueError(f"${name} holds a character that an HTTP header cannot carry; the key is not shown")
     return key or None
+
+
+def shown_url(url: str) -> str:
+    """url as it may be shown or stored: its user information (user:password@, token@) and every query value
+    replaced by ***."""
+    url = re.sub(r"(?<=://)[^/@?#]*@", "***@", url)
+    return re.sub(r"([?&][^=&#]*=)[^&#]*", r"\1***", url)
 
 
 def shape_problem(body) -> str | None:
@@ -318,7 +329,7 @@ class Endpoint:
 
     def error(self, status: int | None, message: str) -> EndpointError:
         """An EndpointError of this endpoint: the API key removed, then the message folded onto one line."""
-        raw, url = os.environ.get(self.api_key_env, ""), f"{self.base_url}/chat/completions"
+        raw, url = os.environ.get(self.api_key_env, ""), shown_url(f"{self.base_url}/chat/completions")
         for k in sorted({k for k in (raw, raw.strip()) if k}, key=len, reverse=True):  # the longer one first
             url, message = url.replace(k, "***"), message.replace(k, "***")
         return EndpointError(url, status, one_line(message))
@@ -517,9 +528,11 @@ SEED_STRIDE = 1000  # sampling seeds per reasoner seed (see Reasoner)
 
 
 def one_step(text: str) -> str:
-    """The first step of a reply: up to a blank line or a new "Step k" label, without its own label."""
+    """The first step of a reply: up to a blank line or a new "Step k" label, without its own label; "" for
+    an echo of the prompt's template line ("Final answer: <the option letter, or the value>"), no answer."""
     text = re.split(r"\n[ \t]*\n|\n(?=[ \t*_#]*step[ \t]*\d)", text.strip(), flags=re.I)[0]
-    return re.sub(r"(?i)^[ \t*_#]*step[ \t]*\d+[ \t]*[:.)-][ \t*_]*", "", text).strip()
+    text = re.sub(r"(?i)^[ \t*_#]*step[ \t]*\d+[ \t]*[:.)-][ \t*_]*", "", text).strip()
+    return "" if re.fullmatch(r"(?i)final answer\s*:\s*<[a-z][^<>]*\s[^<>]*>\.?", text) else text
 
 
 def sampling_seed(seed: int, i: int, n: int) -> int:
@@ -690,4 +703,4 @@ class Reviser:
     def __call__(self, state: verdict.State, record: verdict.StepRecord) -> str | None:
         msgs = self.layout("reviser", state, step=fence(record.chosen), reasons=fence(self.reasons(record)))
         r = self.client.chat(msgs, temperature=0.0, seed=self.seed, stop=STOP, max_tokens=self.max_tokens)
-        return one_step(text_of(r)) or None
+        return one_step(re.sub(r"(?i)</?step>", "", text_of(r))) or None  # an echo of the fence is no step

@@ -1098,6 +1098,28 @@ def test_a_judgement_method_returns_a_judgement_of_a_score_and_a_dict():
         (lambda: run("q", lambda s, n: ["a"], [lambda s, c: 0.5] * 2), "2 judges but 3"),
         (lambda: run("q", lambda s, n: [], [lambda s, c: 0.5] * 3), "non-empty"),
         (lambda: run("q", lambda s, n: ["a"], [lambda s, c: 1.5] * 3), "1.5"),
+        # None, a string, a bool or a complex number among the scores is a caller's bug, never converted
+        (lambda: select([[None, 0.5, 0.5]]), "scores must be real numbers (NaN to abstain), got None"),
+        (lambda: select([["0.9", 0.5, 0.5]]), "got '0.9'"),
+        (lambda: select([[True, 0.5, 0.5]]), "got True"),
+        (lambda: select([[0.5j, 0.5, 0.5]]), "got 0.5j"),
+        (
+            lambda: select(np.array([[True, False, True]])),
+            "scores must be real numbers, got an array of bool",
+        ),
+        (lambda: select(np.array([["0.9", "0.5"]])), "got an array of <U3"),
+        (lambda: consensus([0.5, 0.5], [1.0, "2"]), "lam must be real numbers (NaN to abstain), got '2'"),
+        (lambda: Config(lam=(True, 1.0, 1.0)), "lam must be real numbers (NaN to abstain), got True"),
+        # propose returns a list of strings: a string is not its characters, nor a dict its keys
+        (
+            lambda: run("q", lambda s, n: "Final answer: A", [lambda s, c: 0.5] * 3),
+            "got str: 'Final answer: A'",
+        ),
+        (lambda: run("q", lambda s, n: {"a": 1}, [lambda s, c: 0.5] * 3), "got dict"),
+        (
+            lambda: run("q", lambda s, n: None, [lambda s, c: 0.5] * 3),
+            "propose must return a list of strings, got NoneType",
+        ),
     ],
 )
 def test_bad_input_names_the_problem(call, message):

@@ -37,11 +37,29 @@ TRACE_FORMAT = "verdict-trace/5"  # Trace.to_dict's "format"
 # ----------------------------------------------------------------------------- guards
 
 
+def _reals(x, what: str) -> np.ndarray:
+    """x as a float array, if every entry is a real number (int, float, NumPy's; NaN allowed): None, a
+    string, a bool or a complex number is a caller's bug, never converted (None would become NaN, "0.9"
+    0.9 and True 1.0)."""
+    if isinstance(x, np.ndarray):
+        if x.dtype.kind not in "fiu":  # bool, complex, str, object
+            raise ValueError(f"{what} must be real numbers, got an array of {x.dtype}")
+        return x.astype(float)
+    stack = [x]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, (list, tuple)):
+            stack.extend(v)
+        elif not _real(v):
+            raise ValueError(f"{what} must be real numbers (NaN to abstain), got {v!r}")
+    return np.asarray(x, dtype=float)
+
+
 def _check_lam(lam, m: int) -> np.ndarray:
     """λ as a float vector of m ≥ 2 entries, each finite and > 0 (no lower floor: see consensus)."""
     if m < 2:  # the game needs at least one other agent to agree with
         raise ValueError(f"need at least m=2 judges, got m={m}")
-    lam = np.asarray(lam, dtype=float)
+    lam = _reals(lam, "lam")
     if lam.ndim != 1 or lam.shape[0] != m:
         raise ValueError(f"lam must have one stubbornness per judge (m={m}), got shape {lam.shape}")
     if not np.all(np.isfinite(lam)) or np.any(lam <= 0):  # λ ≤ 0 breaks uniqueness
@@ -51,7 +69,7 @@ def _check_lam(lam, m: int) -> np.ndarray:
 
 def _check_scores(s_hat) -> np.ndarray:
     """Raw scores as floats in [0, 1]; NaN is allowed and means the judge abstained (m: see _check_lam)."""
-    s_hat = np.asarray(s_hat, dtype=float)
+    s_hat = _reals(s_hat, "scores")
     if s_hat.ndim == 0:  # a bare number has no judge axis
         raise ValueError(f"scores must have shape [..., m], got shape {s_hat.shape}")
     bad = s_hat[~(np.isnan(s_hat) | ((s_hat >= 0) & (s_hat <= 1)))]
@@ -548,7 +566,12 @@ def step(
     before = _reading(meter)
     if judges and len(judges) != len(config.lam):  # one stubbornness per judge
         raise ValueError(f"got {len(judges)} judges but {len(config.lam)} stubbornness values in config.lam")
-    candidates = tuple(propose(state, config.n))
+    candidates = propose(state, config.n)
+    if not isinstance(candidates, (list, tuple)):  # a string would be its characters, a dict its keys
+        raise ValueError(
+            f"propose must return a list of strings, got {type(candidates).__name__}: {candidates!r:.80}"
+        )
+    candidates = tuple(candidates)
     if not candidates or not all(isinstance(c, str) for c in candidates):
         raise ValueError(f"propose must return a non-empty list of strings, got {candidates!r}")
     if not judges:  # the base reasoner alone: candidate 0, unverified

@@ -65,7 +65,7 @@ def test_quick_report_has_every_section(tmp_path, monkeypatch):
     # every evaluate.py run succeeded: the memory section's figure, both cache runs, and no failure anywhere
     assert "failed" not in text and re.search(
         r"every method, .*: exit code 0, [\d,]+ requests, \d+ s\.\n\n"
-        r"\*\*Peak RSS of the evaluate\.py process: \d+ MiB\*\*",
+        r"\*\*Peak RSS of the verdict_lab\.evaluate process: \d+ MiB\*\*",
         text,
     )
     assert re.search(r"^- cache in a file: .*exit code 0", text, re.M) and re.search(

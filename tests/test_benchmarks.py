@@ -597,7 +597,7 @@ def test_mathvista_missing_cells_and_bad_choices(tmp_path):
     assert (six.question, six.options, six.answer) == ("nan", (("A", "a"), ("B", "b")), "nan")
     many = repr([str(i) for i in range(27)])[:40]
     assert [(s.row, s.reason) for s in f.skipped] == [
-        (3, "precision 'x' is not a number"),
+        (3, "precision 'x' is not a number (of decimals, finite)"),
         (4, "choices must be a list literal of at most 26 options, got ''"),
         (5, f"choices must be a list literal of at most 26 options, got {many!r}"),
     ]

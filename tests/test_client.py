@@ -43,7 +43,9 @@ def test_500_is_retried_with_growing_backoff_then_raises(loopback):
     client = Client(srv.url, "m", retries=3, backoff=1.0, sleep=waits.append)
     with pytest.raises(EndpointError) as e:
         client.chat([{"role": "user", "content": "hi"}])
-    assert e.value.status == 500 and e.value.message == "image input is not supported"
+    assert e.value.status == 500 and e.value.message == (
+        "image input is not supported (this server has no vision encoder (llama-server needs --mmproj))"
+    )
     assert srv.url in str(e.value) and "HTTP 500" in str(e.value) and "\n" not in str(e.value)
     assert len(srv.chats) == 4 and len(waits) == 3
     assert all(0.5 * 2**a <= w <= 2**a for a, w in enumerate(waits))  # exponential, with jitter

@@ -155,10 +155,13 @@ def test_api_key_strips_and_refuses_without_showing_the_key(monkeypatch):
 
 class Trickler:
     """A raw HTTP server on loopback that answers each connection one byte every `pace` seconds: the status
-    line and headers (`head`), then a body of `body_bytes` bytes. It stops when the client goes away."""
+    line and headers (`head`), then a body of `body_bytes` bytes. It stops when the client goes away.
+    `status_line` and `closing`: an HTTP/1.0 reply, or one that says Connection: close (the client then
+    reads a socket its connection no longer holds)."""
 
-    def __init__(self, pace=0.02, body_bytes=2000, head=True):
+    def __init__(self, pace=0.02, body_bytes=2000, head=True, status_line="HTTP/1.1 200 OK", closing=False):
         self.pace, self.body_bytes, self.head = pace, body_bytes, head
+        self.status_line, self.closing = status_line, closing
         self.stop, self.sent = threading.Event(), []
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
@@ -175,8 +178,9 @@ class Trickler:
             with conn:
                 conn.recv(65536)
                 body = json.dumps(chat_response("x" * self.body_bytes)).encode()
+                close = "Connection: close\r\n" if self.closing else ""
                 head = (
-                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    f"{self.status_line}\r\nContent-Type: application/json\r\n{close}"
                     f"Content-Length: {len(body)}\r\n\r\n"
                 )
                 data = head.encode() + body
@@ -199,9 +203,22 @@ class Trickler:
         self.sock.close()
 
 
-@pytest.mark.parametrize("head", [True, False], ids=["trickled-headers", "trickled-body"])
-def test_timeout_bounds_the_whole_request_against_a_server_that_trickles(head):
-    srv = Trickler(head=head)
+@pytest.mark.parametrize(
+    "head, status_line, closing",
+    [
+        (True, "HTTP/1.1 200 OK", False),
+        (False, "HTTP/1.1 200 OK", False),
+        (
+            False,
+            "HTTP/1.0 200 OK",
+            False,
+        ),  # a reply the server closes after: the socket leaves the connection
+        (False, "HTTP/1.1 200 OK", True),
+    ],
+    ids=["trickled-headers", "trickled-body", "http-1.0-body", "connection-close-body"],
+)
+def test_timeout_bounds_the_whole_request_against_a_server_that_trickles(head, status_line, closing):
+    srv = Trickler(head=head, status_line=status_line, closing=closing)
     try:
         c = Client(srv.url, "m", timeout=0.5, retries=1, backoff=0.0)
         t0 = time.monotonic()

@@ -49,7 +49,11 @@ def full_row() -> dict:
         "extract_tokens": 30,
         "input_digest": "0123456789abcdef0123456789abcdef",
         "input": {"index": "17", "category": "math"},
-        "trace": {"format": verdict.TRACE_FORMAT, "steps": [], "totals": {"steps": 2}},
+        "trace": {
+            "format": verdict.TRACE_FORMAT,
+            "steps": [],
+            "totals": {"steps": 2, "fallbacks": 1, "abstentions": 0, "judge_calls": 18},
+        },
     }
 
 
@@ -125,13 +129,13 @@ def test_a_missing_or_unknown_field_another_format_or_no_object_is_named():
         Row.from_json([d])
 
 
-def test_a_row_of_the_older_format_reads_as_one_of_unknown_input():
+def test_a_row_of_another_format_is_refused_and_one_without_a_digest_reads_as_of_unknown_input():
     old = {k: v for k, v in full_row().items() if k != "input_digest"}
-    row = Row.from_json({**old, "format": "verdict-eval-row/2"})
+    with pytest.raises(ValueError, match="a row of format 'verdict-eval-row/2', not 'verdict-eval-row/3'"):
+        Row.from_json({**old, "format": "verdict-eval-row/2"})
+    row = Row.from_json({**full_row(), "input_digest": None})  # null: a row whose input is unknown
     assert row.input_digest is None and row.key == ("MMStar", "17", 2, "verdict+premises+gate+revise")
-    with pytest.raises(ValueError, match="row field 'input_digest' is not a field of verdict-eval-row/2"):
-        Row.from_json({**full_row(), "format": "verdict-eval-row/2"})
-    assert Row.from_json(row.to_json()) == row  # written again as /3, still of unknown input
+    assert Row.from_json(row.to_json()) == row
 
 
 def test_a_row_built_in_code_is_checked_too():
@@ -195,3 +199,31 @@ def test_method_checks_its_parts():
         Method("verdict", JudgeMode(), 1)
     with pytest.raises(ValueError, match="a method name is a string, got 3"):
         Method.parse(3)
+
+
+@pytest.mark.parametrize(
+    "totals, said",
+    [
+        (
+            {"steps": 2, "fallbacks": 1, "abstentions": -11, "judge_calls": 18},
+            "'abstentions' must be an integer >= 0",
+        ),
+        ("2 steps", "totals 'steps' must be an integer >= 0, got '2 steps'"),
+        (
+            {"steps": 2, "fallbacks": 1, "judge_calls": 18},
+            "totals 'abstentions' must be an integer >= 0, got None",
+        ),
+        ({"steps": "2", "fallbacks": 1, "abstentions": 0, "judge_calls": 18}, "'steps' must be an integer"),
+        ({"steps": 2, "fallbacks": 3, "abstentions": 0, "judge_calls": 18}, "totals do not add up"),
+        ({"steps": 2, "fallbacks": 1, "abstentions": 19, "judge_calls": 18}, "totals do not add up"),
+        (
+            {"steps": 2, "fallbacks": 1, "abstentions": 0, "judge_calls": 18, "usage": {"calls": -3}},
+            "usage must map counters to numbers >= 0",
+        ),
+    ],
+)
+def test_a_rows_trace_is_checked_where_the_tables_read_it(totals, said):
+    d = full_row()
+    d["trace"] = {**d["trace"], "totals": totals}
+    with pytest.raises(ValueError, match=re.escape(said)):
+        Row.from_json(d)

@@ -89,14 +89,14 @@ def test_load_rows_drops_what_must_run_again(tmp_path):
 
 def test_load_rows_drops_the_rows_of_a_changed_input(tmp_path):
     row = lambda id, digest: fake_row("d", 0, "base", True, id=id, input_digest=digest).to_json()
-    old = {**row("3", None), "format": "verdict-eval-row/2"}
-    del old["input_digest"]
+    unknown = row("3", None)  # a row whose input is unknown (null)
+    old = {**row("4", "d1"), "format": "verdict-eval-row/2"}  # another format: unreadable
     path = tmp_path / "results.jsonl"
-    rows = (row("1", "a1"), row("2", "b1"), old, row("9", "z"))
+    rows = (row("1", "a1"), row("2", "b1"), unknown, old, row("9", "z"))
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    inputs = {("d", "1"): "a1", ("d", "2"): "b2", ("d", "3"): "c1"}  # item 2 changed; 9 is not read now
+    inputs = {("d", "1"): "a1", ("d", "2"): "b2", ("d", "3"): "c1", ("d", "4"): "d1"}  # 2 changed; 9 unread
     rows, dropped, stale = rundir.load_rows(str(path), inputs)
-    assert [k[1] for k in rows] == ["1", "9"] and dropped == 2
+    assert [k[1] for k in rows] == ["1", "9"] and dropped == 3
     assert [(r.id, r.input_digest) for r in stale] == [("2", "b1"), ("3", None)]  # 3: of unknown input
     assert [json.loads(line)["id"] for line in path.read_text().splitlines()] == ["1", "9"]
 

@@ -72,19 +72,21 @@ def test_changed_items_run_again_and_the_summary_says_how_many(tmp_path, loopbac
     assert summary_of(out)["reading"]["q"]["changed"] == 0
 
 
-def test_rows_of_the_older_format_are_of_unknown_input_and_run_again(tmp_path, loopback, capsys):
+def test_rows_of_unknown_input_or_another_format_run_again(tmp_path, loopback, capsys):
     srv, data, out = loopback(script), write_jsonl(tmp_path / "q.jsonl", n=2), tmp_path / "out"
     args = ["--data", data, "--base-url", srv.url, "--out", str(out), *BASE]
     assert evaluate.main(args) == 0
-    old = [
-        {**{k: v for k, v in r.items() if k != "input_digest"}, "format": "verdict-eval-row/2"}
-        for r in rows_of(out)
-    ]
-    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in old))
+    first, second = rows_of(out)[:2], rows_of(out)[2:]
+    unknown = [{**r, "input_digest": None} for r in first]  # null: rows whose input is unknown
+    other = [{**r, "format": "verdict-eval-row/2"} for r in second]  # unreadable
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in unknown + other))
     capsys.readouterr()
     assert evaluate.main(args) == 0
-    assert "2 item(s) changed since their rows were written (2 of unknown input" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "2 unfinished or failed row(s) will run again" in err  # the unreadable ones
+    assert "item(s) changed since their rows were written" in err and "; their 2 row(s) will run again" in err
     assert [r["format"] for r in rows_of(out)] == ["verdict-eval-row/3"] * 4
+    assert all(r["input_digest"] for r in rows_of(out))
 
 
 def test_merge_refuses_shards_made_from_different_inputs(tmp_path, loopback):

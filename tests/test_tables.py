@@ -302,7 +302,8 @@ def test_splits_are_columns_and_acc_csv_is_vlmevalkits(tmp_path):
 def test_predictions_tsv_is_vlmevalkits_with_the_whole_output(tmp_path):
     """VLMEvalKit's <model>_<data>.tsv (PRED_FORMAT=tsv, dump: every field quoted): the file's columns but the
     image, then prediction, the chain's steps one per line (an error row: VLMEvalKit's failure message)."""
-    chain = {"totals": {}, "chain": ["The cup is left.", "Final answer: A\tand more"]}
+    totals = {"steps": 2, "fallbacks": 0, "abstentions": 0, "judge_calls": 18}
+    chain = {"totals": totals, "chain": ["The cup is left.", "Final answer: A\tand more"]}
     rows = [
         replace(
             fake_row("MMStar", 0, "verdict", ok, id=i, row=r, error=err, input=inp(i)),

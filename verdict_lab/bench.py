@@ -148,8 +148,8 @@ def simulated_section(lm: LatencyModel, questions: int, steps: int, reps: int) -
     spec = speculation.measure(reps, lm.time_scale, steps, questions, DEFAULT_LAYOUT)
     lines += [
         "",
-        "`--speculate` (perf/speculation.py: verdict.run's whole chains, json score-only judges overlapped, "
-        f"the {DEFAULT_LAYOUT} layout, against the base reasoner's chains; {reps} repetition(s), "
+        "`--speculate` (verdict_lab/perf/speculation.py: verdict.run's whole chains, json score-only judges "
+        f"overlapped, the {DEFAULT_LAYOUT} layout, against the base reasoner's chains; {reps} repetition(s), "
         f"interleaved, the same questions, steps and clock): {speculation.said(spec)}.",
     ]
     return lines, result, spec

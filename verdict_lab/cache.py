@@ -42,9 +42,8 @@ def _digit_tokens(logprobs):
         befores = {t["token"][: m.start()].strip() for m in DIGIT.finditer(t["token"])}
         if not befores:
             return {"token": t["token"]}
-        top = [
-            a for a in t.get("top_logprobs") or [] if isinstance(a, dict) and isinstance(a.get("token"), str)
-        ]
+        alts = t.get("top_logprobs") if isinstance(t.get("top_logprobs"), list) else []
+        top = [a for a in alts if isinstance(a, dict) and isinstance(a.get("token"), str)]
         return {
             "token": t["token"],
             "top_logprobs": [

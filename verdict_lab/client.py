@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import re
 import socket
 import threading
 import time
@@ -27,7 +28,7 @@ from typing import Callable
 import requests
 import urllib3
 
-from judges import DEFAULT_KEY_ENV, Endpoint, one_line, shape_problem
+from judges import DEFAULT_KEY_ENV, Endpoint, EndpointError, one_line, shape_problem, shown_url
 from verdict_lab.cache import Cache, CacheError, cache_key
 from verdict_lab.formats import whole_text
 
@@ -101,11 +102,12 @@ _current = threading.local()  # .deadline: the _Deadline of the request this thr
 class _Deadline:
     """The wall-clock bound of one request: a watchdog thread that, `seconds` after the request starts, shuts
     the socket of its connection down, so that no read outlasts it. The connection is the one _Pool hands
-    this thread while the deadline is current. `expired` tells that a failure, or a reply cut short, was the
-    deadline's doing."""
+    this thread while the deadline is current, and its socket the last one it had (a reply the server will
+    close after, HTTP/1.0 or "Connection: close", takes the socket from its connection: the deadline still
+    holds it). `expired` tells that a failure, or a reply cut short, was the deadline's doing."""
 
     def __init__(self, seconds: float):
-        self.seconds, self.expired, self.conn = seconds, False, None
+        self.seconds, self.expired, self.conn, self.sock = seconds, False, None, None
         self._over, self._lock = threading.Event(), threading.Lock()
 
     def __enter__(self) -> "_Deadline":
@@ -119,9 +121,14 @@ class _Deadline:
             self._over.set()
 
     def connection(self, conn) -> None:
-        """Called by _Pool: this request's connection."""
+        """Called by _Pool: this request's connection (None: back in the pool) and its socket, if any."""
         with self._lock:
-            self.conn = conn
+            self.conn, self.sock = conn, getattr(conn, "sock", None)
+
+    def socket(self, sock) -> None:
+        """Called by _Conn once connected: the request's socket."""
+        with self._lock:
+            self.sock = sock
 
     def _watch(self) -> None:
         if self._over.wait(self.seconds):  # the request ended in time
@@ -130,7 +137,7 @@ class _Deadline:
             with self._lock:
                 if self._over.is_set():
                     return
-                sock = getattr(self.conn, "sock", None)
+                sock = getattr(self.conn, "sock", None) or self.sock
                 if sock is not None:
                     self.expired = True  # before the shutdown: the request's thread reads it on waking
                     try:
@@ -142,8 +149,28 @@ class _Deadline:
                 return
 
 
+class _Reporting:
+    """A connection that tells the current _Deadline its socket once connected."""
+
+    def connect(self):
+        super().connect()
+        deadline = getattr(_current, "deadline", None)
+        if deadline is not None:
+            deadline.socket(self.sock)
+
+
+class _Conn(_Reporting, urllib3.connection.HTTPConnection):
+    pass
+
+
+class _HTTPSConn(_Reporting, urllib3.connection.HTTPSConnection):
+    pass
+
+
 class _Pool(urllib3.HTTPConnectionPool):
     """A connection pool that tells the current _Deadline which connection its request uses."""
+
+    ConnectionCls = _Conn
 
     def _get_conn(self, timeout=None):
         conn = super()._get_conn(timeout)
@@ -160,7 +187,7 @@ class _Pool(urllib3.HTTPConnectionPool):
 
 
 class _HTTPSPool(_Pool, urllib3.HTTPSConnectionPool):
-    pass
+    ConnectionCls = _HTTPSConn
 
 
 class _Adapter(requests.adapters.HTTPAdapter):
@@ -281,14 +308,24 @@ class Client:
     headers = property(lambda self: self.endpoint.session.headers)
 
     def __repr__(self) -> str:
-        return f"Client(base_url={self.base_url!r}, model={self.model!r})"
+        return f"Client(base_url={shown_url(self.base_url)!r}, model={self.model!r})"
 
     def fork(self, on_chat: Callable[[], None] | None = None) -> "Client":
         """A client for the same endpoint, model, settings, cache, replica count and requests in flight, with
         its own session, counters and pinning (none)."""
         e = self.endpoint
-        forked = Client(e.base_url, e.model, e.api_key_env, e.timeout, e.retries, self.cache, e.backoff,
-                        e.sleep, on_chat, self.in_flight)  # fmt: skip
+        forked = Client(
+            e.base_url,
+            e.model,
+            e.api_key_env,
+            e.timeout,
+            e.retries,
+            self.cache,
+            e.backoff,
+            e.sleep,
+            on_chat,
+            self.in_flight,
+        )
         forked.replicas = self.replicas
         return forked
 
@@ -359,12 +396,34 @@ class Client:
             hit = whole_text(hit)
             self._count(cache_hits=1, call_tokens=sum(reported_usage(hit).values()))
             return hit, "cache"
-        response = whole_text(self.endpoint.post(payload))
+        try:
+            response = whole_text(self.endpoint.post(payload))
+        except EndpointError as e:
+            raise explained(e) from None
         tokens, reuse = reported_usage(response), reported_cache(response)
         self._count(replies=1, call_tokens=sum(tokens.values()), **tokens, **_reuse_counts(tokens, reuse))
         if self.cache is not None:
             self.cache.put(key, response)
         return response, "server"
+
+
+HINTS = (  # what a server's refusal means, for messages its words alone leave unclear
+    (
+        r"Field 'n': Value must be between 1 <= value <= (\d+)",
+        "the server samples at most {0} choices at once "
+        "(llama-server: its -np slots); ask for fewer candidates (--n) or serve with more slots",
+    ),
+    (r"image input is not supported", "this server has no vision encoder (llama-server needs --mmproj)"),
+    (r"Failed to load image", "the server could not decode an image this request sent"),
+)
+
+
+def explained(e: EndpointError) -> EndpointError:
+    """e with what a known refusal means (HINTS) added to its message, one line still; else e itself."""
+    for pattern, hint in HINTS:
+        if m := re.search(pattern, e.message):
+            return EndpointError(e.url, e.status, f"{e.message} ({hint.format(*m.groups())})")
+    return e
 
 
 def _reuse_counts(tokens: dict, reuse: dict) -> dict:

@@ -296,38 +296,16 @@ def run(args, methods: list, settings: Settings, record: dict, tap=None) -> int:
     the clients made: a run that cannot start pins nothing."""
     results = os.path.join(args.out, "results.jsonl")
     try:
-        rundir.check(args.out, record)
-        loaded, shas = load_data(args)
-        digests = {(it.data, it.id): input_digest(it) for f in loaded for it in f.items}
-        args.cache = args.cache or os.path.join(args.out, "cache.sqlite")  # so the methods always share calls
-        reasoner, judge = flags.clients_from_args(args)
-        if tap is not None:
-            tap(reasoner, judge)
-        extractor = (
-            flags.endpoint_client(args, record["extract_base_url"], args.extract_model, reasoner.cache)
-            if args.extract_model
-            else None
-        )
-        rundir.claim(args.out, record)
+        loaded, shas, digests, (reasoner, judge, extractor) = start(args, record, tap)
         done, dropped, stale = rundir.load_rows(results, digests)
     except (ValueError, OSError, CacheError) as e:
         return fail(e)
-    if warning := flags.key_warning(args):
-        print(f"verdict_lab.evaluate: {warning}", file=sys.stderr)
-    for f in loaded:
-        for w in f.warnings:
-            print(f"verdict_lab.evaluate: warning: {w}", file=sys.stderr)
-        for s in f.skipped:
-            print(f"verdict_lab.evaluate: skipping {s.file} line {s.row}: {s.reason}", file=sys.stderr)
+    report_reading(args, loaded)
     changed = report_dropped(results, dropped, stale)
     seeds = list(range(args.seeds))
     plan = [it for f in loaded for it in f.items]
     keys = [(it.data, it.id, s, str(m)) for it in plan for s in seeds for m in methods]
-    todo = [
-        (it, [(s, m) for s in seeds for m in methods if (it.data, it.id, s, str(m)) not in done])
-        for it in plan
-    ]
-    todo = [t for t in todo if t[1]]
+    todo = pending(plan, seeds, methods, done)
     progress = Progress(len(plan), len(todo), [done[k] for k in keys if k in done])
     harness = Harness(reasoner, judge, settings, results, done, progress, extractor, digests)
     try:
@@ -337,21 +315,12 @@ def run(args, methods: list, settings: Settings, record: dict, tap=None) -> int:
     if fatal:
         return fail(fatal)
     rows = [done[k] for k in keys if k in done]
-    reading = {
-        f.name: {
-            **f.reading(),
-            "sha256": shas[f.name],
-            "changed": len({id for data, id in changed if data == f.name}),
-            "inputs": {it.id: digests[it.data, it.id] for it in f.items},  # what each row ran
-        }
-        for f in loaded
-    }
     ctx = {
         "files": [f.name for f in loaded],
         "methods": [str(m) for m in methods],
         "seeds": seeds,
         "settings": record,
-        "reading": reading,
+        "reading": reading_of(loaded, shas, digests, changed),
         "max_error_rate": args.max_error_rate,
     }
     summary = tables.summarize(rows, ctx)
@@ -365,9 +334,60 @@ def run(args, methods: list, settings: Settings, record: dict, tap=None) -> int:
     return finish(summary)
 
 
+def start(args, record: dict, tap=None) -> tuple:
+    """The run's start: OUT checked, the inputs read, the clients made and shown to tap, OUT claimed."""
+    rundir.check(args.out, record)
+    loaded, shas = load_data(args)
+    digests = {(it.data, it.id): input_digest(it) for f in loaded for it in f.items}
+    args.cache = args.cache or os.path.join(args.out, "cache.sqlite")  # so the methods always share calls
+    reasoner, judge = flags.clients_from_args(args)
+    if tap is not None:
+        tap(reasoner, judge)
+    extractor = (
+        flags.endpoint_client(args, record["extract_base_url"], args.extract_model, reasoner.cache)
+        if args.extract_model
+        else None
+    )
+    rundir.claim(args.out, record)
+    return loaded, shas, digests, (reasoner, judge, extractor)
+
+
+def report_reading(args, loaded: list) -> None:
+    """Say on stderr what precedes the first call: an unsent API key, each file's warnings and skips."""
+    if warning := flags.key_warning(args):
+        print(f"verdict_lab.evaluate: {warning}", file=sys.stderr)
+    for f in loaded:
+        for w in f.warnings:
+            print(f"verdict_lab.evaluate: warning: {w}", file=sys.stderr)
+        for s in f.skipped:
+            print(f"verdict_lab.evaluate: skipping {s.file} line {s.row}: {s.reason}", file=sys.stderr)
+
+
+def pending(plan: list, seeds: list, methods: list, done: dict) -> list:
+    """[(item, [(seed, method) with no row in done])] of the items of plan with any, in plan's order."""
+    todo = [
+        (it, [(s, m) for s in seeds for m in methods if (it.data, it.id, s, str(m)) not in done])
+        for it in plan
+    ]
+    return [t for t in todo if t[1]]
+
+
+def reading_of(loaded: list, shas: dict, digests: dict, changed: set) -> dict:
+    """{file: its reading, sha256, items changed and each item's input digest}: the summary's reading."""
+    return {
+        f.name: {
+            **f.reading(),
+            "sha256": shas[f.name],
+            "changed": len({id for data, id in changed if data == f.name}),
+            "inputs": {it.id: digests[it.data, it.id] for it in f.items},  # what each row ran
+        }
+        for f in loaded
+    }
+
+
 def report_dropped(results: str, dropped: int, stale: list) -> set:
     """Say on stderr which rows of a resumed run run again; returns the (data, id) of the items that run
-    again for an input changed since their rows were written (or unknown: rows of an older format)."""
+    again for an input changed since their rows were written."""
     if dropped > len(stale):
         print(
             f"verdict_lab.evaluate: {results}: {dropped - len(stale)} unfinished or failed row(s) will run "
@@ -375,11 +395,9 @@ def report_dropped(results: str, dropped: int, stale: list) -> set:
             file=sys.stderr,
         )
     items = {(r.data, r.id) for r in stale}
-    unknown = {(r.data, r.id) for r in stale if r.input_digest is None}
     if items:
         print(
             f"verdict_lab.evaluate: {len(items)} item(s) changed since their rows were written"
-            + (f" ({len(unknown)} of unknown input: rows of an older format)" if unknown else "")
             + f"; their {len(stale)} row(s) will run again",
             file=sys.stderr,
         )

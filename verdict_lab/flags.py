@@ -133,15 +133,25 @@ def key_warning(args) -> str | None:
 def add_verifier_args(parser) -> None:
     """One flag per field of verifier.Settings (--max-calls, --judge-mode and the rule are the commands'
     own), with Settings' defaults; settings_of checks them."""
-    d, on = Settings(), {"step": "every judge's score", "visual": "ŝ_V only"}  # GATE_TARGETS' meanings
-    other = "; ".join(f"gate-{t}: on {on[t]}" for t in GATE_TARGETS if t != GATE_TARGET)
-    g = parser.add_argument_group("verifier")
+    d, g = Settings(), parser.add_argument_group("verifier")
+    _add_consensus_args(g, d)
+    _add_reply_args(g, d)
+    _add_mode_args(g, d)
+    _add_chain_args(g, d)
+
+
+def _add_consensus_args(g, d: Settings) -> None:
+    """The paper's knobs (n, τ, ε, λ) and the chain's length: steps and tokens per step."""
     g.add_argument("--n", type=int, default=d.n, help=f"candidates per step ({d.n})")
     g.add_argument("--tau", type=float, default=d.tau, help=f"τ in [0, 1]: pass only if s̄* > τ ({d.tau})")
     g.add_argument("--eps", type=float, default=d.eps, help=f"ε in (0, 1]: pass only if Δ* < ε ({d.eps})")
     g.add_argument("--lam", type=floats, default=d.lam, help="stubbornness λ_V,λ_L,λ_C (1.5,1.0,0.8)")
     g.add_argument("--max-steps", type=int, default=d.max_steps, help=f"longest chain ({d.max_steps})")
     g.add_argument("--max-tokens", type=int, default=d.max_tokens, help=f"tokens per step ({d.max_tokens})")
+
+
+def _add_reply_args(g, d: Settings) -> None:
+    """How the judges reply: their tokens, the reply format, the sampled or the weighted score."""
     g.add_argument("--judge-max-tokens", type=int, help="tokens per judge reply (the reply format's own)")
     g.add_argument(
         "--judge-format",
@@ -157,6 +167,12 @@ def add_verifier_args(parser) -> None:
         help="ŝ is the probability-weighted score Σ p(d)·d/9 read from top_logprobs at the score digit, "
         "where the server sends logprobs (json or digit replies); by default the sampled score",
     )
+
+
+def _add_mode_args(g, d: Settings) -> None:
+    """The judge modes (what the judges see) and the tokens of a mode's own replies."""
+    on = {"step": "every judge's score", "visual": "ŝ_V only"}  # GATE_TARGETS' meanings
+    other = "; ".join(f"gate-{t}: on {on[t]}" for t in GATE_TARGETS if t != GATE_TARGET)
     g.add_argument(
         "--judge-mode",
         default="plain",
@@ -174,6 +190,10 @@ def add_verifier_args(parser) -> None:
         default=d.mode_max_tokens,
         help=f"tokens per judge-mode reply ({d.mode_max_tokens})",
     )
+
+
+def _add_chain_args(g, d: Settings) -> None:
+    """What else shapes a chain: revising on reject, the judges' reasons, speculation, the request layout."""
     g.add_argument(
         "--revise",
         action="store_true",

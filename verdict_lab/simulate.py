@@ -14,31 +14,69 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
-from verdict_lab.harness.sweep import picture
+from verdict import STUBBORNNESS, Config
+from verdict_lab.flags import Parser
+from verdict_lab.harness.sweep import parse_sweep, picture
 from verdict_lab.perf.simulation import curve, run
 from verdict_lab.perf.simulation_report import markdown, plot
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description="Monte-Carlo study: when does VERDICT's consensus beat the mean?")
+def parse_args(argv) -> argparse.Namespace:
+    """The command's flags, checked: a bad one is one line and exit 2."""
+    p = Parser(
+        prog="verdict_lab.simulate",
+        description="Monte-Carlo study: when does VERDICT's consensus beat the mean?",
+    )
     p.add_argument("--trials", type=int, default=2500, help="steps per seed and setting (default 2500)")
     p.add_argument(
-        "--seeds", type=int, default=20, help="independent seeds; the intervals are over these (default 20)"
+        "--seeds",
+        type=int,
+        default=20,
+        help="independent seeds, at least 2: the intervals are over these (20)",
     )
-    p.add_argument("--seed", type=int, default=0, help="the base seed (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="the base seed, >= 0 (default 0)")
     p.add_argument(
         "--out", default="docs", help="directory for simulation_report.md and simulation.png (docs)"
     )
     p.add_argument(
         "--sweep",
         action="append",
-        help="NAME=V1,V2,... as evaluate.py's (tau, eps, lam_V, lam_L, lam_C): instead of the report, the "
-        "curve this noise model predicts, as OUT/sim_NAME.json and .png in the form of evaluate.py's sweep "
+        help="NAME=V1,V2,... as evaluate's (tau, eps, lam_V, lam_L, lam_C): instead of the report, the "
+        "curve this noise model predicts, as OUT/sim_NAME.json and .png in the form of evaluate's sweeps "
         "(repeat the flag for more)",
     )
     a = p.parse_args(argv)
+    if a.trials < 1 or a.seeds < 2 or a.seed < 0:
+        p.error(f"need --trials >= 1, --seeds >= 2 and --seed >= 0, got {a.trials}, {a.seeds} and {a.seed}")
+    if os.path.exists(a.out) and not os.path.isdir(a.out):
+        p.error(f"--out {a.out!r} is a file, not a directory")
+    try:
+        for text in a.sweep or ():
+            check_sweep(text)
+    except ValueError as e:
+        p.error(str(e))
+    return a
+
+
+def check_sweep(text: str) -> None:
+    """ValueError naming a --sweep that is no knob, no list of finite values, or a value out of
+    verdict.Config's range (τ in [0, 1], ε in (0, 1], λ > 0), as evaluate refuses it."""
+    for st in parse_sweep(text):
+        lam = list(STUBBORNNESS)
+        if st.axis.startswith("lam_"):
+            lam["VLC".index(st.axis[-1])] = st.value
+        knob = {} if st.axis.startswith("lam_") else {st.axis: st.value}
+        try:
+            Config(lam=tuple(lam), **knob)
+        except ValueError as e:
+            raise ValueError(f"--sweep {st.axis}={st.value:g}: {e}") from None
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
     if a.sweep:
         Path(a.out).mkdir(parents=True, exist_ok=True)
         for text in a.sweep:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Callable
 
 import verdict
-from judges import MAX_PIXELS, Judge, Reasoner, Reviser
+from judges import MAX_PIXELS, SEED_STRIDE, Judge, Reasoner, Reviser
 from verdict_lab.client import total_usage
 from verdict_lab.formats import FORMATS, REPLIES, FormatJudge, JudgeFormat
 from verdict_lab.layouts import DEFAULT_LAYOUT, check_layout, layout
@@ -71,6 +71,13 @@ class Settings:
             raise ValueError(f"rule must be one of {', '.join(RULES)}, got rule={self.rule!r}")
         object.__setattr__(self, "lam", tuple(self.lam) if isinstance(self.lam, (list, tuple)) else self.lam)
         self.config  # n, tau, eps, lam, max_steps: verdict.Config's checks
+        if len(self.lam) != len(verdict.JUDGES):  # one stubbornness per judge: visual, logical, contextual
+            raise ValueError(
+                f"lam must hold {len(verdict.JUDGES)} values (λ_V, λ_L, λ_C), got lam={self.lam!r}"
+            )
+        if (1 + self.n) * self.n > SEED_STRIDE:  # a step and its top-ups: n + 1 requests of n seeds each
+            most = max(k for k in range(1, SEED_STRIDE) if (1 + k) * k <= SEED_STRIDE)
+            raise ValueError(f"n must be at most {most} ((1 + n)·n sampling seeds a step), got n={self.n}")
         for name, low in (("max_tokens", 1), ("mode_max_tokens", 1), ("max_pixels", 1)):
             if not _count(getattr(self, name), low):
                 raise ValueError(f"{name} must be an integer >= {low}, got {name}={getattr(self, name)!r}")

@@ -60,6 +60,10 @@ def question_and_images(message) -> tuple:
     image becomes <image k> at its place in the question (layouts.placed puts it back there), unless a text
     already names images that way (then VLMEvalKit's own markers place them). ValueError for another type
     (video), an item without a value, or a message with no text."""
+    if not isinstance(message, (str, dict, list, tuple)):
+        raise ValueError(
+            f"a VLMEvalKit message is a str, a dict or a list of them, got {type(message).__name__}"
+        )
     items = [message] if isinstance(message, (str, dict)) else list(message)
     items = [{"type": "text", "value": m} if isinstance(m, str) else m for m in items]
     for m in items:
@@ -122,6 +126,8 @@ class VerdictVLM:
         **settings,
     ):
         self.settings = verifier.Settings.of(**settings)
+        if not (isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0):
+            raise ValueError(f"seed must be an integer >= 0, got seed={seed!r}")
         store = Cache(cache) if cache else None
         self.reasoner = client.Client(base_url, model, api_key_env, timeout, retries, store)
         judge_url, judge_model = judge_base_url or base_url, judge_model or model

@@ -88,12 +88,20 @@ def scoring(name: str, columns, splits=frozenset()) -> dict:
 
 
 def _jsonl_image(base: str, s, allow_any_path: bool):
-    """A JSONL image: a file path (it has a "." or exists; base64 never holds a ".") or base64."""
+    """A JSONL image: a file path (it has a "." or exists; base64 never holds a ".") or base64. A short name
+    (64 characters or fewer) that is neither a file nor an image in base64 is said to be a missing file."""
     if not isinstance(s, str) or not s:
         raise ValueError(f"an image must be a path or base64 string, got {s!r}")
     if "." in s or os.path.isabs(s) or os.path.isfile(os.path.join(base, s)):
         return image_file(base, s, allow_any_path)
-    return decode_image(s)
+    try:
+        return decode_image(s)
+    except ValueError as e:
+        if len(s) > 64:  # too long for a name: base64 that does not decode
+            raise
+        raise ValueError(
+            f"image file not found: {s} (looked for {os.path.join(base, s)}; nor is it base64: {e})"
+        ) from None
 
 
 def _jsonl_item(name: str, line: int, text: str, base: str, allow_any_path: bool) -> Item:

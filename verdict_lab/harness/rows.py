@@ -3,14 +3,13 @@
 Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
 Disagreement-Aware Consensus", ECCV 2026: its table compares methods run with the same agents ("same
 agents, different aggregation"), one chain per (item, seed, method). These two types are the contract
-between evaluate.py, which writes a Row per chain, and tables.py and rundir.py, which read them back:
+between the harness's chains, which write a Row per chain, and tables.py and rundir.py, which read them back:
 
 - Method: "base", or a rule of verdict.RULES judged in a judge mode (JudgeMode), revising on reject
   or not; its str is its one spelling, "verdict+zoom+revise", and Method.parse reads it back;
 - Row: every field of a row, typed; to_json is the object results.jsonl holds ("verdict-eval-row/3"),
-  from_json reads one back and raises ValueError naming the first bad field. A row of format /3 records
-  the digest of the input it ran (chains.input_digest); a row of format /2 (before it) reads as one of
-  unknown input (input_digest None), which a resumed run runs again.
+  from_json reads one back and raises ValueError naming the first bad field. A row records the digest of
+  the input it ran (chains.input_digest).
 
 Left out: the trace stays verdict.Trace.to_dict's dict (it has its own format), and the input columns
 stay the benchmark file's values.
@@ -18,6 +17,7 @@ stay the benchmark file's values.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import MISSING, dataclass, field, fields
 
@@ -25,7 +25,6 @@ import verdict
 from verdict_lab.modes import JudgeMode
 
 ROW_FORMAT = "verdict-eval-row/3"
-OLDER_ROW_FORMATS = ("verdict-eval-row/2",)  # read, as rows of unknown input
 EXTRACTED = ("letter", "text", "value", "judge", "declined", "unanswered")  # how answers.py read an answer
 # a fact sheet: valid at once, valid when asked once more, malformed twice
 SHEET_STATUSES = ("ok", "retried", "degraded")
@@ -146,6 +145,8 @@ class Row:
                 f"row field 'fact_sheet_status' must be one of {', '.join(SHEET_STATUSES)} "
                 f"or null, got {self.fact_sheet_status!r}"
             )
+        if self.trace is not None:
+            _check_trace(self.trace)
 
     @property
     def key(self) -> tuple:
@@ -163,19 +164,18 @@ class Row:
     @classmethod
     def from_json(cls, d) -> Row:
         """A row of results.jsonl, read back. ValueError names what is wrong: another format, a missing or
-        unknown field, a field of the wrong type or value ("correct": "yes"). A row of an older format
-        (OLDER_ROW_FORMATS) reads with input_digest None: its input is unknown."""
+        unknown field, a field of the wrong type or value ("correct": "yes")."""
         if not isinstance(d, dict):
             raise ValueError(f"a row is a JSON object, got {type(d).__name__}")
         form = d.get("format")
-        if form != ROW_FORMAT and form not in OLDER_ROW_FORMATS:
+        if form != ROW_FORMAT:
             raise ValueError(f"a row of format {form!r}, not {ROW_FORMAT!r}")
-        known = {f.name: f for f in fields(cls) if form == ROW_FORMAT or f.name != "input_digest"}
+        known = {f.name: f for f in fields(cls)}
         unknown = [k for k in d if k not in known and k != "format"]
         if unknown:
             raise ValueError(f"row field {unknown[0]!r} is not a field of {form}")
         required = [k for k, f in known.items() if f.default is MISSING and f.default_factory is MISSING]
-        required += ["input_digest"] if form == ROW_FORMAT else []
+        required += ["input_digest"]
         missing = [k for k in required if k not in d]
         if missing:
             raise ValueError(f"row field {missing[0]!r} is missing")
@@ -184,6 +184,32 @@ class Row:
         except ValueError as e:
             raise ValueError(f"row field 'method': {e}") from None
         return cls(**{**{k: v for k, v in d.items() if k != "format"}, "method": method})
+
+
+COUNTS = ("steps", "fallbacks", "abstentions", "judge_calls")  # a trace's totals the tables read
+
+
+def _check_trace(trace: dict) -> None:
+    """ValueError naming what is wrong with a row's trace (verdict.Trace.to_dict) where it is read back: its
+    totals' counts (integers >= 0, fallbacks at most the steps and abstentions at most the judge calls),
+    their usage (counters to numbers >= 0) and its chain (strings)."""
+    tot = trace.get("totals")
+    bad = [k for k in COUNTS if not (isinstance(tot, dict) and _is(tot.get(k), int) and tot[k] >= 0)]
+    if bad:
+        got = tot.get(bad[0]) if isinstance(tot, dict) else tot
+        raise ValueError(f"row field 'trace': totals {bad[0]!r} must be an integer >= 0, got {got!r}")
+    if tot["fallbacks"] > tot["steps"] or tot["abstentions"] > tot["judge_calls"]:
+        raise ValueError(
+            f"row field 'trace': totals do not add up: {json.dumps({k: tot[k] for k in COUNTS})}"
+        )
+    usage, number = tot.get("usage", {}), lambda v: _is(v, float) and math.isfinite(v) and v >= 0
+    if not (isinstance(usage, dict) and all(isinstance(k, str) and number(v) for k, v in usage.items())):
+        raise ValueError(
+            f"row field 'trace': totals' usage must map counters to numbers >= 0, got {usage!r:.80}"
+        )
+    chain = trace.get("chain", [])
+    if not (isinstance(chain, list) and all(isinstance(c, str) for c in chain)):
+        raise ValueError("row field 'trace': its chain must be a list of steps (strings)")
 
 
 TYPES = {"str": str, "int": int, "float": float, "bool": bool, "dict": dict, "Method": Method, "None": None}

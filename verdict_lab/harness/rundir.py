@@ -27,7 +27,7 @@ import json
 import os
 
 from verdict_lab.harness import tables
-from verdict_lab.harness.rows import ROW_FORMAT, Row  # noqa: F401 (rundir.ROW_FORMAT beside RUN_FORMAT, as before)
+from verdict_lab.harness.rows import Row
 
 RUN_FORMAT = "verdict-eval-run/3"  # /3: the verifier's settings are one dict, verifier.Settings.record()
 ENDPOINTS = ("base_url", "judge_base_url", "extract_base_url")  # may differ between shards of one run
@@ -157,7 +157,7 @@ def load_rows(path: str, inputs: dict | None = None) -> tuple:
     """({key: row} of finished rows, how many lines were dropped, [the rows dropped as made from another
     input]), for a resumed run. Besides what read_rows leaves out, a repeated key, a row that ended in an
     error, and, with inputs ({(data, id): chains.input_digest of the item this run reads}), a row of one of
-    those items whose digest differs (None: a row of an older format, of unknown input) are dropped, and the
+    those items whose digest differs are dropped, and the
     file is rewritten without them (atomically), so they run again. Rows of items not in inputs are kept."""
     found, raw = read_rows(path)
     rows: dict = {}
@@ -251,40 +251,9 @@ def merge(dirs: list, out: str, max_error_rate: float) -> tuple:
         raise ValueError(f"{out} holds a run already (run.json); merge into a new --out")
     shards = [_shard(d) for d in dirs]
     ref, ref_summary, _ = shards[0]
-    same = lambda s: {k: v for k, v in s.items() if k not in ENDPOINTS + ("shard",)}
     k = ref["shard"].split("/")[1]
     for d, (settings, summary, _) in zip(dirs, shards):
-        diff = sorted(
-            key
-            for key in same(ref).keys() | same(settings).keys()
-            if same(ref).get(key) != same(settings).get(key)
-        )
-        if diff or settings["shard"].split("/")[1] != k:
-            raise ValueError(
-                f"{d} was run with other settings than {dirs[0]} ({', '.join(diff) or 'shard count'}); "
-                "only shards of one run merge"
-            )
-        for key in ("files", "methods", "seeds"):
-            if summary[key] != ref_summary[key]:
-                raise ValueError(
-                    f"{d} ran other {key} than {dirs[0]}: {summary[key]} against {ref_summary[key]}"
-                )
-        for f in summary["files"]:
-            a, b = (
-                {x: v for x, v in r["reading"][f].items() if x not in PER_SHARD}
-                for r in (summary, ref_summary)
-            )
-            if a.get("sha256") != b.get("sha256"):
-                raise ValueError(
-                    f"{d} read another content of {f} than {dirs[0]} (sha256 {a.get('sha256')} against "
-                    f"{b.get('sha256')}): shards made from different inputs do not merge; "
-                    "run them again on one"
-                )
-            if a != b:
-                raise ValueError(
-                    f"{d} read {f} otherwise than {dirs[0]} (rows read, items, skipped); "
-                    "were the shards given the same file and --limit? Run them again with the same"
-                )
+        _check_same_run(d, (settings, summary), dirs[0], (ref, ref_summary), k)
     have = sorted(int(s["shard"].split("/")[0]) for s, _, _ in shards)
     if have != list(range(1, int(k) + 1)):
         raise ValueError(
@@ -292,7 +261,57 @@ def merge(dirs: list, out: str, max_error_rate: float) -> tuple:
             f"merge needs each of 1/{k} to {k}/{k} once"
         )
     rows = [r for _, _, rs in shards for r in rs]
-    reading = {
+    urls = {key: sorted({s.get(key) for s, _, _ in shards if s.get(key)}) for key in ENDPOINTS}
+    settings = {**ref, **{key: v[0] if len(v) == 1 else v for key, v in urls.items() if v}, "shard": None}
+    ctx = {
+        **{key: ref_summary[key] for key in tables.CONTEXT},
+        "settings": settings,
+        "reading": _merged_reading(shards, ref_summary),
+        "max_error_rate": max_error_rate,
+    }
+    text = "".join(json.dumps(r.to_json(), allow_nan=False) + "\n" for r in rows)
+    _write_atomic(os.path.join(out, "results.jsonl"), text)
+    claim(out, settings)  # last: a merge that failed before leaves no run in `out`, and may be run again
+    return tables.summarize(rows, ctx), rows
+
+
+def _check_same_run(d: str, shard: tuple, first: str, ref: tuple, k: str) -> None:
+    """ValueError unless the shard in d, (settings, summary), is of the run of ref, the one in first."""
+    (settings, summary), (ref_settings, ref_summary) = shard, ref
+    same = lambda s: {key: v for key, v in s.items() if key not in ENDPOINTS + ("shard",)}
+    diff = sorted(
+        key
+        for key in same(ref_settings).keys() | same(settings).keys()
+        if same(ref_settings).get(key) != same(settings).get(key)
+    )
+    if diff or settings["shard"].split("/")[1] != k:
+        raise ValueError(
+            f"{d} was run with other settings than {first} ({', '.join(diff) or 'shard count'}); "
+            "only shards of one run merge"
+        )
+    for key in ("files", "methods", "seeds"):
+        if summary[key] != ref_summary[key]:
+            raise ValueError(f"{d} ran other {key} than {first}: {summary[key]} against {ref_summary[key]}")
+    for f in summary["files"]:
+        a, b = (
+            {x: v for x, v in r["reading"][f].items() if x not in PER_SHARD} for r in (summary, ref_summary)
+        )
+        if a.get("sha256") != b.get("sha256"):
+            raise ValueError(
+                f"{d} read another content of {f} than {first} (sha256 {a.get('sha256')} against "
+                f"{b.get('sha256')}): shards made from different inputs do not merge; "
+                "run them again on one"
+            )
+        if a != b:
+            raise ValueError(
+                f"{d} read {f} otherwise than {first} (rows read, items, skipped); "
+                "were the shards given the same file and --limit? Run them again with the same"
+            )
+
+
+def _merged_reading(shards: list, ref_summary: dict) -> dict:
+    """Per file, the first shard's reading with the items, inputs and changed counts of all shards."""
+    return {
         f: {
             **ref_summary["reading"][f],
             "items": sum(s["reading"][f]["items"] for _, s, _ in shards),
@@ -301,15 +320,3 @@ def merge(dirs: list, out: str, max_error_rate: float) -> tuple:
         }
         for f in ref_summary["files"]
     }
-    urls = {key: sorted({s.get(key) for s, _, _ in shards if s.get(key)}) for key in ENDPOINTS}
-    settings = {**ref, **{key: v[0] if len(v) == 1 else v for key, v in urls.items() if v}, "shard": None}
-    ctx = {
-        **{key: ref_summary[key] for key in tables.CONTEXT},
-        "settings": settings,
-        "reading": reading,
-        "max_error_rate": max_error_rate,
-    }
-    text = "".join(json.dumps(r.to_json(), allow_nan=False) + "\n" for r in rows)
-    _write_atomic(os.path.join(out, "results.jsonl"), text)
-    claim(out, settings)  # last: a merge that failed before leaves no run in `out`, and may be run again
-    return tables.summarize(rows, ctx), rows

@@ -415,13 +415,7 @@ def picture(s: dict, path: str, title: str | None = None, column: str = "Avg") -
     under each value, VERDICT − Mean. Returns the points drawn as (method, setting, (x, y))."""
     W, H, x0, x1, y0, y1 = 760, 440, 62, 560, 50, 350  # the image; the plot box, pixels
     keys, methods = s["settings"], s["methods"]
-    cells = [s["accuracy"][k][m][column] for k in keys for m in methods]
-    spans = [
-        (c["mean"] - (c["std"] or 0), c["mean"] + (c["std"] or 0)) for c in cells if c["mean"] is not None
-    ]
-    lo, hi = (min(a for a, _ in spans), max(b for _, b in spans)) if spans else (0, 100)
-    step = next(t for t in (0.5, 1, 2, 5, 10, 20, 25) if (hi - lo) / t <= 6)  # at most ~7 ticks
-    lo, hi = max(0, step * math.floor(lo / step)), min(100, step * math.ceil(hi / step + 1e-9))
+    lo, hi, step = _y_range([s["accuracy"][k][m][column] for k in keys for m in methods])
     px = lambda i: x0 + 30 + i * (x1 - x0 - 60) / max(len(keys) - 1, 1)
     py = lambda y: y1 - (y - lo) / ((hi - lo) or 1) * (y1 - y0)
     c = charts.Canvas((W, H))
@@ -452,12 +446,41 @@ def picture(s: dict, path: str, title: str | None = None, column: str = "Avg") -
         width=W - x0 - 10,
         lines=1,
     )
+    colours = _colours(methods)
+    points = _draw_methods(c, s, column, colours, (px, py))
+    names = {"base": "base (the reasoner alone)", "verdict": "VERDICT"}
+    charts.legend(
+        c, (x1 + 20, y0), [(names.get(m, m), colours[m]) for m in methods], width=W - x1 - 30, line=True
+    )
+    c.save(path)
+    return points
+
+
+def _y_range(cells: list) -> tuple:
+    """(low, high, tick step) of a y axis (%) holding every cell's mean ± std, at most ~7 round ticks."""
+    spans = [
+        (c["mean"] - (c["std"] or 0), c["mean"] + (c["std"] or 0)) for c in cells if c["mean"] is not None
+    ]
+    lo, hi = (min(a for a, _ in spans), max(b for _, b in spans)) if spans else (0, 100)
+    step = next(t for t in (0.5, 1, 2, 5, 10, 20, 25) if (hi - lo) / t <= 6)  # at most ~7 ticks
+    lo, hi = max(0, step * math.floor(lo / step)), min(100, step * math.ceil(hi / step + 1e-9))
+    return lo, hi, step
+
+
+def _colours(methods: list) -> dict:
+    """{method: its colour}: base grey, VERDICT red, the others the palette's other colours in turn."""
     colours, others = (
         {"base": charts.GREY, "verdict": charts.RED},
         [p for p in charts.PALETTE if p not in (charts.GREY, charts.RED)],
     )
     for j, m in enumerate(m for m in methods if m not in colours):
         colours[m] = others[j % len(others)]
+    return colours
+
+
+def _draw_methods(c, s: dict, column: str, colours: dict, scale: tuple) -> list:
+    """Each method's line, points and ± std whiskers, base first, VERDICT on top; the points drawn."""
+    (px, py), keys, methods = scale, s["settings"], s["methods"]
     points = []
     for m in sorted(methods, key=lambda m: (m == "verdict", m == "base")):  # base, then VERDICT, on top
         pts = [(i, s["accuracy"][k][m][column]) for i, k in enumerate(keys)]
@@ -471,9 +494,4 @@ def picture(s: dict, path: str, title: str | None = None, column: str = "Avg") -
                 c.draw.line((x + dx, hi_, x + dx, lo_), fill=colours[m])
             c.draw.ellipse((x - 3, y - 3, x + 3, y + 3), fill=colours[m])
             points.append((m, keys[i], (x, y)))
-    names = {"base": "base (the reasoner alone)", "verdict": "VERDICT"}
-    charts.legend(
-        c, (x1 + 20, y0), [(names.get(m, m), colours[m]) for m in methods], width=W - x1 - 30, line=True
-    )
-    c.save(path)
     return points

@@ -105,59 +105,11 @@ def summarize(rows: list, ctx: dict) -> dict:
         )
         return None if a is None else 100 * a
 
-    table, gain, variants = {}, {}, {}
-    for m in methods:
-        per = {c: [acc(m, f, split, s) for s in seeds] for c, (f, split) in cols.items()}
-        avg = [
-            None if any(v[i] is None for v in per.values()) else statistics.fmean(v[i] for v in per.values())
-            for i in range(len(seeds))
-        ]
-        table[m] = {**{c: _mean_std(v) for c, v in per.items()}, "Avg": _mean_std(avg)}
-    for m in methods:
-        if m != "base" and "base" in table:
-            gain[m] = {
-                c: None
-                if None in (v["mean"], table["base"][c]["mean"])
-                else v["mean"] - table["base"][c]["mean"]
-                for c, v in table[m].items()
-            }
-    for f in files:
-        sets = SETTINGS[reading[f]["scoring"]["setting"]]
-        if len(sets) > 1:
-            variants[f] = {
-                m: {st: _mean_std([acc(m, f, None, s, st) for s in seeds]) for st in sets} for m in methods
-            }
-    detail = {
-        f: [
-            {"method": m, "setting": st, **rec}
-            for m in methods
-            for st in SETTINGS[reading[f]["scoring"]["setting"]]
-            for rec in breakdown([r for s in seeds for r in by.get((f, m, s), [])], st, reading[f]["scoring"])
-        ]
-        for f in files
-    }
-    decided, fixed = {}, {}  # VLMEvalKit's quirks: the rows each decided, and the corrected reading
-    for f in files:
-        for m in methods:
-            for s in seeds:
-                counts, fixed[(f, m, s)] = quirks.tally(by.get((f, m, s), []), reading[f])
-                for q, n in counts.items():
-                    decided.setdefault(f, {}).setdefault(m, {}).setdefault(q, 0)
-                    decided[f][m][q] += n
-    quirk = {
-        f: {
-            "rows": {m: decided[f].get(m, {}) for m in methods},
-            "corrected": {
-                m: {
-                    c: _mean_std([acc(m, f, sp, s, rows_by=fixed) for s in seeds])
-                    for c, (g, sp) in cols.items()
-                    if g == f
-                }
-                for m in methods
-            },
-        }
-        for f in decided
-    }
+    table = _accuracy_table(methods, seeds, cols, acc)
+    gain = _gain(table, methods)
+    variants = _variants(ctx, acc)
+    detail = _breakdowns(ctx, by)
+    quirk = _quirk_summary(ctx, by, cols, acc)
     kept = [r for rs in by.values() for r in rs]
     errors = sum(bool(r.error) for r in kept)
     stats = {m: _stats([r for r in kept if str(r.method) == m], m) for m in methods}
@@ -179,6 +131,87 @@ def summarize(rows: list, ctx: dict) -> dict:
             "rate": errors / len(kept) if kept else 0.0,
             "over": bool(kept) and errors / len(kept) > ctx["max_error_rate"],
         },
+    }
+
+
+def _accuracy_table(methods: list, seeds: list, cols: dict, acc) -> dict:
+    """{method: {column: mean ± std over seeds, ..., "Avg": of each seed's mean over the columns}}."""
+    table = {}
+    for m in methods:
+        per = {c: [acc(m, f, split, s) for s in seeds] for c, (f, split) in cols.items()}
+        avg = [
+            None if any(v[i] is None for v in per.values()) else statistics.fmean(v[i] for v in per.values())
+            for i in range(len(seeds))
+        ]
+        table[m] = {**{c: _mean_std(v) for c, v in per.items()}, "Avg": _mean_std(avg)}
+    return table
+
+
+def _gain(table: dict, methods: list) -> dict:
+    """{method: {column: its mean minus base's, in points, or None}} of each method but base, if base ran."""
+    gain = {}
+    for m in methods:
+        if m != "base" and "base" in table:
+            gain[m] = {
+                c: None
+                if None in (v["mean"], table["base"][c]["mean"])
+                else v["mean"] - table["base"][c]["mean"]
+                for c, v in table[m].items()
+            }
+    return gain
+
+
+def _variants(ctx: dict, acc) -> dict:
+    """{file: {method: {setting: mean ± std}}} of the files scored in several settings (3DSRBench)."""
+    files, methods, seeds, reading = ctx["files"], ctx["methods"], ctx["seeds"], ctx["reading"]
+    variants = {}
+    for f in files:
+        sets = SETTINGS[reading[f]["scoring"]["setting"]]
+        if len(sets) > 1:
+            variants[f] = {
+                m: {st: _mean_std([acc(m, f, None, s, st) for s in seeds]) for st in sets} for m in methods
+            }
+    return variants
+
+
+def _breakdowns(ctx: dict, by: dict) -> dict:
+    """{file: [{method, setting, and accuracy.breakdown's record}]} per method and setting, seeds pooled."""
+    files, methods, seeds, reading = ctx["files"], ctx["methods"], ctx["seeds"], ctx["reading"]
+    return {
+        f: [
+            {"method": m, "setting": st, **rec}
+            for m in methods
+            for st in SETTINGS[reading[f]["scoring"]["setting"]]
+            for rec in breakdown([r for s in seeds for r in by.get((f, m, s), [])], st, reading[f]["scoring"])
+        ]
+        for f in files
+    }
+
+
+def _quirk_summary(ctx: dict, by: dict, cols: dict, acc) -> dict:
+    """{file: {"rows": the rows each quirk decided, "corrected": the accuracy without the quirks}}."""
+    files, methods, seeds, reading = ctx["files"], ctx["methods"], ctx["seeds"], ctx["reading"]
+    decided, fixed = {}, {}  # VLMEvalKit's quirks: the rows each decided, and the corrected reading
+    for f in files:
+        for m in methods:
+            for s in seeds:
+                counts, fixed[(f, m, s)] = quirks.tally(by.get((f, m, s), []), reading[f])
+                for q, n in counts.items():
+                    decided.setdefault(f, {}).setdefault(m, {}).setdefault(q, 0)
+                    decided[f][m][q] += n
+    return {
+        f: {
+            "rows": {m: decided[f].get(m, {}) for m in methods},
+            "corrected": {
+                m: {
+                    c: _mean_std([acc(m, f, sp, s, rows_by=fixed) for s in seeds])
+                    for c, (g, sp) in cols.items()
+                    if g == f
+                }
+                for m in methods
+            },
+        }
+        for f in decided
     }
 
 
@@ -330,10 +363,23 @@ def _details(s: dict, f: str) -> list:
 def render(s: dict) -> str:
     """summary.md: warnings first, then what was read, the paper-style table, the gains, the per-method
     statistics, each file's breakdown and the skipped rows."""
-    cols, fmt = s["columns"] + ["Avg"], lambda x, f: "—" if x is None else format(x, f)
+    out = [f"# VERDICT evaluation ({SUMMARY_FORMAT})", ""] + _warnings(s) + _run_line(s)
+    out += _reading(s) + _accuracy_tables(s) + _quirks(s) + _method_stats(s)
+    for f in s["files"]:
+        out += _details(s, f)
+    out += _skipped(s)
+    return "\n".join(out) + "\n"
+
+
+def _fmt(x, f: str) -> str:
+    """x in format spec f, or "—" for None."""
+    return "—" if x is None else format(x, f)
+
+
+def _run_line(s: dict) -> list:
+    """The sentence that says what ran: models, seeds, the verifier's settings, shard, extraction model."""
     st, cfg = s["settings"], s["settings"]["verifier"]  # evaluate.run_record: verifier.Settings.record()
-    out = [f"# VERDICT evaluation ({SUMMARY_FORMAT})", ""] + _warnings(s)
-    out += [
+    return [
         f"Reasoner `{st['model']}`, judges `{st['judge_model']}`; {len(s['seeds'])} seed(s); n = {cfg['n']}, "
         f"τ = {cfg['tau']}, ε = {cfg['eps']}, λ = {tuple(cfg['lam'])}, max steps {cfg['max_steps']}, "
         f"max calls per chain {cfg['max_calls'] or 'unlimited'}"
@@ -346,7 +392,12 @@ def render(s: dict) -> str:
         + ".",
         "",
     ]
-    out += _reading(s) + [
+
+
+def _accuracy_tables(s: dict) -> list:
+    """The paper-style table (accuracy % per method and column, and Avg) and the gains over base."""
+    cols = s["columns"] + ["Avg"]
+    out = [
         "",
         "Accuracy (%), mean ± sample std over seeds. Avg: per seed, the unweighted mean over "
         "the columns. An error, an unanswered or a declined item counts as wrong.",
@@ -357,13 +408,17 @@ def render(s: dict) -> str:
     if s["gain_over_base"]:
         out += ["", "Gain over base (points)", ""] + _head("Method", cols)
         out += [
-            f"| {m} | " + " | ".join(fmt(g[c], "+.2f") for c in cols) + " |"
+            f"| {m} | " + " | ".join(_fmt(g[c], "+.2f") for c in cols) + " |"
             for m, g in s["gain_over_base"].items()
         ]
-    out += _quirks(s)
+    return out
+
+
+def _method_stats(s: dict) -> list:
+    """The per-method statistics table, with the judge modes' columns when a mode or revise ran."""
     modes_ran = not all(Method.parse(m).plain for m in s["methods"])  # a judge mode or revise on reject
     stat_cols = STAT_COLUMNS + (MODE_COLUMNS if modes_ran else ())
-    out += [
+    out = [
         "",
         "Per method; an item is one chain (one item, one seed). Rates: fallback per step, abstention per "
         "judge call, unanswered and errors per item. Calls and tokens count cached replies too (the cost of "
@@ -380,16 +435,20 @@ def render(s: dict) -> str:
     )
     for m in s["methods"]:
         x = s["stats"][m]
-        cells = [fmt(x[key], f) for _, key, f in stat_cols]
+        cells = [_fmt(x[key], f) for _, key, f in stat_cols]
         cells += ["/".join(str(x["fact_sheet"][k]) for k in SHEET_STATUSES)] if modes_ran else []
         cells += [
             "/".join(map(str, x["extracted"].values())),
-            fmt(x["extract_calls_per_item"], ".2f"),
+            _fmt(x["extract_calls_per_item"], ".2f"),
             "/".join(map(str, x["stopped"].values())),
         ]
         out.append(f"| {m} | " + " | ".join(cells) + " |")
-    for f in s["files"]:
-        out += _details(s, f)
+    return out
+
+
+def _skipped(s: dict) -> list:
+    """Per file, the malformed rows its reading skipped: the first SHOWN_SKIPS, then how many more."""
+    out = []
     for f in s["files"]:
         sk = s["reading"][f]["skipped"]
         out += ["", f"{s['reading'][f]['file']}: {len(sk) or 'no'} malformed row(s) skipped"]
@@ -399,7 +458,7 @@ def render(s: dict) -> str:
             if len(sk) > SHOWN_SKIPS
             else []
         )
-    return "\n".join(out) + "\n"
+    return out
 
 
 def picture(s: dict, path: str) -> list:

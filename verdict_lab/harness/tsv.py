@@ -147,9 +147,11 @@ def _mathvista(r: dict, dtypes: dict) -> dict:
     answer `answer_option`; any other question_type -> a free-form Value, compared by VLMEvalKit's rule."""
     if r["question_type"] != "multi_choice":
         try:
-            precision = int(float(r["precision"])) if r["precision"] else None
-        except ValueError:
-            raise ValueError(f"precision {r['precision']!r} is not a number") from None
+            precision = int(float(r["precision"])) if r["precision"] else None  # OverflowError: inf
+        except (ValueError, OverflowError):
+            raise ValueError(f"precision {r['precision']!r} is not a number (of decimals, finite)") from None
+        if precision is not None and precision < 0:
+            raise ValueError(f"precision {r['precision']!r} is not a number of decimals (>= 0)")
         return dict(
             question=r["question"] or "nan",
             options=(),

@@ -239,10 +239,10 @@ class ModeChain:
         """(the note the visual judge reads before its close-ups, the close-ups, the zoom's part of that
         call's record: {"path", "why", "boxes"}): the zoom mode's look again at candidate `step` ("" and ()
         for the full image). One region request per (steps so far, candidate text), made once however many
-        calls ask; its record entry: the step index, the candidate, the boxes named (0..1000; None when
-        unreadable twice), each box's error (None: it passed), the path ("zoom" or "full"), why the full
-        image ("no image", "unreadable", "none named", "invalid"; None on "zoom"), the crops in source
-        pixels and the parse errors."""
+        calls ask, and none without an image (that call's record says "no image"). Its entry in the chain's
+        record: the step index, the candidate, the boxes named (0..1000; None when unreadable twice), each
+        box's error (None: it passed), the path ("zoom" or "full"), why the full image ("unreadable", "none
+        named", "invalid"; None on "zoom"), the crops in source pixels and the parse errors."""
         return self._once(("zoom", state.steps, step), state, lambda: self._look(state, step))
 
     def _look(self, state: verdict.State, step: str) -> tuple:
@@ -264,7 +264,8 @@ class ModeChain:
             crops=crops,
             errors=errors,
         )
-        self._update(lambda rec: rec.setdefault("zoom", []).append(entry))
+        if state.images:  # a region request was made: the chain's record lists it
+            self._update(lambda rec: rec.setdefault("zoom", []).append(entry))
         seen = {"path": path, "why": why, "boxes": boxes}
         return (zoom.looks_note(boxes), tuple(images), seen) if path == "zoom" else ("", (), seen)
 

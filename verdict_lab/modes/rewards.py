@@ -41,7 +41,9 @@ def turns(completion) -> list:
       text is the content (a string, or the "text" parts of a list), followed by each structured tool
       call written as Qwen2.5's chat template writes it:
       <tool_call>{"name": ..., "arguments": ...}</tool_call>.
-    """
+    What a model's message holds is its output, malformed or not: content that is no text adds no text,
+    tool calls that are not a list of objects add none, and arguments no JSON can write (nested too deep,
+    an integer of more digits than Python writes) are written as null."""
     if isinstance(completion, str):
         return [completion]
     if not isinstance(completion, (list, tuple)):
@@ -54,21 +56,27 @@ def turns(completion) -> list:
             raise ValueError(f"a message must be a dict with a 'content', got {type(m).__name__}")
         if m.get("role", "assistant") != "assistant":
             continue
-        c = m.get("content") or ""
-        text = c if isinstance(c, str) else "".join(p.get("text", "") for p in c if isinstance(p, dict))
-        out.append(text + "".join(_tool_call_text(t) for t in m.get("tool_calls") or ()))
+        c, calls = m.get("content"), m.get("tool_calls")
+        parts = c if isinstance(c, list) else []
+        text = c if isinstance(c, str) else "".join(p.get("text", "") for p in parts if isinstance(p, dict))
+        calls = [t for t in calls if isinstance(t, dict)] if isinstance(calls, list) else []
+        out.append(text + "".join(_tool_call_text(t) for t in calls))
     return out
 
 
 def _tool_call_text(call: dict) -> str:
-    f = call.get("function", call)
+    f = call.get("function") if isinstance(call.get("function"), dict) else call
     args = f.get("arguments")
     if isinstance(args, str):
         try:
             args = json.loads(args)
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
-    return "<tool_call>" + json.dumps({"name": f.get("name"), "arguments": args}) + "</tool_call>"
+    try:
+        written = json.dumps({"name": f.get("name"), "arguments": args})
+    except (ValueError, RecursionError, TypeError):  # too deep, too many digits, no JSON value
+        written = json.dumps({"name": str(f.get("name")), "arguments": None})
+    return "<tool_call>" + written + "</tool_call>"
 
 
 def final_answer(texts: Sequence[str], answer_pattern=ANSWER) -> str | None:

@@ -59,7 +59,7 @@ def check_box(box, name: str = "box") -> tuple:
     and y2 > y1 (a degenerate box has no area to look at)."""
     try:
         b = tuple(float(v) for v in box)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int no float holds
         b = ()
     if len(b) != 4:
         raise ValueError(f"a box must be 4 numbers [x1, y1, x2, y2], got {name}={box!r}")

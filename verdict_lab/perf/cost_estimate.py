@@ -7,7 +7,7 @@ counts pseudo-tokens (a word or a punctuation mark; 1,280 per image, Qwen2.5-VL'
 pixels) and writes 3 reasoning steps then the final answer, so the figures are the harness's request
 pattern at that chain length, not a measurement of a model.
 
-    python -m perf.cost_estimate [K]      # from the checkout's root; K items (default 8); a markdown table
+    python -m verdict_lab.perf.cost_estimate [K]  # in the checkout's root: K items (8), a markdown table
 """
 
 from __future__ import annotations

@@ -120,14 +120,14 @@ def memory_section(k: int) -> list:
     child's, as bench.py starts no other process before it. A failed run reports no figure."""
     run = run_evaluate(k)
     if run is None:
-        return ["skipped: evaluate.py not found"]
+        return ["skipped: verdict_lab.evaluate not found"]
     if run[0] != 0:
         return [run[2], "", "No peak RSS is reported for a failed run."]
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB on Linux -> MiB
     return [
         run[2],
         "",
-        f"**Peak RSS of the evaluate.py process: {peak:.0f} MiB** "
+        f"**Peak RSS of the verdict_lab.evaluate process: {peak:.0f} MiB** "
         "(resource.getrusage(RUSAGE_CHILDREN).ru_maxrss).",
     ]
 
@@ -181,7 +181,8 @@ def cache_section(k: int, puts: int) -> tuple:
         slower = runs["file"][1] / runs["memory"][1]
         lines += [
             "",
-            f"With the cache in a file, evaluate.py takes {slower:.2f}× its time with the cache in memory.",
+            f"With the cache in a file, verdict_lab.evaluate takes {slower:.2f}× its time with the cache in "
+            "memory.",
         ]
     held = runs["file"][3][0] if runs["file"][0] == 0 else None
     if not held:
@@ -198,8 +199,8 @@ def bytes_lines(k: int, held: dict, sent: list) -> list:
     per_judge = held["judge_bytes"] / max(held["judge_entries"], 1)
     sent_judge = sum(judge_sent) / max(len(judge_sent), 1)
     return [
-        "What the cache file holds (cache.stored keeps each reply's text, finish reason, usage, and of its "
-        "logprobs the tokens' text and the top_logprobs a score digit is read from):",
+        "What the cache file holds (verdict_lab.cache.stored keeps each reply's text, finish reason, usage, "
+        "and of its logprobs the tokens' text and the top_logprobs a score digit is read from):",
         "",
         "| | entries | stored JSON | per entry | per item |",
         "|---|---:|---:|---:|---:|",

@@ -137,29 +137,7 @@ def live_section(
         reset=reset,
         count=tokenizer(url),
     )
-    avg = lambda xs: ", ".join(f"{x:.1f}" for x in xs)
-    n_ctx = props.get("default_generation_settings", {}).get("n_ctx", "?")
-    model_file = os.path.basename(str(props.get("model_path", "?")))
-    lines = [
-        f"A real server at {url}: llama.cpp's llama-server reporting {props.get('total_slots', '?')} "
-        f"parallel slots of {n_ctx} tokens and the model {model_file}, on a machine with {os.cpu_count()} "
-        "cores.",
-        "",
-        f"Workload: {len(qs)} text question(s), {steps} steps per chain, max_tokens {LIVE_LIMITS[0]} per "
-        "step, json judges (a reason of at most 200 characters and a score; short judges the score alone); a "
-        f"judge whose reply does not parse asks once more; median of {reps} repetition(s), the modes "
-        "interleaved; "
-        + (
-            "the server is started again (cold: its slots and its prompt cache in RAM empty) before each "
-            "mode's chains, as the simulator forgets its cache. "
-            if restart
-            else "the server's caches stay warm between modes and repetitions. "
-        )
-        + "Every ratio is to the base step in the "
-        f"per-role layout. Load average (1, 5, 15 min) before: {avg(load)}; after: {avg(os.getloadavg())} "
-        f"(other processes may share the machine). The section took {time.perf_counter() - t0:.0f} s.",
-        "",
-    ]
+    lines = _server_lines(url, props) + _workload_lines(len(qs), steps, reps, bool(restart), load, t0)
     lines += (
         time_table(result)
         + [
@@ -173,25 +151,54 @@ def live_section(
     )
     lines += [""] + adaptive_lines(result)
     if speculate:
-        spec = speculation.ratios(
-            Client(url, model, timeout=900.0),
-            reps,
-            steps,
-            list(qs),
-            None,
-            DEFAULT_LAYOUT,
-            reset,
-            LIVE_LIMITS[0],
-        )
-        lines += [
-            "",
-            f"`--speculate` on this server (perf/speculation.py: whole chains of {steps} steps, json "
-            f"score-only judges overlapped, the {DEFAULT_LAYOUT} layout, against the base reasoner's chains; "
-            f"{reps} repetition(s), interleaved, the same start before each as above): "
-            f"{speculation.said(spec)}. The server computes on this machine's {os.cpu_count()} cores, "
-            "with no spare parallel capacity: a speculative proposal takes time the judges would have used.",
-        ]
+        lines += _live_speculation(Client(url, model, timeout=900.0), reps, steps, qs, reset)
     return lines, result
+
+
+def _server_lines(url: str, props: dict) -> list:
+    """The server measured, as its GET /props (server_props) describes it, and the machine's cores."""
+    n_ctx = props.get("default_generation_settings", {}).get("n_ctx", "?")
+    model_file = os.path.basename(str(props.get("model_path", "?")))
+    return [
+        f"A real server at {url}: llama.cpp's llama-server reporting {props.get('total_slots', '?')} "
+        f"parallel slots of {n_ctx} tokens and the model {model_file}, on a machine with {os.cpu_count()} "
+        "cores.",
+        "",
+    ]
+
+
+def _workload_lines(questions: int, steps: int, reps: int, cold: bool, load: tuple, t0: float) -> list:
+    """2b's workload (cold: restarted before each mode), and the load and time since (load, t0)."""
+    avg = lambda xs: ", ".join(f"{x:.1f}" for x in xs)
+    return [
+        f"Workload: {questions} text question(s), {steps} steps per chain, max_tokens {LIVE_LIMITS[0]} per "
+        "step, json judges (a reason of at most 200 characters and a score; short judges the score alone); a "
+        f"judge whose reply does not parse asks once more; median of {reps} repetition(s), the modes "
+        "interleaved; "
+        + (
+            "the server is started again (cold: its slots and its prompt cache in RAM empty) before each "
+            "mode's chains, as the simulator forgets its cache. "
+            if cold
+            else "the server's caches stay warm between modes and repetitions. "
+        )
+        + "Every ratio is to the base step in the "
+        f"per-role layout. Load average (1, 5, 15 min) before: {avg(load)}; after: {avg(os.getloadavg())} "
+        f"(other processes may share the machine). The section took {time.perf_counter() - t0:.0f} s.",
+        "",
+    ]
+
+
+def _live_speculation(client: Client, reps: int, steps: int, qs: tuple, reset) -> list:
+    """2b's `--speculate` paragraph: speculation.ratios on this server, in the default layout."""
+    spec = speculation.ratios(client, reps, steps, list(qs), None, DEFAULT_LAYOUT, reset, LIVE_LIMITS[0])
+    return [
+        "",
+        f"`--speculate` on this server (verdict_lab/perf/speculation.py: whole chains of {steps} steps, json "
+        f"score-only judges overlapped, the {DEFAULT_LAYOUT} layout, against the base reasoner's chains; "
+        f"{reps} repetition(s), interleaved, the same start before each as above): "
+        f"{speculation.said(spec)}. The server computes on this machine's {os.cpu_count()} cores, "
+        "with no spare parallel capacity: a speculative proposal takes time the judges would have used.",
+    ]
 
 
 SLOT_EVENT = re.compile(
@@ -288,9 +295,9 @@ def flags_section(
 
 
 if __name__ == "__main__":
-    # python -m perf.llama_server [layout]: one chain of the default settings (concurrent, short judges; the
-    # default layout unless named) on a fresh serve_tiny.sh server, then, from its log, how each request's
-    # slot was chosen and what it computed.
+    # python -m verdict_lab.perf.llama_server [layout]: one chain of the default settings (concurrent, short
+    # judges; the default layout unless named) on a fresh serve_tiny.sh server, then, from its log, how each
+    # request's slot was chosen and what it computed.
     import sys
 
     from dataclasses import replace

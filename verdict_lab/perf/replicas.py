@@ -8,7 +8,7 @@ share the chain's image and question prefix). vLLM's data-parallel front end (--
 balances requests by load, so a chain's requests scatter over K prefix caches; the X-data-parallel-rank
 header pins them to one. SIMULATED: perf/simserver.py's server with K replicas, each its own prefix cache.
 
-    python -m perf.replicas [--items 8] [--replicas 4]
+    python -m verdict_lab.perf.replicas [--items 8] [--replicas 4]
 """
 
 from __future__ import annotations

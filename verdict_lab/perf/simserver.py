@@ -83,8 +83,8 @@ SOURCES = [
     "≈ 1,150 generated; Qwen1.5-MoE blog, qwenlm.github.io); reproducing it, a user measured ≈ 1,000 "
     "tokens/s (QwenLM/Qwen3 issue 244); 1,000 / 84.28 ≈ 12.",
     "1280 tokens per image: one token per 28×28-pixel patch (Qwen2-VL-7B-Instruct model card, discussion "
-    "47), so judges.MAX_PIXELS = 1280·28·28 gives at most 1280 visual tokens; the simulation charges the "
-    "whole budget.",
+    "47), so Qwen2.5-VL sees a 1280·28·28-pixel image (VLMEvalKit's min_pixels for Qwen2.5-VL-7B) as 1280 "
+    "visual tokens; the simulation charges 1280 visual tokens per image.",
     "prefix caching: vLLM's automatic prefix caching covers image tokens (its prefix-caching design doc "
     "hashes a block's multimodal inputs with its tokens); 16-token blocks.",
 ]

@@ -5,7 +5,8 @@ Disagreement-Aware Consensus", ECCV 2026 (the step-wise loop, n = 3, m = 3). rat
 repetition, the wall time of VERDICT's whole chains (json score-only judges, the n·m judge calls
 overlapped) divided by the base reasoner's, with and without speculate.Speculator, the kinds interleaved and
 the server reset before each, on any server (bench.py's section 2b runs it on llama-server). measure() is a
-SIMULATION (perf/simserver.py): `python -m perf.speculation [reps] [time_scale]` prints its medians.
+SIMULATION (perf/simserver.py): `python -m verdict_lab.perf.speculation [reps] [time_scale]` prints its
+medians.
 """
 
 from __future__ import annotations
