@@ -136,6 +136,11 @@ def decision(rule: str, sel: verdict.Selection) -> str:
     return how + ("; no candidate has 2 judge scores" if sel.fallback else "")
 
 
+def _counted(k: int, word: str) -> str:
+    """ "1 step", "3 steps"."""
+    return f"{k} {word}{'' if k == 1 else 's'}"
+
+
 def print_trace(trace: verdict.Trace, out=sys.stdout) -> None:
     """Print each step's table, the final answer and one line of totals. The "ok" column is the rule's
     filter (yes/no), or "-" for a rule with no filter."""
@@ -162,10 +167,12 @@ def print_trace(trace: verdict.Trace, out=sys.stdout) -> None:
     tot = trace.totals()
     answer = "(none: stopped at max_steps)" if trace.answer is None else one_line(trace.answer)
     print(f"\nfinal answer: {answer}", file=out)
+    k = tot["revisions"]
+    revised = f", {_counted(k, 'revision')} ({tot['revised']} taken)" if k else ""
     print(
-        f"totals: {tot['steps']} steps, {tot['fallbacks']} fallback ({tot['fallback_rate']:.0%}), "
-        f"{tot['abstentions']} abstentions, {tot['judge_calls']} judge calls"
-        + (f", {tot['revisions']} revisions ({tot['revised']} taken)" if tot["revisions"] else ""),
+        f"totals: {_counted(tot['steps'], 'step')}, {_counted(tot['fallbacks'], 'fallback')} "
+        f"({tot['fallback_rate']:.0%}), {_counted(tot['abstentions'], 'abstention')}, "
+        f"{_counted(tot['judge_calls'], 'judge call')}{revised}",
         file=out,
     )
 
@@ -346,7 +353,8 @@ def check_args(args) -> verifier.Settings:
     ]
     if given and args.base_url is None:  # the offline demo runs its own scene and question
         raise ValueError(
-            f"{' and '.join(given)} need a live model (--base-url): the offline demo runs its own question"
+            f"{' and '.join(given)} need{'s' if len(given) == 1 else ''} a live model (--base-url): "
+            "the offline demo runs its own question"
         )
     if args.base_url is not None:
         for url in filter(None, (args.base_url, args.judge_base_url)):

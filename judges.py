@@ -1,23 +1,17 @@
 """The base reasoner and the three verification agents of VERDICT, over any OpenAI-compatible endpoint.
 
-Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
-Disagreement-Aware Consensus", ECCV 2026: the base reasoner samples n candidate next steps (T = 0.8,
-top-p = 0.6); three frozen agents, each defined by its prompt (prompts/*.txt), visual (λ_V), logical (λ_L)
-and contextual (λ_C), score one candidate each, a raw ŝ_i in [0, 1] ("every agent returns a single
-scalar"), or NaN when the reply held no valid score twice (abstain). Not in the paper: the Reviser, which
-rewrites the best rejected candidate (after ReVISE's self-correction), for verdict.run's `revise`.
+Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via Disagreement-Aware
+Consensus", ECCV 2026: the reasoner samples n candidate next steps (T = 0.8, top-p = 0.6); three frozen
+agents (prompts/*.txt), visual (λ_V), logical (λ_L) and contextual (λ_C), each score a candidate: a raw ŝ_i
+in [0, 1], or NaN (abstain) if two replies held no valid score. Not in the paper: the Reviser (after ReVISE).
 
-One judge call, top to bottom: Judge.judgement lays out its messages (role_first: the prompt file, the
-images as PNG data URLs within the pixel budget, the candidate last), posts them (Endpoint.chat: one POST
-with bounded retries), reads the reply (JSON: the score under a JSON schema, and the weighted score from
-top_logprobs), and asks once more when the reply held no valid score (ask).
+One judge call, top to bottom: Judge.judgement lays out its messages (role_first: the prompt, the images as
+PNG data URLs within the pixel budget, the candidate last), posts them (Endpoint.chat, bounded retries),
+reads the reply (JSON: the schema's score, the weighted one from top_logprobs), asks again if need be (ask).
 
-Seams: every role takes `client` (any object with chat(messages, **params) -> a chat completion; Endpoint
-here) and `layout` (a function (name, state, note="", **fields) -> messages; role_first here); Judge takes
-`reply` (a Reply; JSON here). verdict_lab/ plugs in its client (deadline, merged requests, cache, pinning,
-counters), reply formats and layouts there. Copied with verdict.py and prompts/, this file gives live
-judges with numpy, requests and pillow only.
-"""
+Seams: roles take `client` (chat(messages, **params) -> a chat completion; Endpoint here) and `layout`
+((name, state, note="", **fields) -> messages; role_first here), Judge a `reply` (a Reply; JSON here);
+verdict_lab/ plugs in its own. With verdict.py and prompts/, live judges need only numpy, requests, pillow."""
 
 from __future__ import annotations
 
@@ -41,29 +35,36 @@ from PIL import Image, ImageOps
 
 import verdict
 
-
-def _int(x) -> bool:
-    """x is an int and not a bool (True is an int)."""
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def one_line(text, limit: int = 300) -> str:
-    """text on one line (whitespace runs folded, other control characters such as a terminal's escape
-    sequences dropped), cut to `limit` characters with "..." when longer."""
-    text = " ".join("".join(c for c in str(text) if c.isprintable() or c.isspace()).split())
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-# ----------------------------------------------------------------------------- prompts
-
 _HERE = Path(__file__).resolve().parent
 # prompts/ beside this file (a checkout, a vendored copy), else where `pip install` puts it
 PROMPTS = next((p for p in (_HERE / "prompts", _HERE / "verdict_lab" / "prompts") if p.is_dir()), _HERE)
-SECTIONS = (  # the sections a prompt file may hold, in this order
-    ("system", "user"),  # a plain prompt (the harness's answer extraction)
-    ("instructions", "context", "task"),  # a role of the step; see role_first
-    ("system", "question", "steps"),  # shared.txt: what every role of a step reads first
-)
+# a prompt file's sections: a plain prompt (answer extraction), a role of the step, shared.txt (read first)
+SECTIONS = (("system", "user"), ("instructions", "context", "task"), ("system", "question", "steps"))
+# VLMEvalKit (e8e78f05, vlmeval/config.py) runs Qwen2.5-VL-7B with max_pixels = 16384·28·28: the default
+# budget. Images are only ever downscaled; raising a small one is the server's processor's job.
+MAX_PIXELS = 16384 * 28 * 28  # 12 845 056
+MAX_FILE = 2**28  # 256 MiB: a larger image file is refused before it is read
+_pil = threading.Lock()  # a caller's PIL image: two threads decoding one lazily opened image corrupt it
+MAX_WAIT = 60.0  # seconds; no retry waits longer, whatever Retry-After says
+DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+SCALE = "one digit from 0 to 9, where 0 means certainly wrong and 9 certainly right"
+JSON_SCORE_ONLY = 'Reply with one JSON object of this form, without explanation:\n{"score": <' + SCALE + ">}"
+JSON_EXPLAIN = 'Reply with one JSON object of this form:\n{"reason": "<why, in one or two sentences>", '
+JSON_EXPLAIN += '"score": <' + SCALE + ">}"
+REASON_CHARS = 200  # the longest "reason" the schema allows
+_FENCED = re.compile(r"(?s)\A\s*```(?:json)?\s*(.*?)\s*```\s*\Z")  # a reply wrapped in a ``` fence
+STOP = ["\n\n", "\nStep "]  # one candidate = one step: it ends at a blank line or a new "Step" label
+SEED_STRIDE = 1000  # sampling seeds per reasoner seed (see Reasoner)
+
+
+def _int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)  # True is an int
+
+
+def one_line(text, limit: int = 300) -> str:
+    """text on one line (whitespace folded, control characters dropped), cut to `limit` characters + "..."."""
+    text = " ".join("".join(c for c in str(text) if c.isprintable() or c.isspace()).split())
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,7 @@ class Prompt:
         return dict(self.sections)[name]
 
     def render(self, section: str = "user", **fields: str) -> str:
-        """The section with its {placeholders} filled from fields (extra fields are ignored; a placeholder
-        with no field is a ValueError); other braces are left alone."""
+        """The section, {placeholders} filled from fields (extras ignored, a missing one a ValueError)."""
         missing = [m for m in re.findall(r"\{(\w+)\}", self[section]) if m not in fields]
         if missing:
             raise ValueError(f"{self.path}: unknown placeholder {{{missing[0]}}}; known: {sorted(fields)}")
@@ -102,19 +102,8 @@ def load_prompt(name: str) -> Prompt:
     return Prompt(tuple(zip(names, (p.strip() for p in parts[2::2]))), str(path))
 
 
-# ----------------------------------------------------------------------------- images
-
-# VLMEvalKit (e8e78f05, vlmeval/config.py) runs Qwen2.5-VL-7B with max_pixels = 16384·28·28: the default
-# budget. Images are only ever downscaled; raising a small one is the server's processor's job.
-MAX_PIXELS = 16384 * 28 * 28  # 12 845 056
-MAX_FILE = 2**28  # 256 MiB: a larger image file is refused before it is read
-_pil = threading.Lock()  # a caller's PIL image: two threads decoding one lazily opened image corrupt it
-
-
 def load(image) -> Image.Image:
-    """A PIL image from a path, bytes or a PIL image, decoded now; ValueError names what cannot be read: a
-    file over MAX_FILE bytes, or an image over twice pillow's MAX_IMAGE_PIXELS (its own limit, quietly: an
-    image within it is decoded and downscaled to the budget, without pillow's warning)."""
+    """A PIL image of a path, bytes or PIL image, decoded now; ValueError if unreadable or over MAX_FILE."""
     if isinstance(image, Image.Image):
         return image
     name = str(image) if isinstance(image, (str, Path)) else f"<{len(image)} bytes>"
@@ -123,17 +112,16 @@ def load(image) -> Image.Image:
             raise ValueError(f"{size:,} bytes, more than the {MAX_FILE:,} an image file may hold")
         data = Path(image).read_bytes() if isinstance(image, (str, Path)) else bytes(image)
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the budget downscales it
             img = Image.open(io.BytesIO(data))
             img.load()  # decode now, so a truncated file fails here
         return img
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:  # bomb: 2·MAX_IMAGE_PIXELS
         raise ValueError(f"cannot decode image {name}: {e}") from None
 
 
 def to_rgb(img: Image.Image) -> Image.Image:
-    """RGB from any mode, EXIF orientation applied: integer greyscale (I;16, I) scaled from 0..65535 when its
-    values fit there, else, like F, stretched min..max; alpha composited on white."""
+    """RGB, EXIF-rotated, alpha on white; I;16 and I scaled from 0..65535, else (and F) min..max."""
     img = ImageOps.exif_transpose(img)
     if img.mode.startswith("I;16") or img.mode in ("I", "F"):  # convert("RGB") would clip these to white
         a = np.asarray(img, dtype=np.float64)  # [h, w]
@@ -141,27 +129,22 @@ def to_rgb(img: Image.Image) -> Image.Image:
         lo, hi = (0.0, 65535.0) if fits else (a.min(), a.max())
         img = Image.fromarray(np.round((a - lo) * (255 / max(hi - lo, 1e-12))).clip(0, 255).astype(np.uint8))
     if img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info:
-        rgba = img.convert("RGBA")
-        img = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
+        img = Image.alpha_composite(Image.new("RGBA", img.size, (255, 255, 255, 255)), img.convert("RGBA"))
     return img.convert("RGB")
 
 
 def budget_size(size: tuple, max_pixels: int) -> tuple:
-    """(w', h') with w'·h' <= max_pixels, each >= 1: both sides of size = (w, h) scaled by
-    r = sqrt(max_pixels / (w·h)), rounded down; a side that would fall below 1 pixel stays 1 and the other
-    takes the rest of the budget (5000×1 at 1000 pixels: 1000×1)."""
+    """(w, h) = size scaled by sqrt(max_pixels / (w·h)), rounded down, sides >= 1 (5000×1 at 1000: 1000×1)."""
     w, h = size
     r = math.sqrt(max_pixels / (w * h))
     w2, h2 = max(1, int(w * r)), max(1, int(h * r))
-    if w2 * h2 > max_pixels:  # the shorter side was raised to 1 pixel: the longer one takes what is left
+    if w2 * h2 > max_pixels:  # the shorter side was raised to 1 pixel
         w2, h2 = (max_pixels // h2, h2) if w2 > h2 else (w2, max_pixels // w2)
     return w2, h2
 
 
 def encode_image(image, max_pixels: int = MAX_PIXELS) -> str:
-    """A "data:image/png;base64,..." URL of a path, bytes or PIL image: to_rgb, downscaled to at most
-    max_pixels keeping the aspect ratio, lossless PNG (the model sees the pixels it was given). A file or
-    bytes is encoded once for the n×m calls of a step (memoised by path, mtime and size, or by the bytes)."""
+    """A PNG data URL of a path, bytes or PIL image (to_rgb, budget_size), a file or bytes encoded once."""
     if not (_int(max_pixels) and max_pixels >= 1):
         raise ValueError(f"max_pixels must be an integer >= 1, got max_pixels={max_pixels!r}")
     if isinstance(image, (str, Path)):
@@ -192,19 +175,15 @@ def _png_url(img: Image.Image, max_pixels: int) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-# ----------------------------------------------------------------------------- messages
-
-
 def chat_messages(system: str, images: Sequence, text: str, max_pixels: int = MAX_PIXELS) -> list:
-    """[system, user]: the user message holds the images, then the text, so a prefix cache reuses the
-    images across calls; with no image it is a plain string (some llama.cpp chat formats drop a list)."""
-    if not images:
-        return [{"role": "system", "content": system}, {"role": "user", "content": text}]
-    urls = [{"type": "image_url", "image_url": {"url": encode_image(im, max_pixels)}} for im in images]
-    return [
-        {"role": "system", "content": system},
-        {"role": "user", "content": urls + [{"type": "text", "text": text}]},
-    ]
+    """[system, user]: images before text (a prefix cache), from the second each after "Image k:" (on
+    llama-server a cached [A][B][text] fails a later [A][text]: "Chunk not found"); no image: a string."""
+    content, part = text, lambda t: {"type": "text", "text": t}
+    if images:
+        url = lambda im: {"type": "image_url", "image_url": {"url": encode_image(im, max_pixels)}}
+        content = [p for k, im in enumerate(images, 1) for p in [part(f"Image {k}:")][: k - 1] + [url(im)]]
+        content.append(part(text))
+    return [{"role": "system", "content": system}, {"role": "user", "content": content}]
 
 
 def steps_text(steps: Sequence[str]) -> str:
@@ -213,10 +192,8 @@ def steps_text(steps: Sequence[str]) -> str:
 
 
 def role_first(name: str, state: verdict.State, note: str = "", images=None, max_pixels=MAX_PIXELS, **fields):
-    """The messages of role `name` (prompts/{name}.txt) about `state` (images: state's, or these), role
-    first: shared.txt's system message and question, the same bytes for every request of an item (a prefix
-    cache computes its image once), the role's instructions, `note` (what a judge mode adds) before the
-    previous steps, then the role's task filled from `fields`, the candidate last."""
+    """Role `name`'s messages about `state` (images: state's, or these): shared.txt's system and question (the
+    same bytes in every request of an item, for a prefix cache), instructions, `note`, steps, task(fields)."""
     role, shared = load_prompt(name), load_prompt("shared")
     steps = note + shared.render("steps", steps=steps_text(state.steps))
     parts = [shared.render("question", question=state.question), role["instructions"], steps]
@@ -224,15 +201,8 @@ def role_first(name: str, state: verdict.State, note: str = "", images=None, max
     return chat_messages(shared["system"], state.images if images is None else images, text, max_pixels)
 
 
-# ----------------------------------------------------------------------------- the endpoint
-
-MAX_WAIT = 60.0  # seconds; no retry waits longer, whatever Retry-After says
-DEFAULT_KEY_ENV = "OPENAI_API_KEY"
-
-
 class EndpointError(RuntimeError):
-    """The endpoint failed. `status`: the HTTP status, or None (no connection, a timeout, a malformed body);
-    `message`: the server's own message, the API key removed."""
+    """The endpoint failed: `status` (HTTP, or None: no connection, timeout, bad body) and its `message`."""
 
     def __init__(self, url: str, status: int | None, message: str):
         self.url, self.status, self.message = url, status, message
@@ -240,9 +210,7 @@ class EndpointError(RuntimeError):
 
 
 def api_key(name: str) -> str | None:
-    """$name without surrounding whitespace; None when unset or blank. ValueError, never showing a key, when
-    `name` is no variable's name (a key given in its place) or the key holds a character an HTTP header
-    cannot carry (a control character, or one outside Latin-1 such as a typographic quote)."""
+    """$name stripped, or None; ValueError (key unshown) if `name` is no name or the key no header value."""
     if not (isinstance(name, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)):
         raise ValueError(
             "the API key's variable must be a name such as OPENAI_API_KEY, not a key (not shown)"
@@ -254,15 +222,12 @@ def api_key(name: str) -> str | None:
 
 
 def shown_url(url: str) -> str:
-    """url as it may be shown or stored: its user information (user:password@, token@) and every query value
-    replaced by ***."""
-    url = re.sub(r"(?<=://)[^/@?#]*@", "***@", url)
-    return re.sub(r"([?&][^=&#]*=)[^&#]*", r"\1***", url)
+    """url as it may be shown or stored: user information (user:password@, token@) and query values ***."""
+    return re.sub(r"([?&][^=&#]*=)[^&#]*", r"\1***", re.sub(r"(?<=://)[^/@?#]*@", "***@", url))
 
 
 def shape_problem(body) -> str | None:
-    """None if body is a chat completion (non-empty "choices", each a message with string content), else
-    what is wrong."""
+    """None if body is a chat completion (choices, each a message with string content), else what is wrong."""
     choices = body.get("choices") if isinstance(body, dict) else None
     if not isinstance(choices, list) or not choices:
         return "response has no choices"
@@ -272,8 +237,7 @@ def shape_problem(body) -> str | None:
 
 
 def _requests():
-    """requests, imported by the first Endpoint: a module that reads prompts or images here posts nothing,
-    and imports no HTTP."""
+    """requests, imported by the first Endpoint: reading prompts or images here imports no HTTP."""
     import requests
 
     return requests
@@ -294,12 +258,8 @@ def _server_message(r) -> str:
 class Endpoint:
     """POST {base_url}/chat/completions with bounded retries: chat(messages, **params) -> the response.
 
-    Retries (at most `retries`, waiting backoff·2^attempt·U(0.5, 1), or Retry-After up to MAX_WAIT) only on
-    connection errors, timeouts, 429, 5xx and a 200 whose body is no chat completion; any other 4xx raises
-    EndpointError at once, with the server's message. Every request has `timeout`. The API key is read from
-    $api_key_env at each request, never kept or printed, and removed from every error. `session`: the
-    requests.Session it posts with (verdict_lab's client bounds a request's wall-clock time with its own);
-    `backoff` and `sleep`: how it waits between attempts."""
+    Retries (at most `retries`, waiting backoff·2^attempt·U(0.5, 1) or Retry-After up to MAX_WAIT) only
+    on connection errors, timeouts, 429, 5xx, a 200 that is no chat completion; no error shows the key."""
 
     def __init__(self, base_url: str, model: str, api_key_env=DEFAULT_KEY_ENV, timeout=120.0, retries=4):
         if not (_int(retries) and retries >= 0):
@@ -309,7 +269,7 @@ class Endpoint:
         api_key(api_key_env)  # a key no request can carry stops here, before any call
         self.base_url, self.model, self.api_key_env = base_url.rstrip("/"), model, api_key_env
         self.timeout, self.retries, self.backoff, self.sleep = timeout, retries, 0.5, time.sleep
-        self.session = _requests().Session()
+        self.session = _requests().Session()  # verdict_lab may swap session, backoff and sleep
 
     def chat(self, messages: list, **params) -> dict:
         """One chat completion; parameters set to None are not sent."""
@@ -328,18 +288,17 @@ class Endpoint:
         raise error
 
     def error(self, status: int | None, message: str) -> EndpointError:
-        """An EndpointError of this endpoint: the API key removed, then the message folded onto one line."""
+        """An EndpointError of this endpoint: the API key removed, the message on one line."""
         raw, url = os.environ.get(self.api_key_env, ""), shown_url(f"{self.base_url}/chat/completions")
         for k in sorted({k for k in (raw, raw.strip()) if k}, key=len, reverse=True):  # the longer one first
             url, message = url.replace(k, "***"), message.replace(k, "***")
         return EndpointError(url, status, one_line(message))
 
     def _attempt(self, payload: dict) -> tuple:
-        """One request: (body, None, None); (None, EndpointError, Retry-After or None) for a failure worth
-        retrying; EndpointError raised for one that retrying cannot help."""
+        """One request: (body, None, None), or (None, EndpointError, Retry-After) to retry; else it raises."""
         requests = _requests()
         try:
-            key = api_key(self.api_key_env)
+            key = api_key(self.api_key_env)  # read at each request, never kept
         except ValueError as e:  # the variable changed since __init__ checked it
             raise self.error(None, str(e)) from None
         url, headers = f"{self.base_url}/chat/completions", {"Authorization": f"Bearer {key}"} if key else {}
@@ -375,41 +334,24 @@ def text_of(response: dict, i: int = 0) -> str:
     return response["choices"][i]["message"]["content"]
 
 
-# ----------------------------------------------------------------------------- the judges' reply
-
-
 @dataclass(frozen=True)
 class Reply:
     """A reply format: what a judge asks its reply to be, and how it reads it (JSON here; verdict_lab.formats
-    has text and digit). line(reasons): the prompt's {reply}, the score alone or a reason and the score;
-    params(reasons): what the request adds (a schema in response_format); read(text, reasons, step): (ŝ,
-    the reason or ""), or ValueError saying why the reply holds no valid score; digit_at(text, step): where
-    the score's one-token digit is (for the weighted score; None: nowhere, or no such digit in the format),
-    step being the candidate, which a reply may quote; follow_up(reason): the message that asks once more;
-    max_tokens: (score alone, with a reason); follow_up_tokens: the follow-up's (None: the same)."""
+    has text and digit). `reasons`: a reason before the score; `step`: the candidate a reply may quote."""
 
     name: str
-    line: Callable[[bool], str]
-    params: Callable[[bool], dict]
-    read: Callable[[str, bool, str], tuple]
-    digit_at: Callable[[str, str], Any] | None
-    follow_up: Callable[[str], str]
-    max_tokens: tuple = (24, 256)
-    follow_up_tokens: int | None = None
-
-
-SCALE = "one digit from 0 to 9, where 0 means certainly wrong and 9 certainly right"
-JSON_SCORE_ONLY = 'Reply with one JSON object of this form, without explanation:\n{"score": <' + SCALE + ">}"
-JSON_EXPLAIN = 'Reply with one JSON object of this form:\n{"reason": "<why, in one or two sentences>", '
-JSON_EXPLAIN += '"score": <' + SCALE + ">}"
-REASON_CHARS = 200  # the longest "reason" the schema allows
-_FENCED = re.compile(r"(?s)\A\s*```(?:json)?\s*(.*?)\s*```\s*\Z")  # a reply wrapped in a ``` fence
+    line: Callable[[bool], str]  # line(reasons): the prompt's {reply}
+    params: Callable[[bool], dict]  # params(reasons): what the request adds
+    read: Callable[[str, bool, str], tuple]  # (text, reasons, step) -> (ŝ, reason or ""), or ValueError: why
+    digit_at: Callable[[str, str], Any] | None  # (text, step) -> where the one-token digit is; None: none
+    follow_up: Callable[[str], str]  # follow_up(why): the message that asks once more
+    max_tokens: tuple = (24, 256)  # (score alone, with a reason)
+    follow_up_tokens: int | None = None  # the follow-up's max_tokens (None: the same)
 
 
 def score_schema(reasons: bool = False) -> dict:
-    """The JSON reply's schema: {"score": an integer 0..9}, after {"reason": 1..REASON_CHARS characters} with
-    reasons. An integer, because llama.cpp's grammar enforces minimum/maximum on integers only; one digit,
-    one token in Qwen's and SmolLM2's tokenizers, so top_logprobs at that token hold the whole score."""
+    """{"score": an integer 0..9}, after a "reason" of 1..REASON_CHARS characters with reasons. An integer:
+    llama.cpp's grammar bounds integers only; one digit, one Qwen/SmolLM2 token: its top_logprobs hold all."""
     props = {"score": {"type": "integer", "minimum": 0, "maximum": 9}}
     if reasons:
         props = {"reason": {"type": "string", "minLength": 1, "maxLength": REASON_CHARS}, **props}
@@ -417,14 +359,12 @@ def score_schema(reasons: bool = False) -> dict:
 
 
 def response_format(name: str, schema: dict) -> dict:
-    """The request field asking for a reply under a JSON schema, as vLLM, SGLang, llama-server and the OpenAI
-    API accept it. A server may skip keywords it does not support: a 200 proves nothing, read every reply."""
+    """The field vLLM, SGLang, llama-server and OpenAI take for `schema`; some skip keywords: read replies."""
     return {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
 
 
 def json_score(text: str, reasons: bool = False, step: str | None = None) -> tuple:
-    """(d / 9, the reason) from {"reason": "...", "score": d}, d an integer 0..9 (a ```json fence allowed).
-    ValueError saying what is wrong otherwise (the follow-up tells the judge); never a clamp."""
+    """(d / 9, reason) of {"reason": "...", "score": d}, d in 0..9, ```json fence allowed; else ValueError."""
     try:
         reply = json.loads(_FENCED.sub(r"\1", text))
     except (ValueError, RecursionError):
@@ -462,10 +402,8 @@ def fence(step: str) -> str:
 
 
 def digit_probs(logprobs: Any, reply: Reply = JSON, step: str | None = None) -> np.ndarray:
-    """[10] the probability of each digit 0..9 among the top_logprobs of the score's digit token (found by
-    reply.digit_at in the text the tokens spell), as sent (not renormalised); a token holding more than the
-    digit (" 7") counts for its digit. All 0 without usable logprobs: not in the OpenAI shape, a logprob
-    that is no number <= 0, or digits whose probabilities sum above 1."""
+    """[10] each digit's probability, as sent, in the top_logprobs of the token at reply.digit_at (" 7" counts
+    for 7); all 0 without usable logprobs (not the OpenAI shape, a logprob > 0, digits summing above 1)."""
     p = np.zeros(10)  # [10]
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
     tokens = lambda c: all(isinstance(t, dict) and isinstance(t.get("token"), str) for t in c)
@@ -492,10 +430,8 @@ def digit_probs(logprobs: Any, reply: Reply = JSON, step: str | None = None) -> 
 
 
 def logprob_score(logprobs: Any, reply: Reply = JSON, step: str | None = None) -> float:
-    """The probability-weighted score Σ_d p(d)·d/9 at the score's digit, p = digit_probs renormalised over
-    the digits; NaN without usable logprobs. On llama-server, whose top_logprobs come before the grammar,
-    that is the distribution the grammar leaves where only a digit may come (provided the digits made the
-    list: digit_probs(...).sum() says how much they hold); vLLM masks before, and gives the same quantity."""
+    """Σ_d p(d)·d/9, p = digit_probs renormalised, or NaN: on llama-server (top_logprobs before the grammar)
+    the grammar's distribution at the digit, if the digits made the list; vLLM masks first, the same."""
     p = digit_probs(logprobs, reply, step)  # [10]
     return _weighted(p) if p.sum() > 0 else math.nan
 
@@ -505,9 +441,8 @@ def _weighted(p: np.ndarray) -> float:
 
 
 def ask(chat: Callable, msgs: list, read: Callable, follow_up: Callable, params: dict, retry=None) -> tuple:
-    """read(chat(msgs, **params)); if read raises ValueError, ask once more with the model's own reply and
-    follow_up(reason) appended (parameters `retry`, default params), and read that. Twice is the bound.
-    -> (value, or None when both replies were unreadable; the responses; the reasons they failed)."""
+    """read(chat(msgs, **params)); on ValueError, once more (params `retry`) with the reply and follow_up(why)
+    appended. -> (value, or None when both were unreadable; the responses; why they failed)."""
     responses, errors = [], []
     for attempt in range(2):
         response = chat(msgs, **(params if attempt == 0 else retry or params))
@@ -521,35 +456,24 @@ def ask(chat: Callable, msgs: list, read: Callable, follow_up: Callable, params:
     return None, responses, errors
 
 
-# ----------------------------------------------------------------------------- the roles
-
-STOP = ["\n\n", "\nStep "]  # one candidate = one step: it ends at a blank line or a new "Step" label
-SEED_STRIDE = 1000  # sampling seeds per reasoner seed (see Reasoner)
-
-
 def one_step(text: str) -> str:
-    """The first step of a reply: up to a blank line or a new "Step k" label, without its own label; "" for
-    an echo of the prompt's template line ("Final answer: <the option letter, or the value>"), no answer."""
+    """A reply's first step: up to a blank line or a new "Step k" label, without its label or any echo of the
+    template line "Final answer: <the option letter, or the value>" (an echoed system prompt ends with it)."""
     text = re.split(r"\n[ \t]*\n|\n(?=[ \t*_#]*step[ \t]*\d)", text.strip(), flags=re.I)[0]
-    text = re.sub(r"(?i)^[ \t*_#]*step[ \t]*\d+[ \t]*[:.)-][ \t*_]*", "", text).strip()
-    return "" if re.fullmatch(r"(?i)final answer\s*:\s*<[a-z][^<>]*\s[^<>]*>\.?", text) else text
+    text = re.sub(r"(?i)^[ \t*_#]*step[ \t]*\d+[ \t]*[:.)-][ \t*_]*", "", text)
+    return re.sub(r"(?im)^[ \t]*final answer\s*:\s*<[a-z][^<>\n]*\s[^<>\n]*>\.?[ \t]*$", "", text).strip()
 
 
 def sampling_seed(seed: int, i: int, n: int) -> int:
-    """The `seed` of reasoner seed `seed`'s i-th request of a step for n candidates: the server samples
-    choice j with seed + j, all inside [seed·SEED_STRIDE, (seed + 1)·SEED_STRIDE)."""
+    """The `seed` of reasoner seed `seed`'s i-th request of a step for n candidates (see Reasoner)."""
     return seed * SEED_STRIDE + i * n
 
 
 class Reasoner:
-    """The base reasoner: propose(state, n) -> n candidate next steps, for verdict.run.
+    """The base reasoner: propose(state, n) -> n candidate next steps (a request's choices), for verdict.run.
 
-    One request asks for n choices at the paper's T = 0.8 and top-p = 0.6, top_k sent (vLLM serving
-    Qwen2.5-VL otherwise applies its top_k = 1: identical candidates; None omits it). A candidate is one
-    step: it stops at STOP and one_step trims it. A server returning fewer choices (llama-cpp-python ignores
-    n) is asked for the rest, at most `max_topups` times (default n). Servers give choice j the seed
-    `seed + j`, so reasoner seed k owns [k·SEED_STRIDE, (k + 1)·SEED_STRIDE) and its i-th request of a step
-    sends sampling_seed(k, i, n): no two seeds or requests share one, and a state gives the same request."""
+    Choice j is sampled with seed + j: reasoner seed k owns [k·SEED_STRIDE, (k + 1)·SEED_STRIDE), and its i-th
+    request of a step sends sampling_seed(k, i, n), so no two requests share a seed."""
 
     def __init__(
         self,
@@ -557,10 +481,10 @@ class Reasoner:
         max_tokens=256,
         seed=0,
         *,
-        temperature=0.8,
-        top_p=0.6,
-        top_k=-1,
-        max_topups=None,
+        temperature=0.8,  # the paper's T = 0.8
+        top_p=0.6,  # and top-p = 0.6
+        top_k=-1,  # sent (None: not): vLLM serving Qwen2.5-VL otherwise applies top_k = 1, n identical steps
+        max_topups=None,  # requests for missing choices (llama-cpp-python ignores n); None: n
         layout=role_first,
     ):
         if not (math.isfinite(temperature) and temperature >= 0 and 0 < top_p <= 1):  # NaN fails too
@@ -590,14 +514,8 @@ class Reasoner:
 class Judge:
     """One frozen verification agent: judge(state, step) -> ŝ in [0, 1], or NaN (abstain).
 
-    Its prompt is prompts/{name}.txt, the candidate between <step> and </step>, last; temperature 0 and a
-    fixed seed. `reply` (JSON) is the reply asked for: the score alone, as the paper's agents give it, or
-    with reasons=True a reason first. A reply with no valid score is asked once more (ask), then the judge
-    abstains (NaN). With a one-token digit it asks for `top_logprobs` (0: none) and computes the weighted
-    score (logprob_score); ŝ is the sampled score, or with weighted=True the weighted one where the server
-    sent logprobs. A failed request raises EndpointError: an error, not an abstention. judgement gives ŝ and
-    the call's record (verdict.step keeps it); a judge mode adds a `note`, or lays out messages() itself and
-    calls score()."""
+    prompts/{name}.txt, the candidate last in <step></step>, temperature 0, a fixed seed; a failed request
+    raises EndpointError, not NaN. A judge mode adds a `note`, or lays out messages() and calls score()."""
 
     def __init__(
         self,
@@ -605,10 +523,10 @@ class Judge:
         name: str,
         *,
         reply: Reply = JSON,
-        reasons=False,
-        weighted=False,
+        reasons=False,  # a reason before the score (the paper's agents give the score alone)
+        weighted=False,  # ŝ = logprob_score where the server sent logprobs, else the sampled score
         max_tokens=None,
-        top_logprobs=20,
+        top_logprobs=20,  # asked for at a one-token digit; 0: none
         seed=0,
         layout=role_first,
     ):
@@ -620,8 +538,7 @@ class Judge:
             )
         self.client, self.name, self.reply, self.reasons = client, name, reply, reasons
         self.weighted, self.top_logprobs, self.seed, self.layout = weighted, top_logprobs, seed, layout
-        self.max_tokens = max_tokens or reply.max_tokens[reasons]
-        self.prompt = load_prompt(name)
+        self.max_tokens, self.prompt = max_tokens or reply.max_tokens[reasons], load_prompt(name)
 
     def __repr__(self) -> str:
         return f"Judge({self.name!r}, {self.reply.name}, reasons={self.reasons}, weighted={self.weighted})"
@@ -636,8 +553,7 @@ class Judge:
         return params, params if tokens is None else {**params, "max_tokens": tokens}
 
     def task(self, step: str) -> str:
-        """The judge's task about `step` as its request holds it (the candidate fenced, the reply line): the
-        text no other request of a step holds, in every layout."""
+        """The task about `step` as its request holds it: in any layout, the text no other request shares."""
         return self.prompt.render("task", step=fence(step), reply=self.reply.line(self.reasons))
 
     def messages(self, state: verdict.State, step: str, note: str = "") -> list:
@@ -653,10 +569,8 @@ class Judge:
         return dict(sampled=sampled, weighted=weighted, digit_share=share, reason=reason)
 
     def score(self, msgs: list, step: str) -> verdict.Judgement:
-        """ŝ from the reply to `msgs` (asked once more if it holds no valid score), with the call's record:
-        the judge, the reply format, the replies it took, "sampled" (what the reply said), "weighted"
-        (logprob_score) and "digit_share" (the digits' share of the score token's top_logprobs), each None
-        where there is none (all three when it abstained), and "reason" (None without a readable reply)."""
+        """ŝ of the reply to `msgs` (see ask), with the record: judge, format, replies, sampled, weighted,
+        digit_share (digit_probs(...).sum()), reason, each None where there is none (all four: abstained)."""
         read = lambda r: self._read(r, step)
         value, replies, _ = ask(self.client.chat, msgs, read, self.reply.follow_up, *self.params())
         value = value or dict(sampled=None, weighted=None, digit_share=None, reason=None)
@@ -679,10 +593,7 @@ def make_judges(client, **judge_kwargs) -> list:
 
 
 class Reviser:
-    """Revise on reject (after ReVISE's self-correction): revise(state, record) -> one revised step, for
-    verdict.run's `revise`, when no candidate passed. It shows the reasoner's model the best rejected
-    candidate, each judge's score of it and the reason of that call ("(no reason given)" for a score-only
-    reply), and asks for one step at temperature 0, a fixed seed. None when the reply holds no step."""
+    """Revise on reject (after ReVISE): one step rewriting the best rejected candidate, for verdict.run."""
 
     def __init__(self, client, judges: Sequence, max_tokens=256, seed=0, layout=role_first):
         self.client, self.judges, self.layout = client, judges, layout

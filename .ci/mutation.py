@@ -2,7 +2,9 @@
 that survived with the equivalent ones listed in docs/mutants.md.
 
     python .ci/mutation.py                # verdict.py against test_verdict.py ([tool.mutmut], pyproject.toml)
-    python .ci/mutation.py parsing        # score parsing (replies.py), answer extraction (harness/answers.py)
+    python .ci/mutation.py parsing        # reading replies (judges.py, formats.py), harness/answers.py
+    python .ci/mutation.py items          # .ci/mutmut-items.toml: the reading of benchmark files into items
+    python .ci/mutation.py tables         # .ci/mutmut-tables.toml: the numbers a summary shows
     python .ci/mutation.py --requirement mutmut  # a requirement (mutmut, ruff) of pyproject's test extras
 
 A mutant is named by its function and its mutated code (comments and runs of spaces dropped), which do
@@ -41,7 +43,7 @@ def mutmut(cwd: Path, *args: str) -> subprocess.CompletedProcess:
 
 def function_of(mutant: str) -> str:
     """'verdict.xǁConfigǁ__post_init____mutmut_7' -> 'verdict.Config.__post_init__';
-    'harness.answers.x_score__mutmut_3' -> 'harness.answers.score'."""
+    'verdict_lab.harness.answers.x_score__mutmut_3' -> 'verdict_lab.harness.answers.score'."""
     module, _, name = mutant.rpartition("__mutmut_")[0].rpartition(".")
     return module + "." + (".".join(name.split("ǁ")[1:]) if name.startswith("xǁ") else name[2:])
 

@@ -153,15 +153,36 @@ def test_live_section_against_a_simulated_server():
         spec, _ = llama_server.live_section(
             srv.url, "sim", 1, 2, (), 1, lambda: resets.append(1), speculate=True
         )
-    # the server started again before each mode's chains (BASE alone) and each speculation kind (3)
-    assert len(resets) == 4 and "started again (cold" in "\n".join(spec)
-    assert re.search(
-        r"`--speculate` on this server .*: VERDICT [\d.]+× base .*, with `--speculate` [\d.]+×", spec[-1]
+    # the server started again before each mode's chains (BASE alone), each speculation kind (3) and each
+    # layout's chains of the per-role tally (3)
+    assert len(resets) == 7 and "started again (cold" in "\n".join(spec)
+    assert any(
+        re.search(
+            r"`--speculate` on this server .*: VERDICT [\d.]+× base .*, with `--speculate` [\d.]+×", line
+        )
+        for line in spec
     )
+    per_layout = [line for line in spec if re.match(r"\| (per-role|shared|role-first) \| [\d,]+ \(", line)]
+    assert len(per_layout) == 3  # computed per chain and per step, median (min–max), each layout
+    roles = {
+        tuple(line.split(" | ")[:2]) for line in spec if re.match(r"\| \S+ \| (reasoner|visual) \|", line)
+    }
+    assert roles == {(f"| {lay}", role) for lay in ORDER for role in ("reasoner", "visual")}
     text = "\n".join(lines)
     assert list(res) == list(in_layouts((CONC,))) and "2 text question(s), 2 steps per chain" in text
     assert "| concurrent | shared |" in text and "| prompt tokens per step | computed by the server |" in text
     assert res[BASE].computed is not None and SEQ not in res
+
+
+def test_the_live_section_sends_each_question_its_image_when_the_server_takes_images(monkeypatch):
+    monkeypatch.setattr(llama_server, "server_props", lambda url: {"modalities": {"vision": True}})
+    with LoopbackServer(SimulatedServer(LatencyModel(time_scale=0.0), final_at=1)) as srv:
+        lines, _ = llama_server.live_section(srv.url, "sim", 1, 2, (), 2)
+        chats = srv.chats
+    images = [[p for p in c["messages"][1]["content"] if p["type"] == "image_url"] for c in chats]
+    assert chats and all(len(i) == 1 for i in images)  # every request, its question's one image
+    assert len({i[0]["image_url"]["url"] for i in images}) == 2  # two questions, two images
+    assert "2 question(s), each with its own 448×448 image in every request" in "\n".join(lines)
 
 
 def test_start_server_reads_the_url_and_pid_and_stop_server_stops_it(monkeypatch):

@@ -8,10 +8,15 @@ import io
 import json
 
 import os
+import types
+
+import numpy as np
 import pytest
 from PIL import Image
 
-from verdict_lab.harness import answers, benchmarks
+from judges import load as load_image
+from verdict_lab.harness import answers, benchmarks, items
+from verdict_lab.harness import tsv as tsv_mod
 
 
 def png(color, size=(8, 6)) -> bytes:
@@ -92,8 +97,9 @@ def test_tsv_reference_multi_image_and_malformed_rows(tmp_path):
         "Options:",
         "A. red",
         "B. blue",
-        "Please select the correct answer from the options above.",
+        "Please select the correct answer from the options above. ",  # VLMEvalKit's: a space, then "\n"
     ]
+    assert items[0].question.endswith("above. \n")
     assert [(s.row, s.reason.split(" (")[0]) for s in skipped] == [
         (6, "undecodable image"),
     ]
@@ -326,7 +332,7 @@ def test_mmmu_open_questions_and_placeholders(tmp_path):
         "Question: Compare <image 2> with <image 1>."
     )  # images.messages places them
     assert open_.options == (("A", "42"), ("B", "Other Answers")) and open_.answer == "A"
-    assert open_.question == "Question: What is the area of <image 1>?"
+    assert open_.question == "Question: What is the area of <image 1>?\n"
     assert f.skipped[0].reason == "the text names <image 3> but the row has 2 image(s)"
     plain = benchmarks.load(
         tsv(tmp_path / "Other.tsv", ["index", "question", "A", "B", "answer"], [["1", "q", "", "", "42"]])
@@ -372,6 +378,12 @@ def test_mathvista_rows(tmp_path):
     assert integer.value == answers.Value("integer", None, "", "float")
     assert by_text.answer == "nan"  # VLMEvalKit reads answer_option alone: a missing one is never right
     assert f.skipped[0].reason.startswith("choices must be a list literal")
+
+
+def test_a_mathvista_precision_of_no_decimals_is_kept(tmp_path):
+    row = ["1", b64(png("red")), "How long is AB?", "7", "free_form", "float", "", "", "0", "cm"]
+    f = benchmarks.load(tsv(tmp_path / "MathVista_MINI.tsv", MATHVISTA, [row]))
+    assert f.skipped == [] and f.items[0].value == answers.Value("float", 0, "cm", "int")
 
 
 @pytest.mark.parametrize(
@@ -502,7 +514,7 @@ def test_jsonl_rows_in_full(tmp_path):
     a, b, c = f.items
     assert a.options == (("A", "x"), ("B", "y")) and a.images == (png("blue"),)
     assert a.question == "Hint: h\nQuestion: q\nOptions:\nA. x\nB. y\n" + (
-        "Please select the correct answer from the options above."
+        "Please select the correct answer from the options above. \n"
     )
     assert a.fields == (
         ("question", "q"),
@@ -533,6 +545,17 @@ def test_jsonl_malformed_lines_and_images_say_why(tmp_path):
         (4, "not valid UTF-8 (byte 0xff)"),
         (5, f"image file not found: p.png (looked for {tmp_path / 'p.png'})"),
     ]
+
+
+def test_a_jsonl_image_of_64_characters_is_a_missing_file_and_a_longer_one_is_bad_base64(tmp_path):
+    ok = {"question": "q", "options": {"A": "x", "B": "y"}, "answer": "A"}
+    (tmp_path / "q.jsonl").write_text("".join(json.dumps({**ok, "image": "a" * n}) + "\n" for n in (64, 65)))
+    name, undecodable = benchmarks.load(str(tmp_path / "q.jsonl")).skipped
+    assert name.reason.startswith(
+        f"image file not found: {'a' * 64} (looked for {tmp_path / ('a' * 64)}; nor is it base64: "
+        "undecodable image (64 chars: "
+    )
+    assert undecodable.reason.startswith("undecodable image (65 chars: ")
 
 
 def test_decode_image_and_image_file(tmp_path):
@@ -601,3 +624,110 @@ def test_mathvista_missing_cells_and_bad_choices(tmp_path):
         (4, "choices must be a list literal of at most 26 options, got ''"),
         (5, f"choices must be a list literal of at most 26 options, got {many!r}"),
     ]
+
+
+def encoded(im: Image.Image, fmt: str, **kw) -> bytes:
+    buf = io.BytesIO()
+    im.save(buf, fmt, **kw)
+    return buf.getvalue()
+
+
+def test_images_reach_the_model_as_vlmevalkits_dump_image_leaves_them(tmp_path):
+    """dump_image's names decide the format (<index>.png; image_path's names, cut to them); a re-save that
+    changes no pixel a request carries keeps the file's own bytes; one VLMEvalKit cannot write (CMYK as PNG, a
+    name without an extension) is that row's error, as it fails VLMEvalKit's run; --original-images keeps
+    every image as it is."""
+    assert tsv_mod.dump_names(1, None) == [".png"] and tsv_mod.dump_names(2, None) == [".png"] * 2
+    assert tsv_mod.dump_names(3, "['a.jpg', 'b.PNG']") == [".jpg", ".PNG"]  # the third image is dropped
+    for n, cell, says in ((2, "a.jpg", "1 file"), (1, "['a.jpg', 'b.jpg']", "2 file"), (1, "", "empty")):
+        with pytest.raises(ValueError, match=says):
+            tsv_mod.dump_names(n, cell)
+    noise = np.random.default_rng(0).integers(0, 256, (6, 8, 3), dtype=np.uint8)  # flat colours survive JPEG
+    rgb = Image.fromarray(noise, "RGB")
+    plain, jpeg = encoded(rgb, "PNG"), encoded(rgb, "JPEG", quality=95)
+    assert items.dumped(jpeg, ".png") == (jpeg, False)  # as PNG: the same pixels, so the file's own bytes
+    clear = encoded(Image.new("RGBA", (8, 6), (200, 0, 0, 0)), "PNG")
+    sent, changed = items.dumped(clear, ".png")
+    assert (
+        changed and sent == items.vlmeval_resave(clear, ".png") and Image.open(io.BytesIO(sent)).mode == "RGB"
+    )
+    assert items.dumped(jpeg, ".jpg") == (items.vlmeval_resave(jpeg, ".jpg"), True)  # quality 75: new pixels
+    cmyk = encoded(Image.new("CMYK", (8, 6), (0, 50, 100, 0)), "JPEG")
+    head = ["index", "image", "image_path", "question", "A", "B", "answer"]
+    three = repr([b64(plain), b64(jpeg), b64(clear)])
+    rows = [
+        ["1", b64(cmyk), "1.png", "q", "x", "y", "A"],
+        ["2", three, "['2_1.jpg', '2_2.png']", "q", "x", "y", "A"],
+    ]
+    rows += [["3", b64(plain), "", "q", "x", "y", "A"], ["4", b64(plain), "noext", "q", "x", "y", "A"]]
+    f = benchmarks.load(tsv(tmp_path / "BLINK.tsv", head, rows))
+    tail = "so its run of this file fails; --original-images sends the file's own bytes"
+    assert [(s.row, s.reason) for s in f.skipped] == [
+        (
+            2,
+            "VLMEvalKit's dump_image cannot write this image as .png (cannot write mode CMYK as PNG), "
+            + tail,
+        ),
+        (4, "image_path is empty, which VLMEvalKit's toliststr cannot read (its run fails)"),
+        (
+            5,
+            "VLMEvalKit's dump_image cannot write this image as a name without extension "
+            f"(unknown file extension ''), {tail}",
+        ),
+    ]
+    [two] = f.items
+    assert two.images == (items.vlmeval_resave(plain, ".jpg"), jpeg)  # JPEG'd; PNG'd (unchanged); dropped
+    assert f.reading()["as_vlmevalkit"] == {
+        "images": "dump_image",
+        "prompt": "build_prompt",
+        "resaved": ["2"],
+    }
+    own = benchmarks.load(str(tmp_path / "BLINK.tsv"), inputs=items.Inputs(original_images=True))
+    assert [it.images for it in own.items] == [(cmyk,), (plain, jpeg, clear), (plain,), (plain,)]
+    assert not own.skipped
+
+
+def test_an_image_known_to_survive_the_re_save_is_not_re_saved(monkeypatch):
+    """A PNG of an RGB, L or 1 image, without transparency or an EXIF rotation, keeps its pixels through
+    dump_image's PNG: dumped neither re-saves nor decodes it again (given its image). Any other is re-saved
+    and compared."""
+    calls = []
+    resave = items.vlmeval_resave
+    monkeypatch.setattr(items, "vlmeval_resave", lambda d, e: calls.append(e) or resave(d, e))
+    noise = np.random.default_rng(1).integers(0, 256, (6, 8, 3), dtype=np.uint8)
+    kept = [encoded(Image.fromarray(noise, "RGB"), "PNG")]
+    kept += [
+        encoded(Image.fromarray(noise[..., 0], "L"), "PNG"),
+        encoded(Image.fromarray(noise[..., 0]).convert("1"), "PNG"),
+    ]
+    for data in kept:
+        image = load_image(data)
+        monkeypatch.setattr(items, "load_image", lambda *a: pytest.fail("decoded again"))
+        assert items.dumped(data, ".png", image) == (data, False) and calls == []
+        monkeypatch.setattr(items, "load_image", load_image)
+        assert items.dumped(data, ".PNG") == (data, False) and calls == []  # dump_image's save lowers it too
+    ex = Image.Exif()
+    ex[0x0112] = 1  # an orientation that rotates nothing: the cheap path still holds
+    upright = encoded(Image.fromarray(noise, "RGB"), "JPEG", exif=ex.tobytes())
+    assert items.dumped(upright, ".png") == (upright, False) and calls == []
+    ex[0x0112] = 6  # rotated by the original's tag, not by the PNG's: other pixels
+    turned = encoded(Image.fromarray(noise, "RGB"), "JPEG", exif=ex.tobytes())
+    keyed = encoded(Image.fromarray(noise, "RGB"), "PNG", transparency=tuple(int(v) for v in noise[0, 0]))
+    assert items.dumped(turned, ".png")[1] and calls == [".png"]
+    assert items.dumped(keyed, ".png") == (keyed, False) and calls == [".png"] * 2  # the key survives
+    assert items.Inputs.of_args(object()) == items.Inputs()
+    for a, b in ((True, False), (False, True)):
+        flags = types.SimpleNamespace(original_images=a, stripped_prompts=b)
+        assert items.Inputs.of_args(flags) == items.Inputs(a, b)
+
+
+def test_a_jsonl_prompt_is_vlmevalkits_unless_stripped(tmp_path):
+    path = tmp_path / "mine.jsonl"
+    path.write_text(json.dumps({"question": " q ", "options": {"A": "x", "B": "y"}, "answer": "A"}) + "\n")
+    [it] = benchmarks.load(str(path)).items
+    assert it.question.endswith("\nPlease select the correct answer from the options above. \n")
+    [it] = benchmarks.load(str(path), inputs=items.Inputs(stripped_prompt=True)).items
+    assert (
+        it.question
+        == "Question: q\nOptions:\nA. x\nB. y\nPlease select the correct answer from the options above."
+    )

@@ -1,6 +1,7 @@
 """Tests for verdict_lab/cache.py, the on-disk response cache: keys, integrity and format checks on opening,
 a file locked by another process, every failure a CacheError, and committed replies surviving SIGKILL."""
 
+import hashlib
 import json
 import os
 import signal
@@ -15,11 +16,12 @@ from PIL import Image
 from judges import chat_messages as messages
 from scripted import token_logprobs
 from verdict_lab.cache import Cache, CacheError, cache_key, stored
+from verdict_lab.client import Client
 from verdict_lab.formats import DIGIT, REPLIES
 from verdict_lab.loopback import chat_response
 
 
-def test_cache_key_hashes_images_and_covers_every_parameter_and_the_endpoint(png, tmp_path):
+def test_cache_key_hashes_images_and_covers_every_parameter_but_not_the_endpoint(png, tmp_path):
     msgs, url = messages("s", [png], "t"), "http://127.0.0.1:8000/v1"
     key = cache_key({"model": "m", "messages": msgs, "seed": 0}, url)
     assert key == cache_key(
@@ -30,7 +32,32 @@ def test_cache_key_hashes_images_and_covers_every_parameter_and_the_endpoint(png
     assert key != cache_key({"model": "m", "messages": messages("s", [other], "t"), "seed": 0}, url)
     for change in ({"seed": 1}, {"model": "n"}, {"n": 3}, {"temperature": 0.8}):
         assert key != cache_key({"model": "m", "messages": msgs, "seed": 0, **change}, url)
-    assert key != cache_key({"model": "m", "messages": msgs, "seed": 0}, "http://127.0.0.1:8001/v1")
+    # what the server computes is the model's answer to the request: the same server on another port (or
+    # behind another URL) is the same entry
+    for elsewhere in ("http://127.0.0.1:8001/v1", "http://gpu-3:8000/v1", None):
+        assert key == cache_key({"model": "m", "messages": msgs, "seed": 0}, elsewhere)
+    canon = json.dumps(
+        {"request": {"model": "m", "messages": [{"role": "user", "content": "hi"}]}},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    assert (
+        cache_key({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        == hashlib.sha256(canon.encode()).hexdigest()
+    )
+
+
+def test_the_same_server_on_another_port_answers_from_the_cache(loopback, tmp_path):
+    """Two ports, one model name and one cache: the request asked on the first port is answered from the cache
+    on the second, with no request sent (a server on another port computes the same); another model name is
+    another entry."""
+    first, second = loopback(lambda b, p: chat_response("one")), loopback(lambda b, p: chat_response("two"))
+    cache = Cache(tmp_path / "c.sqlite")
+    ask = lambda srv, m="default": Client(srv.url, m, cache=cache).chat([{"role": "user", "content": "hi"}])
+    assert ask(first)["choices"][0]["message"]["content"] == "one"
+    assert ask(second)["choices"][0]["message"]["content"] == "one"  # the entry of the same request
+    assert (len(first.chats), len(second.chats)) == (1, 0)
+    assert ask(second, "other")["choices"][0]["message"]["content"] == "two" and len(second.chats) == 1
 
 
 def test_cache_rejects_a_corrupt_file(tmp_path):
@@ -64,7 +91,7 @@ def test_cache_rejects_another_format_version_and_foreign_databases(tmp_path):
     Cache(path).close()
     with sqlite3.connect(path) as db:
         db.execute("UPDATE meta SET value='verdict-cache/0' WHERE name='format'")
-    with pytest.raises(CacheError, match=r"old\.sqlite.*verdict-cache/0.*verdict-cache/2"):
+    with pytest.raises(CacheError, match=r"old\.sqlite.*verdict-cache/0.*verdict-cache/3"):
         Cache(path)
     foreign = tmp_path / "foreign.sqlite"
     with sqlite3.connect(foreign) as db:

@@ -17,7 +17,8 @@ from judges import chat_messages as messages
 from scripted import scripted
 from verdict_lab import client as client_module
 from verdict_lab.cache import Cache, stored
-from verdict_lab.client import Client, InFlight, reported_cache
+from verdict_lab.client import Client, InFlight
+from verdict_lab.formats import reported_cache
 from verdict_lab.flags import Parser, add_endpoint_args, clients_from_args, key_warning
 from verdict_lab.formats import TEXT
 from verdict_lab.loopback import chat_response, user_text
@@ -342,18 +343,18 @@ def test_cache_hits_and_survives_a_restart(loopback, tmp_path, png):
     assert len(srv.chats) == 3
 
 
-def test_two_servers_with_the_same_model_name_never_share_cached_answers(loopback, tmp_path):
+def test_the_same_model_on_another_port_shares_cached_answers_and_another_model_does_not(loopback, tmp_path):
+    """The cache is keyed by what a server computes, the model and the request (cache.cache_key), not by its
+    URL: the same model name asked the same request on another port is answered from the cache."""
     first, second = (
         loopback(scripted(then="from the first server")),
         loopback(scripted(then="from the second server")),
     )
     cache = Cache(tmp_path / "c.sqlite")
-    ask = lambda srv: Client(srv.url, "default", cache=cache).chat([{"role": "user", "content": "hi"}])
+    ask = lambda srv, m="default": Client(srv.url, m, cache=cache).chat([{"role": "user", "content": "hi"}])
     assert ask(first)["choices"][0]["message"]["content"] == "from the first server"
-    assert ask(second)["choices"][0]["message"]["content"] == "from the second server"
-    assert (
-        ask(first)["choices"][0]["message"]["content"] == "from the first server"
-    )  # a hit, of its own server
+    assert ask(second)["choices"][0]["message"]["content"] == "from the first server"  # a hit
+    assert ask(second, "other")["choices"][0]["message"]["content"] == "from the second server"
     assert (len(first.chats), len(second.chats)) == (1, 1)
 
 

@@ -2,6 +2,7 @@
 reading that stays correct) and nothing computed lost. Each test drives one fault through the code a user
 runs: a loopback server started here, the commands' own entry points."""
 
+import csv
 import io
 import json
 import re
@@ -152,7 +153,7 @@ def test_an_image_file_too_large_to_read_is_refused_before_it_is_read(tmp_path, 
     [
         (["--trace", ""], "--trace: the path is empty"),
         (["--plot", ""], "--plot: the path is empty"),
-        (["--question", "Which side?"], "--question need a live model (--base-url)"),
+        (["--question", "Which side?"], "--question needs a live model (--base-url)"),
         (["--image", "x.png", "--choices", "A. l|B. r"], "--image and --choices need a live model"),
     ],
 )
@@ -242,9 +243,11 @@ def test_a_missing_image_named_without_a_dot_is_said_to_be_missing(tmp_path):
 
 def test_the_reasoners_echo_of_the_template_line_is_no_final_answer(loopback):
     template = "Final answer: <the option letter, or the value>"
-    srv = loopback(lambda body, path: chat_response([template, "Final answer: B"][: body.get("n", 1)]))
+    echo = "Reply with one line of the form:\n" + template  # the system prompt's end, echoed
+    replies = [template, echo, "Final answer: B"]
+    srv = loopback(lambda body, path: chat_response(replies[: body.get("n", 1)]))
     propose = judges.Reasoner(Client(srv.url, "m"))
-    assert propose(verdict.State("q"), 2) == ["", "Final answer: B"]
+    assert propose(verdict.State("q"), 3) == ["", "Reply with one line of the form:", "Final answer: B"]
     trace = verdict.run("q", lambda s, n: propose(s, 1), (), verdict.Config(n=1, max_steps=2))
     assert trace.stopped == "max_steps" and trace.answer is None  # the echo never ended the chain
 
@@ -394,3 +397,125 @@ def test_the_bench_refuses_a_bad_flag_in_one_line(argv, said, capsys):
         bench.main(argv)
     err = capsys.readouterr().err
     assert stop.value.code == 2 and said in err and err.count("\n") == 1
+
+
+# ----------------------------------------------------------------------------- evaluate's runs
+
+
+def evaluate_run(data, url, out, *flags) -> int:
+    from verdict_lab import evaluate
+
+    files = data if isinstance(data, list) else [data]
+    return evaluate.main(
+        [*(a for f in files for a in ("--data", str(f))), "--base-url", url, "--out", str(out), *flags]
+    )
+
+
+def test_two_data_files_of_one_vlmevalkit_dataset_are_refused_before_anything_runs(
+    tmp_path, loopback, capsys
+):
+    from test_benchmarks import tiny_tsv
+
+    srv = loopback(lambda body, path: chat_response("x"))
+    tiny = tiny_tsv(tmp_path)[0]
+    a, b = tmp_path / "MMStar.tsv", tmp_path / "MMStar_local.tsv"
+    a.write_bytes(open(tiny, "rb").read())
+    b.write_bytes(a.read_bytes())
+    assert evaluate_run([a, b], srv.url, tmp_path / "out", "--rules", "base") == 2
+    err = capsys.readouterr().err
+    assert "--data MMStar and MMStar_local are both VLMEvalKit's dataset 'MMStar'" in err
+    assert srv.chats == [] and not (tmp_path / "out" / "run.json").exists()
+
+
+def test_a_plan_too_large_to_hold_is_refused_before_the_run_is_pinned(tmp_path, loopback, capsys):
+    from test_evaluate import write_jsonl
+
+    srv = loopback(lambda body, path: chat_response("x"))
+    data = write_jsonl(tmp_path / "q.jsonl", n=2)
+    assert evaluate_run(data, srv.url, tmp_path / "out", "--seeds", "100000000", "--rules", "base") == 2
+    assert "200,000,000 chains (items × --seeds × methods), more than 10,000,000" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "run.json").exists() and srv.chats == []
+
+
+def test_a_run_whose_chains_all_fail_says_why_and_counts_no_answer_as_unanswered(tmp_path, loopback, capsys):
+    from test_evaluate import write_jsonl
+
+    srv = loopback(lambda body, path: (500, {"error": {"message": "image input is not supported"}}, {}))
+    data, out = write_jsonl(tmp_path / "q.jsonl", n=2), tmp_path / "out"
+    code = evaluate_run(data, srv.url, out, "--rules", "base", "--seeds", "1", "--retries", "0")
+    err = capsys.readouterr().err
+    assert (
+        code == 3 and "2 chain(s) ended in: EndpointError:" in err and "image input is not supported" in err
+    )
+    s = json.loads((out / "summary.json").read_text())
+    assert (
+        s["errors"]["causes"][0]["rows"] == 2
+        and "image input is not supported" in s["errors"]["causes"][0]["error"]
+    )
+    assert s["stats"]["base"]["extracted"]["unanswered"] == 0 and s["stats"]["base"]["unanswered_rate"] == 0
+    md = (out / "summary.md").read_text()
+    assert "**2 chain(s) ended in: EndpointError:" in md and "| 0/0/0/0/0/0 |" in md
+
+
+def test_a_file_with_no_vlmevalkit_name_gets_no_settings_heading(tmp_path, loopback):
+    from test_evaluate import script, write_jsonl
+
+    srv = loopback(script)
+    data, out = write_jsonl(tmp_path / "mine.jsonl", n=2), tmp_path / "out"
+    assert evaluate_run(data, srv.url, out, "--rules", "base", "--seeds", "1", "--judge-format", "text") == 0
+    md = (out / "summary.md").read_text()
+    assert "mine (%, all seeds):" in md and "setting vanilla" not in md and "split none" not in md
+
+
+def test_kept_rows_take_their_items_line_after_the_file_is_reordered(tmp_path, loopback):
+    from test_evaluate import rows_of, script, write_jsonl
+
+    srv = loopback(script)
+    data, out = tmp_path / "q.jsonl", tmp_path / "out"
+    write_jsonl(data, n=3)
+    flags = ("--rules", "base", "--seeds", "1", "--judge-format", "text")
+    assert evaluate_run(data, srv.url, out, *flags) == 0
+    lines = data.read_text().splitlines()
+    data.write_text("\n".join(lines[::-1]) + "\n")  # the same items, in the other order
+    n = len(srv.chats)
+    assert evaluate_run(data, srv.url, out, *flags) == 0 and len(srv.chats) == n  # nothing ran again
+    assert {r["id"]: r["row"] for r in rows_of(out)} == {"q0": 3, "q1": 2, "q2": 1}
+    (tsv,) = out.glob("*/seed0/*.tsv")
+    with open(tsv, newline="") as fh:
+        assert [r["id"] for r in csv.DictReader(fh, delimiter="\t")] == ["q2", "q1", "q0"]  # the file's order
+
+
+def test_a_sweeps_cost_counts_no_token_a_server_could_not_have_reported():
+    from verdict_lab.harness import sweep
+
+    for usage, tokens in (
+        ({"prompt_tokens": -1000, "completion_tokens": 5}, 5),
+        ({"prompt_tokens": 10**20}, 0),
+    ):
+        assert sweep._tokens({"choices": [], "usage": usage}) == tokens
+    assert sweep._tokens({"usage": {"prompt_tokens": True, "completion_tokens": 7}}) == 7
+
+
+def test_a_secret_in_the_base_url_never_reaches_the_run_directory(tmp_path, loopback, monkeypatch):
+    from test_evaluate import script, write_jsonl
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-in-the-path")
+    srv = loopback(script)
+    url = (
+        srv.url.replace("http://", "http://user:hunter2@").replace("/v1", "/sk-in-the-path/v1")
+        + "?key=s3cret"
+    )
+    data, out = write_jsonl(tmp_path / "q.jsonl", n=1), tmp_path / "out"
+    assert evaluate_run(data, url, out, "--rules", "base", "--seeds", "1", "--judge-format", "text") == 0
+    written = "".join(
+        p.read_text(errors="replace") for p in out.rglob("*") if p.is_file() and p.suffix != ".sqlite"
+    )
+    assert srv.chats and not any(s in written for s in ("hunter2", "s3cret", "sk-in-the-path"))
+    run = json.loads((out / "run.json").read_text())
+    assert (
+        run["settings"]["base_url"]
+        == srv.url.replace("http://", "http://***@").replace("/v1", "/***/v1") + "?key=***"
+    )
+    assert (
+        evaluate_run(data, url, out, "--rules", "base", "--seeds", "1", "--judge-format", "text") == 0
+    )  # resumes

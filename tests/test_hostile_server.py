@@ -18,7 +18,8 @@ from verdict_lab import evaluate
 import verdict
 import judges
 from verdict_lab.cache import Cache, CacheError, cache_key
-from verdict_lab.client import Client, reported_cache, reported_usage, total_usage
+from verdict_lab.client import Client, total_usage
+from verdict_lab.formats import reported_cache, reported_usage
 from verdict_lab.formats import TEXT
 from judges import EndpointError, Reasoner, make_judges
 from verdict_lab.loopback import chat_response
@@ -251,9 +252,7 @@ def test_a_reply_within_the_timeout_is_not_cut_and_the_connection_is_reused(loop
 def test_cache_key_takes_a_lone_surrogate_and_keeps_every_other_key():
     payload = {"model": "m", "messages": [{"role": "user", "content": "caf\u00e9 \U0001f600"}]}
     # the key of ordinary text is unchanged: sha256 of the canonical JSON's plain UTF-8
-    canon = json.dumps(
-        {"endpoint": "e", "request": payload}, sort_keys=True, separators=(",", ":"), ensure_ascii=False
-    )
+    canon = json.dumps({"request": payload}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     assert cache_key(payload, "e") == hashlib.sha256(canon.encode()).hexdigest()
     lone = {"model": "m", "messages": [{"role": "user", "content": "a\ud800b"}]}
     other = {"model": "m", "messages": [{"role": "user", "content": "a\udc00b"}]}

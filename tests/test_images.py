@@ -215,7 +215,7 @@ def test_images_come_first_unless_the_question_names_them():
     t = lambda s: {"type": "text", "text": s}
     expected = [
         {"role": "system", "content": "sys"},
-        {"role": "user", "content": [r, b, t("Question:\nIs it red?")]},
+        {"role": "user", "content": [r, t("Image 2:"), b, t("Question:\nIs it red?")]},
     ]
     assert chat_messages("sys", (red, blue), "Question:\nIs it red?") == expected
     placed = lambda text, q, images=(red, blue): layouts.placed(sheet(text))(

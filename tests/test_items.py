@@ -7,6 +7,7 @@ import base64
 import csv
 import io
 import json
+from collections import defaultdict
 
 import pytest
 from PIL import Image
@@ -14,7 +15,7 @@ from PIL import Image
 from verdict_lab.harness import benchmarks, tsv
 from verdict_lab.harness.answers import Value
 from verdict_lab.harness.cells import mangle
-from verdict_lab.harness.items import build_question, decode_image, make_item
+from verdict_lab.harness.items import Inputs, build_question, decode_image, make_item
 
 
 def png(color) -> bytes:
@@ -107,15 +108,16 @@ def test_images_held_once_for_kept_rows_and_scanned_only_as_far_as_needed(tmp_pa
     red, blue = b64(png("red")), b64(png("blue"))
     rows = [[str(i), im, "q", "x", "y", "A"] for i, im in enumerate([red, "4", "1", blue, "1"], 1)]
     path = write(tmp_path / "H.tsv", ["index", "image", "question", "A", "B", "answer"], rows)
-    images = tsv._TsvImages(path, ["index", "image"], "H", False)
+    images = tsv._TsvImages(path, ["index", "image"], "H", False, Inputs())
     with open(path, "rb") as fh:
         records = list(tsv._records(fh))[1:]
     for k in (0, 1):
         images.note(records[k][3][0], records[k][1], records[k][2])
-    assert images.of_cell("4", True) == (png("blue"),)
+    assert images.of_cell("4", True, "2") == (png("blue"),)
     assert sorted(images.at) == ["1", "2", "3", "4"]  # the scan ahead stopped at row 4
-    assert images.held == {"4": (png("blue"),)}  # a kept row's reference is held
-    assert images.of_cell("1", False) == (png("red"),) and images.of_cell(red, True) == (png("red"),)
+    assert images.held == {"4": ((png("blue"), None),)}  # a kept row's reference is held, as bytes
+    assert images.of_cell("1", False, "3") == (png("red"),)
+    assert images.of_cell(red, True, "1") == (png("red"),)
     assert list(images.held) == ["4"]  # not for a row that is not kept, nor for an image given in full
     images.close()
     # through load: rows 3 and 5, both kept, share row 1's decoded image; row 1 holds its own
@@ -163,16 +165,23 @@ def test_mmmu_prompts_in_full_and_placeholders_only_for_mmmu(tmp_path):
     it = benchmarks.load(path).items[0]
     assert it.question == (
         "Hint: Look.\nQuestion: Which <image 1>?\nOptions:\nA. p\nB. q\n"
-        "Please select the correct answer from the options above."
+        "Please select the correct answer from the options above. \n"
     )
     # no option columns at all: an open question, A its answer, B "Other Answers"
     open_ = write(tmp_path / "MMMU_X.tsv", ["index", "question", "answer"], [["1", "How many?", "42"]])
     it = benchmarks.load(open_).items[0]
     assert (it.question, it.options, it.answer) == (
-        "Question: How many?",
+        "Question: How many?\n",
         (("A", "42"), ("B", "Other Answers")),
         "A",
     )
+    stripped = benchmarks.load(open_, inputs=Inputs(stripped_prompt=True)).items[0]
+    assert stripped.question == "Question: How many?" and stripped.options == it.options
+    row = defaultdict(lambda: None, {"question": "q", "A": "x", "B": "y", "answer": "A"})
+    assert tsv.question(row, ["A", "B"], "mcq", {})["question"].endswith(
+        "above. \n"
+    )  # VLMEvalKit's, by default
+    assert tsv.question(row, ["A", "B"], "mmmu", {}, True)["question"].endswith("above.")
     # another kind: the text's <image k> is not checked against the images
     other = write(
         tmp_path / "O.tsv",
@@ -269,6 +278,7 @@ def test_load_counts_and_says_why(tmp_path):
         "warnings": [],
         "scoring": {"setting": "vanilla", "macro": None, "kind": "mcq", "dtypes": {}},
         "limited": False,
+        "as_vlmevalkit": {"images": "original", "prompt": "build_prompt", "resaved": []},
     }
 
 
@@ -293,9 +303,15 @@ def test_make_item_checks_a_jsonl_row():
         None,
     )
     assert it.question == build_question("q", ok["options"], "h")
+    # VLMEvalKit's build_prompt, whitespace included; stripped: its lines joined, nothing after the last
     assert build_question("q", [("A", "x")]) == (
+        "Question: q\nOptions:\nA. x\nPlease select the correct answer from the options above. \n"
+    )
+    assert build_question("q", [("A", "x")], stripped=True) == (
         "Question: q\nOptions:\nA. x\nPlease select the correct answer from the options above."
     )
+    assert build_question("q", [], "h") == "Hint: h\nQuestion: q\n"
+    assert build_question("q", [], "h", stripped=True) == "Hint: h\nQuestion: q"
 
 
 def test_decode_image_reads_a_comma_only_in_a_data_url():

@@ -796,21 +796,6 @@ def test_a_mode_needs_the_note_placeholder_in_a_per_role_prompt(loopback, monkey
 # ----------------------------------------------------------------------------- live
 
 
-@pytest.mark.live
-def test_live_judge_modes(live_url):
-    """A real server, every mode on: real prior and fact-sheet calls, whatever the model makes of them."""
-    client = Client(live_url, "live", timeout=60.0, retries=1)
-    g = chain_of(client, JudgeMode(prior=True, premises=True, gate=True), max_tokens=48)
-    cfg = verdict.Config(n=1, max_steps=1)
-    question = "What is 2 + 3?\nA. 4\nB. 5"
-    trace = verdict.run(question, Reasoner(client, max_tokens=32), judges_in(g, max_tokens=32), cfg)
-    rec = g.record()
-    assert isinstance(rec["prior"], str) and rec["fact_sheet_status"] in ("ok", "retried", "degraded")
-    sheet_calls = {"ok": 1, "retried": 2, "degraded": 2}[rec["fact_sheet_status"]]
-    assert rec["extra_calls"] == 1 + sheet_calls + len(rec.get("gate", [])) and rec["extra_tokens"] > 0
-    json.dumps(replace(trace, meta={"judge_mode": rec}).to_dict(), allow_nan=False)
-
-
 # ----------------------------------------------------------------------------- --reasons
 
 

@@ -4,13 +4,14 @@ small files (one row per quirk), and how the summary shows them beside VLMEvalKi
 from dataclasses import replace
 
 from verdict_lab.harness import answers, benchmarks, quirks, tables
+from verdict_lab.harness.items import Inputs
 from verdict_lab.harness.rows import Method, Row
 from test_tables import context, fake_row
 
 
-def rows_of(path, replies, seed=0, method="base"):
+def rows_of(path, replies, seed=0, method="base", inputs=Inputs()):
     """Rows as evaluate.py writes them: each item's reply scored by answers.score."""
-    f = benchmarks.load(str(path))
+    f = benchmarks.load(str(path), inputs=inputs)
     out = []
     for item, reply in zip(f.items, replies):
         pred, how, correct = answers.score(item, reply)
@@ -22,10 +23,10 @@ def rows_of(path, replies, seed=0, method="base"):
     return f, out
 
 
-def summary_of(tmp_path, name, tsv, replies):
+def summary_of(tmp_path, name, tsv, replies, inputs=Inputs()):
     path = tmp_path / f"{name}.tsv"
     path.write_text(tsv, encoding="utf-8")
-    f, rows = rows_of(path, replies)
+    f, rows = rows_of(path, replies, inputs=inputs)
     ctx = context([name], ["base"], [0])
     ctx["reading"] = {name: f.reading()}
     return tables.summarize(rows, ctx)
@@ -48,12 +49,14 @@ def test_each_option_quirk_decides_its_row_by_hand(tmp_path):
     s = summary_of(tmp_path, "MMStar", MMSTAR, REPLIES)
     assert s["accuracy"]["base"]["MMStar"]["mean"] == 40.0  # VLMEvalKit: rows 4 and 5 of 5
     q = s["quirks"]["MMStar"]
-    assert q["rows"]["base"] == {"float_options": 1, "na_options": 1, "unstripped": 1, "z_answer": 1}
+    # every prompt ended as build_prompt ends it (an input quirk: it touched all 5 rows, decided none)
+    want = {"float_options": 1, "na_options": 1, "unstripped": 1, "z_answer": 1, "prompt_whitespace": 5}
+    assert q["rows"]["base"] == want
     assert q["corrected"]["base"]["MMStar"]["mean"] == 80.0  # rows 1, 2, 3 and 5
     md = tables.render(s)
-    quirk_cols = "| float_options | na_options | unstripped | z_answer |"
+    quirk_cols = "| float_options | na_options | unstripped | z_answer | prompt_whitespace |"
     assert "| Method | MMStar VLMEvalKit | MMStar corrected " + quirk_cols in md
-    assert "| base | 40.00 | 80.00 | 1 | 1 | 1 | 1 |" in md
+    assert "| base | 40.00 | 80.00 | 1 | 1 | 1 | 1 | 5 |" in md
     assert "- z_answer: " in md and "float_exact" not in md  # a quirk that decided no row is not shown
 
 
@@ -78,7 +81,7 @@ def test_each_mathvista_quirk_decides_its_row_by_hand(tmp_path):
 
 def test_no_quirk_no_section(tmp_path):
     tsv = "index\tquestion\tA\tB\tanswer\n1\tq\tred\tblue\tA\n2\tq\tred\tblue\tB\n"
-    s = summary_of(tmp_path, "MMStar", tsv, ["A", "blue and red"])
+    s = summary_of(tmp_path, "MMStar", tsv, ["A", "blue and red"], Inputs(stripped_prompt=True))
     assert s["quirks"] == {} and "corrected" not in tables.render(s)
 
 
@@ -164,7 +167,7 @@ def test_decided_and_tally_by_hand():
     reading = {"file": "MMStar.tsv"}
     z = {"A": "red", "B": "blue", "answer": "Z"}
     r = mc_row("MMStar", z, "A", True)  # the rules: A is read, not Z -> wrong; recorded right
-    assert quirks.decided(r, reading) == ([], True)
+    assert quirks.decided(r, reading, quirks.resaved_of(reading)) == ([], True)
     rows = [mc_row("MMStar", z, "no idea", True, id=i) for i in "ab"]
     counts, fixed = quirks.tally(rows, reading)
     assert counts == {"z_answer": 2} and [x.correct for x in fixed] == [False, False]
@@ -187,3 +190,26 @@ def test_no_reply_on_a_text_answer_reads_nothing_even_under_text_never():
     for answer in ("none", "XXXX"):
         r = mc_row("MathVista_MINI", {**MV, "answer_type": "text", "answer": answer}, None, False)
         assert quirks.hit(r, {"file": "MathVista_MINI.tsv"}, {"text_never"}) is False
+
+
+def test_input_quirks_are_counted_from_the_reading_and_keep_the_hit():
+    """resaved_images: the rows whose id the reading lists; prompt_whitespace: every row of a TSV whose
+    prompt build_question wrote (not CV-Bench's prompt column, MathVista's question cell, or a JSONL file),
+    unless --stripped-prompts. Neither changes a hit."""
+    sent = {"images": "dump_image", "prompt": "build_prompt", "resaved": ["2"]}
+    rows = [mc_row("BLINK", {"A": "x", "B": "y", "answer": "A"}, "A", True, id=i) for i in ("1", "2")]
+    reading = {"file": "BLINK.tsv", "scoring": {"kind": "mcq"}, "as_vlmevalkit": sent}
+    counts, fixed = quirks.tally(rows, reading)
+    assert counts == {"resaved_images": 1, "prompt_whitespace": 2} and [r.correct for r in fixed] == [
+        True,
+        True,
+    ]
+    assert quirks.resaved_of(reading) == {"2"} and quirks.resaved_of({}) == set()
+    assert quirks.inputs(rows[1], reading, {"2"}) == ["resaved_images", "prompt_whitespace"]
+    assert quirks.inputs(rows[1], reading | {"scoring": {"kind": "mmmu"}}, set()) == ["prompt_whitespace"]
+    assert quirks.inputs(rows[1], {"as_vlmevalkit": sent, "scoring": {"kind": "mcq"}}, set()) == []  # no file
+    stripped = reading | {"as_vlmevalkit": sent | {"prompt": "stripped"}}
+    assert quirks.tally(rows, stripped)[0] == {"resaved_images": 1}
+    for other in ({"file": "CV-Bench-2D.tsv", "scoring": {"kind": "cvbench"}}, {"file": "b.jsonl"}):
+        assert quirks.inputs(rows[0], other | {"as_vlmevalkit": sent}, {"1"}) == ["resaved_images"]
+    assert quirks.tally(rows, {"file": "BLINK.tsv"})[0] == {}  # a reading from before: nothing recorded

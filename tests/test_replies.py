@@ -1,6 +1,7 @@
 """Tests for reading a judge's reply (judges.py's JSON reply, verdict_lab/formats.py's text and digit replies)
 in each format (golden replies, with the reason for each expectation beside it), what the judge quotes of
-the candidate, the probability-weighted score, and a run's format with its fallback."""
+the candidate, the probability-weighted score, and a run's format with its fallback; the JSON object, the
+lone surrogates, the usage and timings any reply carries, and a reasoner's step."""
 
 import math
 import re
@@ -9,9 +10,22 @@ import warnings
 
 import pytest
 
-from judges import JSON, EndpointError, digit_probs, fence, json_score, logprob_score
+from judges import JSON, EndpointError, digit_probs, fence, json_score, logprob_score, one_step
 from scripted import token_logprobs
-from verdict_lab.formats import DIGIT, REPLIES, JudgeFormat, parse_score, unquote
+from verdict_lab.formats import (
+    DIGIT,
+    MAX_REPORTED,
+    REPLIES,
+    TEXT,
+    JudgeFormat,
+    json_object,
+    parse_score,
+    reason_of,
+    reported_cache,
+    reported_usage,
+    unquote,
+    whole_text,
+)
 
 nan = math.nan
 
@@ -283,6 +297,18 @@ def test_json_score_only_needs_no_reason():
     assert json_score('{"score": 7}') == (pytest.approx(7 / 9), "")  # score alone is the default
 
 
+def test_json_score_names_a_long_score_in_forty_characters():
+    with pytest.raises(ValueError, match=re.escape('an integer from 0 to 9, got "' + "x" * 39 + "...") + "$"):
+        json_score('{"score": "' + "x" * 60 + '"}')
+
+
+def test_json_score_reads_a_lone_surrogate_in_the_reason_as_the_replacement_character():
+    assert json_score('{"reason": " ok \\ud800 ", "score": 7}', reasons=True) == (
+        pytest.approx(7 / 9),
+        "ok \ufffd",
+    )
+
+
 def test_only_the_json_format_falls_back():
     refusal = EndpointError("http://127.0.0.1:9/v1/chat/completions", 400, "response_format is not supported")
     assert not JudgeFormat("text").fall_back(1, refusal) and not JudgeFormat("digit").fall_back(1, refusal)
@@ -331,3 +357,127 @@ def test_judge_format_names_are_checked():
     with pytest.raises(ValueError, match="'yaml'"):
         JudgeFormat("yaml")
     assert JudgeFormat("digit").record() == {"format": "digit", "format_used": "digit", "fallback": None}
+
+
+def test_digit_probs_read_a_digit_only_where_the_format_has_one():
+    lp = token_logprobs([("Score: ", {}), ("7", {"7": 0.6})])
+    assert digit_probs(lp, TEXT).tolist() == [0.0] * 10  # the unit scale's value is no one-token digit
+    assert digit_probs(lp, DIGIT).tolist() == pytest.approx([0, 0, 0, 0, 0, 0, 0, 0.6, 0, 0])
+
+
+def test_digit_probs_skip_alternatives_of_the_wrong_shape():
+    lp = token_logprobs([("Score: ", {}), ("7", {})])
+    lp["content"][1]["top_logprobs"] = [
+        "7",
+        {"token": 7, "logprob": -0.1},
+        {"token": "7", "logprob": math.log(0.6)},
+    ]
+    assert digit_probs(lp, DIGIT).tolist() == pytest.approx([0, 0, 0, 0, 0, 0, 0, 0.6, 0, 0])
+
+
+def digit_alternatives(logprobs: dict) -> dict:
+    """A digit reply "Score: 7" whose digit token has these {alternative: logprob} as sent."""
+    lp = token_logprobs([("Score: ", {}), ("7", {})])
+    lp["content"][1]["top_logprobs"] = [{"token": t, "logprob": v} for t, v in logprobs.items()]
+    return lp
+
+
+def test_digit_probs_take_every_logprob_from_minus_1e300_to_0_and_nothing_above():
+    # 0 is a probability of 1; -1e300 one of 0 (beside another digit); any logprob above 0 spoils the lot
+    assert digit_probs(digit_alternatives({"7": 0.0}), DIGIT).tolist() == [0, 0, 0, 0, 0, 0, 0, 1.0, 0, 0]
+    kept = digit_probs(digit_alternatives({"7": math.log(0.6), "3": -1e300}), DIGIT)
+    assert kept.tolist() == pytest.approx([0, 0, 0, 0, 0, 0, 0, 0.6, 0, 0])
+    for above in (1e-7, 0.5):
+        assert digit_probs(digit_alternatives({"7": above}), DIGIT).tolist() == [0.0] * 10
+
+
+def test_digit_probs_summing_to_at_most_one_plus_1e_6_are_kept():
+    # 0.5 and 0.5 + 1e-6 - 0.5 add up to 1 + 1e-6 exactly in floating point: the rounding the check allows
+    at_most = digit_alternatives({"7": math.log(0.5), "3": math.log(1 + 1e-6 - 0.5)})
+    assert digit_probs(at_most, DIGIT).sum() == 1 + 1e-6
+    assert (
+        digit_probs(digit_alternatives({"7": math.log(0.6), "3": math.log(0.6)}), DIGIT).tolist()
+        == [0.0] * 10
+    )
+
+
+# ----------------------------------------------------------------------------- the reason, a JSON object
+
+
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("  The cup is red.\nScore: 0.8", "The cup is red."),
+        (
+            "First look.\nScore: 0.2\nOn reflection it is fine.\nScore: 0.9 ",
+            "First look.\nScore: 0.2\nOn reflection it is fine.",
+        ),
+        ("  no score line at all \n", "no score line at all"),  # the reply whole, stripped
+    ],
+)
+def test_reason_of_is_the_prose_before_the_last_score_line(text, reason):
+    assert reason_of(text) == reason
+
+
+@pytest.mark.parametrize(
+    "text, obj",
+    [
+        ('{"boxes": [1, 2]}', {"boxes": [1, 2]}),  # from the first character
+        ('x {"a": 1}y', {"a": 1}),  # to the last "}", nothing after it
+        ('Here it is:\n```json\n{"a": {"b": 1}}\n```\nDone.', {"a": {"b": 1}}),  # first "{" to last "}"
+    ],
+)
+def test_json_object_is_read_from_the_first_brace_to_the_last(text, obj):
+    assert json_object(text) == obj
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("no object here", "no JSON object in the reply"),
+        ("a } then a {", "no JSON object in the reply"),  # the last "}" before the first "{"
+        (
+            "{oops}",
+            "invalid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
+        ),
+        ('{"a": 1', "no JSON object in the reply"),
+    ],
+)
+def test_json_object_says_why_there_is_none(text, why):
+    with pytest.raises(ValueError, match="^" + re.escape(why) + "$"):
+        json_object(text)
+
+
+def test_json_object_nested_too_deep_is_invalid_json_not_a_traceback():
+    with pytest.raises(ValueError, match="^invalid JSON: maximum recursion depth exceeded"):
+        json_object('{"a":' * 100_000 + "1" + "}" * 100_000)
+
+
+def test_whole_text_replaces_each_lone_surrogate_in_keys_values_and_lists():
+    reply = {"a\ud800": ["b\udfff c", {"d": "\ud83d"}], "n": 3, "none": None}
+    assert whole_text(reply) == {"a\ufffd": ["b\ufffd c", {"d": "\ufffd"}], "n": 3, "none": None}
+    assert whole_text("kept \U0001f600") == "kept \U0001f600"  # a pair is one character, no surrogate
+
+
+# ----------------------------------------------------------------------------- what a reply reports
+
+
+def test_reported_usage_is_zero_for_a_usage_of_the_wrong_shape():
+    zero = {"prompt_tokens": 0, "completion_tokens": 0}
+    assert reported_usage({}) == zero and reported_usage({"usage": "none"}) == zero
+    assert reported_usage({"usage": {"prompt_tokens": 3}}) == {"prompt_tokens": 3, "completion_tokens": 0}
+
+
+def test_reported_figures_of_zero_are_reported_not_missing():
+    r = {"usage": {"prompt_tokens_details": {"cached_tokens": 0}}, "timings": {"cache_n": 0, "prompt_ms": 0}}
+    got = reported_cache(r)
+    assert got["cached_tokens"] == 0 and got["cache_n"] == 0 and got["prompt_ms"] == 0.0
+    r = {"usage": {"prompt_tokens_details": {"cached_tokens": MAX_REPORTED}}}
+    assert reported_cache(r)["cached_tokens"] == MAX_REPORTED
+
+
+def test_a_reasoners_step_drops_its_echo_of_the_template_line():
+    echo = "Final answer: <the option letter, or the value>"
+    assert one_step(f"The cup is left.\n{echo}") == "The cup is left."
+    assert one_step(f"{echo}\nThe cup is left.") == "The cup is left."
+    assert one_step("The cup is left.\nFinal answer: A") == "The cup is left.\nFinal answer: A"  # a real one

@@ -47,6 +47,9 @@ def full_row() -> dict:
         "zoomed": 0,
         "extract_calls": 1,
         "extract_tokens": 30,
+        "reasoner_calls": 6,
+        "reasoner_tokens": 1400,
+        "judge_calls": 27,
         "input_digest": "0123456789abcdef0123456789abcdef",
         "input": {"index": "17", "category": "math"},
         "trace": {
@@ -82,10 +85,14 @@ def test_a_row_written_before_the_later_fields_reads_their_defaults():
         "zoomed",
         "extract_calls",
         "extract_tokens",
+        "reasoner_calls",
+        "reasoner_tokens",
+        "judge_calls",
     )
     old = {k: v for k, v in full_row().items() if k not in later}
     row = Row.from_json(old)
     assert (row.extra_calls, row.revisions, row.fact_sheet_status, row.extract_tokens) == (0, 0, None, 0)
+    assert (row.reasoner_calls, row.reasoner_tokens, row.judge_calls) == (0, 0, 0)
 
 
 @pytest.mark.parametrize(
@@ -182,6 +189,25 @@ def test_method_parse_and_str_round_trip(rule):
         ("verdict+plain", "is spelled 'verdict'"),  # one name per method: one row key
         ("verdict+premises,prior", "is spelled 'verdict+prior+premises'"),
         ("verdict+revise+revise", "judge mode 'revise'"),
+        ("bon0+last+key", "N must be an integer >= 1, got N=0"),
+        ("wbon-1+last+key", "N must be an integer >= 1, got N=-1"),
+        ("maj0", "N must be an integer >= 1, got N=0"),
+        ("beam0x3+last+key", "W must be an integer >= 1, got W=0"),
+        ("beam2x0+last+key", "E must be an integer >= 1, got E=0"),
+        ("bon8+median+key", "unknown aggregate 'median'; expected one of last, min, prod"),
+        ("bon8+last+prm", "unknown step_score 'prm'; expected one of key, mean, margin"),
+        ("beam2x3+last+nope+filter", "unknown step_score 'nope'"),
+        ("bon8+prod+key", "aggregate 'prod' needs a step score in [0, 1]"),
+        ("bon8+last", "a bon method is spelled like bon8+last+key"),
+        ("bon8", "a bon method is spelled like bon8+last+key"),
+        ("maj8+last+key", "a maj method is spelled like maj8"),
+        ("beam2x3+last+key+filter+filter", "a beam method is spelled like beam2x3+last+key"),
+        ("bon8+filter+last+key", "a bon method is spelled like"),
+        ("bon08+last+key", "is spelled 'bon8+last+key'"),
+        ("maj8+revise", "a maj method is spelled like maj8"),
+        ("bon", "a bon method is spelled like bon8+last+key"),
+        ("beam+last+key", "a beam method is spelled like beam2x3+last+key"),
+        ("bonus", "unknown rule 'bonus'"),
     ],
 )
 def test_method_parse_rejects_unknown_parts(name, said):
@@ -191,7 +217,7 @@ def test_method_parse_rejects_unknown_parts(name, said):
 
 
 def test_method_checks_its_parts():
-    with pytest.raises(ValueError, match="unknown rule 'median'; expected base or one of verdict, mean"):
+    with pytest.raises(ValueError, match="unknown rule 'median'; expected base, one of verdict, mean"):
         Method("median")
     with pytest.raises(ValueError, match="mode must be a JudgeMode, got 'zoom'"):
         Method("verdict", "zoom")
@@ -227,3 +253,64 @@ def test_a_rows_trace_is_checked_where_the_tables_read_it(totals, said):
     d["trace"] = {**d["trace"], "totals": totals}
     with pytest.raises(ValueError, match=re.escape(said)):
         Row.from_json(d)
+
+
+# ----------------------------------------------------------------------------- searches
+
+SEARCH_NAMES = [  # (name, the Method it reads as)
+    ("bon8+last+key", Method("bon", n=8, aggregate="last", step_score="key")),
+    ("wbon8+min+mean", Method("wbon", n=8, aggregate="min", step_score="mean")),
+    ("bon1+prod+raw-min", Method("bon", n=1, aggregate="prod", step_score="raw-min")),
+    ("maj8", Method("maj", n=8)),
+    ("beam2x3+last+key", Method("beam", width=2, expand=3, aggregate="last", step_score="key")),
+    (
+        "beam2x3+min+margin+filter",
+        Method("beam", width=2, expand=3, aggregate="min", step_score="margin", dual_filter=True),
+    ),
+]
+
+
+@pytest.mark.parametrize("name, method", SEARCH_NAMES)
+def test_a_search_method_has_one_spelling(name, method):
+    assert Method.parse(name) == method and str(method) == name
+    assert method.search and method.plain and method.judged == (method.rule != "maj")
+    assert (
+        method.answer == {"bon": "best", "wbon": "weighted", "maj": "majority", "beam": "best"}[method.rule]
+    )
+    assert method.size == (method.width if method.rule == "beam" else method.n)
+    assert not Method("verdict").search and Method("verdict").answer is None and Method("base").size is None
+
+
+def test_a_search_family_leaves_out_its_count():
+    assert [Method.parse(n).family for n, _ in SEARCH_NAMES] == [
+        "bonN+last+key",
+        "wbonN+min+mean",
+        "bonN+prod+raw-min",
+        "majN",
+        "beamWx3+last+key",
+        "beamWx3+min+margin+filter",
+    ]
+    assert Method.parse("bon2+last+key").family == Method.parse("bon16+last+key").family
+    assert Method.parse("verdict+zoom").family == "verdict+zoom"
+
+
+def test_a_search_takes_its_own_settings_only():
+    with pytest.raises(ValueError, match="verdict takes no n setting"):
+        Method("verdict", n=3)
+    with pytest.raises(ValueError, match="maj takes no aggregate setting"):
+        Method("maj", n=3, aggregate="last")
+    with pytest.raises(ValueError, match="bon takes no dual_filter setting"):
+        Method("bon", n=3, aggregate="last", step_score="key", dual_filter=True)
+    with pytest.raises(ValueError, match="a search runs plain judges"):
+        Method("bon", JudgeMode(zoom=True), n=3, aggregate="last", step_score="key")
+    with pytest.raises(ValueError, match="bon needs an aggregate and a step score"):
+        Method("bon", n=3)
+
+
+def test_a_search_rows_trace_is_a_search_record():
+    d = full_row() | {"method": "bon2+last+key"}
+    d["trace"] = {"format": "verdict-search/1", "chain": ["Final answer: B"], "totals": {"steps": 4}}
+    with pytest.raises(ValueError, match="totals 'abstentions' must be an integer >= 0, got None"):
+        Row.from_json(d)
+    d["trace"]["totals"] |= {"abstentions": 0, "judge_calls": 12}  # no fallbacks: a search has none
+    assert Row.from_json(d).method == Method("bon", n=2, aggregate="last", step_score="key")

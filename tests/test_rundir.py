@@ -46,7 +46,7 @@ def test_a_run_of_the_settings_shape_before_the_verifier_dict_is_refused_by_its_
     assert run_json["format"] == rundir.RUN_FORMAT == "verdict-eval-run/3"
     assert set(run_json["settings"]) == {
         *("model", "judge_model", "base_url", "judge_base_url", "verifier"),
-        *("extract_model", "extract_base_url", "shard"),
+        *("extract_model", "extract_base_url", "shard", "inputs"),
     }
     verifier = run_json["settings"]["verifier"]  # Settings.record() but what a run's methods vary
     assert verifier["n"] == 3 and verifier["judge_format"] == "json" and verifier["max_calls"] is None

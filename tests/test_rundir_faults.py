@@ -8,7 +8,6 @@ import errno
 import json
 import os
 import signal
-import subprocess
 import threading
 
 import pytest
@@ -17,7 +16,7 @@ from verdict_lab import evaluate
 from verdict_lab.loopback import chat_response, user_text
 from verdict_lab.layouts import role_of
 from verdict_lab.harness.rundir import RUN_FORMAT
-from test_demo import command, script_env
+from test_demo import start_script
 from test_evaluate import rows_of, run, script, write_jsonl
 
 BASE = ["--seeds", "1", "--rules", "base,verdict", "--max-steps", "3", "--judge-format", "text"]
@@ -312,13 +311,7 @@ def test_ctrl_c_is_one_line_exit_130_and_keeps_the_rows(tmp_path, loopback):
 
     srv, out = loopback(blocking), tmp_path / "out"
     args = ["--data", write_jsonl(tmp_path / "q.jsonl", n=4), "--base-url", srv.url, "--out", str(out), *BASE]
-    proc = subprocess.Popen(
-        [*command("verdict_lab.evaluate"), *args, "--concurrency", "1"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=script_env(),
-    )
+    proc = start_script("verdict_lab.evaluate", [*args, "--concurrency", "1"])
     try:
         assert reached.wait(120), "the run never reached the third item"
         proc.send_signal(signal.SIGINT)

@@ -14,7 +14,7 @@ import pytest
 
 from verdict_lab import search as S
 import verdict as V
-from verdict import Config, Judgement, Stop
+from verdict import Config, Judgement, State, Stop
 
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -219,6 +219,25 @@ def test_no_finished_chain_picks_nothing():
                              Config(lam=(1.0, 1.0), max_steps=2))  # fmt: skip
     search = S.best_of_n(traces)
     assert search.picked is None and search.answer is None and search.chains[0].stopped == "max_steps"
+    # what a reader is shown: the first chain with a step, as a budget-stopped chain shows its last step
+    assert (search.shown, search.chain, search.stopped) == (0, ["a", "b"], "max_steps")
+    empty = S.Search("best-of-n", "q", {}, (S.Chain((), "budget", None, NAN), search.chains[0]), None, {})
+    assert (empty.shown, empty.chain, empty.stopped) == (1, ["a", "b"], "max_steps")
+
+
+def test_answers_compared_by_their_canonical_form():
+    # "A", "(A)" and "B": as strings, three answers (best and weighted take B's 0.9, majority the earliest);
+    # read as options, A has two chains: weighted A (0.5 + 0.5 > 0.9), majority A; best is still B.
+    chains, judges = final_chains({"A": 0.5, "(A)": 0.5, "B": 0.9})
+    traces = S.sample_chains("q", chains, judges, 3, TWO)
+    canon = lambda a: a.strip("()")
+    assert [S.best_of_n(traces, "mean", answer=a).answer for a in S.ANSWERS] == ["B", "B", "A"]
+    assert [S.best_of_n(traces, "mean", answer=a, canon=canon).picked for a in S.ANSWERS] == [2, 0, 0]
+    propose = lambda state, n: ["Final answer: (A)", "Final answer: B", "Final answer: A"][:n]
+    beam = partial(S.beam_search, "q", propose, judges, 3, 1, TWO, step_score="mean", answer="weighted")
+    beam = partial(beam, canon=canon)
+    assert beam(dual_filter=False).answer == "(A)"  # all three kept; A's group sums 1.0 > 0.9
+    assert beam().answer == "B"  # the filter keeps B alone (the only one accepted)
 
 
 # ----------------------------------------------------------------------------- abstentions
@@ -415,8 +434,11 @@ def test_search_dict_golden():
         "chains",
         "depths",
         "picked",
+        "chain",
         "answer",
+        "stopped",
         "counts",
+        "totals",
     ]
     assert (
         d["format"] == "verdict-search/1"
@@ -441,6 +463,16 @@ def test_search_dict_golden():
     assert (
         d["chains"][2]["chain"] == ["b", "ba", "bab", "Final answer: D"] and d["chains"][2]["answer"] == "D"
     )
+    # as a verdict trace has them, of the shown (the picked) chain; totals: 5 proposals, 4 + 4 + 2 + 2 scored
+    assert d["chain"] == d["chains"][2]["chain"] and d["stopped"] == "final"
+    assert d["totals"] == {
+        "steps": 5,
+        "judge_calls": 24,
+        "abstentions": 0,
+        "chains": 3,
+        "finished": 3,
+        "expansions": 12,
+    }
     x = d["depths"][3][0]  # "Thus Final answer: B": 0.4 by both, rejected
     assert list(x) == [
         "candidate",
@@ -460,6 +492,7 @@ def test_search_dict_golden():
     assert json.loads(json.dumps(d, allow_nan=False)) == d
     b = S.best_of_n(S.sample_chains("q", *three_chains(), 3, TWO)).to_dict()
     assert b["method"] == "best-of-n" and b["depths"] == [] and b["settings"]["n"] == 3
+    assert b["totals"] == {"steps": 6, "judge_calls": 12, "abstentions": 0, "chains": 3, "finished": 3}
     assert json.loads(json.dumps(b, allow_nan=False)) == b
 
 
@@ -481,6 +514,24 @@ def test_judge_records_reach_the_trace_through_a_memo():
     assert x["calls"] == [{"reason": "Final answer: A ok"}] * 2
     # the two expansions are the same (state, step): each judge was called once
     assert [j.judge.calls for j in judges] == [1, 1] and search.counts["judge_calls"] == 4
+
+
+def test_a_memo_asks_a_key_once_across_threads_and_keeps_no_error():
+    calls, fail = [], [True]
+
+    def judge(state, step):
+        calls.append(step)
+        if fail.pop() if fail else False:
+            raise RuntimeError("the server failed")
+        return 0.4
+
+    memo = S.Memo(judge)
+    with pytest.raises(RuntimeError):
+        memo(State("q"), "s")
+    assert memo.calls == 0  # the error was not kept: the next call asks again
+    with ThreadPoolExecutor(4) as pool:  # each call finds the answer, or waits for the one being asked
+        said = list(pool.map(lambda _: memo(State("q"), "s"), range(8)))
+    assert said == [0.4] * 8 and calls == ["s", "s"] and memo.calls == 1
 
 
 # ----------------------------------------------------------------------------- prefix reuse and the memo
@@ -542,33 +593,27 @@ def test_a_memo_keys_unhashable_images_by_identity():
 # ----------------------------------------------------------------------------- search-and-learn
 
 
-def aggregate_scores(scores, agg_strategy):
-    """search-and-learn 6f81cac, src/sal/utils/score.py, verbatim."""
-    if agg_strategy == "min":
-        return min(scores)
-    elif agg_strategy == "prod":
-        return math.prod(scores)
-    elif agg_strategy == "last":
-        return scores[-1]
-    else:
-        raise ValueError(f"Invalid aggregation strategy: {agg_strategy}")
+# A stand-in with search-and-learn's call shape and rules, as read at 6f81cac: an output's step scores are
+# aggregated by the last, the least or their product (src/sal/utils/score.py); best-of-N takes, per question,
+# the output whose aggregate is largest (src/sal/search/best_of_n.py); weighted best-of-N, the answer whose
+# outputs' aggregates sum highest (src/sal/utils/math.py).
+AGGREGATE = {"last": lambda steps: steps[-1], "min": min, "prod": math.prod}
 
 
-def sal_best_of_n(problems, completions, prm, agg_strategy):
-    """src/sal/search/best_of_n.py after sampling: score, aggregate per completion, argmax."""
+def stand_in_best_of_n(problems, completions, prm, agg_strategy):
+    """(step scores, aggregates, the picked output per question) from prm.score's [question][output][step]."""
     scores = prm.score(problems, completions)
-    agg_scores = [[aggregate_scores(s, agg_strategy) for s in score] for score in scores]
-    pred = [completion[np.argmax(s)] for completion, s in zip(completions, agg_scores)]
-    return scores, agg_scores, pred
+    aggregates = [[AGGREGATE[agg_strategy](steps) for steps in outs] for outs in scores]
+    picked = [outs[int(np.argmax(a))] for outs, a in zip(completions, aggregates)]
+    return scores, aggregates, picked
 
 
-def find_answer_with_largest_sum(answers, scores):
-    """src/sal/utils/math.py, with the canonical form left out (the answers here are already canonical)."""
-    groups, first = {}, {}
+def largest_summed_answer(answers, scores):
+    """The answer whose scores sum highest (the first such answer on a tie)."""
+    total = {}
     for answer, score in zip(answers, scores):
-        groups[answer] = groups.get(answer, 0.0) + score
-        first.setdefault(answer, answer)
-    return first[max(groups, key=groups.get)]
+        total[answer] = total.get(answer, 0.0) + score
+    return max(total, key=total.get)
 
 
 # q1's outputs: out0 = steps (0.9, 0.8), out1 = (0.5, 0.85) (unanimous, step score mean);
@@ -590,9 +635,9 @@ def test_step_scorer_has_prm_scores_shape_and_search_and_learn_picks_with_it():
     # each step is judged given the question and the steps before it: 5 steps, 2 judges
     assert (0, ("a",), "Final answer: 1") in log and (1, (), "c") in log and len(log) == 5 * 2
     for agg, want in (("last", 1), ("min", 0), ("prod", 0)):
-        _, agg_scores, pred = sal_best_of_n(["q1", "q2"], SAL_OUTPUTS, prm, agg)
+        _, agg_scores, pred = stand_in_best_of_n(["q1", "q2"], SAL_OUTPUTS, prm, agg)
         assert pred == [SAL_OUTPUTS[0][want], "c\n\n"]
-    assert find_answer_with_largest_sum(["1", "2", "2"], [0.8, 0.5, 0.4]) == "2"
+    assert largest_summed_answer(["1", "2", "2"], [0.8, 0.5, 0.4]) == "2"
 
 
 def test_step_scorer_under_search_and_learns_beam_iterations_with_a_memo():

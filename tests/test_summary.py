@@ -71,6 +71,7 @@ GOLDEN = [
         "**1 of 30 chains (3.3%) ended in an error, above --max-error-rate 2.0%: the table counts "
         "them as wrong. Run the same command again to retry them.**"
     ),
+    "**1 chain(s) ended in: EndpointError: HTTP 500**",
     (
         "**the judges never gave a score in mean (every judge call abstained); check the judge "
         "model and --judge-format: their rows equal the reasoner's alone.**"
@@ -116,8 +117,9 @@ GOLDEN = [
     (
         "MMStar: rows that VLMEvalKit's quirks decided (chains, all seeds; docs/parity.md). "
         "VLMEvalKit's accuracy, as in the table, is the one comparable with published tables; the "
-        "corrected reading re-reads the same replies without the quirks (the prompts stayed "
-        "VLMEvalKit's)."
+        "corrected reading re-reads the same replies without the reading quirks; the quirks of "
+        "VLMEvalKit's inputs (re-saved images, the prompt's trailing space) changed what was sent, not how "
+        "it was read, so their rows keep their hits."
     ),
     "",
     (
@@ -158,14 +160,14 @@ GOLDEN = [
     ),
     (
         "| verdict+prior | 14.3% | 11.1% | 0.0% | 8.3% | 3.5 | 35 | 2.5 | 1.75 | 2.5 | 12 | 1.0 | "
-        "33.3% | 1.0 | 4 | 66.7% | 4/4/4 | 10/0/0/0/1/1 | 0.50 | 9/2/0 |"
+        "33.3% | 1.0 | 4 | 66.7% | 4/4/4 | 10/0/0/0/1/0 | 0.50 | 9/2/0 |"
     ),
     (
         "| mean | 0.0% | 100.0% | 0.0% | 0.0% | 3.5 | 35 | 2.5 | 1.75 | 0.0 | 0 | 0.0 | — | 0.0 | 0 "
         "| — | 0/0/0 | 5/0/0/0/1/0 | 0.00 | 6/0/0 |"
     ),
     "",
-    "MMStar, setting vanilla, split dev (%, all seeds):",
+    "MMStar, split dev (%, all seeds):",
     "",
     "| Column | base | verdict+prior | mean |",
     "|---|---|---|---|",
@@ -175,7 +177,7 @@ GOLDEN = [
     "| math | 50.00 | 100.00 | 100.00 |",
     "| ocr | — | — | — |",
     "",
-    "MMStar, setting vanilla, split test (%, all seeds):",
+    "MMStar, split test (%, all seeds):",
     "",
     "| Column | base | verdict+prior | mean |",
     "|---|---|---|---|",
@@ -194,14 +196,14 @@ GOLDEN = [
     "| circ_eval | 50.00 ±0.00 | 100.00 ±0.00 | — |",
     "| flip_circ_eval | 0.00 ±0.00 | 100.00 ±0.00 | — |",
     "",
-    "3DSRBench, setting vanilla, split none (%, all seeds):",
+    "3DSRBench, setting vanilla (%, all seeds):",
     "",
     "| Column | base | verdict+prior | mean |",
     "|---|---|---|---|",
     "| Overall | 50.00 | 100.00 | 0.00 |",
     "| height | 50.00 | 100.00 | 0.00 |",
     "",
-    "CV-Bench-2D, setting vanilla, split 2D (%, all seeds; Overall is the unweighted mean over source):",
+    "CV-Bench-2D, split 2D (%, all seeds; Overall is the unweighted mean over source):",
     "",
     "| Column | base | verdict+prior | mean |",
     "|---|---|---|---|",
@@ -289,7 +291,7 @@ PLAIN_STATS = [  # no judge mode ran: no mode columns, no mode note, no fact-she
     "| base | — | 0.0% | 0.0% | 0.0% | 10.0 | 100 | 10.0 | 1.00 | 4/0/0/0/0/0 | 0.00 | 4/0/0 |",
     "| verdict | 0.0% | 0.0% | 0.0% | 0.0% | 10.0 | 100 | 10.0 | 1.00 | 4/0/0/0/0/0 | 0.00 | 4/0/0 |",
     "",
-    "F, setting vanilla, split none (%, all seeds):",
+    "F (%, all seeds):",
     "",
     "| Column | base | verdict |",
     "|---|---|---|",
@@ -330,6 +332,7 @@ def test_empty_cells_errors_at_the_bar_and_two_silent_methods():
         "rows": 0,
         "rate": 0.0,
         "over": False,
+        "causes": [],
     }
     rows = [
         fake_row("F", 0, "base", True, id="1"),
@@ -337,12 +340,13 @@ def test_empty_cells_errors_at_the_bar_and_two_silent_methods():
     ]
     rows += [fake_row("F", 0, m, True, id=i, abstentions=9) for m in ("verdict", "mean") for i in "12"]
     s = tables.summarize(rows, context(["F"], ["base", "verdict", "mean"], [0], max_error_rate=1 / 6))
-    assert s["errors"] == {"rows": 1, "rate": 1 / 6, "over": False} and s["silent_judges"] == [
+    assert s["errors"] == {"rows": 1, "rate": 1 / 6, "over": False, "causes": [{"error": "E: x", "rows": 1}]}
+    assert s["silent_judges"] == [
         "verdict",
         "mean",
     ]
     assert (
-        tables.render(s).splitlines()[2].startswith("**the judges never gave a score in verdict, mean (every")
+        tables.render(s).splitlines()[3].startswith("**the judges never gave a score in verdict, mean (every")
     )
 
 
@@ -357,3 +361,16 @@ def test_two_files_quirk_sections_and_a_method_missing_from_a_split():
     s = {"methods": ["base", "verdict"], "variants": {}, "breakdown": {"F": [rec]}}
     s["reading"] = {"F": {"scoring": {"setting": "vanilla", "macro": None}}}
     assert tables._details(s, "F")[-1] == "| Overall | 50.00 | — |"
+
+
+def test_a_summary_written_before_errors_had_causes_renders_without_them():
+    # summary.json of the same format from before "causes" was recorded: the count is said, no causes
+    rows = [
+        replace(fake_row("F", 0, "base", False, id="1"), error="E: x"),
+        fake_row("F", 0, "base", True, id="2"),
+    ]
+    s = tables.summarize(rows, context(["F"], ["base"], [0], max_error_rate=0.1))
+    del s["errors"]["causes"]
+    lines = tables.render(s).splitlines()
+    assert lines[2].startswith("**1 of 2 chains (50.0%) ended in an error") and lines[3] == ""
+    assert not any("ended in:" in line for line in lines)

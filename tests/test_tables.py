@@ -134,7 +134,12 @@ def test_summary_arithmetic_by_hand():
     assert v["calls_per_item"] == (40 + 20 + 10 + 0 + 10 + 10) / 6 and v["tokens_per_item"] == 500 / 6
     assert v["extract_calls_per_item"] == 0  # fake rows keep only known keys; a missing count is 0
     assert b["fallback_rate"] is None and b["abstention_rate"] is None and b["unanswered_rate"] == 1 / 6
-    assert s["errors"] == {"rows": 1, "rate": 1 / 12, "over": False}
+    assert s["errors"] == {
+        "rows": 1,
+        "rate": 1 / 12,
+        "over": False,
+        "causes": [{"error": "EndpointError: x", "rows": 1}],
+    }
     # One seed: no std, shown without "±".
     one = tables.summarize([r for r in rows if r.seed == 0], context(["f", "g"], ["base"], [0]))
     assert one["accuracy"]["base"]["f"] == {"mean": 50, "std": None, "per_seed": [50]}
@@ -146,7 +151,8 @@ def test_error_rate_above_threshold_is_the_first_thing_said():
     rows = [fake_row("f", 0, "base", False, error="EndpointError: HTTP 500", id=i) for i in "ab"]
     rows.append(fake_row("f", 0, "base", True, id="c"))
     s = tables.summarize(rows, context(["f"], ["base"], [0], max_error_rate=0.5))
-    assert s["errors"] == {"rows": 2, "rate": 2 / 3, "over": True}
+    causes = [{"error": "EndpointError: HTTP 500", "rows": 2}]  # why, said under the count
+    assert s["errors"] == {"rows": 2, "rate": 2 / 3, "over": True, "causes": causes}
     lines = tables.render(s).splitlines()
     assert lines[2].startswith("**2 of 3 chains (66.7%) ended in an error, above --max-error-rate 50.0%")
     assert not tables.summarize(rows, context(["f"], ["base"], [0], max_error_rate=0.7))["errors"]["over"]
@@ -299,9 +305,10 @@ def test_splits_are_columns_and_acc_csv_is_vlmevalkits(tmp_path):
     ]
 
 
-def test_predictions_tsv_is_vlmevalkits_with_the_whole_output(tmp_path):
+def test_predictions_tsv_is_vlmevalkits_with_the_scored_text_and_the_chain(tmp_path):
     """VLMEvalKit's <model>_<data>.tsv (PRED_FORMAT=tsv, dump: every field quoted): the file's columns but the
-    image, then prediction, the chain's steps one per line (an error row: VLMEvalKit's failure message)."""
+    image, then prediction, the text that was scored (an error row: VLMEvalKit's failure message), then
+    verdict_chain, the chain's steps one per line."""
     totals = {"steps": 2, "fallbacks": 0, "abstentions": 0, "judge_calls": 18}
     chain = {"totals": totals, "chain": ["The cup is left.", "Final answer: A\tand more"]}
     rows = [
@@ -315,13 +322,13 @@ def test_predictions_tsv_is_vlmevalkits_with_the_whole_output(tmp_path):
     vlmeval_files.write_predictions(str(path), rows)
     assert (
         path.read_text().splitlines()[0]
-        == '"index"\t"question"\t"A"\t"B"\t"answer"\t"category"\t"prediction"'
+        == '"index"\t"question"\t"A"\t"B"\t"answer"\t"category"\t"prediction"\t"verdict_chain"'
     )
     with open(path, newline="") as fh:
         table = list(csv.reader(fh, delimiter="\t"))
-    assert table[1:] == [
-        ["1", "q1", "x", "y", "A", "math", "The cup is left.\nFinal answer: A\tand more"],  # the file's order
-        ["2", "q2", "x", "y", "A", "math", "Failed to obtain answer via API. (EndpointError: 500)"],
+    assert table[1:] == [  # the file's order
+        ["1", "q1", "x", "y", "A", "math", "A", "The cup is left.\nFinal answer: A\tand more"],
+        ["2", "q2", "x", "y", "A", "math", "Failed to obtain answer via API. (EndpointError: 500)", ""],
     ]
 
 
@@ -411,7 +418,7 @@ def test_runs_are_one_directory_per_model_method_and_seed_with_vlmevalkits_names
     ]
     with open(base / f"{m}-base_MathVista_MINI_exact_matching.tsv", newline="") as fh:
         table = list(csv.reader(fh, delimiter="\t"))
-    assert table[0][-3:] == ["prediction", "res", "log"]
+    assert table[0][-4:] == ["prediction", "verdict_chain", "res", "log"]
     assert [r[-2:] for r in table[1:]] == [["14", "Prefetch succeed"], ["", ""]]
     assert (base / f"{m}-base_MathVista_MINI_exact_matching_score.csv").read_text().splitlines() == [
         '"Task&Skill","tot","prefetch","hit","prefetch_rate","acc"',
@@ -420,6 +427,17 @@ def test_runs_are_one_directory_per_model_method_and_seed_with_vlmevalkits_names
         '"statistical reasoning","2","1","1","50.0","50.0"',
         '"figure question answering","2","1","1","50.0","50.0"',
     ]
+
+
+def test_causes_are_the_three_most_common_errors_ties_in_the_order_first_seen():
+    errors = ["E: d", "E: a", "E: b", "E: a", "E: c", "E: b", "E: a", "E: c"]  # a 3, b 2, c 2, d 1
+    rows = [fake_row("f", 0, "base", False, id=str(i), error=e) for i, e in enumerate(errors)]
+    assert tables.causes(rows) == [
+        {"error": "E: a", "rows": 3},
+        {"error": "E: b", "rows": 2},
+        {"error": "E: c", "rows": 2},
+    ]
+    assert tables.causes(rows, most=1) == [{"error": "E: a", "rows": 3}] and tables.causes(rows[:0]) == []
 
 
 def test_picture_bars_show_the_means(tmp_path):
@@ -440,6 +458,71 @@ def test_picture_bars_show_the_means(tmp_path):
     assert all(a[2][2] < b[2][0] for a, b in zip(bars, bars[1:]))  # left to right, never overlapping
     width, height = Image.open(tmp_path / "s.png").size
     assert height == 380 and bars[-1][2][2] < width - 190  # the legend's 190 pixels stay clear
+
+
+def test_compute_table_by_hand_and_only_with_a_search(tmp_path):
+    # one file, one seed, two items; per row (reasoner calls, tokens, judge calls):
+    #   base (1, 20, 0) and (1, 40, 0): Avg 50 (one right), tokens/item 30, judge calls/item 0
+    #   bon4+last+key (4, 100, 12) and (4, 140, 24): Avg 100, reasoner tokens/item 120, judge calls/item 18
+    cost = {"base": [(1, 20, 0), (1, 40, 0)], "bon4+last+key": [(4, 100, 12), (4, 140, 24)]}
+    right = {"base": (True, False), "bon4+last+key": (True, True)}
+    rows = [
+        replace(fake_row("f", 0, m, ok, id=str(i)), reasoner_calls=c, reasoner_tokens=t, judge_calls=j)
+        for m, per in cost.items()
+        for i, ((c, t, j), ok) in enumerate(zip(per, right[m]))
+    ]
+    ctx = context(["f"], list(cost), [0])
+    ctx["settings"] = {"model": "r", "judge_model": "j", "verifier": {"n": 3}}
+    s = tables.summarize(rows, ctx)
+    b, v = s["stats"]["base"], s["stats"]["bon4+last+key"]
+    assert (b["reasoner_tokens_per_item"], b["judge_calls_per_item"], b["reasoner_calls_per_item"]) == (
+        30,
+        0,
+        1,
+    )
+    assert (v["reasoner_tokens_per_item"], v["judge_calls_per_item"], v["reasoner_calls_per_item"]) == (
+        120,
+        18,
+        4,
+    )
+    assert v["fallback_rate"] is None  # a search has no fallback
+    assert tables._compute(s) == [
+        "",
+        "Accuracy against compute (compute.png). Avg accuracy (%, mean ± std over seeds) and, per item (one "
+        "item, one seed), the reasoner's tokens, the judges' calls, the reasoner's calls, all calls (each "
+        "counted whether the response cache answered it or not: the method's own cost) and the requests "
+        "sent (a request shared with an earlier method of the item is sent once, by the first). Searches: "
+        "bonN best-of-N, wbonN weighted best-of-N, majN majority vote, beamWxE beam search, then the chain "
+        "score's aggregate and the step score, +filter the dual test (docs/search.md); "
+        "VERDICT greedy, step by step, with n = 3.",
+        "",
+        "| Method | Avg | reasoner tokens/item | judge calls/item | reasoner calls/item | calls/item "
+        "| sent/item |",
+        "|---|---|---|---|---|---|---|",
+        "| base | 50.00 | 30 | 0.0 | 1.0 | 10.0 | 10.0 |",
+        "| bon4+last+key | 100.00 | 120 | 18.0 | 4.0 | 10.0 | 10.0 |",
+    ]
+    assert tables.compute_points(s) == [("base", 30, 0, 50, None), ("bon4+last+key", 120, 18, 100, None)]
+    # the panels (290 pixels wide, from x = 70 and 420) span 0-120 tokens and 0-20 judge calls (charts.nice)
+    at = {(k, m): xy for k, m, xy in tables.compute_picture(s, str(tmp_path / "c.png"))}
+    assert at[0, "base"][0] == 70 + 30 / 120 * 290 and at[0, "bon4+last+key"][0] == 70 + 290
+    assert at[1, "base"][0] == 420 and at[1, "bon4+last+key"][0] == 420 + 18 / 20 * 290
+    assert at[0, "base"][1] > at[0, "bon4+last+key"][1]  # 50 % below 100 %
+    plain = tables.summarize([r for r in rows if str(r.method) == "base"], context(["f"], ["base"], [0]))
+    assert tables._compute(plain) == [] and not tables.searched(plain) and tables.searched(s)
+
+
+def test_nice_axes_are_round_steps_that_hold_the_values():
+    from verdict_lab import charts
+
+    assert charts.nice(0, 120) == (0, 120, 20)
+    assert charts.nice(0, 18) == (0, 20, 5)
+    assert charts.nice(37.5, 80) == (30, 80, 10)
+    assert charts.nice(0, 0) == (0, 1, 0.2)  # one value: one unit around it
+    for lo, hi in ((0, 1234), (0.01, 0.02), (3, 97), (0, 61), (12, 12)):
+        a, b, step = charts.nice(lo, hi)
+        assert a <= lo and b >= hi and (b - a) / step <= 6 + 1e-9
+        assert math.isclose(round(a / step), a / step) and math.isclose(round(b / step), b / step)
 
 
 def test_breakdown_types_labels_as_pandas_and_abbreviates_as_report_acc():

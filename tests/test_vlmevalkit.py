@@ -4,11 +4,15 @@ verdict_lab.evaluate against the loopback server: every request carries the item
 MMMU), and the files a VLMEvalKit user expects are written."""
 
 import csv
+import io
 import json
 import re
 
+from PIL import Image
+
 from verdict_lab import evaluate
 from judges import encode_image
+from verdict_lab.harness.items import vlmeval_resave
 from verdict_lab.loopback import chat_response, user_text
 from verdict_lab.layouts import role_of
 from test_benchmarks import MATHVISTA, b64, png, tsv
@@ -210,9 +214,14 @@ def test_the_six_benchmarks_run_with_the_right_images_in_every_request(tmp_path,
         assert (run / name).read_text().startswith(head), f
     with open(run / "default-verdict_BLINK.tsv", newline="") as fh:
         table = list(csv.reader(fh, delimiter="\t"))
-    assert table[0] == ["index", "question", "A", "B", "C", "D", "answer", "category", "prediction"]
+    head = ["index", "question", "A", "B", "C", "D", "answer", "category", "prediction", "verdict_chain"]
+    assert table[0] == head
     assert [r[0] for r in table[1:]] == ["val_0", "val_1", "val_2"]
-    assert all("Final answer:" in r[-1] for r in table[1:])  # the whole output, not the text after it
+    rows = {(r["id"], r["method"]): r for r in map(json.loads, open(out / "results.jsonl"))}
+    for r in table[1:]:  # prediction: the text scored; verdict_chain: the chosen steps, one per line
+        row = rows[r[0], "verdict"]
+        assert r[-2] == row["prediction"] and "Final answer:" not in r[-2]
+        assert r[-1] == "\n".join(row["trace"]["chain"]) and r[-1].endswith("Final answer: " + r[-2])
     assert "3DSRBench: VLMEvalKit's four settings" in (out / "summary.md").read_text()
 
 
@@ -260,3 +269,67 @@ def test_mmmu_images_in_place_and_mathvista_values(tmp_path, loopback):
     }
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["columns"] == ["MMMU_DEV_VAL", "MathVista_MINI"]  # one split value: one column
+
+
+def rgba(colour=(200, 30, 30, 0)) -> bytes:
+    """An 8×6 RGBA PNG, fully transparent: VLMEvalKit's re-save drops the alpha (the colour shows), the
+    project's own reading composites it on white."""
+    buf = io.BytesIO()
+    Image.new("RGBA", (8, 6), colour).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def test_requests_carry_vlmevalkits_pixels_and_prompt_and_the_flags_the_files_own(tmp_path, loopback):
+    """By default an image reaches the model as dump_image leaves it (an RGBA PNG re-saved as RGB; a BLINK
+    image named .jpg by image_path re-encoded as JPEG) and the text as build_prompt writes it ("above. \\n");
+    each is a quirk the summary counts. --original-images and --stripped-prompts send the TSV's own bytes
+    and the stripped text, and run.json records which."""
+    head = ["index", "image", "question", "A", "B", "answer", "category"]
+    ms = tsv(tmp_path / "MMStar.tsv", head, [["1", b64(rgba()), "[MS-0] Clear?", "yes", "no", "A", "c"]])
+    bl_head = ["index", "image", "image_path", "question", "A", "B", "answer", "category"]
+    bl = tsv(
+        tmp_path / "BLINK.tsv",
+        bl_head,
+        [
+            [
+                "v1",
+                repr([b64(image(1)), b64(image(2))]),
+                "['v1_1.jpg', 'v1_2.jpg']",
+                "[BL-0] Closer?",
+                "A",
+                "B",
+                "A",
+                "d",
+            ]
+        ],
+    )
+    want = {
+        "MS-0": [encode_image(vlmeval_resave(rgba(), ".png"))],
+        "BL-0": [encode_image(vlmeval_resave(image(k), ".jpg")) for k in (1, 2)],
+    }
+    own = {"MS-0": [encode_image(rgba())], "BL-0": [encode_image(image(k)) for k in (1, 2)]}
+    assert all(want[k] != own[k] for k in want)
+    flags = "--seeds 1 --rules base --max-steps 2 --judge-format text"
+    for extra, images, ending in (
+        ("", want, "above. \n"),
+        (" --original-images --stripped-prompts", own, "above."),
+    ):
+        srv, out = loopback(script), tmp_path / f"out{len(extra)}"
+        assert evaluate.main(argv([ms, bl], srv.url, out, flags + extra)) == 0
+        for chat in srv.chats:
+            text = user_text(chat)
+            assert images_sent(chat) == images[re.search(r"\[([\w-]+)\]", text).group(1)]
+            assert ("options above. \n\n" in text) == (ending == "above. \n")
+        inputs = json.loads((out / "run.json").read_text())["settings"]["inputs"]
+        assert inputs == (
+            {"images": "dump_image", "prompt": "build_prompt"}
+            if not extra
+            else {"images": "original", "prompt": "stripped"}
+        )
+        summary = json.loads((out / "summary.json").read_text())
+        quirk = {f: q["rows"]["base"] for f, q in summary["quirks"].items()}
+        assert quirk == (
+            {f: {"resaved_images": 1, "prompt_whitespace": 1} for f in ("MMStar", "BLINK")}
+            if not extra
+            else {}
+        )

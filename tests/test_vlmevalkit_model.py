@@ -3,6 +3,7 @@ loopback server, with messages in VLMEvalKit's format: text only, one image, sev
 images interleaved with text (MMMU after split_MMMU). Each test checks the requests sent (roles, images and
 their order, the question) and the output returned (the chain's final output)."""
 
+import dataclasses
 import json
 import re
 import threading
@@ -16,7 +17,8 @@ import verdict
 from judges import encode_image
 from verdict_lab.loopback import chat_response
 from verdict_lab.layouts import role_of
-from verdict_lab.vlmevalkit import FAIL_MSG, VerdictVLM, question_and_images
+from verdict_lab import search
+from verdict_lab.vlmevalkit import FAIL_MSG, VerdictVLM, entry, entry_name, question_and_images
 from verdict_lab.verifier import Settings
 
 # Step 2's candidates and their judges' digits (ŝ = d / 9). A: the raw mean's choice (0.741), judges that
@@ -73,8 +75,9 @@ def test_text_only_runs_the_chain_and_answers_with_verdicts_choice(loopback):
     out = model(srv).generate([{"type": "text", "value": MCQ}], dataset="MMStar")
     assert out == "B"  # the raw mean would take A; the dual test rejects it and accepts B
     chats = srv.chats
-    # 2 steps, each 1 reasoner request (n = 3 choices) and 3 candidates × 3 judges
-    assert len(chats) == 2 * (1 + 3 * 3)
+    # 2 steps, each 1 reasoner request (n = 3 choices) and 3 candidates × 3 judges; step 1's three candidates
+    # are the same step, judged once by each judge (search.Memo), with no cache: 1 + 3, then 1 + 9
+    assert len(chats) == (1 + 3) + (1 + 3 * 3)
     assert [role_of(c["messages"]) for c in chats].count("reasoner") == 2
     for c in chats:
         assert isinstance(c["messages"][1]["content"], str)  # no image: plain string content
@@ -90,7 +93,7 @@ def test_one_image_goes_first_in_every_request(loopback, tmp_path):
         [{"type": "image", "value": path}, {"type": "text", "value": MCQ}], dataset="AI2D_TEST"
     )
     assert out == "B"
-    assert len(srv.chats) == 20
+    assert len(srv.chats) == 14  # step 1's identical candidates judged once
     for c in srv.chats:
         p = parts(c)
         assert p[0] == ("image", encode_image(path)) and [k for k, _ in p].count("image") == 1
@@ -106,7 +109,14 @@ def test_several_images_before_the_text_keep_their_order(loopback, tmp_path):
     assert model(srv).generate(msg, dataset="BLINK") == "B"
     for c in srv.chats:
         assert [v for k, v in parts(c) if k == "image"] == [encode_image(p) for p in paths]
-        assert [k for k, _ in parts(c)][:3] == ["image"] * 3
+        # the images first, each from the second after its label: no two images adjacent
+        assert parts(c)[:5] == [
+            ("image", encode_image(paths[0])),
+            ("text", "Image 2:"),
+            ("image", encode_image(paths[1])),
+            ("text", "Image 3:"),
+            ("image", encode_image(paths[2])),
+        ]
 
 
 def test_interleaved_images_stay_in_place(loopback, tmp_path):
@@ -182,8 +192,8 @@ def test_a_config_entry_built_like_vlmevalkits_runs_items_on_threads(loopback, t
     with ThreadPoolExecutor(4) as pool:
         outs = list(pool.map(lambda kw: vlm.generate(**kw), msgs))
     assert outs == ["B"] * 8
-    # 20 calls an item; cached, step 1's three identical candidates cost each judge one request: 14 sent
-    assert len(srv.chats) == 8 * 14 and vlm.totals["items"] == 8 and vlm.totals["calls"] == 8 * 20
+    # step 1's three identical candidates cost each judge one call (search.Memo): 14 calls an item, all sent
+    assert len(srv.chats) == 8 * 14 and vlm.totals["items"] == 8 and vlm.totals["calls"] == 8 * 14
     assert {encode_image(p) for p in paths} == {parts(c)[0][1] for c in srv.chats}
     before = len(srv.chats)  # the same items again: every call from the response cache
     assert vlm.generate(**msgs[0]) == "B" and len(srv.chats) == before
@@ -200,7 +210,8 @@ def test_the_verifiers_settings_are_keywords_and_an_unknown_one_is_refused(loopb
     assert vlm.settings == Settings(**kw)
     assert vlm.generate([{"type": "text", "value": MCQ}], dataset="MMStar") == "B"
     chats = srv.chats
-    assert len(chats) == 2 * (1 + 2 * 3)  # 2 steps: 1 reasoner request (n = 2), 2 candidates × 3 judges
+    # 2 steps: 1 reasoner request (n = 2), 2 candidates × 3 judges (step 1's two are one step, judged once)
+    assert len(chats) == (1 + 3) + (1 + 2 * 3)
     reasoner = [c for c in chats if role_of(c["messages"]) == "reasoner"]
     assert [(c["n"], c["max_tokens"]) for c in reasoner] == [(2, 64)] * 2
     judged = [c for c in chats if role_of(c["messages"]) != "reasoner"]
@@ -215,3 +226,174 @@ def test_the_verifiers_settings_are_keywords_and_an_unknown_one_is_refused(loopb
             model(srv, **bad)
         assert says in str(e.value), str(e.value)
     assert len(srv.chats) == len(chats)  # refused before any call
+
+
+def test_base_runs_the_reasoner_alone(loopback):
+    """rule="base": one sampled chain (n = 1), no judge call; its answer is the reasoner's own."""
+    srv = loopback(script)
+    out = model(srv, rule="base").generate([{"type": "text", "value": MCQ}], dataset="MMStar")
+    assert out == "A"  # step 2's first candidate: the base reasoner has no judge to reject it
+    assert [(role_of(c["messages"]), c["n"]) for c in srv.chats] == [("reasoner", 1)] * 2
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_identical_candidates_are_judged_once_without_a_cache(loopback, concurrency):
+    """Step 1's three candidates are one step: each judge is asked once (search.Memo), on threads too;
+    step 2's three distinct candidates are judged 3 × 3 times. Without the memo: 2 × (1 + 9) = 20 requests."""
+    srv = loopback(script)
+    vlm = model(srv, concurrency=concurrency)
+    assert vlm.generate([{"type": "text", "value": MCQ}], dataset="MMStar") == "B"
+    roles = [role_of(c["messages"]) for c in srv.chats]
+    assert len(srv.chats) == 14 and roles.count("reasoner") == 2
+    assert vlm.totals == {
+        "items": 1,
+        "failed": 0,
+        "steps": 2,
+        "fallbacks": 0,
+        "calls": 14,
+        "requests": 14,
+        "cache_hits": 0,
+        "call_tokens": vlm.totals["call_tokens"],
+    }
+
+
+def test_entry_names_carry_the_settings_and_a_changed_setting_is_refused(loopback, tmp_path):
+    """entry_name: the same name whatever the endpoint, timeout, retries, cache or threads; another for
+    other settings or models. A model whose name ends in another digest than its settings' (a --config JSON
+    changed them) is refused at construction, before any call."""
+    same = entry_name("V", model="m", base_url="http://a/v1")
+    assert same == entry_name(
+        "V", model="m", base_url="http://b/v1", timeout=5, retry=2, cache="c", concurrency=4
+    )
+    assert re.fullmatch(r"V-s[0-9a-f]{8}", same)
+    others = {
+        entry_name("V", model="m", tau=0.7),
+        entry_name("V", model="n"),
+        entry_name("V", model="m", seed=1),
+    }
+    assert same not in others and len(others) == 3
+    assert entry_name("V", model="m", n=3, rule="verdict") == same  # the defaults, given
+    srv = loopback(script)
+    name, vlm = entry("VERDICT-x", base_url=srv.url, model="qwen-loopback", work_dir=str(tmp_path))
+    assert vlm.func is VerdictVLM and vlm.keywords["name"] == name == entry_name(
+        "VERDICT-x", model="qwen-loopback"
+    )
+    with pytest.raises(ValueError, match=rf"{re.escape(name)}.*digest.*--reuse"):
+        vlm(tau=0.7)  # build_model_from_config: supported_VLM[name](**config)
+    assert vlm(timeout=30).reasoner.endpoint.timeout == 30  # no prediction changes: the name still holds
+    with pytest.raises(ValueError, match="unknown setting 'tua'"):
+        entry("VERDICT-x", base_url=srv.url, model="m", tua=0.7)
+    assert srv.chats == []
+
+
+def test_the_sidecar_holds_each_runs_settings_and_counts(loopback, tmp_path, capsys):
+    """<work_dir>/<name>/<name>_<dataset>_verdict.json: one record per run (a new instance is a new run),
+    its settings and counts; a run under the same name with other settings is warned about."""
+    srv = loopback(script)
+    name, vlm = entry("VERDICT-x", base_url=srv.url, model="qwen-loopback", work_dir=str(tmp_path))
+    first = vlm()
+    for _ in range(2):
+        first.generate([{"type": "text", "value": MCQ}], dataset="MMStar")
+    first.generate([{"type": "text", "value": MCQ}], dataset="BLINK")
+    path = tmp_path / name / f"{name}_MMStar_verdict.json"
+    body = json.loads(path.read_text())
+    assert (body["format"], body["entry"], body["dataset"]) == ("verdict-vlmeval-run/1", name, "MMStar")
+    [run] = body["runs"]
+    assert (
+        run["settings"]
+        == {"model": "qwen-loopback", "judge_model": "qwen-loopback", "seed": 0} | Settings().record()
+    )
+    assert run["digest"] == name[-8:] and run["pid"] > 0 and len(run["run"]) == 12
+    assert {k: run["counts"][k] for k in ("items", "failed", "steps", "calls", "requests")} == {
+        "items": 2,
+        "failed": 0,
+        "steps": 4,
+        "calls": 28,
+        "requests": 28,
+    }
+    assert (
+        json.loads((tmp_path / name / f"{name}_BLINK_verdict.json").read_text())["runs"][0]["counts"]["items"]
+        == 1
+    )
+    second = vlm()
+    second.generate([{"type": "text", "value": MCQ}], dataset="MMStar")
+    runs = json.loads(path.read_text())["runs"]
+    assert [r["counts"]["items"] for r in runs] == [2, 1]
+    assert "other settings" not in capsys.readouterr().err
+    renamed = VerdictVLM(
+        base_url=srv.url, model="qwen-loopback", tau=0.7, name=name[:-10], work_dir=str(tmp_path)
+    )
+    renamed.sidecar.dir = str(tmp_path / name)  # a hand-made name shared with other settings
+    renamed.sidecar.name = name
+    renamed.generate([{"type": "text", "value": MCQ}], dataset="MMStar")
+    assert "holds runs with other settings under the name" in capsys.readouterr().err
+    assert len(json.loads(path.read_text())["runs"]) == 3
+
+
+def test_every_verifier_setting_is_a_checked_keyword(loopback):
+    """Each field of verifier.Settings is a keyword of VerdictVLM (evaluate's --lam, --max-calls,
+    --max-pixels, --reasons, --speculate, --mode-max-tokens among them), taken as given; a bad value of
+    each is a ValueError naming it, at construction."""
+    srv = loopback(script)
+    given = dict(
+        rule="mean",
+        n=2,
+        tau=0.5,
+        eps=0.2,
+        lam=(1.0, 1.0, 1.0),
+        max_steps=3,
+        max_tokens=64,
+        judge_format="digit",
+        judge_max_tokens=8,
+        reasons=True,
+        weighted=True,
+        judge_mode="prior",
+        mode_max_tokens=100,
+        revise=True,
+        speculate=True,
+        max_calls=10,
+        max_pixels=1000,
+        layout="shared",
+    )
+    assert set(given) == {f.name for f in dataclasses.fields(Settings)}
+    for k, v in given.items():
+        assert getattr(model(srv, **{k: v}).settings, k) == v, k
+        assert getattr(Settings(), k) != v, k  # not a default: the keyword did it
+    bad = dict(rule="best", n=0, tau=2, eps=0, lam=(1, 1), max_steps=0, max_tokens=0, judge_format="xml")
+    bad |= dict(judge_max_tokens=0, reasons="yes", weighted=1, judge_mode="sgv", mode_max_tokens=0)
+    bad |= dict(revise=None, speculate="no", max_calls=0, max_pixels=0, layout="diagonal")
+    assert set(bad) == set(given)
+    for k, v in bad.items():
+        with pytest.raises(ValueError) as e:
+            model(srv, **{k: v})
+        assert k in str(e.value) or k.replace("_", " ") in str(e.value), (k, str(e.value))
+    assert srv.chats == []
+
+
+def test_vlmevalkits_retry_and_timeout_reach_the_clients(loopback):
+    """run.py's --retry sets `retry` when the entry has it (apply_supported_vlm_cli_overrides); `retries` it
+    leaves alone; both at once is refused. timeout is the clients' own."""
+    srv = loopback(script)
+    entry_ = partial(VerdictVLM, base_url=srv.url, model="m", judge_model="j", retry=3, timeout=7)
+    if "retry" in entry_.keywords:  # what run.py does with --retry 2
+        entry_.keywords["retry"] = 2
+    vlm = entry_()
+    assert {(c.endpoint.retries, c.endpoint.timeout) for c in (vlm.reasoner, vlm.judge)} == {(2, 7)}
+    assert model(srv, retries=5).reasoner.endpoint.retries == 5 and model(srv).reasoner.endpoint.retries == 4
+    with pytest.raises(ValueError, match="retry .* or retries, not both"):
+        model(srv, retry=1, retries=1)
+    assert model(srv, max_tokens=77).settings.max_tokens == 77
+
+
+def test_interleaved_texts_keep_vlmevalkits_whitespace():
+    msg = [
+        {"type": "text", "value": "Question: Is "},
+        {"type": "image", "value": "1.png"},
+        {
+            "type": "text",
+            "value": " odd?\nOptions:\nA. yes\nB. no\n" + MCQ.splitlines(True)[-1],
+        },
+    ]
+    text, images = question_and_images(msg)
+    assert text.endswith("options above. \n") and text.startswith("Question: Is <image 1> odd?")
+    assert search.Memo(lambda state, step: 0.5).judgement(verdict.State("q"), "s").score == 0.5

@@ -206,6 +206,17 @@ def test_the_close_up_goes_after_the_shared_prefix_just_before_the_task(loopback
     assert visual[3]["text"].startswith("Step to check:\n<step>\n" + STEP)
 
 
+def test_no_two_close_ups_are_adjacent_images(loopback, tmp_path):
+    # llama-server caches [A][B][text] and then fails a later [A][text] (HTTP 500 "Chunk not found"): a label
+    # stands between every two close-ups.
+    reply = '{"boxes": [[600, 200, 800, 600], [0, 0, 500, 500]]}'
+    trace, rec, seen, srv = run_zoom(loopback, scene(tmp_path / "s.png"), reply, layout="shared")
+    (visual,) = [r.body for r in srv.requests if role_of(r.body["messages"]) == "visual"]
+    content = visual["messages"][1]["content"]
+    assert [p["type"] for p in content] == ["image_url", "text", "image_url", "text", "image_url", "text"]
+    assert content[3]["text"] == "Close-up 2:" and rec["zoom"][0]["path"] == "zoom"
+
+
 @pytest.mark.parametrize(
     "reply, why, error",
     [

@@ -4,7 +4,9 @@ run resumes where it stopped.
 Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
 Disagreement-Aware Consensus", ECCV 2026. A step costs the reasoner's call and n×m judge calls; many of
 them repeat across the rules and judge modes of one evaluation (the same candidates, judged the same way),
-and the cache serves every repeat. client.Client uses it; keys cover the endpoint and the whole request.
+and the cache serves every repeat. client.Client uses it; a key covers the whole request, model name
+included, and not the endpoint's URL: what a server computes depends on the model and the request, not on
+its port, so the same server behind another URL or port answers from the cache.
 What it stores of a response is what the project reads (stored): the text, the usage, and the top_logprobs
 a score digit can be read from, not a server's top_logprobs for every generated token.
 """
@@ -21,7 +23,7 @@ from pathlib import Path
 
 from judges import one_line
 
-CACHE_FORMAT = "verdict-cache/2"  # /2: keys cover the endpoint
+CACHE_FORMAT = "verdict-cache/3"  # keys cover the model and the request, not the endpoint's URL
 DIGIT = re.compile(r"[0-9]")
 
 
@@ -84,11 +86,14 @@ class CacheError(RuntimeError):
     the item wrong. Every failure of Cache raises it, with the file's name in the message."""
 
 
-def cache_key(payload: dict, endpoint: str) -> str:
-    """sha256 over the canonical JSON of the endpoint (a base URL) and a request (model, messages, sampling
-    parameters, n, seed), with every data URL (image) replaced by its own sha256. Two servers that report
-    the same model name never share an entry. Text with a lone surrogate (a JSONL cell's "\\ud800") has a
-    key too: UTF-8 with surrogatepass, which leaves every other text's bytes, and so its key, unchanged."""
+def cache_key(payload: dict, endpoint: str | None = None) -> str:
+    """sha256 over the canonical JSON of a request (model, messages, sampling parameters, n, seed), with
+    every data URL (image) replaced by its own sha256. `endpoint` (the base URL) is not part of it: the
+    same model asked the same request is one entry, on whatever port or host it is served; two servers
+    that report the same model name share their entries (give them distinct model names, or distinct
+    cache files, when they serve different weights). Text with a lone surrogate (a JSONL cell's "\\ud800")
+    has a key too: UTF-8 with surrogatepass, which leaves every other text's bytes, and so its key,
+    unchanged."""
 
     def strip(x):
         if isinstance(x, dict):
@@ -100,7 +105,7 @@ def cache_key(payload: dict, endpoint: str) -> str:
         return x
 
     canon = json.dumps(
-        {"endpoint": endpoint, "request": strip(payload)},
+        {"request": strip(payload)},
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,

@@ -12,12 +12,15 @@ Disagreement-Aware Consensus", ECCV 2026. The decision plane (demo.plot), the si
   keeps it inside the image, and tries the offsets it is given in turn until it overlaps no text drawn
   before (nor a shape given to Canvas.avoid); when none works it leaves the text out (so tick and value
   labels thin themselves). Draw what matters first: a later text gives way;
-- legend: swatches and their labels in a column or a row, each label wrapped to the legend's width.
+- legend: swatches and their labels in a column or a row, each label wrapped to the legend's width;
+- nice: an axis's ends and tick step, round numbers.
 
 Left out: rotated text, and keeping text off lines and bars unless a chart asks (Canvas.avoid).
 """
 
 from __future__ import annotations
+
+import math
 
 from PIL import Image, ImageDraw, ImageFont
 
@@ -182,3 +185,17 @@ def legend(
     if frame:  # later texts keep out of it
         c.avoid(box)
     return y + (max(h for _, h in sizes) + 3 if across else 0)
+
+
+def nice(lo: float, hi: float, most: int = 6) -> tuple:
+    """(low, high, step) of an axis that holds [lo, hi]: a step of 1, 2, 2.5 or 5 times a power of ten, at
+    most `most` steps from low to high, both ends whole steps. An empty span (lo == hi) gets one step."""
+    if not hi > lo:  # one value, or none: a span of one unit around it
+        lo, hi = lo - 0.5 if lo else 0.0, hi + 0.5 if hi else 1.0
+    mag = 10 ** math.floor(math.log10((hi - lo) / most))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if (hi - lo) / (m * mag) <= most + 1e-9)
+    low, high = step * math.floor(lo / step + 1e-9), step * math.ceil(hi / step - 1e-9)
+    if (high - low) / step > most:  # the ends rounded outwards took one step too many
+        step = next(m * mag for m in (2, 2.5, 5, 10, 20) if m * mag > step)
+        low, high = step * math.floor(lo / step + 1e-9), step * math.ceil(hi / step - 1e-9)
+    return low, high, step

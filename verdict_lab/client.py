@@ -30,10 +30,9 @@ import urllib3
 
 from judges import DEFAULT_KEY_ENV, Endpoint, EndpointError, one_line, shape_problem, shown_url
 from verdict_lab.cache import Cache, CacheError, cache_key
-from verdict_lab.formats import whole_text
+from verdict_lab.formats import reported_cache, reported_usage, whole_text
 
 RANK_HEADER = "X-data-parallel-rank"  # vLLM's request header: the data-parallel replica to serve it
-MAX_REPORTED = 10**15  # the largest token count or millisecond figure a reply may report: sums stay finite
 
 
 def check_base_url(url) -> str:
@@ -52,46 +51,6 @@ def check_base_url(url) -> str:
             f"got {url!r}"
         )
     return url.rstrip("/")
-
-
-# ----------------------------------------------------------------------------- what a reply reports
-
-
-def _count_ok(v) -> bool:
-    """A count a server may report: an int in [0, MAX_REPORTED] (a bool is no count)."""
-    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_REPORTED
-
-
-def reported_usage(response: dict) -> dict:
-    """{"prompt_tokens", "completion_tokens"} of a response's OpenAI "usage", each 0 when the server sent
-    none or a value that is no count (not an int, negative, or above MAX_REPORTED)."""
-    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
-    return {k: usage[k] if _count_ok(usage.get(k)) else 0 for k in ("prompt_tokens", "completion_tokens")}
-
-
-def reported_cache(response: dict) -> dict:
-    """What a response reports of its prompt's reuse, None for each value it lacks:
-    "cached_tokens": usage.prompt_tokens_details.cached_tokens, the prompt tokens a prefix cache served
-        (OpenAI, llama-server, vLLM with --enable-prompt-tokens-details, SGLang with --enable-cache-report;
-        vLLM leaves it out when it is 0, so a missing value is unknown, not 0);
-    "cache_n", "prompt_n": llama-server's timings, the prompt tokens reused from its cache and those computed;
-    "prompt_ms", "predicted_ms": llama-server's timings, the milliseconds it spent computing the prompt and
-        generating the reply (a request's own; requests in parallel slots overlap in wall time).
-    A value that is not a number in [0, MAX_REPORTED] counts as not reported."""
-    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
-    details = usage.get("prompt_tokens_details")
-    details = details if isinstance(details, dict) else {}
-    timings = response.get("timings") if isinstance(response.get("timings"), dict) else {}
-    count = lambda d, k: d[k] if _count_ok(d.get(k)) else None
-    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= MAX_REPORTED
-    ms = lambda k: float(timings[k]) if number(timings.get(k)) else None
-    return {
-        "cached_tokens": count(details, "cached_tokens"),
-        "cache_n": count(timings, "cache_n"),
-        "prompt_n": count(timings, "prompt_n"),
-        "prompt_ms": ms("prompt_ms"),
-        "predicted_ms": ms("predicted_ms"),
-    }
 
 
 # ----------------------------------------------------------------------------- the deadline

@@ -23,6 +23,15 @@ reasoner of the same seed and Config(rule=r). All chains of one item run one aft
 thread against one response cache (--cache, default OUT/cache.sqlite), so wherever chains coincide
 they get the same candidates and scores, from the cache, with no new request.
 
+Searches (harness/rows.py names them, docs/search.md): --rules also takes bonN+AGG+SCORE (best-of-N),
+wbonN+AGG+SCORE (weighted best-of-N), majN (majority vote, no judge) and beamWxE+AGG+SCORE[+filter] (beam
+search), AGG one of last, min, prod and SCORE one of search.STEP_SCORES: "bon8+last+key", "maj8",
+"beam2x3+last+key+filter". Each runs once (plain judges, no --revise), the rows after the rules'. Chain i of
+seed s is sampled at reasoner seed s + 1000·i (chain 0 is base's), so a sweep over N (bon1,bon2,bon4,...)
+sends each chain and judge call once, through the cache. Each row records its compute (reasoner calls and
+tokens, judge calls, requests sent), and with a search the summary adds accuracy against compute
+(summary.md's table, compute.png).
+
 Judge modes. --judge-mode lists modes, comma-separated (plain, prior, premises, prior+premises, zoom, ...);
 every judged rule runs in each, as a row named rule+mode: verdict, verdict+prior, verdict+premises,
 verdict+prior+premises. The reasoner's requests do not depend on the mode, so the cache gives a mode
@@ -78,12 +87,14 @@ import os
 import sys
 from dataclasses import replace
 
+from judges import shown_url
 from verdict_lab import flags
 from verdict_lab.cache import CacheError
 from verdict_lab.flags import add_verifier_args, modes_of, settings_of
-from verdict_lab.harness import benchmarks, rundir, sweep, tables
-from verdict_lab.harness.chains import Harness, Progress, file_sha256, input_digest
-from verdict_lab.harness.rows import Method
+from verdict_lab.harness import benchmarks, rundir, sweep, tables, vlmeval_files
+from verdict_lab.harness.chains import Harness, Progress, check_method, file_sha256, input_digest
+from verdict_lab.harness.items import Inputs
+from verdict_lab.harness.rows import SPELLINGS, Method
 from verdict_lab.verifier import RULES as METHODS, Settings
 
 
@@ -99,7 +110,10 @@ def parse_args(argv):
         "--data", action="append", required=True, help="a VLMEvalKit .tsv or a .jsonl; repeat for several"
     )
     p.add_argument(
-        "--rules", default=",".join(METHODS), help=f"methods to run, comma-separated ({','.join(METHODS)})"
+        "--rules",
+        default=",".join(METHODS),
+        help=f"methods to run, comma-separated ({','.join(METHODS)}), and searches: {SPELLINGS} "
+        "(docs/search.md)",
     )
     p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 for the reasoner (3)")
     p.add_argument("--limit", type=int, help="the first N valid items of each file")
@@ -121,6 +135,16 @@ def parse_args(argv):
     )
     p.add_argument(
         "--allow-any-path", action="store_true", help="read image paths outside the data file's directory"
+    )
+    p.add_argument(
+        "--original-images",
+        action="store_true",
+        help="send a TSV's own image bytes, not VLMEvalKit's dump_image re-save of them (docs/parity.md)",
+    )
+    p.add_argument(
+        "--stripped-prompts",
+        action="store_true",
+        help="end each prompt without the whitespace VLMEvalKit's build_prompt leaves ('above. \\n')",
     )
     p.add_argument(
         "--sweep",
@@ -158,13 +182,17 @@ def check_args(args) -> tuple:
     """(methods (rows.Method), the run's verifier.Settings) from the flags; ValueError names the first bad
     flag, before any call is made (Settings checks the verifier's: τ in [0, 1], ε in (0, 1], ...)."""
     rules = [m.strip() for m in args.rules.split(",") if m.strip()]
-    if not rules or len(set(rules)) != len(rules) or not set(rules) <= set(METHODS):
+    searches = [search_method(r, args.rules) for r in rules if r not in METHODS]  # a bad name: ValueError
+    if not rules or len(set(rules)) != len(rules):
         raise ValueError(f"--rules must list distinct methods from {','.join(METHODS)}, got {args.rules!r}")
     settings, modes = settings_of(args, judge_mode="plain", max_calls=args.max_calls), modes_of(args)
     methods = []
-    for r in rules:  # a judged rule runs once per mode: verdict, verdict+prior, ...
+    for r in (r for r in rules if r in METHODS):  # a judged rule runs once per mode: verdict, verdict+prior
         methods += [Method(r)] if r == "base" else [Method(r, m) for m in modes]
     methods += [replace(m, revise=True) for m in methods if m.judged] if args.revise else []
+    for m in searches:  # a search runs once, plain (check_method: what its seed scheme can run)
+        check_method(m, settings, args.seeds)
+    methods += searches
     for flag, v in (("--seeds", args.seeds), ("--limit", args.limit), ("--concurrency", args.concurrency)):
         if v is not None and v < 1:
             raise ValueError(f"{flag} must be >= 1, got {v}")
@@ -175,15 +203,34 @@ def check_args(args) -> tuple:
     return methods, replace(settings, revise=False)
 
 
-def load_data(args) -> tuple:
+def search_method(name: str, rules: str) -> Method:
+    """A search named in --rules (rows.Method: bon8+last+key, wbon8+min+mean, maj8, beam2x3+last+key+filter);
+    ValueError naming what is wrong with a search's name, or the methods --rules takes for another name."""
+    try:
+        method = Method.parse(name)
+    except ValueError as e:
+        if name.startswith(("bon", "wbon", "maj", "beam")):
+            raise ValueError(f"--rules: {e}") from None
+        method = None
+    if method is None or not method.search:
+        raise ValueError(
+            f"--rules must list distinct methods from {','.join(METHODS)} or searches ({SPELLINGS}), "
+            f"got {rules!r}"
+        )
+    return method
+
+
+def load_data(args, methods: int = 1) -> tuple:
     """([every --data file, read (this shard's items)], {its name: the sha256 of its bytes}); ValueError for a
-    file that cannot run: unreadable, no item at all, or a name another --data file has."""
+    file that cannot run: unreadable, no item at all, or a name another --data file has, or one whose
+    VLMEvalKit files would overwrite another's (X and X_local are both VLMEvalKit's dataset X); or for a run
+    of more than MAX_CHAINS chains (items × seeds × `methods`)."""
     shard = parse_shard(args.shard)
     loaded, shas = [], {}
     for path in args.data:
         name = os.path.splitext(os.path.basename(path))[0]
         keep = None if shard is None else (lambda id, name=name: shard_of(name, id, shard[1]) == shard[0])
-        f = benchmarks.load(path, args.limit, keep, args.allow_any_path)
+        f = benchmarks.load(path, args.limit, keep, args.allow_any_path, Inputs.of_args(args))
         if not f.total:
             first = f"; first: line {f.skipped[0].row}: {f.skipped[0].reason}" if f.skipped else ""
             raise ValueError(
@@ -197,9 +244,22 @@ def load_data(args) -> tuple:
         raise ValueError(
             f"two --data files have the same name {next(n for n in names if names.count(n) > 1)!r}"
         )
+    outputs = [vlmeval_files.dataset_name(n) for n in names]
+    if len(set(outputs)) != len(outputs):
+        same = [n for n, o in zip(names, outputs) if outputs.count(o) > 1]
+        raise ValueError(
+            f"--data {' and '.join(same)} are both VLMEvalKit's dataset {outputs[names.index(same[0])]!r}: "
+            "their prediction and accuracy files would overwrite each other; run them with different --out"
+        )
+    chains = sum(f.total for f in loaded) * args.seeds * methods
+    if chains > MAX_CHAINS:  # the plan alone would not fit in memory
+        raise ValueError(
+            f"{chains:,} chains (items × --seeds × methods), more than {MAX_CHAINS:,}: run fewer"
+        )
     return loaded, shas
 
 
+MAX_CHAINS = 10**7  # a run's chains at most: its plan is held in memory
 PER_METHOD = (
     "rule",
     "judge_mode",
@@ -210,8 +270,10 @@ PER_METHOD = (
 
 def run_record(args, settings: Settings) -> dict:
     """The settings a resumed run must share (not --concurrency, --timeout, ...), as stored in OUT/run.json:
-    the endpoints too, so that no table mixes the answers of two servers."""
-    url = lambda u: u.rstrip("/") if u else u
+    the endpoints too, so that no table mixes the answers of two servers, each as it may be shown (its
+    user information, query values and the API key's value, wherever it stands, replaced by ***)."""
+    key = os.environ.get(args.api_key_env or flags.DEFAULT_KEY_ENV, "").strip()
+    url = lambda u: shown_url(u.rstrip("/").replace(key, "***") if key else u.rstrip("/")) if u else u
     verifier = {k: v for k, v in settings.record().items() if k not in PER_METHOD}
     extract_url = (
         url(args.extract_base_url or args.judge_base_url or args.base_url) if args.extract_model else None
@@ -225,6 +287,7 @@ def run_record(args, settings: Settings) -> dict:
         "extract_model": args.extract_model,
         "extract_base_url": extract_url,
         "shard": args.shard,
+        "inputs": Inputs.of_args(args).record(),  # what reached the model: VLMEvalKit's, or the files' own
     }
 
 
@@ -244,6 +307,8 @@ def finish(summary: dict) -> int:
         )
         status = 3
     e = summary["errors"]
+    for c in e["causes"]:  # why chains failed, said where the user looks
+        print(f"verdict_lab.evaluate: {c['rows']} chain(s) ended in: {c['error']}", file=sys.stderr)
     if e["over"]:
         print(
             f"verdict_lab.evaluate: {e['rows']} of {summary['rows']} chains ({e['rate']:.1%}) ended in an "
@@ -296,8 +361,9 @@ def run(args, methods: list, settings: Settings, record: dict, tap=None) -> int:
     the clients made: a run that cannot start pins nothing."""
     results = os.path.join(args.out, "results.jsonl")
     try:
-        loaded, shas, digests, (reasoner, judge, extractor) = start(args, record, tap)
-        done, dropped, stale = rundir.load_rows(results, digests)
+        loaded, shas, digests, (reasoner, judge, extractor) = start(args, record, len(methods), tap)
+        lines = {(it.data, it.id): it.row for f in loaded for it in f.items}
+        done, dropped, stale = rundir.load_rows(results, digests, lines)
     except (ValueError, OSError, CacheError) as e:
         return fail(e)
     report_reading(args, loaded)
@@ -334,10 +400,10 @@ def run(args, methods: list, settings: Settings, record: dict, tap=None) -> int:
     return finish(summary)
 
 
-def start(args, record: dict, tap=None) -> tuple:
+def start(args, record: dict, methods: int, tap=None) -> tuple:
     """The run's start: OUT checked, the inputs read, the clients made and shown to tap, OUT claimed."""
     rundir.check(args.out, record)
-    loaded, shas = load_data(args)
+    loaded, shas = load_data(args, methods)
     digests = {(it.data, it.id): input_digest(it) for f in loaded for it in f.items}
     args.cache = args.cache or os.path.join(args.out, "cache.sqlite")  # so the methods always share calls
     reasoner, judge = flags.clients_from_args(args)

@@ -41,6 +41,48 @@ _SCORE_LINE = re.compile(r"(?im)^[ \t>*_#`-]*(?:(?:final|overall)[ \t]+)?score[ 
 _UNIT = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(%|/(\d+(?:\.\d*)?))?")
 
 
+# ----------------------------------------------------------------------------- what a reply reports
+
+MAX_REPORTED = 10**15  # the largest token count or millisecond figure a reply may report: sums stay finite
+
+
+def _count_ok(v) -> bool:
+    """A count a server may report: an int in [0, MAX_REPORTED] (a bool is no count)."""
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_REPORTED
+
+
+def reported_usage(response: dict) -> dict:
+    """{"prompt_tokens", "completion_tokens"} of a response's OpenAI "usage", each 0 when the server sent
+    none or a value that is no count (not an int, negative, or above MAX_REPORTED)."""
+    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+    return {k: usage[k] if _count_ok(usage.get(k)) else 0 for k in ("prompt_tokens", "completion_tokens")}
+
+
+def reported_cache(response: dict) -> dict:
+    """What a response reports of its prompt's reuse, None for each value it lacks:
+    "cached_tokens": usage.prompt_tokens_details.cached_tokens, the prompt tokens a prefix cache served
+        (OpenAI, llama-server, vLLM with --enable-prompt-tokens-details, SGLang with --enable-cache-report;
+        vLLM leaves it out when it is 0, so a missing value is unknown, not 0);
+    "cache_n", "prompt_n": llama-server's timings, the prompt tokens reused from its cache and those computed;
+    "prompt_ms", "predicted_ms": llama-server's timings, the milliseconds it spent computing the prompt and
+        generating the reply (a request's own; requests in parallel slots overlap in wall time).
+    A value that is not a number in [0, MAX_REPORTED] counts as not reported."""
+    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+    details = usage.get("prompt_tokens_details")
+    details = details if isinstance(details, dict) else {}
+    timings = response.get("timings") if isinstance(response.get("timings"), dict) else {}
+    count = lambda d, k: d[k] if _count_ok(d.get(k)) else None
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= MAX_REPORTED
+    ms = lambda k: float(timings[k]) if number(timings.get(k)) else None
+    return {
+        "cached_tokens": count(details, "cached_tokens"),
+        "cache_n": count(timings, "cache_n"),
+        "prompt_n": count(timings, "prompt_n"),
+        "prompt_ms": ms("prompt_ms"),
+        "predicted_ms": ms("predicted_ms"),
+    }
+
+
 SURROGATE = re.compile("[\ud800-\udfff]")  # after json.loads, a surrogate is always a lone one
 
 

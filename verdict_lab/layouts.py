@@ -88,7 +88,8 @@ def placed(lay_out: Callable) -> Callable:
         content = msgs[1]["content"]
         if isinstance(content, str) or not PLACEHOLDER.search(state.question):
             return msgs
-        urls, text = content[:-1], content[-1]["text"]
+        urls = [p for p in content[:-1] if p["type"] == "image_url"]  # without the labels between them
+        text = content[-1]["text"]
         before, found, after = text.partition(state.question)
         if not found:  # a layout's bug: the question is not in its text
             raise ValueError(f"the text does not hold the question {state.question[:60]!r}")
@@ -108,11 +109,19 @@ def placed(lay_out: Callable) -> Callable:
 
 def with_looks(msgs: list, looks: Sequence, task: str, max_pixels: int = MAX_PIXELS) -> list:
     """msgs with the images `looks` (close-ups) in the user message just before its closing `task` (the
-    last part of the text in every layout), so that everything before them is the request without them."""
+    last part of the text in every layout), so that everything before them is the request without them.
+    From the second on, each close-up follows its label "Close-up k:": no two images are adjacent (on
+    llama-server, a cached prompt [A][B][text] makes a later [A][text] fail with HTTP 500 "Chunk not
+    found")."""
     content = msgs[1]["content"]
     content = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
     text = lambda t: {"type": "text", "text": t}
-    urls = [{"type": "image_url", "image_url": {"url": encode_image(im, max_pixels)}} for im in looks]
+    url = lambda im: {"type": "image_url", "image_url": {"url": encode_image(im, max_pixels)}}
+    urls = [
+        part
+        for k, im in enumerate(looks, 1)
+        for part in ([text(f"Close-up {k}:")] if k > 1 else []) + [url(im)]
+    ]
     head = content[-1]["text"][: -len(task)]
     return [msgs[0], {"role": "user", "content": content[:-1] + [text(head)] + urls + [text(task)]}]
 

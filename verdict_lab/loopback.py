@@ -82,11 +82,12 @@ def chat_response(
 
 
 def user_text(body) -> str:
-    """The text of a chat request's user message (the second message), with or without images."""
+    """The text of a chat request's user message (the second message), with or without images: its text
+    parts joined."""
     content = body["messages"][1]["content"]
-    return (
-        content if isinstance(content, str) else next(p["text"] for p in content if p.get("type") == "text")
-    )
+    if isinstance(content, str):
+        return content
+    return "".join(p["text"] for p in content if p.get("type") == "text")
 
 
 class _Server(ThreadingHTTPServer):

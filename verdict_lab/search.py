@@ -13,8 +13,11 @@ search of huggingface/search-and-learn (commit 6f81cac8b1ca4c4be9fabefc27a856c92
 - beam search: W beams, E expansions each, the best W kept, the dual test as an optional filter (beam_search);
 - Memo: a judge that answers each (state, step) once, so that a sweep costs only its distinct calls;
 - StepScorer: search-and-learn's PRM.score call shape, each step scored by VERDICT.
-Pure functions over callables: propose(state, n) and judge(state, step) exactly as verdict.step takes them.
-A search's record (Search, Chain, Scored) is frozen, and to_dict() is JSON-ready ("format": SEARCH_FORMAT).
+Pure functions over callables: propose(state, n) and judge(state, step) exactly as verdict.step takes them;
+answers are compared as strings or by a canon(answer) the caller gives (the harness: the option read).
+A search's record (Search, Chain, Scored) is frozen, and to_dict() is JSON-ready ("format": SEARCH_FORMAT),
+with the chain shown, its answer, how it stopped and the totals as a verdict trace has them. The harness
+runs these as methods (harness/rows.py names them, harness/chains.py runs them; docs/search.md).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from __future__ import annotations
 import math
 import numbers
 import re
+import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Iterable, Sequence
 
@@ -106,8 +111,9 @@ def _order(x) -> np.ndarray:
     return np.argsort(-x, kind="stable")
 
 
-def _check(step_score: str = "key", aggregate: str = "last", answer: str = "best", **counts) -> None:
-    """ValueError naming the setting: a count that is no integer >= 1 (a bool is none), an unknown name, prod
+def check(step_score: str = "key", aggregate: str = "last", answer: str = "best", **counts) -> None:
+    """The settings of a search checked before any call (the harness checks its method names with it).
+    ValueError naming the setting: a count that is no integer >= 1 (a bool is none), an unknown name, prod
     over a score outside [0, 1] (margin, key, raw-variance and raw-dual reach below 0 or above 1: their
     products do not order chains, e.g. key's 1.7^T grows with the chain's length, and (−a)(−b) > 0)."""
     for name, v in counts.items():
@@ -196,8 +202,40 @@ class Search:
     def answer(self) -> str | None:
         return None if self.picked is None else self.chains[self.picked].answer
 
+    @property
+    def shown(self) -> int:
+        """The chain a reader is shown as the search's output: the picked one; when no chain reached a final
+        answer, the first chain with a step (as a chain stopped by a budget shows its last step), else 0."""
+        if self.picked is not None:
+            return self.picked
+        return next((i for i, c in enumerate(self.chains) if c.steps), 0)
+
+    @property
+    def chain(self) -> list:
+        """The shown chain's steps (verdict.Trace.chain's counterpart); [] when it has none."""
+        return [x.candidate for x in self.chains[self.shown].steps] if self.chains else []
+
+    @property
+    def stopped(self) -> str:
+        """Why the shown chain ended: "final", "max_steps" or a Stop's message."""
+        return self.chains[self.shown].stopped if self.chains else "max_steps"
+
+    def totals(self) -> dict:
+        """Counts over the search (verdict.Trace.totals' counterpart): steps, the reasoner's proposals (a
+        best-of-N chain's steps, a beam's expansions at each depth); judge_calls and abstentions; chains,
+        those that reached a final answer (finished) and, with beam search, the candidates scored."""
+        return {
+            "steps": self.counts["reasoner_calls"],
+            "judge_calls": self.counts["judge_calls"],
+            "abstentions": self.counts["abstentions"],
+            "chains": len(self.chains),
+            "finished": sum(c.answer is not None for c in self.chains),
+            **({"expansions": sum(map(len, self.depths))} if self.method == "beam" else {}),
+        }
+
     def to_dict(self) -> dict:
-        """A JSON-serialisable dict; NaN becomes null; "chosen" marks the picked chain."""
+        """A JSON-serialisable dict; NaN becomes null; "chosen" marks the picked chain; "chain", "answer",
+        "stopped" and "totals" as in verdict.Trace.to_dict, of the shown chain."""
         return {
             "format": SEARCH_FORMAT,
             "method": self.method,
@@ -206,8 +244,11 @@ class Search:
             "chains": [{**c.to_dict(), "chosen": i == self.picked} for i, c in enumerate(self.chains)],
             "depths": [[x.to_dict() for x in xs] for xs in self.depths],
             "picked": self.picked,
+            "chain": self.chain,
             "answer": self.answer,
+            "stopped": self.stopped,
             "counts": dict(self.counts),
+            "totals": self.totals(),
         }
 
 
@@ -253,15 +294,18 @@ def _counts(records: Iterable) -> dict:
 # ----------------------------------------------------------------------------- answers
 
 
-def pick(chains: Sequence[Chain], answer: str = "best") -> int | None:
+def pick(
+    chains: Sequence[Chain], answer: str = "best", canon: Callable[[str], Any] | None = None
+) -> int | None:
     """The chain whose answer is picked, among the chains that ended at a final answer (None if none did).
 
     best     : the highest chain score (search-and-learn's naive pred).
     weighted : the answer whose chains' scores sum highest (pred_weighted@n; NaN scores are left out of the
                sum, an answer with no scored chain ranks last); the earliest chain of that answer.
     majority : the most common answer (pred_maj@n), no judge needed; the earliest chain of that answer.
-    Answers are compared as strings. NaN ranks last; ties go to the lowest index, for answers to the one
-    that first appears."""
+    Answers are compared as strings, or by canon(answer) when given (search-and-learn compares canonical
+    forms; the harness, the option or value each answer is read as). NaN ranks last; ties go to the lowest
+    index, for answers to the one that first appears."""
     if answer not in ANSWERS:
         raise ValueError(f"unknown answer rule {answer!r}; expected one of {', '.join(ANSWERS)}")
     done = [i for i, c in enumerate(chains) if c.answer is not None]
@@ -271,7 +315,7 @@ def pick(chains: Sequence[Chain], answer: str = "best") -> int | None:
         return done[_order([chains[i].score for i in done])[0]]
     groups: dict = {}  # answer -> its chains, in order of first appearance
     for i in done:
-        groups.setdefault(chains[i].answer, []).append(i)
+        groups.setdefault(chains[i].answer if canon is None else canon(chains[i].answer), []).append(i)
     if answer == "majority":
         value = [len(g) for g in groups.values()]
     else:
@@ -315,20 +359,26 @@ def sample_chains(
     differ. judges=() samples unjudged chains (for answer="majority")."""
     if not callable(chains):
         raise ValueError(f"chains must be a callable i -> propose, got {chains!r}")
-    _check(n=n)
+    check(n=n)
     if judges and len(judges) != len(config.lam):  # one stubbornness per judge, before any call
         raise ValueError(f"got {len(judges)} judges but {len(config.lam)} stubbornness values in config.lam")
     one = replace(config, n=1, rule="verdict")
     return tuple(verdict.run(question, _first(chains(i)), judges, one, image, map_fn) for i in range(n))
 
 
-def best_of_n(traces: Sequence, step_score: str = "key", aggregate: str = "last", answer: str = "best"):
+def best_of_n(
+    traces: Sequence,
+    step_score: str = "key",
+    aggregate: str = "last",
+    answer: str = "best",
+    canon: Callable[[str], Any] | None = None,
+):
     """Best-of-N over sampled chains (sample_chains), a pure function: no call is made, so any N ≤ the
     sample, every step score, aggregate and answer rule reuse one sample. Each step's ŝ gives its
     consensus and step score with its trace's config (λ, τ, ε); a chain's score is prefix_scores(...)[-1];
-    pick chooses among the chains that ended at a final answer. Counts: the calls the traces record (a step
-    cut short by a Stop is not recorded, as in verdict.run)."""
-    _check(step_score, aggregate, answer, n=len(traces))
+    pick (with canon) chooses among the chains that ended at a final answer. Counts: the calls the traces
+    record (a step cut short by a Stop is not recorded, as in verdict.run)."""
+    check(step_score, aggregate, answer, n=len(traces))
     if answer != "majority" and any(r.s_hat.shape[1] == 0 for t in traces for r in t.steps):
         raise ValueError(f"answer={answer!r} needs judges, and these chains were not judged (m=0)")
     chains = []
@@ -340,7 +390,8 @@ def best_of_n(traces: Sequence, step_score: str = "key", aggregate: str = "last"
     cfg = traces[0].config
     settings = _settings(cfg, n=len(traces), step_score=step_score, aggregate=aggregate, answer=answer)
     counts = _counts(r for t in traces for r in t.steps)
-    return Search("best-of-n", traces[0].question, settings, tuple(chains), pick(chains, answer), counts)
+    picked = pick(chains, answer, canon)
+    return Search("best-of-n", traces[0].question, settings, tuple(chains), picked, counts)
 
 
 # ----------------------------------------------------------------------------- beam search
@@ -368,6 +419,7 @@ def beam_search(
     aggregate: str = "last",
     answer: str = "best",
     dual_filter: bool = True,
+    canon: Callable[[str], Any] | None = None,
 ) -> Search:
     """Beam search with W = width beams, each expanded by E = expand candidates a step.
 
@@ -378,9 +430,10 @@ def beam_search(
     one or more is accepted). A kept expansion that matches config.final is a finished beam (kept to the
     end, never pruned); the other kept ones are the live beams of the next depth. The search ends when no
     beam is live, after config.max_steps depths, or at a Stop (the depth cut short is dropped). The answer:
-    pick over the finished beams. search-and-learn keeps n // beam_width of n each step (beam_search.py):
-    W = n // beam_width and E = beam_width there, with no filter. config.n and config.rule are not used."""
-    _check(step_score, aggregate, answer, width=width, expand=expand)
+    pick (with canon) over the finished beams. search-and-learn keeps n // beam_width of n each step
+    (beam_search.py): W = n // beam_width and E = beam_width there, with no filter. config.n and
+    config.rule are not used."""
+    check(step_score, aggregate, answer, width=width, expand=expand)
     if len(judges) != len(config.lam):  # beam search ranks by the judges: m = len(config.lam) >= 2
         raise ValueError(f"beam search needs {len(config.lam)} judges (one per lam), got {len(judges)}")
     cfg = replace(config, n=expand, rule="verdict")
@@ -408,25 +461,28 @@ def beam_search(
         if not live:
             break
     rest = [Chain(tuple(p), stopped or "max_steps", None, p[-1].chain_score if p else NAN) for _, p in live]
-    chains = tuple(done + rest)
-    settings = dict(width=width, expand=expand, dual_filter=dual_filter, step_score=step_score)
-    settings = _settings(config, **settings, aggregate=aggregate, answer=answer)
-    return Search("beam", question, settings, chains, pick(chains, answer), _counts(records), tuple(depths))
+    chains, settings = tuple(done + rest), dict(width=width, expand=expand, dual_filter=dual_filter)
+    settings = _settings(config, **settings, step_score=step_score, aggregate=aggregate, answer=answer)
+    picked = pick(chains, answer, canon)
+    return Search("beam", question, settings, chains, picked, _counts(records), tuple(depths))
 
 
 # ----------------------------------------------------------------------------- memo and step scorer
 
 
 class Memo:
-    """A judge that answers each (state, step) once, then from its cache, so that a sweep (best-of-N at
+    """A judge that answers each (state, step, note) once, then from its cache, so that a sweep (best-of-N at
     several N, beam search at several widths, search-and-learn re-scoring every prefix) makes only its
-    distinct calls. A judge's record comes with its score (it is called through judgement(state, step) if
-    it has one). Key: the question, the images (by identity when unhashable, e.g. PIL images or arrays:
-    the cache keeps the state, so the identities stay valid), the steps so far and the step. Not locked:
-    two threads asking the same new key at once both call. `calls`: the calls made (the cache's size)."""
+    distinct calls, and a chain's identical candidates cost each judge one call. A judge's record comes with
+    its score (it is called through judgement(state, step, *note) if it has one). Key: the question, the
+    images (by identity when unhashable, e.g. PIL images or arrays: the cache keeps the state, so the
+    identities stay valid), the steps so far, the step and the note. On threads, a call asking for a key that
+    is being asked waits for that answer, or its error (an error is not kept: the next call asks again).
+    `calls`: the calls answered (the cache's size)."""
 
     def __init__(self, judge: Callable):
-        self.judge, self.cache = judge, {}
+        self.judge, self.name, self.cache = judge, getattr(judge, "name", None), {}
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"Memo({self.judge!r})"
@@ -435,16 +491,31 @@ class Memo:
     def calls(self) -> int:
         return len(self.cache)
 
-    def judgement(self, state: State, step: str) -> Judgement:
-        key = (state, step)
+    def judgement(self, state: State, step: str, *note) -> Judgement:
+        key = (state, step, note)
         try:
             hash(key)
         except TypeError:  # unhashable images
-            key = (state.question, tuple(map(id, state.images)), state.steps, step)
-        if key not in self.cache:
-            ask = getattr(self.judge, "judgement", None)
-            self.cache[key] = (state, Judgement(self.judge(state, step)) if ask is None else ask(state, step))
-        return self.cache[key][1]
+            key = (state.question, tuple(map(id, state.images)), state.steps, step, note)
+        with self._lock:
+            first = key not in self.cache
+            if first:
+                self.cache[key] = (state, Future())
+            answer = self.cache[key][1]
+        if first:
+            try:
+                ask = getattr(self.judge, "judgement", None)
+                answer.set_result(
+                    Judgement(self.judge(state, step)) if ask is None else ask(state, step, *note)
+                )
+            except BaseException as e:  # the calls waiting get it too
+                with self._lock:
+                    del self.cache[key]
+                answer.set_exception(e)
+        return answer.result()
+
+    def __call__(self, state: State, step: str) -> float:
+        return self.judgement(state, step).score
 
 
 def memoise(judges: Sequence[Callable]) -> tuple:
@@ -476,7 +547,7 @@ class StepScorer:
     (state, step) once: search-and-learn's beam search re-scores every prefix at every iteration."""
 
     def __init__(self, judges, config: Config = Config(), step_score="key", unjudged=-1.0, map_fn=map):
-        _check(step_score)
+        check(step_score)
         if len(judges) != len(config.lam):
             raise ValueError(f"StepScorer needs {len(config.lam)} judges (one per lam), got {len(judges)}")
         self.judges, self.step_score, self.unjudged, self.map_fn = tuple(judges), step_score, unjudged, map_fn

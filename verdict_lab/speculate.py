@@ -32,7 +32,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Sequence
 
 import verdict
-from verdict_lab.client import reported_usage
+from verdict_lab.formats import reported_usage
 
 COUNTS = ("made", "taken", "dropped", "tokens", "dropped_tokens")  # record()'s counters per step
 

@@ -134,14 +134,15 @@ def _skills(cell: str) -> list:
 
 def mathvista_table(pairs: list, prefetched) -> list:
     """MathVista_acc's table: per key (Overall, then each row's skills and task, as first met) tot,
-    prefetch (rows prefetched(row) accepts), hit, prefetch_rate and acc in %."""
+    prefetch (rows prefetched(row) accepts), hit, prefetch_rate and acc in %, computed as VLMEvalKit computes
+    them (divided, then times 100: 11 of 20 is 55.00000000000001, where 100 * 11 / 20 is 55.0)."""
     tot: dict = {}
     for r, hit in pairs:
         for k in ["Overall"] + _skills(r.input.get("skills", "")) + [r.input.get("task", "")]:
             t = tot.setdefault(k, [0, 0, 0])  # tot, prefetch, hit
             t[0], t[1], t[2] = t[0] + 1, t[1] + bool(prefetched(r)), t[2] + hit
     return [
-        {"Task&Skill": k, "tot": n, "prefetch": f, "hit": h, "prefetch_rate": 100 * f / n, "acc": 100 * h / n}
+        {"Task&Skill": k, "tot": n, "prefetch": f, "hit": h, "prefetch_rate": f / n * 100, "acc": h / n * 100}
         for k, (n, f, h) in tot.items()
     ]
 
@@ -157,7 +158,8 @@ def breakdown(rows: list, setting: str, scoring: dict | None) -> list:
     scoring = scoring or {}
     pairs = questions(rows, setting)
     if (scoring.get("kind") or (rows and kind(rows[0].data))) == "mathvista":
-        return [{"split": "none"} | {t["Task&Skill"]: t["acc"] / 100 for t in mathvista_table(pairs, bool)}]
+        table = mathvista_table(pairs, bool)
+        return [{"split": "none"} | {t["Task&Skill"]: t["hit"] / t["tot"] for t in table}]
     if scoring.get("macro"):
         out = []
         for split, here in _by(pairs, "split").items():

@@ -195,6 +195,15 @@ def score(item, text) -> tuple:
     return str(res), "value", right
 
 
+def prefetched(how: str, correct: bool) -> bool:
+    """MathVista's post_check(line, prefetch=True) is truthy, so VLMEvalKit logs "Prefetch succeed" and asks
+    no judge (utils/mathvista.py MathVista_auxeval at e8e78f05), for a final answer score() read as `how`: a
+    multiple-choice reply can_infer reads, right or wrong, a "Z" included (declined); a free-form value only
+    when it is right (score() reads a right 0 as unanswered: post_check's 0 is falsy). Every other row goes
+    on to VLMEvalKit's judge."""
+    return how in ("letter", "text", "declined") or (how == "value" and correct)
+
+
 # ----------------------------------------------------------------------------- a model that extracts
 
 TRIES = 3  # VLMEvalKit asks its judge three times; each try here is hotter, so a cache does not repeat it

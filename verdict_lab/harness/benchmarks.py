@@ -21,10 +21,19 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from verdict_lab.harness import tsv
-from verdict_lab.harness.items import LETTER, Item, Skipped, check_utf8, decode_image, image_file, make_item
+from verdict_lab.harness.items import (
+    LETTER,
+    Inputs,
+    Item,
+    Skipped,
+    check_utf8,
+    decode_image,
+    image_file,
+    make_item,
+)
 from verdict_lab.harness.tsv import kind
 from verdict_lab.formats import whole_text
 
@@ -45,6 +54,8 @@ class Loaded:
     warnings: list  # [str]
     scoring: dict  # {"setting": "vanilla" | "circular" | "3dsr", "macro": a column to average over, or None}
     limited: bool  # reading stopped at the limit
+    # what reached the model (Inputs.record) and "resaved": the ids whose pixels dump_image's re-save changed
+    as_vlmevalkit: dict = field(default_factory=lambda: {**Inputs().record(), "resaved": []})
 
     def reading(self) -> dict:
         """What the summary says about reading this file (JSON)."""
@@ -58,6 +69,7 @@ class Loaded:
             "warnings": self.warnings,
             "scoring": self.scoring,
             "limited": self.limited,
+            "as_vlmevalkit": self.as_vlmevalkit,
         }
 
 
@@ -104,7 +116,7 @@ def _jsonl_image(base: str, s, allow_any_path: bool):
         ) from None
 
 
-def _jsonl_item(name: str, line: int, text: str, base: str, allow_any_path: bool) -> Item:
+def _jsonl_item(name: str, line: int, text: str, base: str, allow_any_path: bool, stripped: bool) -> Item:
     try:
         d = json.loads(text)
     except ValueError:
@@ -135,19 +147,20 @@ def _jsonl_item(name: str, line: int, text: str, base: str, allow_any_path: bool
         [_jsonl_image(base, s, allow_any_path) for s in ims],
         str(d.get("hint") or "").strip(),
         fields=fields,
+        stripped=stripped,
     )
 
 
 def _jsonl(path: str, name: str, keep, allow_any_path: bool, warnings: list, info: dict):
     """(line, Item | Skipped) for each non-blank line of a JSONL benchmark."""
-    base = os.path.dirname(os.path.abspath(path))
+    base, stripped = os.path.dirname(os.path.abspath(path)), info["inputs"].stripped_prompt
     with open(path, "rb") as fh:
         for line, raw in enumerate(fh, 1):
             text = raw.decode("utf-8", "surrogateescape").lstrip("\ufeff")
             if not text.strip():
                 continue
             try:
-                yield line, _jsonl_item(name, line, text, base, allow_any_path)
+                yield line, _jsonl_item(name, line, text, base, allow_any_path, stripped)
             except ValueError as e:
                 yield line, Skipped(os.path.basename(path), line, str(e))
 
@@ -155,9 +168,13 @@ def _jsonl(path: str, name: str, keep, allow_any_path: bool, warnings: list, inf
 # ----------------------------------------------------------------------------- any file
 
 
-def load(path: str, limit: int | None = None, keep=None, allow_any_path: bool = False) -> Loaded:
+def load(
+    path: str, limit: int | None = None, keep=None, allow_any_path: bool = False, inputs: Inputs = Inputs()
+) -> Loaded:
     """A .tsv or .jsonl file, streamed: the first `limit` valid items (all if None), of which those whose id
-    keep(id) accepts (all if None) are returned. A repeated id is skipped like any malformed row."""
+    keep(id) accepts (all if None) are returned. A repeated id is skipped like any malformed row. `inputs`:
+    what reaches the model (VLMEvalKit's images and prompt text by default; a JSONL file's images are its
+    own)."""
     file = os.path.basename(path)
     name, ext = os.path.splitext(file)
     readers = {".tsv": tsv.read, ".jsonl": _jsonl}
@@ -168,7 +185,7 @@ def load(path: str, limit: int | None = None, keep=None, allow_any_path: bool = 
     keep = keep or (lambda id: True)
     warnings, items, skipped, first, read, dropped, limited, columns = [], [], [], {}, 0, 0, False, []
     splits = set()  # the valid rows' split cells (CV-Bench-2D's test)
-    info: dict = {"limit": limit}
+    info: dict = {"limit": limit, "inputs": inputs}
     rows = readers[ext.lower()](path, name, keep, allow_any_path, warnings, info)
     try:
         for line, got in rows:
@@ -192,4 +209,7 @@ def load(path: str, limit: int | None = None, keep=None, allow_any_path: bool = 
         **scoring(name, columns, splits),
         "dtypes": info.get("dtypes", {}),
     }  # dtypes: the TSV's, for the quirks
-    return Loaded(name, file, items, len(first), read, skipped, dropped, warnings, how, limited)
+    sent = {**inputs.record(), "resaved": list(dict.fromkeys(info.get("resaved", [])))}
+    if ext.lower() == ".jsonl":
+        sent["images"] = "original"  # VLMEvalKit does not read JSONL: its images are sent as they are
+    return Loaded(name, file, items, len(first), read, skipped, dropped, warnings, how, limited, sent)

@@ -4,13 +4,18 @@ and the progress line.
 Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
 Disagreement-Aware Consensus", ECCV 2026: "same agents, different aggregation". Every method runs
 verdict.run with the same reasoner and judges and only verdict.select's rule differs; `base` is one
-sampled chain (n = 1, no judges). evaluate.py checks the flags, reads the files and writes the tables;
-this module runs the chains between:
+sampled chain (n = 1, no judges). The searches (search.py: best-of-N, weighted best-of-N, majority vote,
+beam search) run the same reasoner and plain judges. evaluate.py checks the flags, reads the files and
+writes the tables; this module runs the chains between:
 
 - input_digest: what a row records of the item it ran (question, options, answer, columns, image bytes);
-- run_chain: one chain (verifier.build and verifier.run), its answer read (answers.score, then the
-  extraction model if any), as a rows.Row with its cost (calls, tokens, seconds), its judge mode's record
-  and its revisions;
+- run_chain: one chain (verifier.build and verifier.run), or one search (run_search), its answer read
+  (answers.score, then the extraction model if any), as a rows.Row with its cost (calls, tokens, seconds;
+  the reasoner's calls and tokens, the judges' calls), its judge mode's record and its revisions;
+- the seed scheme of the searches (chain_seed, check_method): chain i of seed s is sampled by the reasoner
+  of seed s + CHAIN_SEEDS·i, one candidate a step, so chain 0 is the base chain of seed s and chains
+  0..N−1 of every N are the same chains: through the response cache, a larger N pays only for the chains
+  a smaller one did not sample, and every method for the judge calls another already made;
 - ChainClients: one item's clients, forks of the run's that share its response cache, and the --max-calls
   budget their calls spend (verifier.CallBudget);
 - Harness: each item's chains one after another in one thread, --concurrency items at once, every row
@@ -29,11 +34,11 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 
 import verdict
-from judges import EndpointError
-from verdict_lab import client, verifier
+from judges import SEED_STRIDE, EndpointError
+from verdict_lab import client, search, verifier
 from verdict_lab.cache import CacheError
 from verdict_lab.formats import JudgeFormat
 from verdict_lab.harness import answers, rundir
@@ -46,9 +51,9 @@ from verdict_lab.verifier import CallBudget, Settings
 
 @dataclass
 class ChainClients:
-    """One item's clients, used by one thread: the reasoner's and the judges' (the same object when they
-    share an endpoint and model), forks of the run's clients that share its cache and one call budget, and
-    the extraction model's (no budget), if any."""
+    """One item's clients, used by one thread: the reasoner's and the judges' (two forks even when they
+    share an endpoint and model, so that each counts its own calls), forks of the run's clients that share
+    its cache, its requests in flight and one call budget, and the extraction model's (no budget), if any."""
 
     reasoner: client.Client
     judges: client.Client
@@ -64,10 +69,9 @@ class ChainClients:
         extractor: client.Client | None = None,
     ) -> "ChainClients":
         budget = CallBudget(limit)
-        forked = reasoner.fork(on_chat=budget.spend)
         return cls(
-            forked,
-            forked if judge is reasoner else judge.fork(on_chat=budget.spend),
+            reasoner.fork(on_chat=budget.spend),
+            judge.fork(on_chat=budget.spend),
             budget,
             extractor.fork() if extractor else None,
         )
@@ -135,6 +139,18 @@ def chain_settings(settings: Settings, method: Method) -> Settings:
     )
 
 
+@dataclass
+class Ran:
+    """What a method's chain (or search) leaves for its row, filled as it runs: its trace as a dict, the text
+    its answer is read from, how it stopped, its judge mode's record and its revisions."""
+
+    trace: dict | None = None
+    text: str | None = None
+    stopped: str | None = None
+    record: dict = field(default_factory=lambda: {"extra_calls": 0, "extra_tokens": 0})
+    revisions: dict = field(default_factory=lambda: revisions(None))
+
+
 def run_chain(
     item: Item,
     seed: int,
@@ -145,54 +161,137 @@ def run_chain(
     digest: str | None = None,
 ) -> tuple:
     """(row of results.jsonl, None), or (error row, the exception) on EndpointError or ValueError: the
-    chain of `method` (verifier.build) in the run's reply format `fmt`. The row records `digest`,
-    input_digest(item) when it is None."""
+    chain of `method` (verifier.build; a search: run_search) in the run's reply format `fmt`. The row records
+    `digest`, input_digest(item) when it is None, and its compute from the clients' usage counters: all
+    calls, requests and tokens, and apart the reasoner's calls and tokens and the judges' calls."""
     digest = digest or input_digest(item)
-    v = verifier.build(chain_settings(settings, method), clients.reasoner, clients.judges, seed, fmt)
     before, clients.budget.spent = clients.usage(), 0
-    t0, trace, error, text = time.perf_counter(), None, None, None
+    split = (clients.reasoner.usage, clients.judges.usage)
+    t0, ran, error = time.perf_counter(), Ran(), None
     pred, how, correct, ex_calls, ex_tokens = None, "unanswered", False, 0, 0
     try:
-        trace = verifier.run(v, item.question, item.images or None, meter=clients.usage)
-        text = final_text(trace)
-        pred, how, correct, ex_calls, ex_tokens = read_answer(item, text, clients.extractor)
+        (run_search if method.search else run_verdict)(item, seed, method, clients, settings, fmt, ran)
+        pred, how, correct, ex_calls, ex_tokens = read_answer(item, ran.text, clients.extractor)
     except (EndpointError, ValueError) as e:
         error = e
-    record = v.chain.record() if v.chain else {"extra_calls": 0, "extra_tokens": 0}
-    meta = {"method": str(method), "seed": seed, **(trace.meta if trace else {})}
     used = client.usage_change(before, clients.usage())
-    return Row(
+    reasoner = client.usage_change(split[0], clients.reasoner.usage)
+    judged = client.usage_change(split[1], clients.judges.usage)
+    fields = _row(item, seed, method, digest, ran, error, used, time.perf_counter() - t0)
+    fields |= {"pred": pred, "extracted": how, "correct": correct}
+    fields |= {"extract_calls": ex_calls, "extract_tokens": ex_tokens}
+    fields |= {"reasoner_calls": reasoner["calls"], "reasoner_tokens": reasoner["call_tokens"]}
+    return Row(**fields, judge_calls=judged["calls"]), error
+
+
+def _row(item: Item, seed: int, method: Method, digest: str, ran: Ran, error, used: dict, seconds: float):
+    """A Row's fields but its answer and the compute run_chain adds, as a dict (run_chain builds the Row)."""
+    record = ran.record
+    return dict(
         data=item.data,
         id=item.id,
         row=item.row,
         seed=seed,
         method=method,
         answer=item.answer,
-        pred=pred,
-        extracted=how,
-        correct=correct,
-        prediction=text,
-        stopped=trace.stopped if trace else None,
+        prediction=ran.text,
+        stopped=ran.stopped,
         error=f"{type(error).__name__}: {error}" if error else None,
         calls=used["calls"],
         sent=used["requests"],
         cached=used["cache_hits"],
         replies=used["replies"],
         tokens=used["call_tokens"],
-        seconds=round(time.perf_counter() - t0, 3),
+        seconds=round(seconds, 3),
         extra_calls=record["extra_calls"],
         extra_tokens=record["extra_tokens"],
         fact_sheet_status=record.get("fact_sheet_status"),
         gate_checks=len(record.get("gate", [])),
         zoom_requests=len(record.get("zoom", [])),
-        **revisions(trace),
+        **ran.revisions,
         zoomed=sum(e["path"] == "zoom" for e in record.get("zoom", [])),
-        extract_calls=ex_calls,
-        extract_tokens=ex_tokens,
         input_digest=digest,
         input=dict(item.fields),
-        trace=replace(trace, meta=meta).to_dict() if trace else None,
-    ), error
+        trace=ran.trace,
+    )
+
+
+def run_verdict(item: Item, seed: int, method: Method, clients, settings: Settings, fmt, ran: Ran) -> None:
+    """One chain of a rule (base, verdict.RULES) in its judge mode, into `ran`: verifier.build and run."""
+    v = verifier.build(chain_settings(settings, method), clients.reasoner, clients.judges, seed, fmt)
+    try:
+        trace = verifier.run(v, item.question, item.images or None, meter=clients.usage)
+    finally:  # the judge mode's record, also of a chain that ended in an error
+        ran.record = v.chain.record() if v.chain else ran.record
+    ran.revisions = revisions(trace)
+    ran.trace = replace(trace, meta={"method": str(method), "seed": seed, **trace.meta}).to_dict()
+    ran.text, ran.stopped = final_text(trace), trace.stopped
+
+
+# ----------------------------------------------------------------------------- one search
+
+CHAIN_SEEDS = 1000  # chain i of seed s: the reasoner of seed s + CHAIN_SEEDS·i (so at most 1000 seeds)
+MAX_CHAINS = 1000  # N at most: every sampling seed, (s + CHAIN_SEEDS·i)·SEED_STRIDE + j, stays below 2^31
+
+
+def chain_seed(seed: int, i: int) -> int:
+    """The reasoner seed of chain i of a search at row seed `seed`: seed + CHAIN_SEEDS·i. Chain 0 is the base
+    chain of that seed (the same requests), and no two (seed, i) with seed < CHAIN_SEEDS share a seed, nor
+    any sampling seed (judges.Reasoner keeps each reasoner seed's within its own block)."""
+    return seed + CHAIN_SEEDS * i
+
+
+def check_method(method: Method, settings: Settings, seeds: int) -> None:
+    """ValueError, before any call, for a search the seed scheme cannot run: N over MAX_CHAINS, more than
+    CHAIN_SEEDS seeds, or a beam whose first step, W·E candidates and their top-ups, needs more sampling
+    seeds than a reasoner seed has ((1 + W·E)·W·E over judges.SEED_STRIDE)."""
+    if not method.search:
+        return
+    if method.n is not None and method.n > MAX_CHAINS:
+        raise ValueError(f"{method}: N must be at most {MAX_CHAINS}, got N={method.n}")
+    if seeds > CHAIN_SEEDS:
+        raise ValueError(f"{method}: a search runs at most {CHAIN_SEEDS} --seeds, got {seeds}")
+    k = (method.width or 0) * (method.expand or 0)
+    if (1 + k) * k > SEED_STRIDE:
+        most = max(j for j in range(1, SEED_STRIDE) if (1 + j) * j <= SEED_STRIDE)
+        raise ValueError(f"{method}: W·E must be at most {most} ((1 + W·E)·W·E sampling seeds), got {k}")
+
+
+def run_search(item: Item, seed: int, method: Method, clients, settings: Settings, fmt, ran: Ran) -> None:
+    """One search (search.py) into `ran`: the reasoner of verifier.build (as base's), one candidate a step
+    for chain i of best-of-N and majority at reasoner seed chain_seed(seed, i), beam search's at `seed`;
+    the plain judges of the run's reply format (none for majority); τ, ε, λ and max_steps of the settings.
+    Answers are compared as the option or value answers.score reads (an answer it cannot read, as its
+    text), never by the extraction model, which reads the picked answer alone. The trace is the search's
+    record (search.Search.to_dict) with its meta."""
+    plain = dict(judge_mode="plain", revise=False, speculate=False)
+    propose = lambda k: (
+        verifier.build(replace(settings, rule="base", **plain), clients.reasoner, seed=k).propose
+    )
+    judges = ()
+    if method.judged:
+        judged = replace(settings, rule="verdict", **plain)
+        judges = verifier.build(judged, clients.reasoner, clients.judges, seed, fmt).judges
+    config = replace(settings.config, rule="verdict")
+    canon = lambda a: answers.score(item, a)[0] or a
+    images, scored = item.images or None, dict(step_score=method.step_score, aggregate=method.aggregate)
+    meta = {"method": str(method), "seed": seed}
+    if method.rule == "beam":
+        w, e = method.width, method.expand
+        found = search.beam_search(item.question, propose(seed), judges, w, e, config, images, **scored,
+                                   dual_filter=method.dual_filter, canon=canon)  # fmt: skip
+        meta["reasoner_seeds"] = [seed]
+    else:
+        chains = lambda i: propose(chain_seed(seed, i))
+        traces = search.sample_chains(item.question, chains, judges, method.n, config, images)
+        scored = {k: v for k, v in scored.items() if v is not None}  # majority: none
+        found = search.best_of_n(traces, **scored, answer=method.answer, canon=canon)
+        meta["reasoner_seeds"] = [chain_seed(seed, i) for i in range(method.n)]
+    if judges:
+        meta["judges"] = {**fmt.record(), "s_hat": "weighted" if settings.weighted else "sampled"}
+    ran.trace = {**found.to_dict(), "meta": meta}
+    ran.text = found.answer if found.picked is not None else (found.chain[-1] if found.chain else None)
+    ran.stopped = found.stopped
 
 
 def revisions(trace: verdict.Trace | None) -> dict:

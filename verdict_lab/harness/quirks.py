@@ -10,6 +10,12 @@ A quirk decided a row when correcting it alone changes the row's hit, on the sam
 reading corrects them all at once. It re-reads the replies the run got: the prompts stay VLMEvalKit's (an
 option it dropped was not shown). Only rules are re-run: a row whose letter the extraction model chose,
 an error row, a JSONL file's row, and a row whose hit the rules do not give back as recorded keep their hit.
+
+Two quirks are of the inputs, not of the reading (INPUTS): images re-saved by VLMEvalKit's dump_image whose
+pixels that changed, and the whitespace VLMEvalKit's build_prompt leaves at the end of the prompt. They are
+reproduced by default (items.Inputs), so the run's model saw what VLMEvalKit's would; a row they touched is
+counted, from what the reading recorded (its "as_vlmevalkit"), and keeps its hit under the corrected reading:
+what the model would have answered otherwise takes another run (--original-images, --stripped-prompts).
 """
 
 from __future__ import annotations
@@ -31,7 +37,12 @@ QUIRKS = {  # name -> what the summary says it did
     "text_never": "MathVista text and list answers never right",
     "zero_dropped": "MathVista answer 0 not prefetched",
     "z_answer": 'answer cell "Z" right on a reply nothing was read from',
+    "resaved_images": "images sent as VLMEvalKit's dump_image re-saves them, with other pixels (an input: "
+    "the corrected reading keeps the hit; --original-images sends the file's own)",
+    "prompt_whitespace": 'the prompt ending as VLMEvalKit\'s build_prompt ends it, "...options above. \\n" '
+    "(an input: the corrected reading keeps the hit; --stripped-prompts drops it)",
 }
+INPUTS = ("resaved_images", "prompt_whitespace")  # quirks of what the model was sent
 _MC = ("answer", "answer_option")  # besides the option letters, the cells the option quirks touch
 
 
@@ -126,20 +137,40 @@ def applicable(r: Row, reading: dict) -> list:
     return [q for q in QUIRKS if q in out]
 
 
-def decided(r: Row, reading: dict) -> tuple:
-    """([the quirks that decided r], r's hit under the corrected reading)."""
-    qs = applicable(r, reading)
+def inputs(r: Row, reading: dict, resaved: set) -> list:
+    """The input quirks that touched r, from its file's reading: its images' pixels changed by dump_image's
+    re-save (`resaved`: the reading's ids, as a set), and VLMEvalKit's whitespace in a prompt built from
+    the question and options (build_question: every TSV but CV-Bench's prompt column and MathVista's
+    question cell; a JSONL file is the project's own, not VLMEvalKit's)."""
+    sent = reading.get("as_vlmevalkit") or {}
+    kind = reading.get("scoring", {}).get("kind") or tsv.kind(r.data)
+    built = str(reading.get("file")).endswith(".tsv") and kind in ("mcq", "mmmu")
+    return ["resaved_images"] * (r.id in resaved) + ["prompt_whitespace"] * (
+        built and sent.get("prompt") == "build_prompt"
+    )
+
+
+def resaved_of(reading: dict) -> set:
+    """The ids of the rows whose pixels dump_image's re-save changed, as the reading recorded them."""
+    return set((reading.get("as_vlmevalkit") or {}).get("resaved", ()))
+
+
+def decided(r: Row, reading: dict, resaved: set) -> tuple:
+    """([the quirks that decided r, then the input quirks that touched it], r's hit under the corrected
+    reading); resaved: resaved_of(reading)."""
+    qs, touched = applicable(r, reading), inputs(r, reading, resaved)
     if not qs or hit(r, reading) != r.correct:  # nothing to correct, or a hit the rules do not give back
-        return [], r.correct
+        return touched, r.correct
     by = [q for q in qs if hit(r, reading, {q}) != r.correct]
-    return by, hit(r, reading, set(qs))
+    return by + touched, hit(r, reading, set(qs))
 
 
 def tally(rows: list, reading: dict) -> tuple:
-    """({quirk: rows it decided}, only quirks that decided one; the rows with their corrected hits)."""
-    counts, fixed = dict.fromkeys(QUIRKS, 0), []
+    """({quirk: rows it decided (an input quirk: rows it touched)}, only quirks with a row; the rows with
+    their corrected hits)."""
+    counts, fixed, resaved = dict.fromkeys(QUIRKS, 0), [], resaved_of(reading)
     for r in rows:
-        qs, h = decided(r, reading)
+        qs, h = decided(r, reading, resaved)
         for q in qs:
             counts[q] += 1
         fixed.append(replace(r, correct=h))

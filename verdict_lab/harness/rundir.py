@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 
 from verdict_lab.harness import tables
 from verdict_lab.harness.rows import Row
 
-RUN_FORMAT = "verdict-eval-run/3"  # /3: the verifier's settings are one dict, verifier.Settings.record()
+RUN_FORMAT = "verdict-eval-run/3"  # the verifier's settings are one dict, verifier.Settings.record()
 ENDPOINTS = ("base_url", "judge_base_url", "extract_base_url")  # may differ between shards of one run
 
 try:
@@ -153,25 +154,29 @@ def read_rows(path: str) -> tuple:
     return rows, raw
 
 
-def load_rows(path: str, inputs: dict | None = None) -> tuple:
+def load_rows(path: str, inputs: dict | None = None, lines: dict | None = None) -> tuple:
     """({key: row} of finished rows, how many lines were dropped, [the rows dropped as made from another
     input]), for a resumed run. Besides what read_rows leaves out, a repeated key, a row that ended in an
     error, and, with inputs ({(data, id): chains.input_digest of the item this run reads}), a row of one of
-    those items whose digest differs are dropped, and the
-    file is rewritten without them (atomically), so they run again. Rows of items not in inputs are kept."""
+    those items whose digest differs are dropped, and the file is rewritten without them (atomically), so
+    they run again. Rows of items not in inputs are kept. With lines ({(data, id): the item's line in the
+    file this run reads}), a kept row takes its item's line now (the file's rows may have moved), and the
+    file is rewritten with it."""
     found, raw = read_rows(path)
     rows: dict = {}
-    stale = []
+    stale, moved = [], 0
     for row in found:
         digest = (inputs or {}).get((row.data, row.id), row.input_digest)
         if row.key in rows or row.error:
             continue
         if digest != row.input_digest:
             stale.append(row)
-        else:
-            rows[row.key] = row
+            continue
+        line = (lines or {}).get((row.data, row.id), row.row)
+        moved += line != row.row
+        rows[row.key] = row if line == row.row else replace(row, row=line)
     dropped = sum(bool(line.strip()) for line in raw.splitlines()) - len(rows)
-    if dropped or (raw and not raw.endswith(b"\n")):
+    if dropped or moved or (raw and not raw.endswith(b"\n")):
         _write_atomic(path, "".join(json.dumps(r.to_json(), allow_nan=False) + "\n" for r in rows.values()))
     return rows, dropped, stale
 

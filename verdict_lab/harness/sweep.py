@@ -39,6 +39,7 @@ import threading
 from dataclasses import dataclass
 
 from verdict_lab import charts
+from verdict_lab.formats import reported_usage
 import verdict
 from verdict_lab.harness import rundir
 
@@ -147,9 +148,8 @@ def args_for(args, s: Setting) -> argparse.Namespace:
 
 
 def _tokens(response: dict) -> int:
-    """prompt + completion tokens a response reports (as replies.reported_usage counts them; 0 for none)."""
-    u = response.get("usage") if isinstance(response.get("usage"), dict) else {}
-    return sum(u.get(k) for k in ("prompt_tokens", "completion_tokens") if isinstance(u.get(k), int))
+    """prompt + completion tokens a response reports, each bounded as formats.reported_usage reads it."""
+    return sum(reported_usage(response).values())
 
 
 def read_tally(path: str) -> dict:

@@ -10,13 +10,18 @@ unweighted Avg and the gain over the base model. This module writes, from evalua
   input), the judged methods whose judges never gave a score, the rows VLMEvalKit's quirks decided, and
   accuracy per category, l2-category and split;
 - VLMEvalKit's own files (vlmeval_files.write_runs), one directory per (model, method, seed);
-- summary.png: accuracy per method and benchmark, bars ± the std over seeds.
+- summary.png: accuracy per method and benchmark, bars ± the std over seeds;
+- with a search among the methods (search.py), accuracy against compute: a table in summary.md (Avg
+  accuracy beside reasoner tokens, judge calls, calls and requests per item) and compute.png, Avg
+  accuracy against reasoner tokens and against judge calls per item, base and VERDICT on the same axes.
 
 Accuracy is VLMEvalKit's on the same replies, per dataset (accuracy.py).
 """
 
 from __future__ import annotations
 
+import collections
+import itertools
 import json
 import os
 import statistics
@@ -57,15 +62,16 @@ def _stats(rs: list, method: str) -> dict:
     steps, jcalls = sum(t["steps"] for t in tot), sum(t["judge_calls"] for t in tot)
     per = lambda xs: statistics.fmean(xs) if rs else None  # xs: one number per chain
     rate = lambda num, den: num / den if den else None
-    judged = Method.parse(method).judged  # base has no fallback
+    m = Method.parse(method)
+    stepwise = m.judged and not m.search  # base and the searches have no fallback
     return {
         "chains": len(rs),
         "steps": steps,
-        "fallback_rate": rate(sum(t["fallbacks"] for t in tot), steps) if judged else None,
+        "fallback_rate": rate(sum(t["fallbacks"] for t in tot), steps) if stepwise else None,
         "abstention_rate": rate(sum(t["abstentions"] for t in tot), jcalls),
         "unanswered_rate": rate(sum(r.extracted == "unanswered" and not r.error for r in rs), len(rs)),
         "error_rate": rate(sum(bool(r.error) for r in rs), len(rs)),
-        "extracted": {k: sum(r.extracted == k for r in rs) for k in EXTRACTED},
+        "extracted": {k: sum(r.extracted == k and not r.error for r in rs) for k in EXTRACTED},  # not errors
         "stopped": {k: sum(r.stopped == k for r in rs) for k in ("final", "max_steps", "budget")},
         "calls_per_item": per([r.calls for r in rs]),
         "tokens_per_item": per([r.tokens for r in rs]),
@@ -74,6 +80,9 @@ def _stats(rs: list, method: str) -> dict:
         "extra_calls_per_item": per([r.extra_calls for r in rs]),
         "extra_tokens_per_item": per([r.extra_tokens for r in rs]),
         "extract_calls_per_item": per([r.extract_calls for r in rs]),
+        "reasoner_calls_per_item": per([r.reasoner_calls for r in rs]),
+        "reasoner_tokens_per_item": per([r.reasoner_tokens for r in rs]),
+        "judge_calls_per_item": per([r.judge_calls for r in rs]),
         "gate_checks_per_item": per([r.gate_checks for r in rs]),
         "fact_sheet": {k: sum(r.fact_sheet_status == k for r in rs) for k in SHEET_STATUSES},
         "revise_calls_per_item": per([r.revise_calls for r in rs]),
@@ -130,8 +139,16 @@ def summarize(rows: list, ctx: dict) -> dict:
             "rows": errors,
             "rate": errors / len(kept) if kept else 0.0,
             "over": bool(kept) and errors / len(kept) > ctx["max_error_rate"],
+            "causes": causes(kept),
         },
     }
+
+
+def causes(rows: list, most: int = 3) -> list:
+    """The errors rows ended in, most common first (ties: the first seen), at most `most`:
+    [{"error": the message, "rows": how many}]; [] when none did."""
+    count = collections.Counter(r.error for r in rows if r.error)
+    return [{"error": e, "rows": k} for e, k in count.most_common(most)]
 
 
 def _accuracy_table(methods: list, seeds: list, cols: dict, acc) -> dict:
@@ -266,6 +283,7 @@ def _warnings(s: dict) -> list:
             f"--max-error-rate {s['max_error_rate']:.1%}: the table counts them as wrong. "
             "Run the same command again to retry them.**"
         )
+    out += [f"**{c['rows']} chain(s) ended in: {c['error']}**" for c in e.get("causes", [])]
     if s["silent_judges"]:
         out.append(f"**{silent_judges(s)}: their rows equal the reasoner's alone.**")
     out += [f"**Warning: {w}.**" for f in s["files"] for w in s["reading"][f]["warnings"]]
@@ -315,7 +333,9 @@ def _quirks(s: dict) -> list:
             "",
             f"{f}: rows that VLMEvalKit's quirks decided (chains, all seeds; docs/parity.md). VLMEvalKit's "
             "accuracy, as in the table, is the one comparable with published tables; the corrected reading "
-            "re-reads the same replies without the quirks (the prompts stayed VLMEvalKit's).",
+            "re-reads the same replies without the reading quirks; the quirks of VLMEvalKit's inputs "
+            "(re-saved images, the prompt's trailing space) changed what was sent, not how it was read, so "
+            "their rows keep their hits.",
             "",
         ]
         heads = [h for c in cols for h in (f"{c} VLMEvalKit", f"{c} corrected")]
@@ -348,7 +368,12 @@ def _details(s: dict, f: str) -> list:
         here = {r["method"]: r for r in recs if (r["setting"], r["split"]) == (st, split)}
         keys = [k for k in next(iter(here.values())) if k not in ("method", "setting", "split")]
         macro = f"; Overall is the unweighted mean over {scoring['macro']}" if scoring["macro"] else ""
-        out += ["", f"{f}, setting {st}, split {split} (%, all seeds{macro}):", ""] + _head("Column", methods)
+        named = (
+            [f]
+            + [f"setting {st}"] * (len(SETTINGS[scoring["setting"]]) > 1)
+            + [f"split {split}"] * (split != "none")
+        )
+        out += ["", f"{', '.join(named)} (%, all seeds{macro}):", ""] + _head("Column", methods)
         for k in keys:
             out.append(
                 f"| {k} | "
@@ -364,7 +389,7 @@ def render(s: dict) -> str:
     """summary.md: warnings first, then what was read, the paper-style table, the gains, the per-method
     statistics, each file's breakdown and the skipped rows."""
     out = [f"# VERDICT evaluation ({SUMMARY_FORMAT})", ""] + _warnings(s) + _run_line(s)
-    out += _reading(s) + _accuracy_tables(s) + _quirks(s) + _method_stats(s)
+    out += _reading(s) + _accuracy_tables(s) + _quirks(s) + _method_stats(s) + _compute(s)
     for f in s["files"]:
         out += _details(s, f)
     out += _skipped(s)
@@ -446,6 +471,143 @@ def _method_stats(s: dict) -> list:
     return out
 
 
+COMPUTE_COLUMNS = (
+    ("reasoner tokens/item", "reasoner_tokens_per_item", ".0f"),
+    ("judge calls/item", "judge_calls_per_item", ".1f"),
+    ("reasoner calls/item", "reasoner_calls_per_item", ".1f"),
+    ("calls/item", "calls_per_item", ".1f"),
+    ("sent/item", "sent_per_item", ".1f"),
+)
+
+
+def searched(s: dict) -> bool:
+    """A search (search.py) is among the summary's methods: its tables show accuracy against compute."""
+    return any(Method.parse(m).search for m in s["methods"])
+
+
+def _compute(s: dict) -> list:
+    """Accuracy against compute, with a search among the methods: per method, its Avg accuracy and what an
+    item cost it (compute.png draws the same numbers)."""
+    if not searched(s):
+        return []
+    out = [
+        "",
+        "Accuracy against compute (compute.png). Avg accuracy (%, mean ± std over seeds) and, per item (one "
+        "item, one seed), the reasoner's tokens, the judges' calls, the reasoner's calls, all calls (each "
+        "counted whether the response cache answered it or not: the method's own cost) and the requests "
+        "sent (a request shared with an earlier method of the item is sent once, by the first). Searches: "
+        "bonN best-of-N, wbonN weighted best-of-N, majN majority vote, beamWxE beam search, then the chain "
+        "score's aggregate and the step score, +filter the dual test (docs/search.md); "
+        f"VERDICT greedy, step by step, with n = {s['settings']['verifier']['n']}.",
+        "",
+    ]
+    out += _head("Method", ["Avg"] + [name for name, _, _ in COMPUTE_COLUMNS])
+    for m in s["methods"]:
+        x = s["stats"][m]
+        cells = [_pct(s["accuracy"][m]["Avg"])] + [_fmt(x[key], f) for _, key, f in COMPUTE_COLUMNS]
+        out.append(f"| {m} | " + " | ".join(cells) + " |")
+    return out
+
+
+def compute_points(s: dict) -> list:
+    """[(method, reasoner tokens per item, judge calls per item, Avg mean, Avg std)] of the methods with an
+    Avg accuracy, in the summary's order."""
+    out = []
+    for m in s["methods"]:
+        acc, x = s["accuracy"][m]["Avg"], s["stats"][m]
+        if acc["mean"] is not None and x["reasoner_tokens_per_item"] is not None:
+            out.append((m, x["reasoner_tokens_per_item"], x["judge_calls_per_item"], acc["mean"], acc["std"]))
+    return out
+
+
+def _families(s: dict) -> dict:
+    """{label: (colour, [methods])}: base grey, VERDICT red (labelled with its n), each other rule alone,
+    each search family (rows.Method.family: its methods differ in N or W alone) one colour, labelled with
+    the family's name, or the method's when it is alone."""
+    n = s["settings"]["verifier"]["n"]
+    others = itertools.cycle([p for p in charts.PALETTE if p not in (charts.GREY, charts.RED)])
+    out = {}
+    for m in s["methods"]:
+        method = Method.parse(m)
+        label = {"base": "base (the reasoner alone)", "verdict": f"VERDICT (n = {n})"}.get(m, method.family)
+        if label not in out:
+            colour = {"base": charts.GREY, "verdict": charts.RED}.get(m) or next(others)
+            out[label] = (colour, [])
+        out[label][1].append(m)
+    return {
+        (ms[0] if len(ms) == 1 and Method.parse(ms[0]).search else k): (c, ms) for k, (c, ms) in out.items()
+    }
+
+
+def compute_picture(s: dict, path: str, note: str | None = None) -> list:
+    """compute.png: Avg accuracy (%) against reasoner tokens per item (left) and judge calls per item (right),
+    a point per method, ± its std over seeds, a search family's points joined in order of compute and
+    labelled with their N (or W); base and VERDICT on the same axes. `note` (default: the models) goes
+    under the panels. Returns the points drawn as (panel, method, (x, y))."""
+    W, H, top, bottom, lefts, width = 980, 470, 60, 370, (70, 420), 290
+    pts = {m: p for m, *p in compute_points(s)}
+    families = _families(s)
+    lo, hi, ystep = charts.nice(min([a - (d or 0) for *_, a, d in pts.values()] or [0]),
+                                max([a + (d or 0) for *_, a, d in pts.values()] or [100]))  # fmt: skip
+    c = charts.Canvas((W, H))
+    c.text((10, 8), "Avg accuracy (%) against compute per item, ± std over seeds", 13, width=W - 20)
+    drawn = []
+    for k, (left, title) in enumerate(zip(lefts, ("reasoner tokens per item", "judge calls per item"))):
+        xs = [p[k] for p in pts.values()]
+        x_lo, x_hi, xstep = charts.nice(0, max(xs or [1]))
+        px = lambda v, left=left, a=x_lo, b=x_hi: left + (v - a) / ((b - a) or 1) * width
+        py = lambda v: bottom - (min(max(v, lo), hi) - lo) / ((hi - lo) or 1) * (bottom - top)
+        _axes(c, (left, top, left + width, bottom), (x_lo, x_hi, xstep), (lo, hi, ystep), (px, py), title)
+        drawn += _draw_families(c, families, pts, k, (px, py))
+    st = s["settings"]
+    c.text((lefts[0], H - 24), note or f"Reasoner {st['model']}, judges {st['judge_model']}", 11,
+           width=W - lefts[0] - 10, lines=1)  # fmt: skip
+    legend = [(label, colour) for label, (colour, _) in families.items()]
+    charts.legend(c, (lefts[1] + width + 20, top), legend, width=W - lefts[1] - width - 30, line=True)
+    c.save(path)
+    return drawn
+
+
+def _axes(c, box: tuple, xs: tuple, ys: tuple, scale: tuple, title: str) -> None:
+    """A panel's frame, grid, tick labels and x title."""
+    (x0, _, x1, y1), (px, py) = box, scale
+    for j in range(int(round((ys[1] - ys[0]) / ys[2])) + 1):
+        t = ys[0] + j * ys[2]
+        c.draw.line((x0, py(t), x1, py(t)), fill=charts.GRID)
+        c.text((x0 - 6, py(t)), f"{t:g}", 11, anchor="rm")
+    c.draw.rectangle(box, outline=charts.INK)  # over the grid
+    for j in range(int(round((xs[1] - xs[0]) / xs[2])) + 1):
+        t = xs[0] + j * xs[2]
+        c.draw.line((px(t), y1, px(t), y1 + 4), fill=charts.INK)
+        c.text((px(t), y1 + 8), f"{t:g}", 11, anchor="mt")
+    c.text(((x0 + x1) / 2, y1 + 26), title, 11, anchor="mt")
+
+
+def _draw_families(c, families: dict, pts: dict, k: int, scale: tuple) -> list:
+    """Each family's line (in order of compute), points, whiskers and N (or W) labels in panel k."""
+    (px, py), drawn = scale, []
+    last = lambda f: (f[1][1] == ["base"], f[1][1] == ["verdict"])  # base, then VERDICT, on top
+    for label, (colour, methods) in sorted(families.items(), key=last):
+        here = sorted((pts[m][k], m) for m in methods if m in pts)
+        xy = [(px(v), py(pts[m][2])) for v, m in here]
+        if len(xy) > 1:
+            c.draw.line(xy, fill=colour, width=2)
+        for (x, y), (_, m) in zip(xy, here):
+            mean, std = pts[m][2], pts[m][3]
+            if std:
+                c.draw.line((x, py(mean + std), x, py(mean - std)), fill=colour)
+            r = 5 if m in ("base", "verdict") else 3
+            shape = c.draw.rectangle if m == "base" else c.draw.ellipse  # base: a square, seen under others
+            shape((x - r, y - r, x + r, y + r), fill=colour, outline=charts.INK if m == "base" else None)
+            size = Method.parse(m).size
+            if size is not None and len(methods) > 1:
+                c.text(
+                    (x + 5, y - 4), str(size), 9, fill=colour, anchor="lb", moves=((0, 0), (0, 14), (-14, 0))
+                )
+            drawn.append((k, m, (x, y)))
+    return drawn
+
+
 def _skipped(s: dict) -> list:
     """Per file, the malformed rows its reading skipped: the first SHOWN_SKIPS, then how many more."""
     out = []
@@ -503,12 +665,14 @@ def picture(s: dict, path: str) -> list:
 
 
 def write(out: str, summary: dict, rows: list) -> str:
-    """summary.json, summary.md, summary.png and VLMEvalKit's files (write_runs) in `out`; returns the
-    markdown."""
+    """summary.json, summary.md, summary.png (with a search: compute.png too) and VLMEvalKit's files
+    (write_runs) in `out`; returns the markdown."""
     md = render(summary)
     for name, text in (("summary.json", json.dumps(summary, indent=1, allow_nan=False)), ("summary.md", md)):
         with open(os.path.join(out, name), "w", encoding="utf-8") as fh:
             fh.write(text)
     vlmeval_files.write_runs(out, summary, rows)
     picture(summary, os.path.join(out, "summary.png"))
+    if searched(summary):
+        compute_picture(summary, os.path.join(out, "compute.png"))
     return md

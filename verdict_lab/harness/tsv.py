@@ -11,6 +11,9 @@ fewer are the index of the row whose image this row reuses; a list literal ['<b6
 images (BLINK). A file with `image_path` and no `image` (VLMEvalKit's *_local.tsv) names image files,
 relative to the TSV's directory or to images/<name>/ beside it (VLMEvalKit's layout). A row whose `image`
 is empty is dropped and counted, as VLMEvalKit drops it. Cells are read as pandas reads them (cells.py).
+What reaches the model is VLMEvalKit's (items.Inputs): each base64 image as its dump_image re-saves it, in
+the format the file's name gives (<index>.png, or image_path's name, often .jpg), and build_prompt's text,
+whitespace included; a *_local.tsv's image files are sent as they are, as VLMEvalKit sends them.
 The conventions are chosen by the file's name, as VLMEvalKit's build_dataset chooses a class (kind):
 - CV-Bench (a name starting CV-Bench): the `prompt` column is the whole text;
 - MMMU (a name containing MMMU): an open question (no options) is kept as VLMEvalKit keeps it, as two
@@ -81,15 +84,20 @@ def _cell(cells: list, i: int | None) -> str:
 class _TsvImages:
     """A TSV row's images. A reference (an `image` of 64 characters or fewer) is the index of another
     row, found by where that row starts in the file: rows read so far are noted, and a reference to a later
-    row scans ahead for it. Decoded images of rows that are kept are held once for the rows reusing them."""
+    row scans ahead for it. Decoded images of rows that are kept are held once for the rows reusing them.
+    Unless inputs.original_images, each image is sent as VLMEvalKit's dump_image leaves it (items.dumped);
+    `resaved` collects the ids of the rows (all shards') whose pixels that changed."""
 
-    def __init__(self, path: str, fields: list, name: str, allow_any_path: bool):
-        self.fh, self.allow = open(path, "rb"), allow_any_path
+    def __init__(self, path: str, fields: list, name: str, allow_any_path: bool, inputs: items.Inputs):
+        self.fh, self.allow, self.inputs = open(path, "rb"), allow_any_path, inputs
         self.base = os.path.dirname(os.path.abspath(path))
         self.index = fields.index("index") if "index" in fields else None
         self.image = fields.index("image") if "image" in fields else None
+        self.paths = "image_path" in fields  # dump_image then names each image file after that column
+        self.path_at = fields.index("image_path") if self.paths else None
         self.also = os.path.join("images", name[: -len("_local")] if name.endswith("_local") else name)
         self.at, self.scanned, self.held = {}, 0, {}
+        self.resaved = []
 
     def note(self, index: str, start: int, end: int) -> None:
         self.at.setdefault(index, start)
@@ -107,17 +115,25 @@ class _TsvImages:
         self.fh.seek(self.at[index])
         return _cell(next(_records(self.fh))[3], self.image)
 
-    def of_cell(self, field: str, keep: bool) -> tuple:
-        """The images of an `image` cell: base64, a reference, or a list literal of base64 strings."""
+    def of_cell(self, field: str, keep: bool, id: str, path_cell: str | None = None) -> tuple:
+        """The images of an `image` cell (base64, a reference, or a list literal of base64 strings), as the
+        model gets them; path_cell: the row's image_path cell, which names dump_image's files."""
         ref = field if len(field) <= 64 else None  # VLMEvalKit: the index of the row whose image this reuses
         if ref is not None and ref in self.held:
-            return self.held[ref]
-        if ref is not None and len(field := self._cell_of(ref)) <= 64:
-            raise ValueError(f"image refers to index {ref!r}, which holds no image")
-        images = tuple(items.decode_image(p) for p in _list_cell(field))
-        if keep and ref is not None:
-            self.held[ref] = images
-        return images
+            found = self.held[ref]
+        else:
+            if ref is not None and len(field := self._cell_of(ref)) <= 64:
+                raise ValueError(f"image refers to index {ref!r}, which holds no image")
+            found = tuple(items.decoded(p) for p in _list_cell(field))
+            if keep and ref is not None:  # the bytes only: decoded pixels would take far more memory
+                self.held[ref] = tuple((data, None) for data, _ in found)
+        if self.inputs.original_images:
+            return tuple(data for data, _ in found)
+        exts = dump_names(len(found), path_cell if self.paths else None)
+        sent = [items.dumped(data, ext, image) for (data, image), ext in zip(found, exts)]
+        if any(changed for _, changed in sent):
+            self.resaved.append(id)
+        return tuple(data for data, _ in sent)
 
     def of_paths(self, field: str) -> tuple:
         """The images of an `image_path` cell: one path or a list literal of paths."""
@@ -127,6 +143,25 @@ class _TsvImages:
 
     def close(self) -> None:
         self.fh.close()
+
+
+def dump_names(n: int, path_cell: str | None) -> list:
+    """The extension of each file VLMEvalKit's dump_image (image_base.py at e8e78f05) writes for a row's n
+    images, which decides the format it re-saves them in: <index>.png, or <index>_<i>.png for a list, without
+    an image_path column (path_cell None); else the names image_path gives (often .jpg). A list of images
+    whose image_path names fewer files is cut to them (zip), as dump_image cuts it. ValueError where
+    VLMEvalKit fails: an empty image_path, one name for several images (zipped character by character: names
+    without an extension), several names for one image."""
+    if path_cell is None:
+        return [".png"] * n
+    if not path_cell:
+        raise ValueError("image_path is empty, which VLMEvalKit's toliststr cannot read (its run fails)")
+    names = _list_cell(path_cell)
+    if (n == 1) != (len(names) == 1):
+        raise ValueError(
+            f"{n} image(s) but image_path names {len(names)} file(s): VLMEvalKit's dump_image fails on it"
+        )
+    return [os.path.splitext(p)[1] for p in names[:n]]
 
 
 def _list_cell(field: str) -> list:
@@ -172,15 +207,16 @@ def _mathvista(r: dict, dtypes: dict) -> dict:
     return dict(question=r["question"] or "nan", options=options, answer=r["answer_option"] or "nan")
 
 
-def question(r: dict, letters: list, kind: str, dtypes: dict) -> dict:
+def question(r: dict, letters: list, kind: str, dtypes: dict, stripped: bool = False) -> dict:
     """What a row asks and how its answer is read, by the dataset's conventions (None: a missing value): the
-    Item's question (the whole text), options, answer and, for a free-form MathVista row, value."""
+    Item's question (the whole text: build_question's, `stripped` as there), options, answer and, for a
+    free-form MathVista row, value."""
     if kind == "mathvista":
         return _mathvista(r, dtypes)
     options = [(k, r[k]) for k in letters if r[k] is not None]
     question, hint, answer = r["question"] or "nan", r["hint"] or "", r["answer"] or "nan"
     if kind == "mmmu":  # MMMU_preproc: an open question (no A) reads A = its answer, B = "Other Answers"
-        prompt = build_question(question, options, hint)
+        prompt = build_question(question, options, hint, stripped)
         if r["A"] is None:
             filled = {**dict(options), "A": r["answer"], "B": "Other Answers"}
             options = sorted((k, v) for k, v in filled.items() if v is not None)
@@ -188,7 +224,9 @@ def question(r: dict, letters: list, kind: str, dtypes: dict) -> dict:
         return dict(question=prompt, options=tuple(options), answer=gt)
     prompt = r["prompt"] if kind == "cvbench" else None
     return dict(
-        question=prompt or build_question(question, options, hint), options=tuple(options), answer=answer
+        question=prompt or build_question(question, options, hint, stripped),
+        options=tuple(options),
+        answer=answer,
     )
 
 
@@ -236,7 +274,7 @@ def _tsv_item(
         return None
     id = _cell(cells, images.index).strip() or str(line)
     ims = (
-        images.of_cell(raw["image"], keep(id))
+        images.of_cell(raw["image"], keep(id), id, _cell(cells, images.path_at))
         if "image" in fields
         else images.of_paths(raw["image_path"])
         if "image_path" in fields
@@ -249,7 +287,7 @@ def _tsv_item(
         line,
         images=ims,
         fields=tuple((c, v) for c, v in raw.items() if c != "image"),
-        **question(r, [c for c in fields if LETTER.fullmatch(c)], k, dtypes),
+        **question(r, [c for c in fields if LETTER.fullmatch(c)], k, dtypes, images.inputs.stripped_prompt),
     )
     return _check_placeholders(item) if k == "mmmu" else item
 
@@ -287,7 +325,8 @@ def read(path: str, name: str, keep, allow_any_path: bool, warnings: list, info:
             raise ValueError(f"{path}: empty file (no header line)")
         fields = _header(head[3], path, warnings)
         dtypes = info["dtypes"] = _types(path, fields, warnings, info.get("limit"))
-        images = _TsvImages(path, fields, name, allow_any_path)
+        images = _TsvImages(path, fields, name, allow_any_path, info["inputs"])
+        info["resaved"] = images.resaved
         try:
             for line, start, end, cells in records:
                 images.note(_cell(cells, images.index).strip(), start, end)

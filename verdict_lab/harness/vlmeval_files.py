@@ -5,7 +5,8 @@ Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reaso
 Disagreement-Aware Consensus", ECCV 2026, reports accuracy per benchmark (mean ± std over seeds), the
 unweighted Avg and the gain over the base model. This module writes, from
 evaluate.py's rows (rows.Row), in OUT/<model>/seed<k>/ (write_runs):
-- <model>_<data>.tsv, the predictions (every input column but the image, then the whole output);
+- <model>_<data>.tsv, the predictions (every input column but the image, then `prediction`, the text that was
+  scored, which VLMEvalKit's evaluate() re-scores to the same numbers, and `verdict_chain`, the whole chain);
 - <model>_<data>_acc.csv (split, Overall, then one column per l2-category and per category, fractions in
   [0, 1], every field quoted); 3DSRBench's <model>_3DSRBench_results.tsv and MathVista's
   <model>_<data>_<judge>.tsv and _score.csv in their place.
@@ -18,6 +19,7 @@ import os
 import re
 
 from verdict_lab.harness.accuracy import SETTINGS, breakdown, mathvista_table
+from verdict_lab.harness.answers import prefetched
 from verdict_lab.harness.rows import Row
 from verdict_lab.harness.tsv import kind
 
@@ -47,46 +49,66 @@ def dataset_name(data: str) -> str:
     return data[: -len("_local")] if data.endswith("_local") else data
 
 
+CHAIN = "verdict_chain"  # the predictions' column with the whole chain, beside VLMEvalKit's prediction
+
+
 def output(r: Row) -> str:
-    """The model's whole final output, VLMEvalKit's prediction: the chain's chosen steps, one per line; an
-    error row, VLMEvalKit's failure message and the error (VLMEvalKit asks such items again)."""
+    """VLMEvalKit's prediction: the text the row was scored on (answers.score's input: the text after "Final
+    answer:", or the last chosen step of a chain cut short; "" without a step), which VLMEvalKit's own
+    exact matching then reads to the same hit; an error row, VLMEvalKit's failure message and the error
+    (VLMEvalKit asks such items again)."""
     if r.error:
         return f"{FAIL_MSG} ({r.error})"
-    chain = (r.trace or {}).get("chain")
-    return "\n".join(chain) if chain else (r.prediction or "")
+    return r.prediction or ""
+
+
+def chain(r: Row) -> str:
+    """The whole chain: its chosen steps, one per line ("" for an error row or a chain with no step)."""
+    return "\n".join((r.trace or {}).get("chain") or [])
 
 
 def write_predictions(path: str, rows: list) -> None:
     """One run's predictions as VLMEvalKit's <model>_<data>.tsv (PRED_FORMAT=tsv): the file's columns but the
-    image, then prediction (the whole output), every field quoted, in the file's order."""
+    image, then prediction (output: what was scored) and verdict_chain (chain), every field quoted, in the
+    file's order."""
     rows = sorted(rows, key=lambda r: r.row)
-    keys = [k for k in dict.fromkeys(k for r in rows for k in r.input) if k not in ("image", "prediction")]
+    drop = ("image", "prediction", CHAIN)
+    keys = [k for k in dict.fromkeys(k for r in rows for k in r.input) if k not in drop]
     write_acc_csv(
-        path, [{**{k: r.input.get(k, "") for k in keys}, "prediction": output(r)} for r in rows], "\t"
+        path,
+        [{**{k: r.input.get(k, "") for k in keys}, "prediction": output(r), CHAIN: chain(r)} for r in rows],
+        "\t",
     )
+
+
+def mathvista_log(r: Row) -> tuple:
+    """(res, log) of a row in MathVista's _<judge>.tsv, as MathVista_auxeval writes them: a row that
+    post_check(prefetch=True) accepts (answers.prefetched) logs "Prefetch succeed" with the value or letter it
+    read ("Z" for a declined reply); a row --extract-model read logs "Succeed" with its value; any other row
+    went to no judge, so res and log are empty and VLMEvalKit's post_check finds no hit in it, as here."""
+    if prefetched(r.extracted, r.correct):
+        return ("Z" if r.extracted == "declined" else r.pred or ""), "Prefetch succeed"
+    if r.extracted == "judge":
+        return r.pred or "", "Succeed"
+    return "", ""
 
 
 def write_mathvista(path: str, rows: list, judge: str) -> None:
-    """MathVista's result files: <model>_<data>_<judge>.tsv, the predictions with res (the answer read) and
-    log ("Prefetch succeed" when the rules read it, "Succeed" when --extract-model did, else empty), which
-    VLMEvalKit's evaluate() scores as is; and <model>_<data>_<judge>_score.csv, MathVista_acc's table
-    (Task&Skill, tot, prefetch, hit, prefetch_rate, acc in %), Overall, then skills and tasks as met."""
+    """MathVista's result files: <model>_<data>_<judge>.tsv, the predictions with res and log (mathvista_log),
+    which VLMEvalKit's evaluate() scores as is; and <model>_<data>_<judge>_score.csv, MathVista_acc's table
+    (Task&Skill, tot, prefetch, hit, prefetch_rate, acc in %), Overall, then skills and tasks as met, its
+    floats VLMEvalKit's to the last digit (accuracy.mathvista_table)."""
     rows = sorted(rows, key=lambda r: r.row)
     write_predictions(path, rows)
-    log = lambda r: (
-        "Prefetch succeed"
-        if r.extracted in ("letter", "text", "value")
-        else "Succeed" * (r.extracted == "judge")
-    )
     with open(path, encoding="utf-8", newline="") as fh:
         table = list(csv.reader(fh, delimiter="\t"))
     table[0] += ["res", "log"]
     for line, r in zip(table[1:], rows):
-        line += ["" if r.pred is None else r.pred, log(r)]
+        line += list(mathvista_log(r))
     with open(path, "w", newline="", encoding="utf-8") as fh:
         csv.writer(fh, delimiter="\t", quoting=csv.QUOTE_ALL, lineterminator="\n").writerows(table)
-    recs = mathvista_table([(r, r.correct) for r in rows], lambda r: log(r) == "Prefetch succeed")
-    write_acc_csv(path[: -len(".tsv")] + "_score.csv", recs)
+    pre = lambda r: mathvista_log(r)[1] == "Prefetch succeed"
+    write_acc_csv(path[: -len(".tsv")] + "_score.csv", mathvista_table([(r, r.correct) for r in rows], pre))
 
 
 def write_runs(out: str, summary: dict, rows: list) -> list:

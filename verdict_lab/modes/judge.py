@@ -61,7 +61,7 @@ from typing import Any, Callable
 
 import verdict
 from judges import MAX_PIXELS, ask, fence, response_format, role_first, text_of
-from verdict_lab.client import reported_usage
+from verdict_lab.formats import reported_usage
 from verdict_lab.formats import JudgeFormat
 from verdict_lab.layouts import with_looks
 from verdict_lab.modes import MODE_MAX_TOKENS, JudgeMode, evpv, zoom

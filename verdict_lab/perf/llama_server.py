@@ -3,8 +3,9 @@
 Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
 Disagreement-Aware Consensus", ECCV 2026 (the 3.80× sequential wall-clock overhead of the limitations).
 
-- live_section (2b): perf/overhead.py's modes on a running OpenAI-compatible server, text only (the tiny
-  model has no vision), with what the server says of itself (server_props);
+- live_section (2b): perf/overhead.py's modes on a running OpenAI-compatible server, each question with its
+  own image when the server accepts images (GET /props: serve_tiny.sh's default), with what the server says
+  of itself (server_props), and per layout what each role's requests computed and reused (roles_lines);
 - flags_section (2b and 2c): servers that serve_tiny.sh starts (start_server) with each of SERVER_FLAGS,
   measured and stopped (stop_server) in turn.
 """
@@ -15,17 +16,24 @@ import json
 import os
 import re
 import signal
+import statistics
 import subprocess
+import threading
 import time
 import urllib.parse
 import urllib.request
+from collections import Counter
+from dataclasses import replace
 
 from judges import EndpointError
 from verdict_lab.client import Client
+from verdict_lab.formats import reported_cache, reported_usage
+from verdict_lab.layouts import DEFAULT_LAYOUT, ROLES, role_of
 from verdict_lab.perf import speculation
 from verdict_lab.perf.overhead import (
     ADAPTIVE,
     CONC_SCORE,
+    ORDER,
     SEQ_SCORE,
     adaptive_lines,
     in_layouts,
@@ -35,7 +43,6 @@ from verdict_lab.perf.overhead import (
     token_table,
     tokenizer,
 )
-from verdict_lab.layouts import DEFAULT_LAYOUT
 
 FLOOR = (
     "The floor: what the base step computes plus the tokens of the step's n·m judge tasks (candidate and "
@@ -63,7 +70,9 @@ SERVER_FLAGS = (
     ("-kvu", "one KV buffer shared by the slots (unified KV)"),
     (
         "--cache-reuse 32",
-        "reuse cached chunks of 32 tokens or more after the common prefix, by shifting their KV",
+        "reuse cached chunks of 32 tokens or more after the common prefix, by shifting their KV "
+        "(llama-server turns it off, with a warning in its log only, when it serves images: "
+        "serve_tiny.sh's default)",
     ),
     ("--cache-ram 0", "no prompt cache in RAM: a slot keeps only its last prompt"),
     ("-np 2", "2 slots (n = 3 candidates need 3: llama-server serves n choices in n slots)"),
@@ -120,13 +129,15 @@ def live_section(
     restart=None,
     speculate: bool = False,
 ) -> tuple:
-    """Section 2b against a real OpenAI-compatible server (text only: the tiny model has no vision), on the
-    first `questions` of LIVE_QUESTIONS: (markdown lines, {mode: Result}). restart: starts the server again
-    on the same URL before each mode's chains, so that nothing is cached from an earlier mode or repetition
-    (None: a server this process does not own, whose caches stay warm). speculate: also measure
-    `--speculate` there (perf/speculation.py's ratios, the default layout)."""
+    """Section 2b against a real OpenAI-compatible server, on the first `questions` of LIVE_QUESTIONS, each
+    with its own image (speculation.images) when the server says it accepts images: (markdown lines, {mode:
+    Result}). restart: starts the server again on the same URL before each mode's chains, so that nothing is
+    cached from an earlier mode or repetition (None: a server this process does not own, whose caches stay
+    warm). speculate: also measure `--speculate` there (perf/speculation.py's ratios, the default layout) and
+    each role's tokens per layout (roles_lines)."""
     props, load, t0 = server_props(url), os.getloadavg(), time.perf_counter()
     qs, reset = LIVE_QUESTIONS[:questions], restart or (lambda: None)
+    images = speculation.images(len(qs)) if props.get("modalities", {}).get("vision") else None
     result = overhead(
         Client(url, model, timeout=900.0),
         modes,
@@ -134,10 +145,11 @@ def live_section(
         steps,
         reps,
         LIVE_LIMITS,
+        images,
         reset=reset,
         count=tokenizer(url),
     )
-    lines = _server_lines(url, props) + _workload_lines(len(qs), steps, reps, bool(restart), load, t0)
+    lines = _server_lines(url, props) + _workload_lines(len(qs), steps, reps, bool(restart), load, t0, images)
     lines += (
         time_table(result)
         + [
@@ -151,8 +163,101 @@ def live_section(
     )
     lines += [""] + adaptive_lines(result)
     if speculate:
-        lines += _live_speculation(Client(url, model, timeout=900.0), reps, steps, qs, reset)
+        lines += _live_speculation(Client(url, model, timeout=900.0), reps, steps, qs, images, reset)
+        lines += [""] + roles_lines(
+            role_runs(url, model, reps, steps, qs, images, reset), reps, steps, bool(restart)
+        )
     return lines, result
+
+
+class RoleCounts:
+    """A client that passes every call to `client` and tallies, by the role that made it (layouts.role_of),
+    the replies and the prompt tokens they report, and those of them the server's cache served."""
+
+    def __init__(self, client: Client):
+        self.client, self.counts, self._lock = client, {}, threading.Lock()
+
+    @property
+    def usage(self) -> dict:
+        return self.client.usage
+
+    def chat(self, messages: list, **params) -> dict:
+        response = self.client.chat(messages, **params)
+        tokens, cached = reported_usage(response), reported_cache(response)["cached_tokens"]
+        with self._lock:
+            self.counts.setdefault(role_of(messages), Counter()).update(
+                replies=1, prompt=tokens["prompt_tokens"], cached=cached or 0, reported=cached is not None
+            )
+        return response
+
+
+def role_runs(url: str, model: str, reps: int, steps: int, qs: tuple, images, reset) -> dict:
+    """{layout: [(RoleCounts.counts, run_chains' Chains) per repetition]}: CONC_SCORE's chains (the default
+    mode) in every layout of ORDER, `reset` before each, the layouts' order alternating."""
+    runs = {lay: [] for lay in ORDER}
+    for r in range(reps):
+        for lay in ORDER if r % 2 == 0 else ORDER[::-1]:
+            reset()
+            counted = RoleCounts(Client(url, model, timeout=900.0))
+            chains = run_chains(counted, replace(CONC_SCORE, layout=lay), qs, steps, LIVE_LIMITS, images)
+            runs[lay].append((counted.counts, chains))
+    return runs
+
+
+def _spread(xs: list) -> str:
+    """ "median (min–max)" of xs, whole tokens; "—" when a figure is unknown."""
+    if not xs or None in xs:
+        return "—"
+    return f"{statistics.median(xs):,.0f} ({min(xs):,.0f}–{max(xs):,.0f})"
+
+
+def roles_lines(runs: dict, reps: int, steps: int, cold: bool) -> list:
+    """Markdown from role_runs: per layout, the prompt tokens the server computed per whole chain and per step
+    after a chain's first (median over the repetitions, min–max), then per layout and role, every
+    repetition pooled, the prompt tokens per reply and the share its cache served."""
+
+    def computed(usage: list) -> float | None:
+        if not usage or any(u.get("cache_reports", 0) != u.get("replies", 0) for u in usage):
+            return None
+        return sum(u.get("computed_prompt_tokens", 0) for u in usage)
+
+    def per_rep(chains, later: bool) -> float | None:
+        usage = [u for i, u in enumerate(chains.usage) if not later or i % steps > 0]
+        total = computed(usage)
+        return None if total is None else total / (len(chains.chains) * (steps - 1 if later else 1))
+
+    lines = [
+        f"Per layout, the default mode ({CONC_SCORE.name}): {reps} repetition(s) of the same chains, "
+        + ("the server started again before each (cold)" if cold else "the server's caches warm")
+        + ", the layouts' order alternating; prompt tokens the server computed (prompt_tokens − "
+        "cached_tokens), median (min–max) over the repetitions:",
+        "",
+        "| layout | computed per whole chain | computed per step after the first |",
+        "|---|---:|---:|",
+    ]
+    for lay, got in runs.items():
+        whole = [per_rep(c, False) for _, c in got]
+        lines.append(f"| {lay} | {_spread(whole)} | {_spread([per_rep(c, True) for _, c in got])} |")
+    lines += [
+        "",
+        "Per role and layout, every repetition pooled: replies per chain, prompt tokens per reply, and the "
+        "share of them the server's prefix cache served (usage.prompt_tokens_details.cached_tokens):",
+        "",
+        "| layout | role | replies per chain | prompt tokens per reply | served from the cache |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for lay, got in runs.items():
+        chains = sum(len(c.chains) for _, c in got)
+        for role in (r for r in ROLES + (None,) if any(r in counts for counts, _ in got)):
+            t = sum((counts.get(role, Counter()) for counts, _ in got), Counter())
+            served = (
+                f"{t['cached'] / t['prompt']:.0%}" if t["reported"] == t["replies"] and t["prompt"] else "—"
+            )
+            per_reply = t["prompt"] / t["replies"]
+            lines.append(
+                f"| {lay} | {role or 'other'} | {t['replies'] / chains:.1f} | {per_reply:,.0f} | {served} |"
+            )
+    return lines
 
 
 def _server_lines(url: str, props: dict) -> list:
@@ -167,11 +272,19 @@ def _server_lines(url: str, props: dict) -> list:
     ]
 
 
-def _workload_lines(questions: int, steps: int, reps: int, cold: bool, load: tuple, t0: float) -> list:
-    """2b's workload (cold: restarted before each mode), and the load and time since (load, t0)."""
+def _workload_lines(
+    questions: int, steps: int, reps: int, cold: bool, load: tuple, t0: float, images=None
+) -> list:
+    """2b's workload (cold: restarted before each mode; images: one per question, or None), and the load
+    and time since (load, t0)."""
     avg = lambda xs: ", ".join(f"{x:.1f}" for x in xs)
+    what = (
+        f"question(s), each with its own {images[0].width}×{images[0].height} image in every request"
+        if images
+        else "text question(s)"
+    )
     return [
-        f"Workload: {questions} text question(s), {steps} steps per chain, max_tokens {LIVE_LIMITS[0]} per "
+        f"Workload: {questions} {what}, {steps} steps per chain, max_tokens {LIVE_LIMITS[0]} per "
         "step, json judges (a reason of at most 200 characters and a score; short judges the score alone); a "
         f"judge whose reply does not parse asks once more; median of {reps} repetition(s), the modes "
         "interleaved; "
@@ -188,9 +301,9 @@ def _workload_lines(questions: int, steps: int, reps: int, cold: bool, load: tup
     ]
 
 
-def _live_speculation(client: Client, reps: int, steps: int, qs: tuple, reset) -> list:
+def _live_speculation(client: Client, reps: int, steps: int, qs: tuple, images, reset) -> list:
     """2b's `--speculate` paragraph: speculation.ratios on this server, in the default layout."""
-    spec = speculation.ratios(client, reps, steps, list(qs), None, DEFAULT_LAYOUT, reset, LIVE_LIMITS[0])
+    spec = speculation.ratios(client, reps, steps, list(qs), images, DEFAULT_LAYOUT, reset, LIVE_LIMITS[0])
     return [
         "",
         f"`--speculate` on this server (verdict_lab/perf/speculation.py: whole chains of {steps} steps, json "
@@ -299,8 +412,6 @@ if __name__ == "__main__":
     # judges; the default layout unless named) on a fresh serve_tiny.sh server, then, from its log, how each
     # request's slot was chosen and what it computed.
     import sys
-
-    from dataclasses import replace
 
     layout = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_LAYOUT
     url, pid = start_server("")

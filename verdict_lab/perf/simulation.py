@@ -134,7 +134,7 @@ class Draws:
 
 def draw(seeds: int, trials: int, seed: int = 0, n: int = 3, m: int = 3) -> Draws:
     """Independent streams default_rng([seed, k]) for k < seeds, `trials` steps each (the premise draws
-    come last in each stream, so every other draw is what it was before the premise model existed)."""
+    come last in each stream, so the other draws do not depend on the premise model)."""
     if seeds < 2 or trials < 1 or n < 1:  # an interval needs 2 seeds; a step needs a candidate
         raise ValueError(f"need seeds >= 2, trials >= 1, n >= 1, got seeds={seeds}, trials={trials}, n={n}")
     blocks = []

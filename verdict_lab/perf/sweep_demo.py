@@ -85,22 +85,39 @@ class Scripted:
         return others[int(uniform(question, "wrong", j) * len(others))]
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(
-        description="A τ sweep on a scripted server (SCRIPTED, not the paper's result)"
-    )
-    p.add_argument("--out", default="runs/sweep-demo", help="the sweep's directory (runs/sweep-demo)")
+def parse_args(argv, description: str, out: str, picture: str):
+    """The demos' flags: --out (default `out`), --seeds, --picture (default docs/`picture`); --out made
+    absolute, as the command runs in the checkout."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--out", default=out, help=f"the run's directory ({out})")
     p.add_argument("--seeds", type=int, default=3, help="seeds (3)")
-    p.add_argument(
-        "--picture", default=str(Path(ROOT) / "docs" / "sweep_tau.png"), help="the picture, labelled"
-    )
+    p.add_argument("--picture", default=str(Path(ROOT) / "docs" / picture), help="the picture, labelled")
     a = p.parse_args(argv)
-    a.out = str(Path(a.out).resolve())  # the command runs in the checkout
+    a.out = str(Path(a.out).resolve())
+    return a
+
+
+def run_evaluate(a, flags: list, stdout=None) -> int:
+    """verdict_lab.evaluate on DATA against the Scripted server, as a user runs it, with `flags` after the
+    data, endpoint, --out and --seeds; its exit status. How many requests the server received goes to
+    stderr."""
     with LoopbackServer(Scripted()) as srv:
         cmd = [*EVALUATE, "--data", str(DATA), "--base-url", srv.url, "--out", a.out, "--seeds", str(a.seeds)]
-        cmd += ["--rules", "base,mean,verdict", "--judge-format", "text", "--sweep", f"tau={TAUS}"]
-        code = subprocess.run(cmd, cwd=ROOT).returncode  # the command, as a user runs it
+        code = subprocess.run(cmd + flags, cwd=ROOT, stdout=stdout).returncode
         print(f"the server received {len(srv.chats)} requests", file=sys.stderr)
+    return code
+
+
+def main(argv=None) -> int:
+    a = parse_args(
+        argv,
+        "A τ sweep on a scripted server (SCRIPTED, not the paper's result)",
+        "runs/sweep-demo",
+        "sweep_tau.png",
+    )
+    code = run_evaluate(
+        a, ["--rules", "base,mean,verdict", "--judge-format", "text", "--sweep", f"tau={TAUS}"]
+    )
     if code == 0:
         summary = json.loads((Path(a.out) / "summary.json").read_text(encoding="utf-8"))
         sweep.picture({**summary, "note": NOTE}, a.picture)
