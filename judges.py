@@ -259,7 +259,8 @@ class Endpoint:
     """POST {base_url}/chat/completions with bounded retries: chat(messages, **params) -> the response.
 
     Retries (at most `retries`, waiting backoff·2^attempt·U(0.5, 1) or Retry-After up to MAX_WAIT) only
-    on connection errors, timeouts, 429, 5xx, a 200 that is no chat completion; no error shows the key."""
+    on connection errors, timeouts, 429, 5xx, a 200 that is no chat completion; no error shows the key.
+    llama-server's HTTP 500 "Chunk not found" (its prompt cache cut inside an image) is retried uncached."""
 
     def __init__(self, base_url: str, model: str, api_key_env=DEFAULT_KEY_ENV, timeout=120.0, retries=4):
         if not (_int(retries) and retries >= 0):
@@ -283,6 +284,8 @@ class Endpoint:
             if body is not None:
                 return body
             if attempt < self.retries:
+                if "Chunk not found" in error.message:  # llama-server's image prompt cache: ask without it
+                    payload = {**payload, "cache_prompt": False}
                 wait = self.backoff * 2**attempt * random.uniform(0.5, 1.0) if told is None else told
                 self.sleep(min(wait, MAX_WAIT))
         raise error

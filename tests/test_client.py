@@ -52,6 +52,23 @@ def test_500_is_retried_with_growing_backoff_then_raises(loopback):
     assert all(0.5 * 2**a <= w <= 2**a for a, w in enumerate(waits))  # exponential, with jitter
 
 
+def test_llama_servers_chunk_not_found_is_asked_again_without_its_prompt_cache(loopback):
+    # llama-server's multimodal prompt cache can cut inside an image: HTTP 500 "Chunk not found" on every try
+    # that reuses the slot's cache; the retry asks with cache_prompt false, and only the retry does
+    def handler(body, path):
+        if body.get("cache_prompt") is False:
+            return 200, chat_response("ok"), {}
+        return 500, {"error": {"code": 500, "message": "got exception: Chunk not found"}}, {}
+
+    srv = loopback(handler)
+    client = Client(srv.url, "m", retries=1, sleep=lambda s: None)
+    assert client.chat([{"role": "user", "content": "hi"}])["choices"][0]["message"]["content"] == "ok"
+    assert ["cache_prompt" in c for c in srv.chats] == [False, True] and srv.chats[1]["cache_prompt"] is False
+    no_retry = Client(srv.url, "m", retries=0)
+    with pytest.raises(EndpointError, match="Chunk not found"):
+        no_retry.chat([{"role": "user", "content": "hi"}])
+
+
 @pytest.mark.parametrize(
     "payload, message",
     [
