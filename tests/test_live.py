@@ -93,8 +93,10 @@ def check_image_tokens(live, body) -> None:
 
 
 def live_demo(live, cwd, flags: str, *more, question=MCQ.split("\n")[0]):
-    """demo.py against the live server (through the proxy) in `cwd`: `flags` split at spaces, then `more`."""
-    args = ["--base-url", live.url, "--model", "tiny", "--question", question, *flags.split(), *more]
+    """demo.py against the live server (through the proxy) in `cwd`: `flags` split at spaces, then `more`;
+    each request may take 600 s (2 shared CPU cores)."""
+    args = ["--base-url", live.url, "--model", "tiny", "--timeout", "600", "--question", question]
+    args += [*flags.split(), *more]
     return run_demo(args, cwd, timeout=900)
 
 
@@ -323,7 +325,7 @@ def tsv(path, corrupt: bool = True) -> str:
 
 def test_evaluate_on_a_tsv_with_images_writes_rows_summary_and_vlmevalkits_files(live, tmp_path):
     data, out = tsv(tmp_path / "Tiny.tsv"), tmp_path / "o"
-    flags = "--seeds 2 --rules base,mean,verdict --n 2 --max-steps 1 --max-tokens 24"
+    flags = "--seeds 2 --rules base,mean,verdict --n 2 --max-steps 1 --max-tokens 24 --timeout 600"
     done = run(argv(data, live.url, out, flags + " --model tiny"), timeout=1800)
     assert done.returncode == 0, done.stderr
     rows = rows_of(out)
@@ -349,6 +351,7 @@ def test_the_weighted_score_reaches_both_branches_of_the_dual_test(live, tmp_pat
     data, cache = tsv(tmp_path / "Tiny.tsv", corrupt=False), str(tmp_path / "cache.sqlite")
     flags = (
         f"--seeds 1 --rules verdict --weighted --n 2 --max-steps 1 --max-tokens 24 --eps 1 --cache {cache}"
+        " --timeout 600"
     )
     first = run(
         argv(data, live.url, tmp_path / "o1", flags + " --tau 0 --model tiny --limit 2"), timeout=1800
