@@ -301,3 +301,25 @@ def test_slot_requests_read_how_llama_server_chose_each_slot_and_what_it_compute
         "| LRU | 1 | 269 | 269 | — |",
         "| child | 1 | 269 | 269 | — |",
     ]
+
+
+def test_roles_lines_give_each_layouts_computed_tokens_and_each_roles_cached_share_by_hand():
+    from collections import Counter
+    from types import SimpleNamespace
+
+    def chains(first, later, reported=10):  # one chain of 2 steps: its two steps' usage
+        step = lambda computed: {"replies": 10, "cache_reports": reported, "computed_prompt_tokens": computed}
+        return SimpleNamespace(chains=[object()], usage=[step(first), step(later)])
+
+    counts = {"visual": Counter(replies=6, prompt=2400, cached=600, reported=6), None: Counter(replies=2)}
+    runs = {
+        "role-first": [(counts, chains(300, 100)), (counts, chains(200, 50))],
+        "per-role": [(counts, chains(300, 100)), ({}, chains(300, 100, reported=9))],  # one reply unreported
+    }
+    lines = llama_server.roles_lines(runs, 2, 2, cold=True)
+    # whole chains 400 and 250, later steps 100 and 50: the medians of two are their means
+    assert "| role-first | 325 (250–400) | 75 (50–100) |" in lines
+    assert "| per-role | — | — |" in lines  # a repetition whose computed tokens are unknown
+    # visual, both repetitions pooled: 12 replies over 2 chains, 4800 prompt tokens, 1200 of them cached
+    assert "| role-first | visual | 6.0 | 400 | 25% |" in lines
+    assert "| role-first | other | 2.0 | 0 | — |" in lines

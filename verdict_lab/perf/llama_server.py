@@ -34,12 +34,14 @@ from verdict_lab.perf.overhead import (
     ADAPTIVE,
     CONC_SCORE,
     ORDER,
+    chain_computed,
     SEQ_SCORE,
     adaptive_lines,
     in_layouts,
     overhead,
     run_chains,
     time_table,
+    token_figures,
     token_table,
     tokenizer,
 )
@@ -216,16 +218,6 @@ def roles_lines(runs: dict, reps: int, steps: int, cold: bool) -> list:
     after a chain's first (median over the repetitions, min–max), then per layout and role, every
     repetition pooled, the prompt tokens per reply and the share its cache served."""
 
-    def computed(usage: list) -> float | None:
-        if not usage or any(u.get("cache_reports", 0) != u.get("replies", 0) for u in usage):
-            return None
-        return sum(u.get("computed_prompt_tokens", 0) for u in usage)
-
-    def per_rep(chains, later: bool) -> float | None:
-        usage = [u for i, u in enumerate(chains.usage) if not later or i % steps > 0]
-        total = computed(usage)
-        return None if total is None else total / (len(chains.chains) * (steps - 1 if later else 1))
-
     lines = [
         f"Per layout, the default mode ({CONC_SCORE.name}): {reps} repetition(s) of the same chains, "
         + ("the server started again before each (cold)" if cold else "the server's caches warm")
@@ -235,9 +227,10 @@ def roles_lines(runs: dict, reps: int, steps: int, cold: bool) -> list:
         "| layout | computed per whole chain | computed per step after the first |",
         "|---|---:|---:|",
     ]
-    for lay, got in runs.items():
-        whole = [per_rep(c, False) for _, c in got]
-        lines.append(f"| {lay} | {_spread(whole)} | {_spread([per_rep(c, True) for _, c in got])} |")
+    for lay, got in runs.items():  # per repetition: its chains' whole-chain and later-step computed tokens
+        whole = [chain_computed([c]) for _, c in got]
+        later = [token_figures([c.usage], steps)[1] for _, c in got]
+        lines.append(f"| {lay} | {_spread(whole)} | {_spread(later)} |")
     lines += [
         "",
         "Per role and layout, every repetition pooled: replies per chain, prompt tokens per reply, and the "
