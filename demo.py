@@ -1,59 +1,42 @@
-"""VERDICT demo: watch the consensus decide, step by step.
+"""VERDICT demo: watch the consensus decide, step by step (Sinha et al., ECCV 2026).
 
-Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
-Disagreement-Aware Consensus", ECCV 2026 (method: consensus, dual acceptance, fallback).
+    python demo.py                 # offline: a scripted proposer and scripted judges, no network
+    python demo.py --base-url URL --model NAME --question Q [--image PATH] [--choices "A. x|B. y"]
 
-    python demo.py                          # offline: scripted proposer and judges, no network
-    python demo.py --base-url URL --model NAME [--image PATH] --question TEXT [--choices "A. x|B. y"]
-    python demo.py --base-url URL ... --judge-mode prior+premises[+gate]    # the SGV / EVPV judge modes
-    python demo.py --base-url URL ... --judge-mode zoom --revise    # ReVISE: look again, revise on reject
-
-Offline, the run is deterministic. It draws a small scene (verdict_scene.png), asks a question about
-it, and scripts the candidates and the judges' raw scores so that one run shows: a step accepted by
-consensus, a step whose judges conflict (the paper's Proposition 1 vectors) so it is rejected by
-dispersion, a step where the fallback ranking fires, and a step where the raw mean would choose
-differently from VERDICT. Live, the proposer and the three judges are real model calls (judges.py),
-optionally in the judge modes of the related papers (JudgeMode): SGV's self-grounded prior and
-EVPV's fact sheet, with its reliability gate, and ReVISE's look again (zoom); the trace's meta then holds the
-prior, the fact sheet (or "degraded"), the gate's checks and the regions named, and one line sums up their
-extra calls and tokens.
-
-Every run prints a table per step, writes the trace (--trace, JSON, verdict.TRACE_FORMAT) and draws the
-decision plane (--plot, PNG): each candidate at (Δ*, s̄*), the acceptance region Δ* < ε, s̄* > τ shaded.
-Bad flags stop the run before any call (exit 2): a setting verdict.Config refuses (τ outside [0, 1], ε
-outside (0, 1], ...), a blank --question, --choices that are not two or more "A. text" options, an unusable
-URL, a --trace or --plot that cannot be written, an API key that no HTTP header can carry. Live, when the
-API key's variable is unset although a key is expected (--api-key-env was given, or an endpoint is not on
-this machine), one warning goes to stderr; the key itself is never printed. The trace and the plot are
-each written whole or not at all (a temporary file beside them, renamed into place).
+Offline, a deterministic run on a drawn scene shows every decision VERDICT makes: acceptance by
+consensus, a rejection by dispersion (Proposition 1), the fallback, and a step where the raw mean
+would choose otherwise. Live, the proposer and the three judges of judges.py ask the endpoint.
+Every run prints a table per step and writes the trace (--trace, JSON) and the decision plane
+(--plot, PNG). Every other setting is evaluate's: python -m verdict_lab.evaluate --help.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
 import re
 import sys
-import tempfile
-from dataclasses import replace
+import urllib.parse
+from dataclasses import asdict, replace
+from pathlib import Path
 
-from PIL import Image, ImageDraw
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
 
+import judges
 import verdict
-from judges import EndpointError, api_key, one_line, shown_url
-from verdict_lab import charts, client, flags, speculate, verifier
-from verdict_lab.cache import CacheError
-from verdict_lab.flags import add_verifier_args, modes_of, settings_of
 
+TRACE_FORMAT = "verdict-trace/5"
 QUESTION = (
     "From the viewer's perspective, is the blue ball to the left or to the right of the red cube?\n"
     "A. left\nB. right"
 )
 
-# step -> {candidate: (ŝ_V, ŝ_L, ŝ_C)}; the scripted judges look the raw scores up here.
+# Each step's candidates and their raw scores (ŝ_V, ŝ_L, ŝ_C), which the scripted judges look up.
 SCRIPT = [
-    {  # Proposition 1: equal raw means 2/3, opposite decisions (Δ* 0.0181 accepted, 0.1268 rejected).
+    {  # Proposition 1: equal raw means 2/3, opposite decisions (Δ* 0.0181 accepted, 0.1268 not).
         "The red cube stands on the left half of the image.": (0.7, 0.6, 0.7),
         "The cube is red and large, so it must be in front of the ball.": (0.9, 0.2, 0.9),
         "Scenes like this usually put the ball on the left.": (0.3, 0.4, 0.2),
@@ -75,348 +58,275 @@ def draw_scene(path: str) -> None:
     """A 320×200 scene: a red cube on the left, a blue ball on the right, a green cone behind."""
     img = Image.new("RGB", (320, 200), (235, 235, 228))
     d = ImageDraw.Draw(img)
-    d.rectangle([0, 130, 320, 200], fill=(200, 196, 180))  # floor
-    d.polygon([(200, 120), (215, 80), (230, 120)], fill=(60, 150, 70))  # far, small cone
-    d.rectangle([50, 100, 120, 170], fill=(200, 40, 40), outline=(120, 20, 20))  # red cube
+    d.rectangle([0, 130, 320, 200], fill=(200, 196, 180))  # The floor.
+    d.polygon([(200, 120), (215, 80), (230, 120)], fill=(60, 150, 70))  # A small cone, far.
+    d.rectangle([50, 100, 120, 170], fill=(200, 40, 40), outline=(120, 20, 20))  # The red cube.
     d.polygon([(50, 100), (70, 85), (140, 85), (120, 100)], fill=(225, 80, 80))
-    d.ellipse([220, 125, 270, 175], fill=(40, 80, 210), outline=(20, 40, 120))  # blue ball
+    d.ellipse([220, 125, 270, 175], fill=(40, 80, 210), outline=(20, 40, 120))  # The blue ball.
     img.save(path)
 
 
-def scripted_agents():
-    """A proposer and three judges that replay SCRIPT: plain functions, as verdict.run accepts."""
-
-    def propose(state, n):
-        return list(SCRIPT[len(state.steps)])[:n]
-
-    def judge(i):
-        return lambda state, step: SCRIPT[len(state.steps)][step][i]
-
-    return propose, [judge(i) for i in range(len(verdict.JUDGES))]
-
-
-# ----------------------------------------------------------------------------- output
-
-
-def fmt(x: float) -> str:
-    return "  -  " if math.isnan(x) else f"{x:.3f}"
-
-
-def row(k, text: str, values: tuple, end: str) -> str:
-    """One line of a step's table: the candidate's label, its text on one line (control characters such as a
-    terminal's escape sequences dropped, cut to 46 characters with "…"), its ŝ, s̄* and Δ*, and the end."""
-    text = one_line(text, len(text))
-    text = text if len(text) <= 46 else text[:45] + "…"
-    return f"  {k}  {text:<46}  {'  '.join(fmt(x) for x in values)}  {end}"
-
-
-# what each rule does: (a candidate passed its filter, none did), or one phrase for a rule with no filter
-HOW = {
-    "verdict": ("accepted, highest s̄*", "fallback: none accepted, highest s̄*−Δ*"),
-    "raw-dual": (
-        "accepted on raw scores, highest raw mean",
-        "fallback: none accepted on raw scores, highest mean−Δ",
-    ),
-    "no-rank": ("the first accepted, in sampling order", "fallback: none accepted, the first candidate"),
-    "variance": ("raw std below ε, highest raw mean", "none with raw std below ε, highest raw mean"),
-    "mean": "no filter, highest raw mean",
-    "min": "no filter, highest minimum score",
-    "max": "no filter, highest maximum score",
-    "majority": "no filter, most judges above τ, then highest raw mean",
-    "no-filter": "no filter, highest s̄*",
-}
-
-
-def decision(rule: str, sel: verdict.Selection) -> str:
-    """How `rule` chose, in words. A rule with no filter passes every candidate that 2 or more judges
-    scored."""
-    how = HOW[rule]
-    if isinstance(how, tuple):
-        return how[sel.fallback]
-    return how + ("; no candidate has 2 judge scores" if sel.fallback else "")
-
-
-def _counted(k: int, word: str) -> str:
-    """ "1 step", "3 steps"."""
-    return f"{k} {word}{'' if k == 1 else 's'}"
+def clean(text, width: int | None = None) -> str:
+    """text on one line, its control characters (a terminal's escape sequences) dropped, and cut to
+    `width` characters with "…"."""
+    text = " ".join("".join(c for c in str(text) if c.isprintable() or c.isspace()).split())
+    return text if width is None or len(text) <= width else text[: width - 1] + "…"
 
 
 def print_trace(trace: verdict.Trace, out=sys.stdout) -> None:
-    """Print each step's table, the final answer and one line of totals. The "ok" column is the rule's
-    filter (yes/no), or "-" for a rule with no filter."""
-    rule = trace.config.rule
-    filtered = isinstance(HOW[rule], tuple)
+    """Each step's table (every candidate's ŝ, s̄* and Δ*, whether it passed the dual test, the
+    choice, and the raw mean's choice when it differs), the final answer and the totals."""
+    c = trace.config
     for t, rec in enumerate(trace.steps, 1):
         sel = rec.selection
-        raw = verdict.select(
-            rec.s_hat, trace.config.lam, trace.config.tau, trace.config.eps, rule="mean"
-        ).index
-        print(f"\nstep {t}  (chosen #{sel.index}, {decision(rule, sel)})", file=out)
+        how = "fallback: none accepted, highest s̄*−Δ*" if sel.fallback else "accepted, highest s̄*"
+        print(f"\nstep {t}  (chosen #{sel.index}, {how})", file=out)
         print(f"  #  {'candidate':<46}   ŝ_V    ŝ_L    ŝ_C     s̄*     Δ*   ok", file=out)
-        for k, cand in enumerate(rec.candidates):
-            ok = ("yes" if sel.accepted[k] else " no") if filtered else "  -"
-            chosen = k == sel.index and not rec.revised
-            mark = " ◀ chosen" + (" (fallback)" if rec.fallback and filtered else "") if chosen else ""
-            print(row(k, cand, (*rec.s_hat[k], sel.s_bar_star[k], sel.delta_star[k]), ok + mark), file=out)
-        if (v := rec.revision) is not None:  # the revised step, written when no candidate passed
-            mark = "yes ◀ chosen (revised)" if v.taken else " no"
-            values = (*v.s_hat, v.selection.s_bar_star[0], v.selection.delta_star[0])
-            print(row("R", v.candidate, values, mark), file=out)
+        for k, candidate in enumerate(rec.candidates):
+            values = (*rec.s_hat[k], sel.s_bar_star[k], sel.delta_star[k])
+            numbers = "  ".join("  -  " if math.isnan(x) else f"{x:.3f}" for x in values)
+            end = "yes" if sel.accepted[k] else " no"
+            if k == sel.index:
+                end += " ◀ chosen" + (" (fallback)" if sel.fallback else "")
+            print(f"  {k}  {clean(candidate, 46):<46}  {numbers}  {end}", file=out)
+        raw = verdict.select(rec.s_hat, c.lam, c.tau, c.eps, rule="mean").index
         if raw != sel.index:
             print(f"  the raw mean would have chosen #{raw} instead", file=out)
+    answer = "(none: stopped at max_steps)" if trace.answer is None else clean(trace.answer)
     tot = trace.totals()
-    answer = "(none: stopped at max_steps)" if trace.answer is None else one_line(trace.answer)
+    n = lambda key, word: f"{tot[key]} {word}{'' if tot[key] == 1 else 's'}"
     print(f"\nfinal answer: {answer}", file=out)
-    k = tot["revisions"]
-    revised = f", {_counted(k, 'revision')} ({tot['revised']} taken)" if k else ""
     print(
-        f"totals: {_counted(tot['steps'], 'step')}, {_counted(tot['fallbacks'], 'fallback')} "
-        f"({tot['fallback_rate']:.0%}), {_counted(tot['abstentions'], 'abstention')}, "
-        f"{_counted(tot['judge_calls'], 'judge call')}{revised}",
+        f"totals: {n('steps', 'step')}, {n('fallbacks', 'fallback')} ({tot['fallback_rate']:.0%}), "
+        f"{n('abstentions', 'abstention')}, {n('judge_calls', 'judge call')}",
         file=out,
     )
 
 
-def mode_line(rec: dict) -> str:
-    """One line for a judge mode's record (ModeChain.record): what it made and what it cost."""
-    parts = [f"judge mode {rec['judge_mode']}"]
-    if "prior" in rec:
-        parts.append(f"prior of {len(rec['prior'])} characters")
-    if "fact_sheet_status" in rec:
-        facts = sum(map(len, rec["fact_sheet"].values())) if rec["fact_sheet"] else 0
-        parts.append(f"fact sheet {rec['fact_sheet_status']}" + (f" ({facts} facts)" if facts else ""))
-    if "gate" in rec:
-        rs = ", ".join("-" if e["r"] is None else f"{e['r']:.2f}" for e in rec["gate"])
-        parts.append(f"{len(rec['gate'])} premise checks (r = {rs})")
-    if "zoom" in rec:
-        paths = [e["path"] if e["why"] is None else f"{e['path']} ({e['why']})" for e in rec["zoom"]]
-        parts.append(f"{len(rec['zoom'])} region requests ({', '.join(paths)})")
-    return "; ".join(parts + [f"{rec['extra_calls']} extra calls, {rec['extra_tokens']} extra tokens"])
+def nulls(x) -> list:
+    """An array as nested lists, NaN as None (JSON's null)."""
+    return np.where(np.isnan(x), None, x).tolist()
+
+
+def step_dict(rec: verdict.StepRecord) -> dict:
+    sel = rec.selection
+    return {
+        "candidates": list(rec.candidates),
+        "s_hat": nulls(rec.s_hat),
+        "s_star": nulls(sel.s_star),
+        "s_bar_star": nulls(sel.s_bar_star),
+        "delta_star": nulls(sel.delta_star),
+        "accepted": [bool(a) for a in sel.accepted],
+        "index": sel.index,
+        "fallback": sel.fallback,
+        "verified": sel.verified,
+        "abstentions": rec.abstentions,
+    }
+
+
+def trace_dict(trace: verdict.Trace) -> dict:
+    """The trace as JSON-ready data, in the layout of TRACE_FORMAT."""
+    return {
+        "format": TRACE_FORMAT,
+        "question": trace.question,
+        "config": {**asdict(trace.config), "lam": list(trace.config.lam)},
+        "steps": [step_dict(rec) for rec in trace.steps],
+        "chain": trace.chain,
+        "answer": trace.answer,
+        "stopped": trace.stopped,
+        "totals": trace.totals(),
+        "meta": trace.meta,
+    }
+
+
+INK, GREY, GRID = (40, 40, 40), (150, 150, 150), (228, 228, 228)
+GREEN, ORANGE, SHADE = (30, 140, 60), (235, 130, 20), (214, 240, 220)
+LEGEND = {"accepted": "chosen, accepted", "fallback": "chosen by fallback", "other": "not chosen"}
+
+
+def marker(d: ImageDraw.ImageDraw, x: float, y: float, kind: str) -> None:
+    """A green disc (chosen, accepted), an orange square (chosen by fallback), or a grey ring."""
+    box = [x - 6, y - 6, x + 6, y + 6]
+    if kind == "accepted":
+        d.ellipse(box, fill=GREEN, outline=INK)
+    elif kind == "fallback":
+        d.rectangle(box, fill=ORANGE, outline=INK)
+    else:
+        d.ellipse(box, outline=GREY, width=2)
 
 
 def plot(trace: verdict.Trace, path: str, size=(640, 480)) -> None:
-    """The decision plane: every candidate at (Δ*, s̄*), τ and ε drawn, the acceptance region shaded,
-    chosen candidates as filled circles (green: accepted, orange square: fallback)."""
-    W, H = size
-    left, right, top, bottom = 70, 20, 30, 60
-    pts = [
-        (float(r.selection.delta_star[k]), float(r.selection.s_bar_star[k]), t, k, r.selection)
-        for t, r in enumerate(trace.steps, 1)
-        for k in range(len(r.candidates))
-    ]
-    pts = [p for p in pts if not (math.isnan(p[0]) or math.isnan(p[1]))]
-    tau, eps = trace.config.tau, trace.config.eps
-    x_max = max([2.5 * eps, 0.3] + [1.1 * p[0] for p in pts])
-    X = lambda x: left + x / x_max * (W - left - right)
-    Y = lambda y: H - bottom - y * (H - top - bottom)
-    c = charts.Canvas(size)
-    d, green = c.draw, charts.GREEN
-    d.rectangle([X(0), Y(1), X(min(eps, x_max)), Y(tau)], fill=charts.tint(green, 0.8))  # accept: Δ*<ε, s̄*>τ
-    for i in range(6):  # grid
-        d.line([X(0), Y(i / 5), X(x_max), Y(i / 5)], fill=charts.GRID)
-    d.line([X(0), Y(tau), X(x_max), Y(tau)], fill=green, width=2)
-    d.line([X(eps), Y(0), X(eps), Y(1)], fill=green, width=2)
-    d.rectangle([X(0), Y(1), X(x_max), Y(0)], outline=charts.INK)
-    for x, y, t, k, sel in pts:
-        marker(d, X(x), Y(y), 6, k != sel.index, sel.fallback)
-        c.avoid((X(x) - 6, Y(y) - 6, X(x) + 6, Y(y) + 6))
-    items = [
-        ("chosen, accepted", lambda d, b: marker(d, b[0] + 5, b[1] + 5, 5, False, False)),
-        ("chosen by fallback", lambda d, b: marker(d, b[0] + 5, b[1] + 5, 5, False, True)),
-        ("not chosen (label step.cand)", lambda d, b: marker(d, b[0] + 5, b[1] + 5, 5, True, False)),
-    ]
-    charts.legend(c, (X(x_max) - 190, Y(0.42 if tau > 0.5 else 0.95)), items, width=178, frame=True)
-    # the texts, the most important first: a later one moves aside or is left out rather than overlap
-    c.text(((X(0) + X(x_max)) / 2, H - 22), "consensus dispersion  Delta*", 14, anchor="mm")  # no Greek
-    c.text((X(0), 6), "mean consensus  s-bar*", 14)
-    c.text((X(x_max) - 4, Y(tau) - 4), f"tau = {tau:g}", 14, green, "rb", moves=((0, 0), (0, 24)))
-    c.text((X(eps) + 4, Y(0) - 4), f"eps = {eps:g}", 14, green, "lb", moves=((0, 0), (0, -24)))
-    for i in range(6):  # tick labels
-        c.text((X(0) - 8, Y(i / 5)), f"{i / 5:.1f}", anchor="rm")
-        c.text((X(x_max * i / 5), Y(0) + 10), f"{x_max * i / 5:.2f}", anchor="mt")
-    for x, y, t, k, sel in pts:
-        c.text(
-            (X(x) + 8, Y(y)),
-            f"{t}.{k}",
-            fill=charts.tint(charts.INK, 0.25),
-            anchor="lm",
-            moves=((0, 0), (0, -12), (0, 12), (0, -24), (0, 24)),
-        )
-    c.save(path)
+    """The decision plane: every candidate at (Δ*, s̄*), the lines τ and ε, the acceptance region
+    (Δ* < ε, s̄* > τ) shaded, each point labelled "step.candidate", and a legend."""
+    (W, H), tau, eps = size, trace.config.tau, trace.config.eps
+    pts = []  # Each point is (Δ*, s̄*, its label, its kind); a candidate no judge scored has none.
+    for t, r in enumerate(trace.steps, 1):
+        for k, (dx, y) in enumerate(zip(r.selection.delta_star, r.selection.s_bar_star)):
+            kind = "other" if k != r.selection.index else "fallback" if r.fallback else "accepted"
+            if not (math.isnan(dx) or math.isnan(y)):
+                pts.append((dx, y, f"{t}.{k}", kind))
+    x_max = max([0.3, min(2.5 * eps, 0.5)] + [1.1 * p[0] for p in pts])  # Δ* is at most 1/2.
+    X = lambda x: 70 + x / x_max * (W - 150)  # The margins are 70 and 80 pixels.
+    Y = lambda y: H - 60 - y * (H - 90)  # The margins are 30 and 60 pixels.
+    img = Image.new("RGB", size, "white")
+    d, font, e = ImageDraw.Draw(img), ImageFont.load_default(size=13), min(eps, x_max)
+    d.rectangle([X(0), Y(1), X(e), Y(tau)], fill=SHADE)
+    for i in range(6):  # Draw the grid and label the ticks.
+        d.line([X(0), Y(i / 5), X(x_max), Y(i / 5)], fill=GRID)
+        d.text((X(0) - 8, Y(i / 5)), f"{i / 5:.1f}", INK, font, "rm")
+        d.text((X(x_max * i / 5), Y(0) + 8), f"{x_max * i / 5:.2f}", INK, font, "mt")
+    d.line([X(0), Y(tau), X(x_max), Y(tau)], fill=GREEN, width=2)
+    d.line([X(e), Y(0), X(e), Y(1)], fill=GREEN, width=2)
+    d.rectangle([X(0), Y(1), X(x_max), Y(0)], outline=INK)
+    d.text((X(x_max / 2), H - 8), "consensus dispersion  Delta*", INK, font, "md")
+    d.text((X(0), 8), "mean consensus  s-bar*", INK, font, "la")
+    d.text((X(x_max) + 6, Y(tau)), f"tau = {tau:g}", GREEN, font, "lm")  # τ's is in the margin.
+    eps_label = f"eps = {eps:g}"  # It goes right of ε's line, or left of it at the frame's edge.
+    w = d.textlength(eps_label, font) + 4
+    d.text((X(e) + 4 if X(e) + w < X(x_max) else X(e) - w, Y(1) + 4), eps_label, GREEN, font, "la")
+    at = X(0) + d.textlength("mean consensus  s-bar*", font) + 40
+    for kind, text in LEGEND.items():  # The legend runs along the top.
+        marker(d, at, 15, kind)
+        d.text((at + 10, 15), text, INK, font, "lm")
+        at += d.textlength(text, font) + 34
+    taken = []
+    for x, y, _, kind in pts:
+        marker(d, X(x), Y(y), kind)
+        taken.append((X(x) - 7, Y(y) - 7, X(x) + 7, Y(y) + 7))
+    for x, y, label, _ in pts:  # A label moves up or down rather than cover another.
+        for dy in (0, -12, 12, -24, 24):
+            a = d.textbbox((X(x) + 9, Y(y) + dy), label, font, "lm")
+            if not any(a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3] for b in taken):
+                d.text((X(x) + 9, Y(y) + dy), label, INK, font, "lm")
+                taken.append(a)
+                break
+    img.save(path)
 
 
-def marker(d, cx: float, cy: float, r: float, other: bool, fallback: bool) -> None:
-    """A candidate on the decision plane: a grey ring when not chosen, an orange square when chosen by the
-    fallback, else a green disc."""
-    if other:
-        d.ellipse([cx - r, cy - r, cx + r, cy + r], outline=charts.tint(charts.INK, 0.55), width=2)
-    elif fallback:
-        d.rectangle([cx - r, cy - r, cx + r, cy + r], fill=charts.ORANGE, outline=charts.INK)
-    else:
-        d.ellipse([cx - r, cy - r, cx + r, cy + r], fill=charts.GREEN, outline=charts.INK)
+EPILOG = "Every other setting is evaluate's: python -m verdict_lab.evaluate --help."
 
 
-# ----------------------------------------------------------------------------- command line
-
-
-def parse_args(argv):
-    p = flags.Parser(
-        prog="demo.py", description="VERDICT step by step: offline by default, live with --base-url."
-    )
-    p.add_argument("--question", help="the question (live mode)")
-    p.add_argument("--image", action="append", default=[], help="image path; repeat for several (live mode)")
-    p.add_argument("--choices", help='options as "A. left|B. right"; appended to the question')
-    p.add_argument("--rule", default="verdict", choices=verdict.RULES, help="selection rule (verdict)")
-    p.add_argument("--trace", default="verdict_trace.json", help="where to write the trace JSON")
-    p.add_argument("--plot", default="verdict_decisions.png", help="where to draw the decision plane")
-    add_verifier_args(p)  # --n, --tau, --eps, --lam, --max-steps, --judge-format, --judge-mode, --revise, ...
-    flags.add_endpoint_args(p)
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="demo.py", allow_abbrev=False, epilog=EPILOG)
+    p.error = lambda message: p.exit(2, f"demo.py: error: {message}\n")  # Errors are one line.
+    p.add_argument("--base-url", metavar="URL", help="live: the endpoint, http://HOST:PORT/v1")
+    p.add_argument("--model", metavar="NAME", default="default", help="live: the model (default)")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="live: the API key's variable")
+    p.add_argument("--question", metavar="TEXT", help="live: the question")
+    p.add_argument("--image", metavar="PATH", action="append", default=[], help="live, repeatable")
+    p.add_argument("--choices", metavar='"A. x|B. y"', help="live: the options of the question")
+    p.add_argument("--max-steps", metavar="N", type=int, default=8, help="at most N steps (8)")
+    p.add_argument("--trace", metavar="PATH", default="verdict_trace.json", help="the trace, JSON")
+    p.add_argument("--plot", metavar="PATH", default="verdict_decisions.png", help="the plane, PNG")
     return p.parse_args(argv)
 
 
-CHOICE = re.compile(r"([A-Za-z])\s*[.):]\s*(\S.*)")  # "A. left", "b) right", "C: both"
-
-
-def parse_choices(text: str) -> list:
-    """The options of --choices "A. left|B. right": two or more, each a letter, a dot (or ")" or ":") and
-    its text, the letters distinct. ValueError names the flag and its value otherwise."""
-    options = [o.strip() for o in text.split("|")]
-    found = [CHOICE.fullmatch(o) for o in options]
-    letters = [m[1].upper() for m in found if m]
-    if len(options) < 2 or not all(found) or len(set(letters)) != len(letters):
-        raise ValueError(
-            f'--choices must be two or more options "A. text|B. text", each a letter, a dot and its '
-            f"text, with distinct letters; got {text!r}"
-        )
-    return options
-
-
 def check_output(path: str, flag: str, image: bool = False) -> None:
-    """ValueError naming the flag unless `path` can be written (by write_whole): not a directory, in an
-    existing directory where a file can be created, with a file extension PIL can save when `image`."""
+    """ValueError naming the flag unless a file can be written at `path` (and, if `image`, it has an
+    extension PIL can save)."""
     if not path:
         raise ValueError(f"{flag}: the path is empty")
-    folder = os.path.dirname(path) or "."
-    if image and os.path.splitext(path)[1].lower() not in Image.registered_extensions():
-        raise ValueError(f"{flag}: {path!r} has no image file extension PIL can write, such as .png")
+    image_format = Image.registered_extensions().get(os.path.splitext(path)[1].lower())
+    if image and image_format not in Image.SAVE:
+        raise ValueError(f"{flag}: {path!r} has no image file extension PIL can write, like .png")
     if os.path.isdir(path):
         raise ValueError(f"{flag}: {path!r} is a directory")
-    try:  # the one sure test (access() says yes to root on a read-only file system): make a file there
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".verdict-probe-"):
-            pass
-    except OSError as e:
-        raise ValueError(f"{flag}: cannot write {path!r} ({e.strerror or e})") from None
+    if not os.access(os.path.dirname(path) or ".", os.W_OK):  # A missing folder is not writable.
+        raise ValueError(f"{flag}: cannot write {path!r}: its folder is missing or read-only")
 
 
-def write_whole(path: str, save) -> None:
-    """save(a temporary path beside `path`, with its extension), then rename it onto `path`: a failure leaves
-    `path` as it was, never half written. OSError on failure, the temporary file removed."""
-    stem, ext = os.path.splitext(os.path.basename(path))
-    tmp = os.path.join(os.path.dirname(path), f".{stem}.{os.getpid()}.tmp{ext}")  # created by save: umask
-    try:
-        save(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
-def write_text(path: str, text: str) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(text)
-
-
-def check_args(args) -> verifier.Settings:
-    """The verifier's settings from the flags; ValueError names the first bad flag, before any call is made
-    (verifier.Settings checks the verifier's: τ in [0, 1], ε in (0, 1], ...)."""
-    if len(modes_of(args)) != 1:
-        raise ValueError(
-            f"--judge-mode: demo.py runs one mode, got {args.judge_mode!r}; a mode's words are "
-            f"joined by +: {args.judge_mode.replace(',', '+')!r}"
-        )
-    settings = settings_of(args)
-    if settings.mode.active and args.base_url is None:  # the scripted judges have no prompt to ground
-        raise ValueError(f"judge mode {settings.mode.name!r} needs a live model (--base-url)")
-    if args.revise and args.base_url is None:
-        raise ValueError("--revise needs a live model (--base-url)")
+def check_args(args) -> verdict.Config:
+    """The run's Config; ValueError naming the first bad flag, before a file is written or a call
+    made."""
+    config = verdict.Config(max_steps=args.max_steps)
     check_output(args.trace, "--trace")
     check_output(args.plot, "--plot", image=True)
     if args.question is not None and not args.question.strip():
         raise ValueError("--question is blank")
-    if args.choices is not None:
-        parse_choices(args.choices)
-    given = [
-        f
-        for f, v in (("--question", args.question), ("--image", args.image), ("--choices", args.choices))
-        if v
-    ]
-    if given and args.base_url is None:  # the offline demo runs its own scene and question
+    options = [o.strip() for o in (args.choices or "").split("|")]
+    letters = {o[0].upper() for o in options if re.fullmatch(r"[A-Za-z]\s*[.):]\s*\S.*", o)}
+    if args.choices is not None and (len(options) < 2 or len(letters) < len(options)):
         raise ValueError(
-            f"{' and '.join(given)} need{'s' if len(given) == 1 else ''} a live model (--base-url): "
-            "the offline demo runs its own question"
+            '--choices must be two or more options "A. text|B. text", each a letter, a dot and its '
+            f"text, with distinct letters; got {args.choices!r}"
         )
-    if args.base_url is not None:
-        for url in filter(None, (args.base_url, args.judge_base_url)):
-            client.check_base_url(url)
-        if not args.question:
-            raise ValueError("live mode needs --question")
-        api_key(args.api_key_env or flags.DEFAULT_KEY_ENV)  # a key no request can carry
-        missing = [p for p in args.image if not os.path.isfile(p)]
-        if missing:
-            raise ValueError(f"image file not found: {missing[0]}")
-    return settings
+    given = [f"--{f}" for f in ("question", "image", "choices") if getattr(args, f)]
+    if args.base_url is None and given:  # The offline demo runs its own scene and question.
+        verb = "needs" if len(given) == 1 else "need"
+        raise ValueError(f"{' and '.join(given)} {verb} a live model (--base-url)")
+    if args.base_url is None:
+        return config
+    try:
+        u = urllib.parse.urlsplit(args.base_url)
+        ok = u.scheme in ("http", "https") and bool(u.hostname) and u.port != 0
+    except ValueError:  # Reading .port raises this for a port that is no port number.
+        ok = False
+    if not ok or any(c.isspace() for c in args.base_url):
+        raise ValueError(f"--base-url must be http(s)://host[:port][/path], got {args.base_url!r}")
+    if not args.question:
+        raise ValueError("live mode needs --question")
+    for path in args.image:
+        if not os.path.isfile(path):
+            raise ValueError(f"--image: {path!r} is not a file")
+    return config
 
 
-def run_offline(config: verdict.Config) -> verdict.Trace:
+def write_whole(path: str, save) -> None:
+    """save(a temporary path beside `path`, with its extension), then rename it onto `path`: a
+    failure leaves `path` as it was, and the temporary file removed."""
+    stem, ext = os.path.splitext(os.path.basename(path))
+    tmp = os.path.join(os.path.dirname(path), f".{stem}.{os.getpid()}.tmp{ext}")
+    try:
+        save(tmp)
+        os.replace(tmp, path)
+    finally:  # The temporary file is removed after a failure (after a rename it is gone).
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def run_offline(config: verdict.Config | None = None) -> verdict.Trace:
     """The scripted run: the scene, the question, SCRIPT's candidates and scores."""
-    print("offline demo: scripted proposer and scripted judges (plain functions), no model, no network")
-    draw_scene("verdict_scene.png")
+    print(
+        "offline demo: scripted proposer and scripted judges (plain functions), "
+        "no model, no network"
+    )
+    write_whole("verdict_scene.png", draw_scene)
     print(f"scene: verdict_scene.png\nquestion: {QUESTION}")
-    propose, judge_fns = scripted_agents()
+    # The proposer and the judges are plain functions that replay SCRIPT.
+    propose = lambda state, n: list(SCRIPT[len(state.steps)])[:n]
+    judge_fns = [lambda state, step, i=i: SCRIPT[len(state.steps)][step][i] for i in range(3)]
     trace = verdict.run(QUESTION, propose, judge_fns, config, image="verdict_scene.png")
     return replace(trace, meta={"mode": "offline", "scene": "verdict_scene.png"})
 
 
-def run_live(args, settings: verifier.Settings) -> verdict.Trace:
-    """A real reasoner and real judges at --base-url (verifier.build); EndpointError or ValueError when the
-    endpoint fails."""
-    question = args.question.strip() + ("\n" + "\n".join(parse_choices(args.choices)) if args.choices else "")
-    print(f"live demo: reasoner {args.model} at {shown_url(args.base_url)}")
-    reasoner, judge = flags.clients_from_args(args)
-    client.pin((reasoner, judge), question, 0)  # --dp-replicas: the chain on one replica
-    v = verifier.build(settings, reasoner, judge)
-    trace = verifier.run(v, question, args.image or None, map_fn=verifier.thread_map(args.concurrency))
-    usage = (
-        {"reasoner": reasoner.usage}
-        if reasoner is judge
-        else {"reasoner": reasoner.usage, "judges": judge.usage}
-    )
-    meta = {"mode": "live", "model": args.model, "judge_model": judge.model, "usage": usage, **trace.meta}
-    return replace(trace, meta=meta)
+def run_live(args, config: verdict.Config) -> verdict.Trace:
+    """The reasoner and the three judges of judges.py, at --base-url."""
+    question = args.question.strip()
+    if args.choices:
+        question += "\n" + "\n".join(o.strip() for o in args.choices.split("|"))
+    client = judges.Endpoint(args.base_url, args.model, api_key_env=args.api_key_env, timeout=600.0)
+    url = judges.shown_url(args.base_url)  # Its secrets are shown as ***.
+    print(f"live demo: reasoner {args.model} at {url}")
+    reasoner, judge_fns = judges.Reasoner(client), judges.make_judges(client)
+    trace = verdict.run(question, reasoner, judge_fns, config, image=args.image or None)
+    return replace(trace, meta={"mode": "live", "model": args.model, "base_url": url})
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
-        settings = check_args(args)
-        if args.base_url is not None and (warning := flags.key_warning(args)):
-            print(f"demo.py: {warning}", file=sys.stderr)
-        trace = run_offline(settings.config) if args.base_url is None else run_live(args, settings)
-    except (EndpointError, CacheError, ValueError) as e:
-        print(f"demo.py: error: {e}", file=sys.stderr)
+        config = check_args(args)
+        trace = run_offline(config) if args.base_url is None else run_live(args, config)
+    except (judges.EndpointError, ValueError, OSError) as e:
+        print(f"demo.py: error: {clean(e)}", file=sys.stderr)
         return 2
     print_trace(trace)
-    if "speculation" in trace.meta:
-        print(speculate.summary(trace.meta["speculation"]))
-    if "judge_mode" in trace.meta:
-        print(mode_line(trace.meta["judge_mode"]))
-    try:
-        text = json.dumps(trace.to_dict(), indent=1, allow_nan=False)  # before any file is touched
-        write_whole(args.trace, lambda tmp: write_text(tmp, text))
+    try:  # The JSON is made before any file is touched: a trace it cannot hold writes nothing.
+        text = json.dumps(trace_dict(trace), indent=1, allow_nan=False)
+        write_whole(args.trace, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
         write_whole(args.plot, lambda tmp: plot(trace, tmp))
-    except (OSError, ValueError) as e:  # a full disk, say; a file not written is left as it was
-        print(f"demo.py: error: cannot write the trace or the plot: {e}", file=sys.stderr)
+    except (OSError, ValueError) as e:  # A file not written is left as it was.
+        print(f"demo.py: error: cannot write the trace or the plot: {clean(e)}", file=sys.stderr)
         return 2
     print(f"wrote {args.trace} and {args.plot}")
     return 0

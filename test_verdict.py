@@ -1,7 +1,6 @@
 """Tests for verdict.py: oracle (closed form vs np.linalg.solve), seeded properties, golden
 values with their derivations (including the paper's two errata), selection, the loop, guards."""
 
-import json
 import math
 from decimal import Decimal
 from fractions import Fraction
@@ -12,7 +11,8 @@ import pytest
 import verdict as V
 from verdict import Config, consensus, consensus_matrix, dispersion, run, select
 
-pytestmark = pytest.mark.filterwarnings("error")  # the math warns about nothing, abstentions included
+# the math warns about nothing, abstentions included
+pytestmark = pytest.mark.filterwarnings("error")
 
 NAN = float("nan")
 LAM = np.array(V.STUBBORNNESS)
@@ -24,8 +24,6 @@ NOTHING_COUNTED = {  # Trace.totals() of a chain with no steps
     "fallback_rate": 0.0,
     "abstentions": 0,
     "judge_calls": 0,
-    "revisions": 0,
-    "revised": 0,
 }
 
 
@@ -37,14 +35,15 @@ def papers_system(lam):
 
 
 def solve_system(s_hat, lam):
-    """The paper's system (1 + λ_i) s_i − (1/(m−1)) Σ_{j≠i} s_j = λ_i ŝ_i, solved by np.linalg.solve.
+    """The paper's system (1 + λ_i) s_i − (1/(m−1)) Σ_{j≠i} s_j = λ_i ŝ_i, solved by
+    np.linalg.solve.
 
     The equation of the judge k with the largest λ is replaced by the sum of all m equations divided
-    by λ_k, a row operation that keeps the solution: column j of A sums to (1 + λ_j) − (m−1)/(m−1) = λ_j,
-    so that row reads Σ_j (λ_j/λ_k) s_j = Σ_j (λ_j/λ_k) ŝ_j. A itself is singular at λ = 0 and its
-    condition number grows like 1/λ: np.linalg.solve(A, λ ∘ ŝ) is about 0.3% off at λ ≈ 1e-14 and raises
-    at 1e-17. With the row replaced the system is well conditioned for every λ > 0, extreme ratios
-    included (the sum row leans towards judge k, whose own equation it replaces):
+    by λ_k, a row operation that keeps the solution: column j of A sums to (1 + λ_j) − (m−1)/(m−1) =
+    λ_j, so that row reads Σ_j (λ_j/λ_k) s_j = Σ_j (λ_j/λ_k) ŝ_j. A itself is singular at λ = 0 and
+    its condition number grows like 1/λ: np.linalg.solve(A, λ ∘ ŝ) is about 0.3% off at λ ≈ 1e-14
+    and raises at 1e-17. With the row replaced the system is well conditioned for every λ > 0,
+    extreme ratios included (the sum row leans towards judge k, whose own equation it replaces):
     test_the_oracle_is_exact_to_rounding checks it against exact rational arithmetic.
     """
     lam, s_hat = np.asarray(lam, float), np.asarray(s_hat, float)
@@ -81,15 +80,19 @@ def test_the_oracle_solves_the_papers_system(seed):
     for m in range(2, 9):
         lam, s_hat = rng.uniform(0.05, 20, m), rng.random(m)
         np.testing.assert_allclose(
-            solve_system(s_hat, lam), np.linalg.solve(papers_system(lam), lam * s_hat), rtol=0, atol=1e-12
+            solve_system(s_hat, lam),
+            np.linalg.solve(papers_system(lam), lam * s_hat),
+            rtol=0,
+            atol=1e-12,
         )
 
 
 def exact_solve(s_hat, lam):
-    """The paper's system solved in exact rational arithmetic (Gaussian elimination on Fractions)."""
+    """The paper's system solved exactly, by Gaussian elimination on Fractions."""
     m, c = len(lam), Fraction(1, len(lam) - 1)
     rows = [
-        [1 + Fraction(lam[i]) if j == i else -c for j in range(m)] + [Fraction(lam[i]) * Fraction(s_hat[i])]
+        [1 + Fraction(lam[i]) if j == i else -c for j in range(m)]
+        + [Fraction(lam[i]) * Fraction(s_hat[i])]
         for i in range(m)
     ]
     for p in range(m):  # A is strictly diagonally dominant (1 + λ_i > (m−1)·c = 1): no pivot is 0
@@ -113,7 +116,9 @@ def test_the_oracle_is_exact_to_rounding(seed):
             else np.maximum(scale * rng.uniform(1, 20, m), TINIEST)
         )
         s_hat = rng.random(m)
-        np.testing.assert_allclose(solve_system(s_hat, lam), exact_solve(s_hat, lam), rtol=0, atol=1e-14)
+        np.testing.assert_allclose(
+            solve_system(s_hat, lam), exact_solve(s_hat, lam), rtol=0, atol=1e-14
+        )
 
 
 def oracle_rows(s_hat, lam):
@@ -127,34 +132,42 @@ def oracle_rows(s_hat, lam):
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_closed_form_matches_the_oracle_down_to_the_smallest_lambda(seed):
-    # No floor on λ: every finite λ > 0 is accepted, so the closed form is checked against the oracle
-    # from λ ~ 1e3 down to the smallest subnormal 5e-324, with and without abstentions, and with λ_i drawn
-    # independently over 1e-323 .. 1e300, where their ratios are extreme too.
+    # No floor on λ: every finite λ > 0 is accepted, so the closed form is checked against the
+    # oracle from λ ~ 1e3 down to the smallest subnormal 5e-324, with and without abstentions, and
+    # with λ_i drawn independently over 1e-323 .. 1e300, where their ratios are extreme too.
     rng = np.random.default_rng(seed)
     lams = [
-        np.maximum(10.0**-k * rng.uniform(1, 20, int(rng.integers(2, 9))), TINIEST) for k in range(-3, 324, 9)
+        np.maximum(10.0**-k * rng.uniform(1, 20, int(rng.integers(2, 9))), TINIEST)
+        for k in range(-3, 324, 9)
     ]
     lams += [np.full(int(rng.integers(2, 9)), TINIEST)]
     lams += [10.0 ** rng.uniform(-323, 300, int(rng.integers(2, 9))) for _ in range(20)]
     for lam in lams:
         s_hat = rng.random((12, len(lam)))
-        np.testing.assert_allclose(consensus(s_hat, lam), oracle_rows(s_hat, lam), rtol=0, atol=1e-13)
+        np.testing.assert_allclose(
+            consensus(s_hat, lam), oracle_rows(s_hat, lam), rtol=0, atol=1e-13
+        )
         s_hat[rng.random(s_hat.shape) < 0.3] = NAN  # some rows below 2 answers
-        np.testing.assert_allclose(consensus(s_hat, lam), oracle_rows(s_hat, lam), rtol=0, atol=1e-13)
+        np.testing.assert_allclose(
+            consensus(s_hat, lam), oracle_rows(s_hat, lam), rtol=0, atol=1e-13
+        )
 
 
 def test_tiny_lambda_golden():
     # Equal λ: S = m ŝ̄ (the plain mean is kept), a = λ + m c, so s_i* = (λ ŝ_i + c m ŝ̄)/(λ + m c)
-    # = ŝ̄ + λ (ŝ_i − ŝ̄)/(λ + m c): every score moves to the mean as λ → 0. ŝ = (0.9, 0.2, 0.5): ŝ̄ = 8/15,
-    # m c = 3/2. (With the textbook denominator 1 − c Σ 1/a_i, s* is 0.08% off at λ = 1e-14 and inf at 1e-17.)
+    # = ŝ̄ + λ (ŝ_i − ŝ̄)/(λ + m c): every score moves to the mean as λ → 0. ŝ = (0.9, 0.2, 0.5): ŝ̄
+    # = 8/15, m c = 3/2. (With the textbook denominator 1 − c Σ 1/a_i, s* is 0.08% off at λ = 1e-14
+    # and inf at 1e-17.)
     s_hat = np.array([0.9, 0.2, 0.5])
     for lam in (1e-14, 1e-17, 1e-300, TINIEST):
         want = 8 / 15 + lam * (s_hat - 8 / 15) / (lam + 1.5)
         np.testing.assert_allclose(consensus(s_hat, [lam] * 3), want, rtol=0, atol=1e-15)
-    # m = 2, c = 1: det A = λ_1 + λ_2 + λ_1 λ_2 and s_1 = ((1 + λ_2) λ_1 ŝ_1 + λ_2 ŝ_2) / det
-    # → (λ_1 ŝ_1 + λ_2 ŝ_2) / (λ_1 + λ_2): with λ = (1e-17, 2e-17) and ŝ = (0.9, 0.3) both scores are 0.5
+    # m = 2, c = 1: det A = λ_1 + λ_2 + λ_1 λ_2 and s_1 = ((1 + λ_2) λ_1 ŝ_1 + λ_2 ŝ_2) / det → (λ_1
+    # ŝ_1 + λ_2 ŝ_2) / (λ_1 + λ_2): with λ = (1e-17, 2e-17) and ŝ = (0.9, 0.3) both scores are 0.5
     # (to 1e-17).
-    np.testing.assert_allclose(consensus([0.9, 0.3], [1e-17, 2e-17]), [0.5, 0.5], rtol=0, atol=1e-15)
+    np.testing.assert_allclose(
+        consensus([0.9, 0.3], [1e-17, 2e-17]), [0.5, 0.5], rtol=0, atol=1e-15
+    )
     # An agreeing candidate is accepted at any λ > 0: it is a fixed point (s̄* = 0.7, Δ* = 0).
     sel = select([[0.7, 0.7, 0.7], [0.9, 0.2, 0.5]], [1e-17] * 3)
     assert sel.accepted.tolist() == [True, False] and not sel.fallback and sel.index == 0
@@ -176,7 +189,9 @@ def test_abstention_solves_the_game_of_those_who_answered(seed):
 
 def test_batched_over_leading_axes_and_one_judge_left():
     s_hat = np.random.default_rng(0).random((4, 5, 3))
-    np.testing.assert_allclose(consensus(s_hat).reshape(-1, 3), consensus(s_hat.reshape(-1, 3)), atol=0)
+    np.testing.assert_allclose(
+        consensus(s_hat).reshape(-1, 3), consensus(s_hat.reshape(-1, 3)), atol=0
+    )
     # m' = 1: nobody to agree with, the lone score stands; m' = 0: all NaN.
     got = consensus([[NAN, 0.3, NAN], [NAN, NAN, NAN]])
     np.testing.assert_array_equal(np.isnan(got), [[True, False, True], [True, True, True]])
@@ -211,7 +226,8 @@ def test_constant_vector_is_a_fixed_point(seed):
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_lambda_weighted_sum_is_the_invariant(seed):
-    # Sum the system over i: Σ(1+λ_i)s_i − Σ_i (1/(m−1))Σ_{j≠i} s_j = Σ s_i + Σ λ_i s_i − Σ s_j = Σ λ_i s_i.
+    # Sum the system over i: Σ(1+λ_i)s_i − Σ_i (1/(m−1))Σ_{j≠i} s_j = Σ s_i + Σ λ_i s_i − Σ s_j = Σ
+    # λ_i s_i.
     rng = np.random.default_rng(seed)
     for _ in range(100):
         s_hat, lam = rand_case(rng)
@@ -276,8 +292,8 @@ def test_consensus_matrix_golden():
 
 
 def test_consensus_mean_is_a_fixed_weighted_mean():
-    # s̄* = (1/m) 1ᵀ M ŝ: the column means of M. Exact values: a = (3, 2.5, 2.3), S = (Σλŝ/a)/(1 − ½Σ1/a),
-    # and the weights come out as 0.4007 / 0.3206 / 0.2787 (not 1/3 each: erratum 1).
+    # s̄* = (1/m) 1ᵀ M ŝ: the column means of M. Exact values: a = (3, 2.5, 2.3), S = (Σλŝ/a)/(1 −
+    # ½Σ1/a), and the weights come out as 0.4007 / 0.3206 / 0.2787 (not 1/3 each: erratum 1).
     w = consensus_matrix(V.STUBBORNNESS).mean(0)
     np.testing.assert_allclose(w, [0.4007, 0.3206, 0.2787], atol=5e-5)
     s_hat = np.random.default_rng(1).random((20, 3))
@@ -333,15 +349,18 @@ def test_rules_disagree_on_a_hand_made_case():
 
 
 def test_fallback_ranks_by_mean_minus_dispersion():
+    # s̄* − Δ* is lower still
     s_hat = [
         [0.9, 0.2, 0.9],  # s̄* − Δ* = 0.6756 − 0.1268 = 0.5488
         [0.55, 0.5, 0.55],  # s̄* = 0.5340 < τ: rejected; s̄* − Δ* = 0.5340 − 0.0091 = 0.5249
         [0.95, 0.1, 0.3],
-    ]  # s̄* − Δ* is lower still
+    ]
     sel = select(s_hat)
     assert sel.fallback and not sel.accepted.any() and sel.verified
     assert sel.index == 0
-    np.testing.assert_allclose(sel.s_bar_star - sel.delta_star, [0.548780, 0.524913, 0.345122], atol=1e-6)
+    np.testing.assert_allclose(
+        sel.s_bar_star - sel.delta_star, [0.548780, 0.524913, 0.345122], atol=1e-6
+    )
 
 
 def test_ties_go_to_the_lowest_index():
@@ -362,8 +381,8 @@ def test_exact_ties_are_decided_by_the_mathematics_not_by_rounding():
 
 
 def test_select_all_defaults_are_the_papers():
-    # τ = 0.6 and ε = 0.1: on the hand-made case ε = 1.1 would accept candidate 0 (highest s̄* .6991) and
-    # τ = 1.6 would accept nothing.
+    # τ = 0.6 and ε = 0.1: on the hand-made case ε = 1.1 would accept candidate 0 (highest s̄*
+    # .6991) and τ = 1.6 would accept nothing.
     s_hat = [[0.95, 0.95, 0.05], [0.70, 0.62, 0.66], [0.90, 0.20, 0.90], [0.66, 0.64, 0.65]]
     for rule, sel in V.select_all(s_hat).items():
         one = select(s_hat, V.STUBBORNNESS, 0.6, 0.1, rule)
@@ -410,11 +429,12 @@ def test_thresholds_are_strict():
         assert not accepted(rule, 0.5, 0.05) and accepted(rule, 0.5, 0.0501), rule  # Δ* < ε
     assert not accepted("raw-dual", 0.75, 0.5) and accepted("raw-dual", 0.7499, 0.5)  # mean > τ
     assert not accepted("raw-dual", 0.5, 0.15) and accepted("raw-dual", 0.5, 0.1501)  # Δ̂ < ε
-    # variance: std of (0.5, 0.7) is exactly 0.1 = ε, so it is not below ε (0.1² = 0.010000000000000002
-    # in floating point, which let a variance of 0.01 pass).
+    # variance: std of (0.5, 0.7) is exactly 0.1 = ε, so it is not below ε (0.1² =
+    # 0.010000000000000002 in floating point, which let a variance of 0.01 pass).
     assert not select([[0.5, 0.7]], (1.0, 1.0), 0.6, 0.1, "variance").accepted[0]
     assert select([[0.5, 0.7]], (1.0, 1.0), 0.6, 0.1001, "variance").accepted[0]
-    # majority counts scores strictly above τ: (0.6, 0.6, 0.65) has 1 (3 with ≥), (0.9, 0.7, 0.1) has 2.
+    # majority counts scores strictly above τ: (0.6, 0.6, 0.65) has 1 (3 with ≥), (0.9, 0.7, 0.1)
+    # has 2.
     assert select([[0.6, 0.6, 0.65], [0.9, 0.7, 0.1]], rule="majority").index == 1
     # Rounded to 12 decimals: 6 × 0.1 = 0.6000000000000001 is not above τ = 0.6.
     assert select([[0.1 * 6, 0.1 * 6, 0.65], [0.9, 0.7, 0.1]], rule="majority").index == 1
@@ -436,13 +456,16 @@ def test_min_and_max_take_the_extreme_raw_score():
 
 def test_best_is_lexicographic_with_nan_last_and_ties_to_the_lowest_index():
     assert V._best([0, 1, 1], [5, 1, 2]) == 2  # the first key decides; the second among ties
-    assert V._best([1, 1, 0], [0.2, 0.5, 9], [9, 0, 9]) == 1  # a later key never overrides an earlier one
-    assert V._best([1, 0, 0], [NAN, 5, 5], [0, 0, 1]) == 0  # a decided first key is final, NaN or not
+    # a later key never overrides an earlier one
+    assert V._best([1, 1, 0], [0.2, 0.5, 9], [9, 0, 9]) == 1
+    # a decided first key is final, NaN or not
+    assert V._best([1, 0, 0], [NAN, 5, 5], [0, 0, 1]) == 0
     assert V._best([NAN, 0.0]) == 1 and V._best([NAN, -5.0]) == 1  # NaN counts as −∞
     assert V._best([NAN, NAN]) == 0 and V._best([0.4, 0.4, 0.4]) == 0
     assert V._best([0.3, 0.1 + 0.2]) == 0  # 0.30000000000000004 rounds to a tie with 0.3
     assert V._best([0.3, 0.3 + 1e-11]) == 1  # a difference at 11 decimals still counts
-    np.testing.assert_array_equal(V._best(np.array([[0, 1], [1, 0], [2, 2]])), [1, 0, 0])  # batched: per row
+    # batched: per row
+    np.testing.assert_array_equal(V._best(np.array([[0, 1], [1, 0], [2, 2]])), [1, 0, 0])
 
 
 def test_fully_answered_rows_do_not_depend_on_the_rest_of_the_batch():
@@ -471,8 +494,9 @@ def test_batched_select_equals_select_step_by_step(seed):
 
 
 def reference_candidate(row, lam, tau, solve=solve_system):
-    """One candidate's statistics, in plain Python over the judges who answered (DESIGN §4); s* is their own
-    game, solved by `solve` (the oracle; tests/test_claims.py passes verdict.consensus)."""
+    """One candidate's statistics, in plain Python over the judges who answered (DESIGN §4); s* is
+    their own game, solved by `solve` (the oracle; tests/test_claims.py passes verdict.consensus).
+    """
     raw = [float(x) for x in row if not math.isnan(x)]
     star = (
         [float(x) for x in solve(raw, [lam_i for x, lam_i in zip(row, lam) if not math.isnan(x)])]
@@ -518,9 +542,9 @@ def reference_rule(rule, c, tau, eps):
 
 
 def reference_select(cands, rule, tau, eps):
-    """(index, fallback, verified, accepted) of one step from its candidates' statistics, one candidate
-    at a time: the best accepted candidate; if none, the best verified one by the fallback key; if
-    none, the best of all. NaN keys rank last, ties go to the lowest index."""
+    """(index, fallback, verified, accepted) of one step from its candidates' statistics, one
+    candidate at a time: the best accepted candidate; if none, the best verified one by the fallback
+    key; if none, the best of all. NaN keys rank last, ties go to the lowest index."""
     judged = [reference_rule(rule, c, tau, eps) for c in cands]
     accepted = [ok for ok, _, _ in judged]
     pool = (
@@ -540,9 +564,9 @@ def reference_select(cands, rule, tau, eps):
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_every_rule_matches_an_independent_reference(seed):
-    # Scores on a grid of tenths (or twentieths) with τ and ε on the same grid, so ties, scores equal
-    # to τ and dispersions equal to ε are common; abstentions leave some candidates with 0 or 1 answers;
-    # equal λ make ties in s̄* too. Seeds 6 and 7 draw continuous scores.
+    # Scores on a grid of tenths (or twentieths) with τ and ε on the same grid, so ties, scores
+    # equal to τ and dispersions equal to ε are common; abstentions leave some candidates with 0 or
+    # 1 answers; equal λ make ties in s̄* too. Seeds 6 and 7 draw continuous scores.
     rng = np.random.default_rng(seed)
     n, m = int(rng.integers(2, 7)), int(rng.integers(2, 6))
     grid = (10, 20, 10, 20, 10, 20, None, None)[seed]
@@ -554,14 +578,20 @@ def test_every_rule_matches_an_independent_reference(seed):
     for rule, sel in V.select_all(s_hat, lam, tau, eps).items():
         for t, cs in enumerate(cands):
             index, fallback, verified, accepted = reference_select(cs, rule, tau, eps)
-            assert (sel.index[t], sel.fallback[t], sel.verified[t]) == (index, fallback, verified), (rule, t)
+            assert (sel.index[t], sel.fallback[t], sel.verified[t]) == (
+                index,
+                fallback,
+                verified,
+            ), (rule, t)
             assert sel.accepted[t].tolist() == accepted, (rule, t)
-    if grid:  # the inputs reach what the rules decide at: a mean at τ, a dispersion at ε, tied means
+    # the inputs reach what the rules decide at: a mean at τ, a dispersion at ε, tied means
+    if grid:
         r = lambda x: round(x, 12)
         assert any(r(c["s_bar"]) == tau for cs in cands for c in cs)
         assert any(r(c["delta"]) == eps or r(c["std"]) == eps for cs in cands for c in cs)
         assert any(
-            len({r(c["s_bar"]) for c in cs if c["verified"]}) < sum(c["verified"] for c in cs) for cs in cands
+            len({r(c["s_bar"]) for c in cs if c["verified"]}) < sum(c["verified"] for c in cs)
+            for cs in cands
         )
 
 
@@ -570,7 +600,8 @@ def test_abstentions():
     sel = select([[0.8, NAN, 0.8], [0.5, 0.5, 0.5]])
     assert sel.accepted.tolist() == [True, False] and sel.index == 0 and sel.verified
     assert np.isnan(sel.s_star[0, 1]) and sel.s_bar_star[0] == pytest.approx(0.8)
-    # A candidate with one answer is never accepted and ranks after every verified one, for every rule.
+    # A candidate with one answer is never accepted and ranks after every verified one, for every
+    # rule.
     lone = [[1.0, NAN, NAN], [0.3, 0.2, 0.3]]
     for rule in V.RULES:
         sel = select(lone, rule=rule)
@@ -584,15 +615,28 @@ def test_abstentions():
 def test_paper_rule_on_proposition_1_and_a_fallback():
     assert V.paper_rule([[0.9, 0.2, 0.9], [0.7, 0.6, 0.7]]) == (1, False)  # Δ* .1268 no, .0181 yes
     assert V.paper_rule([[0.9, 0.2, 0.9], [0.58] * 3]) == (1, True)  # s̄* − Δ*: .5488 < .58
-    assert V.paper_rule([[0.6, 0.6, 0.6], [0.6, 0.6, 0.6]]) == (0, True)  # s̄* = τ is not > τ; tie: first
-    assert V.paper_rule([[NAN, NAN, 0.9], [0.2, 0.3, 0.2]]) == (1, True)  # one answer ranks after two
-    assert V.paper_rule([[NAN] * 3, [0.0, NAN, NAN]]) == (1, True)  # no answer (s̄* NaN as −∞) ranks last
+    # s̄* = τ is not > τ; tie: first
+    assert V.paper_rule([[0.6, 0.6, 0.6], [0.6, 0.6, 0.6]]) == (
+        0,
+        True,
+    )
+    # one answer ranks after two
+    assert V.paper_rule([[NAN, NAN, 0.9], [0.2, 0.3, 0.2]]) == (
+        1,
+        True,
+    )
+    # no answer (s̄* NaN as −∞) ranks last
+    assert V.paper_rule([[NAN] * 3, [0.0, NAN, NAN]]) == (
+        1,
+        True,
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_paper_rule_is_the_batched_verdict_rule(seed):
-    # Scores on a grid of tenths (exact ties in s̄*, in Δ*, and at τ), repeated rows, NaN abstentions
-    # (some candidates with fewer than 2 answers), equal or random λ, τ and ε over their whole ranges.
+    # Scores on a grid of tenths (exact ties in s̄*, in Δ*, and at τ), repeated rows, NaN
+    # abstentions (some candidates with fewer than 2 answers), equal or random λ, τ and ε over their
+    # whole ranges.
     rng = np.random.default_rng(seed)
     for _ in range(300):
         n, m = int(rng.integers(1, 7)), int(rng.integers(2, 5))
@@ -603,7 +647,12 @@ def test_paper_rule_is_the_batched_verdict_rule(seed):
         lam = np.ones(m) if rng.random() < 0.3 else rng.uniform(0.2, 3.0, m)
         tau, eps = rng.integers(0, 10) / 10, rng.choice([0.01, 0.05, 0.1, 0.2, 0.5, 1.0])
         sel = select(s_hat, lam, tau, eps)
-        assert V.paper_rule(s_hat, lam, tau, eps) == (sel.index, sel.fallback), (s_hat, lam, tau, eps)
+        assert V.paper_rule(s_hat, lam, tau, eps) == (sel.index, sel.fallback), (
+            s_hat,
+            lam,
+            tau,
+            eps,
+        )
 
 
 @pytest.mark.parametrize(
@@ -633,14 +682,25 @@ def test_config_refuses_a_setting_out_of_range(kw, message):
 
 
 def test_config_ranges_are_exactly_where_the_rule_can_accept():
-    # Inside the ranges a unanimous candidate (s̄* = 1, Δ* = 0) passes; at τ = 1 or ε = 0 nothing ever does.
-    # τ = 1 is allowed: the paper's restrictive regime, where every step falls back.
-    assert Config(tau=1).tau == 1.0 and not select([[1.0, 1.0, 1.0]], tau=Config(tau=1).tau).accepted[0]
+    # Inside the ranges a unanimous candidate (s̄* = 1, Δ* = 0) passes; at τ = 1 or ε = 0 nothing
+    # ever does. τ = 1 is allowed: the paper's restrictive regime, where every step falls back.
+    assert (
+        Config(tau=1).tau == 1.0
+        and not select([[1.0, 1.0, 1.0]], tau=Config(tau=1).tau).accepted[0]
+    )
     for tau, eps in [(0, 1), (0.999999, 1e-9), (V.TAU, V.EPS)]:
         cfg = Config(tau=tau, eps=eps, n=np.int64(2), max_steps=np.int32(1))
         assert select([[1.0, 1.0, 1.0]], cfg.lam, cfg.tau, cfg.eps).accepted[0]
-        assert (type(cfg.tau), type(cfg.eps), type(cfg.n), type(cfg.max_steps)) == (float, float, int, int)
-    assert not select([[1.0, 1.0, 1.0]], tau=1.0).accepted[0] and not select([[0.7] * 3], eps=0.0).accepted[0]
+        assert (type(cfg.tau), type(cfg.eps), type(cfg.n), type(cfg.max_steps)) == (
+            float,
+            float,
+            int,
+            int,
+        )
+    assert (
+        not select([[1.0, 1.0, 1.0]], tau=1.0).accepted[0]
+        and not select([[0.7] * 3], eps=0.0).accepted[0]
+    )
     assert (Config().tau, Config().eps) == (V.TAU, V.EPS) == (0.6, 0.1)
 
 
@@ -679,8 +739,14 @@ def scripted(step_calls):
 def test_loop_follows_a_hand_derived_chain():
     calls = []
     propose, judges = scripted(calls)
-    trace = run("Is the ball left or right of the cube? A. left B. right", propose, judges, image="scene.png")
+    trace = run(
+        "Is the ball left or right of the cube? A. left B. right",
+        propose,
+        judges,
+        image="scene.png",
+    )
     assert calls == [(0, 3), (1, 3), (2, 3)]
+    assert trace.question == "Is the ball left or right of the cube? A. left B. right"
     assert trace.chain == [
         "The red cube is left of the ball.",
         "So the ball is on the right.",
@@ -689,19 +755,14 @@ def test_loop_follows_a_hand_derived_chain():
     assert [r.selection.fallback for r in trace.steps] == [False, True, False]
     assert trace.steps[0].selection.accepted.tolist() == [True, False, False]
     assert trace.stopped == "final" and trace.answer == "B"
-    d = trace.to_dict()
-    assert d["format"] == "verdict-trace/5"
-    assert d["totals"] == {
+    assert trace.totals() == {
         "steps": 3,
         "fallbacks": 1,
         "fallback_rate": 1 / 3,
         "abstentions": 2,
         "judge_calls": 27,
-        "revisions": 0,
-        "revised": 0,
     }
-    assert d["steps"][1]["s_hat"][2] == [None, None, 0.9]
-    assert json.loads(json.dumps(d, allow_nan=False)) == d
+    np.testing.assert_array_equal(trace.steps[1].s_hat[2], [NAN, NAN, 0.9])
 
 
 def test_loop_stops_at_max_steps_and_final_is_configurable():
@@ -749,9 +810,7 @@ def test_no_judges_is_the_base_reasoner_alone():
     assert not rec.selection.fallback and rec.abstentions == 0 and rec.selection.verified is False
     assert rec.selection.s_star.shape == (2, 0) and rec.selection.accepted.dtype == bool
     assert rec.selection.s_bar_star.dtype == float and np.isnan(rec.selection.delta_star).all()
-    d = trace.to_dict()
-    assert d["totals"] == {**NOTHING_COUNTED, "steps": 2}
-    assert d["steps"][0]["s_bar_star"] == [None, None] and json.loads(json.dumps(d, allow_nan=False)) == d
+    assert trace.totals() == {**NOTHING_COUNTED, "steps": 2}
 
 
 def test_stop_ends_the_chain_and_keeps_the_completed_steps():
@@ -769,7 +828,9 @@ def test_stop_ends_the_chain_and_keeps_the_completed_steps():
     assert trace.stopped == "budget" and len(trace.steps) == 1 and trace.answer is None
     assert trace.chain == ["The red cube is left of the ball."]
     assert trace.question == "q" and trace.config == Config()
-    stopped_in_proposal = run("q", lambda s, n: (_ for _ in ()).throw(V.Stop("no more calls")), judges)
+    stopped_in_proposal = run(
+        "q", lambda s, n: (_ for _ in ()).throw(V.Stop("no more calls")), judges
+    )
     assert stopped_in_proposal.stopped == "no more calls" and stopped_in_proposal.steps == ()
     assert stopped_in_proposal.totals() == NOTHING_COUNTED
 
@@ -787,111 +848,27 @@ def test_the_loop_passes_the_question_images_and_chosen_steps():
         ("a.png", "b.png")
     ] * 3
     assert [s.steps for s in seen] == [(), ("step 0",), ("step 0", "step 1")]
-    assert trace.question == "Which?" and trace.stopped == "max_steps" and trace.config == Config(max_steps=3)
-    assert V.as_images(None) == () and V.as_images("a.png") == ("a.png",) and V.as_images(b"x") == (b"x",)
+    assert (
+        trace.question == "Which?"
+        and trace.stopped == "max_steps"
+        and trace.config == Config(max_steps=3)
+    )
+    assert (
+        V.as_images(None) == ()
+        and V.as_images("a.png") == ("a.png",)
+        and V.as_images(b"x") == (b"x",)
+    )
     assert V.as_images(["a", "b"]) == ("a", "b") and V.as_images(("a",)) == ("a",)
 
 
 def test_step_selects_with_the_configured_rule():
-    # (0.95, 0.95, 0.05) has the highest maximum; VERDICT rejects it (Δ* .1505) and takes (0.7, 0.62, 0.66).
+    # (0.95, 0.95, 0.05) has the highest maximum; VERDICT rejects it (Δ* .1505) and takes (0.7,
+    # 0.62, 0.66).
     scores = {"veto": (0.95, 0.95, 0.05), "calm": (0.70, 0.62, 0.66)}
     propose = lambda state, n: ["veto", "calm"]
     judges = [lambda s, c, i=i: scores[c][i] for i in range(3)]
     assert V.step(V.State("q"), propose, judges).chosen == "calm"
     assert V.step(V.State("q"), propose, judges, Config(rule="max")).chosen == "veto"
-
-
-def test_a_meter_records_what_each_step_cost_and_the_totals_sum_it():
-    # The meter reads counters the caller keeps; here the proposer spends 10 tokens a call and each judge call
-    # 1 token, so every step of SCRIPT costs 10 + 3 candidates · 3 judges = 19 tokens and 1 + 9 = 10 calls.
-    # A counter that first appears during step 3 ("late", +0.25 for each of its 9 judge calls) counts from 0.
-    counters, calls = {"tokens": 1000, "calls": 0}, []
-    propose, judges = scripted(calls)
-
-    def spend(f, tokens):
-        def call(*args):
-            counters["tokens"] += tokens
-            counters["calls"] += 1
-            if len(calls) == 3:
-                counters["late"] = counters.get("late", 0.0) + 0.25  # once step 3's proposal is made
-            return f(*args)
-
-        return call
-
-    trace = run("q", spend(propose, 10), [spend(j, 1) for j in judges], meter=lambda: dict(counters))
-    assert [r.usage for r in trace.steps] == [{"tokens": 19, "calls": 10}] * 2 + [
-        {"tokens": 19, "calls": 10, "late": 2.25}
-    ]
-    d = trace.to_dict()
-    assert (
-        d["totals"]["usage"] == {"tokens": 57, "calls": 30, "late": 2.25}
-        and "late" not in d["steps"][1]["usage"]
-    )
-    assert list(d["steps"][0])[-1] == "usage" and json.loads(json.dumps(d, allow_nan=False)) == d
-    # the same step and loop without a meter keep no usage at all
-    assert "usage" not in run("q", *scripted([])).to_dict()["totals"]
-    assert V.step(V.State("q"), propose, judges).usage == {}
-    # a meter whose counters do not move still says so: each counter's change is 0
-    assert V.step(V.State("q"), propose, judges, meter=lambda: {"tokens": 7}).usage == {"tokens": 0}
-
-
-@pytest.mark.parametrize(
-    "reading", [[1], {"tokens": "3"}, {"tokens": True}, {"tokens": NAN}, {"tokens": math.inf}, {1: 2}, None]
-)
-def test_a_meter_returns_a_dict_of_finite_counts(reading):
-    with pytest.raises(ValueError, match="meter must return a dict of counter names to finite numbers"):
-        V.step(V.State("q"), lambda s, n: ["a"], (), meter=lambda: reading)
-
-
-def test_trace_dict_golden():
-    calls = []
-    propose, judges = scripted(calls)
-    d = run("q", propose, judges).to_dict()
-    assert list(d) == [
-        "format",
-        "question",
-        "config",
-        "steps",
-        "chain",
-        "answer",
-        "stopped",
-        "totals",
-        "meta",
-    ]
-    assert d["question"] == "q" and d["answer"] == "B" and d["stopped"] == "final" and d["meta"] == {}
-    assert d["config"] == {
-        "lam": [1.5, 1.0, 0.8],
-        "n": 3,
-        "tau": 0.6,
-        "eps": 0.1,
-        "rule": "verdict",
-        "max_steps": 8,
-        "final": V.FINAL_ANSWER,
-    }
-    assert d["chain"] == [
-        "The red cube is left of the ball.",
-        "So the ball is on the right.",
-        "Final answer: B",
-    ]
-    s0 = d["steps"][0]  # Proposition 1's two vectors: the calm one accepted, the conflict rejected
-    assert list(s0) == [
-        "candidates",
-        "s_hat",
-        "s_star",
-        "s_bar_star",
-        "delta_star",
-        "accepted",
-        "index",
-        "fallback",
-        "verified",
-        "abstentions",
-    ]
-    assert s0["candidates"] == list(SCRIPT[0]) and s0["s_hat"][1] == [0.9, 0.2, 0.9]
-    np.testing.assert_allclose(s0["s_star"][1], [0.787805, 0.485366, 0.753659], atol=1e-6)
-    np.testing.assert_allclose(s0["s_bar_star"][:2], [0.66794, 0.67561], atol=1e-5)
-    np.testing.assert_allclose(s0["delta_star"][:2], [0.01812, 0.12683], atol=1e-5)
-    assert s0["accepted"] == [True, False, False] and s0["index"] == 0
-    assert s0["fallback"] is False and s0["verified"] is True and s0["abstentions"] == 0
 
 
 def test_config_normalises_lam_and_accepts_the_smallest_values():
@@ -905,11 +882,18 @@ def test_inputs_are_read_as_floats():
     exact = [Fraction(9, 10), Fraction(1, 5), Fraction(9, 10)]
     lam = [Fraction(3, 2), 1, Fraction(4, 5)]
     np.testing.assert_array_equal(consensus(exact, lam), consensus([0.9, 0.2, 0.9], V.STUBBORNNESS))
-    assert dispersion([Fraction(7, 10), Fraction(3, 5), Fraction(7, 10)]) == dispersion([0.7, 0.6, 0.7])
+    assert dispersion([Fraction(7, 10), Fraction(3, 5), Fraction(7, 10)]) == dispersion(
+        [0.7, 0.6, 0.7]
+    )
     assert select([[1, 1, 1], [0, 1, 0]]).index == 0
+    # s̄ of Fractions and ints, NaN among them: (1/2 + 1/4) / 2 = 0.375 and 1.
+    np.testing.assert_array_equal(
+        V.mean([[Fraction(1, 2), NAN, Fraction(1, 4)], [1, 1, 1]]), [0.375, 1]
+    )
 
 
-# ----------------------------------------------------------------------------- judges' return values
+# ----------------------------------------------------------------------------- judges' return
+# values
 
 
 def logical_judge(state, step):
@@ -938,12 +922,16 @@ BAD = [
 
 @pytest.mark.parametrize("value", BAD, ids=[type(v).__name__ + str(i) for i, v in enumerate(BAD)])
 def test_a_judge_returns_a_real_number_or_nan(value):
-    # None, strings, bools and non-real numbers are bugs in the judge, not abstentions; out of range is
-    # never clamped. The error names the judge by index and repr (a function's repr holds its name).
+    # None, strings, bools and non-real numbers are bugs in the judge, not abstentions; out of range
+    # is never clamped. The error names the judge by index and repr (a function's repr holds its
+    # name).
     judges = [lambda s, c: 0.5, lambda s, c: value, logical_judge]
     with pytest.raises(ValueError) as info:
         run("q", lambda s, n: ["a"], judges)
-    assert f"judge 1 ({judges[1]!r}) returned {value!r}" in str(info.value)
+    assert str(info.value) == (
+        f"judge 1 ({judges[1]!r}) returned {value!r}; a judge returns a real number in [0, 1], "
+        "or NaN to abstain"
+    )
     with pytest.raises(ValueError, match=r"^judge 2 \(<function .*contextual at "):
 
         def contextual(state, step):
@@ -961,7 +949,8 @@ def test_a_named_judge_is_named():
             return None
 
     with pytest.raises(
-        ValueError, match=r"^judge 0 \(Judge\('visual'\)\) returned None; a judge returns a real number"
+        ValueError,
+        match=r"^judge 0 \(Judge\('visual'\)\) returned None; a judge returns a real number",
     ):
         run("q", lambda s, n: ["a", "b"], [Judge(), logical_judge, logical_judge])
 
@@ -982,83 +971,6 @@ def test_judges_may_return_any_real_number_or_nan():
     rec = V.step(V.State("q"), lambda s, n: ["a"], judges, Config(lam=(1.0,) * len(values)))
     assert rec.s_hat.dtype == float and rec.abstentions == 2
     np.testing.assert_array_equal(rec.s_hat, [[0, 1, 0.25, 0.5, 0.75, 1, 0.25, NAN, NAN]])
-
-
-# ----------------------------------------------------------------------------- each judge call's record
-
-
-class Recording:
-    """A judge with a judgement method: its k-th call scores scores[k] (or table[step]) and records
-    {"call": k, "step": step}."""
-
-    def __init__(self, scores=None, table=None):
-        self.scores, self.table, self.k = scores, table, 0
-
-    def judgement(self, state, step):
-        k, self.k = self.k, self.k + 1
-        score = self.scores[k] if self.table is None else self.table[step]
-        return V.Judgement(score, {"call": k, "step": step})
-
-    def __call__(self, state, step):  # for callers that want the score alone; step calls judgement
-        return self.judgement(state, step).score
-
-
-def test_each_judge_calls_record_stays_with_its_score_in_call_order():
-    # Two candidates with the same text, judges that score each call differently, a plain callable among them:
-    # StepRecord.calls[i][k] is what came with s_hat[i, k], whatever the text; None for the plain callable.
-    propose = lambda s, n: ["same", "same", "other"]
-    judges = [Recording([0.9, 0.2, 0.5]), lambda s, c: 0.5, Recording([0.8, 0.3, 0.6])]
-    rec = V.step(V.State("q"), propose, judges)
-    np.testing.assert_array_equal(rec.s_hat, [[0.9, 0.5, 0.8], [0.2, 0.5, 0.3], [0.5, 0.5, 0.6]])
-    records = [({"call": k, "step": c}, None, {"call": k, "step": c}) for k, c in enumerate(propose(0, 3))]
-    assert rec.calls == tuple(records) and rec.to_dict()["calls"] == [list(r) for r in records]
-    # Calls made out of order (the last candidate first) keep their records beside their own scores.
-    backwards = lambda f, items: [f(x) for x in reversed(list(items))][::-1]
-    judges = [Recording([0.9, 0.2, 0.5]), lambda s, c: 0.5, Recording([0.8, 0.3, 0.6])]
-    rec = V.step(V.State("q"), propose, judges, map_fn=backwards)
-    np.testing.assert_array_equal(rec.s_hat, [[0.5, 0.5, 0.6], [0.2, 0.5, 0.3], [0.9, 0.5, 0.8]])
-    assert [[r and r["call"] for r in row] for row in rec.calls] == [[2, None, 2], [1, None, 1], [0, None, 0]]
-    judges = [Recording([0.9, 0.2, 0.5]), lambda s, c: 0.5, Recording([0.8, 0.3, 0.6])]
-    d = run("q", propose, judges, Config(max_steps=1)).to_dict()
-    assert d["format"] == "verdict-trace/5" and json.loads(json.dumps(d, allow_nan=False)) == d
-
-
-def test_plain_judges_leave_no_records_in_the_trace():
-    rec = V.step(V.State("q"), lambda s, n: ["a", "b"], [lambda s, c: 0.5] * 3)
-    assert rec.calls == ((None,) * 3,) * 2 and "calls" not in rec.to_dict()
-    alone = V.step(V.State("q"), lambda s, n: ["a"], ())
-    assert alone.calls == () and "calls" not in alone.to_dict()
-
-
-def test_a_judgement_method_reads_the_state_of_the_step():
-    class Asking:
-        def judgement(self, state, step):
-            return V.Judgement(0.5, {"question": state.question, "steps": list(state.steps), "step": step})
-
-    rec = V.step(V.State("q?", steps=("s1",)), lambda s, n: ["a"], [Asking(), logical_judge, logical_judge])
-    assert rec.calls[0][0] == {"question": "q?", "steps": ["s1"], "step": "a"}
-
-
-def test_a_judgement_method_returns_a_judgement_of_a_score_and_a_dict():
-    class Bad(Recording):
-        def __repr__(self):
-            return "Bad()"
-
-    for answer, message in [
-        (0.5, r"^judge 0 \(Bad\(\)\): judgement returned 0.5, not a verdict.Judgement$"),
-        (V.Judgement(1.5, {}), r"^judge 0 \(Bad\(\)\) returned 1.5; a judge returns"),
-        (V.Judgement(0.5, "why"), r"^judge 0 \(Bad\(\)\) returned the record 'why'; a"),
-    ]:
-        bad = Bad()
-        bad.judgement = lambda state, step, answer=answer: answer
-        with pytest.raises(ValueError, match=message):
-            V.step(V.State("q"), lambda s, n: ["a"], [bad, logical_judge, logical_judge])
-    rich = lambda s, c: V.Judgement(0.5)  # a plain callable returns a number
-    with pytest.raises(ValueError, match=r"^judge 1 .* returned Judgement\(score=0.5"):
-        V.step(V.State("q"), lambda s, n: ["a"], [logical_judge, rich, logical_judge])
-    rec = V.step(V.State("q"), lambda s, n: ["a"], [Recording([math.nan]), logical_judge, logical_judge])
-    assert math.isnan(rec.s_hat[0, 0]) and rec.abstentions == 1  # an abstention keeps its record
-    assert rec.calls[0] == ({"call": 0, "step": "a"}, None, None)
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -1098,8 +1010,12 @@ def test_a_judgement_method_returns_a_judgement_of_a_score_and_a_dict():
         (lambda: run("q", lambda s, n: ["a"], [lambda s, c: 0.5] * 2), "2 judges but 3"),
         (lambda: run("q", lambda s, n: [], [lambda s, c: 0.5] * 3), "non-empty"),
         (lambda: run("q", lambda s, n: ["a"], [lambda s, c: 1.5] * 3), "1.5"),
-        # None, a string, a bool or a complex number among the scores is a caller's bug, never converted
-        (lambda: select([[None, 0.5, 0.5]]), "scores must be real numbers (NaN to abstain), got None"),
+        # None, a string, a bool or a complex number among the scores is a caller's bug, never
+        # converted
+        (
+            lambda: select([[None, 0.5, 0.5]]),
+            "scores must be real numbers (NaN to abstain), got None",
+        ),
         (lambda: select([["0.9", 0.5, 0.5]]), "got '0.9'"),
         (lambda: select([[True, 0.5, 0.5]]), "got True"),
         (lambda: select([[0.5j, 0.5, 0.5]]), "got 0.5j"),
@@ -1108,8 +1024,14 @@ def test_a_judgement_method_returns_a_judgement_of_a_score_and_a_dict():
             "scores must be real numbers, got an array of bool",
         ),
         (lambda: select(np.array([["0.9", "0.5"]])), "got an array of <U3"),
-        (lambda: consensus([0.5, 0.5], [1.0, "2"]), "lam must be real numbers (NaN to abstain), got '2'"),
-        (lambda: Config(lam=(True, 1.0, 1.0)), "lam must be real numbers (NaN to abstain), got True"),
+        (
+            lambda: consensus([0.5, 0.5], [1.0, "2"]),
+            "lam must be real numbers (NaN to abstain), got '2'",
+        ),
+        (
+            lambda: Config(lam=(True, 1.0, 1.0)),
+            "lam must be real numbers (NaN to abstain), got True",
+        ),
         # propose returns a list of strings: a string is not its characters, nor a dict its keys
         (
             lambda: run("q", lambda s, n: "Final answer: A", [lambda s, c: 0.5] * 3),
@@ -1134,156 +1056,3 @@ def test_some_messages_in_full():
     rules = "verdict, mean, min, max, majority, variance, raw-dual, no-filter, no-rank"
     with pytest.raises(ValueError, match=f"^unknown rule 'median'; expected one of {rules}$"):
         V.select_all([[0.5, 0.5]], (1, 1), rules=("mean", "median"))
-
-
-# ----------------------------------------------------------------------------- revise on reject
-
-CONFLICT, AGREE = (0.9, 0.2, 0.9), (0.7, 0.6, 0.7)  # Proposition 1: Δ* = 0.1268, rejected; s̄* = 0.6679 and
-# Δ* = 0.0181, accepted
-REJECTED = {
-    "a": CONFLICT,
-    "b": (0.5, 0.5, 0.5),
-    "Final answer: R": AGREE,
-    "Final answer: W": CONFLICT,
-    "Final answer: S": (0.9, 0.6, 0.9),
-}  # raw Δ = 0.1333 > ε, but Δ* < ε: VERDICT takes it, raw-dual does not
-
-
-def revise_agents(revised: str | None, counters: dict | None = None):
-    """Candidates "a" (conflicting, the fallback: 0.6423 − 0.1268 = 0.5155 beats b's 0.5 − 0) and "b"
-    (constant 0.5, below τ), judges scoring REJECTED, and a reviser that writes `revised`; seen collects what
-    it was given. Every call adds 1 to counters["calls"]: the proposal, each judgement, the revision."""
-    counters, seen = counters if counters is not None else {"calls": 0}, []
-
-    def count(f):
-        def call(*args):
-            counters["calls"] += 1
-            return f(*args)
-
-        return call
-
-    judges = [count(lambda s, c, i=i: REJECTED[c][i] if s.question == "q" else NAN) for i in range(3)]
-    revise = count(lambda state, record: seen.append((state, record)) or revised)
-    return count(lambda s, n: ["a", "b"]), judges, revise, seen
-
-
-def test_a_revision_that_passes_the_dual_test_is_chosen_instead_of_the_fallback():
-    counters = {"calls": 0}
-    propose, judges, revise, seen = revise_agents("Final answer: R", counters)
-    rec = V.step(V.State("q"), propose, judges, meter=lambda: dict(counters), revise=revise)
-    # The n candidates and their selection stand as they were: all rejected, fallback to "a" (index 0).
-    assert rec.candidates == ("a", "b") and rec.selection.fallback and rec.selection.index == 0
-    ((state, given),) = seen
-    assert state == V.State("q") and given.revision is None and given.candidates == ("a", "b")
-    assert (
-        given.selection.fallback and given.chosen == "a"
-    )  # the best rejected candidate, as the fallback ranks it
-    v = rec.revision
-    np.testing.assert_array_equal(v.s_hat, AGREE)  # judged in the step's state (other states get NaN)
-    assert v.selection.s_bar_star[0] == pytest.approx(0.6679, abs=5e-5) and v.selection.delta_star[
-        0
-    ] == pytest.approx(0.0181, abs=5e-5)
-    assert v.taken and rec.revised and not rec.fallback and rec.chosen == "Final answer: R"
-    # Costs: the proposal 1 + 2×3 judgements, then the revision 1 + its 3 judgements.
-    assert v.usage == {"calls": 4} and rec.usage == {"calls": 11}
-    d = rec.to_dict()
-    assert (
-        d["fallback"]
-        and d["index"] == 0
-        and d["revision"]["taken"]
-        and d["revision"]["usage"] == {"calls": 4}
-    )
-    assert d["revision"]["candidate"] == "Final answer: R" and d["revision"]["s_hat"] == list(AGREE)
-    assert d["revision"]["s_star"] == pytest.approx(V.consensus(AGREE).tolist())
-    assert d["revision"]["delta_star"] == pytest.approx(0.0181, abs=5e-5)
-    assert d["revision"]["s_bar_star"] == pytest.approx(0.6679, abs=5e-5)
-    assert json.loads(json.dumps(d, allow_nan=False)) == d
-
-
-def test_the_revision_keeps_its_own_calls_records_and_the_reviser_sees_the_steps():
-    judges = [Recording(table={c: v[i] for c, v in REJECTED.items()}) for i in range(3)]
-    seen = []
-    revise = lambda state, record: seen.append(record) or "Final answer: R"
-    rec = V.step(V.State("q"), lambda s, n: ["a", "b"], judges, revise=revise)
-    assert seen[0].calls == (({"call": 0, "step": "a"},) * 3, ({"call": 1, "step": "b"},) * 3)
-    assert rec.revised and rec.calls == seen[0].calls
-    assert rec.revision.calls == ({"call": 2, "step": "Final answer: R"},) * 3
-    d = rec.to_dict()
-    assert d["revision"]["calls"] == [{"call": 2, "step": "Final answer: R"}] * 3 and len(d["calls"]) == 2
-    propose, plain, revise, _ = revise_agents("Final answer: R")
-    assert "calls" not in V.step(V.State("q"), propose, plain, revise=revise).to_dict()["revision"]
-
-
-def test_a_revision_that_fails_leaves_the_fallback():
-    propose, judges, revise, seen = revise_agents("Final answer: W")
-    trace = run("q", propose, judges, Config(max_steps=1), revise=revise)
-    rec = trace.steps[0]
-    assert rec.revision.candidate == "Final answer: W" and not rec.revision.taken and not rec.revised
-    assert rec.fallback and rec.chosen == "a" and trace.chain == ["a"] and trace.stopped == "max_steps"
-    t = trace.totals()
-    assert (t["fallbacks"], t["revisions"], t["revised"], t["judge_calls"]) == (1, 1, 0, 2 * 3 + 3)
-    revision = trace.to_dict()["steps"][0]["revision"]
-    assert revision["taken"] is False and "usage" not in revision  # no meter, no usage
-
-
-def test_the_revision_is_held_to_the_configured_thresholds():
-    # τ = 0.7: the revision's s̄* = 0.6679 no longer passes, so the fallback stands.
-    propose, judges, revise, _ = revise_agents("Final answer: R")
-    rec = V.step(V.State("q"), propose, judges, Config(tau=0.7), revise=revise)
-    assert rec.revision is not None and not rec.revised and rec.chosen == "a"
-    # ε = 0.015: its Δ* = 0.0181 no longer passes either.
-    rec = V.step(V.State("q"), propose, judges, Config(eps=0.015), revise=revise)
-    assert not rec.revised and rec.fallback
-    # raw-dual reads the raw scores: mean 0.6667 > 0.6 and raw Δ 0.0444 < 0.1, so it passes there too.
-    rec = V.step(V.State("q"), propose, judges, Config(rule="raw-dual"), revise=revise)
-    assert rec.revised and rec.chosen == "Final answer: R"
-    # The rule's own filter decides: (0.9, 0.6, 0.9) passes VERDICT's (Δ* shrinks below ε), not raw-dual's.
-    propose, judges, revise, _ = revise_agents("Final answer: S")
-    assert V.step(V.State("q"), propose, judges, revise=revise).revised
-    assert not V.step(V.State("q"), propose, judges, Config(rule="raw-dual"), revise=revise).revised
-
-
-def test_a_revision_that_ends_the_chain_ends_it():
-    propose, judges, revise, _ = revise_agents("Final answer: R")
-    trace = run("q", propose, judges, revise=revise)
-    assert trace.stopped == "final" and trace.answer == "R" and trace.chain == ["Final answer: R"]
-    t = trace.totals()
-    assert (t["fallbacks"], t["fallback_rate"], t["revisions"], t["revised"], t["judge_calls"]) == (
-        0,
-        0.0,
-        1,
-        1,
-        9,
-    )
-
-
-def test_revise_is_asked_only_when_no_candidate_passes():
-    propose, judges, revise, seen = revise_agents("Final answer: R")
-    accepted = V.step(V.State("q"), lambda s, n: ["Final answer: R", "a"], judges, revise=revise)
-    assert accepted.revision is None and not accepted.selection.fallback and seen == []
-    alone = V.step(V.State("q"), propose, (), revise=revise)  # no judges: nothing is rejected
-    assert alone.revision is None and seen == []
-    declined = revise_agents(None)
-    rec = V.step(V.State("q"), declined[0], declined[1], revise=declined[2])
-    assert rec.revision is None and rec.fallback and rec.chosen == "a" and len(declined[3]) == 1
-    assert "revision" not in rec.to_dict()
-    # a declined revision's call is still the step's cost: proposal 1, judgements 6, the reviser 1
-    counters = {"calls": 0}
-    declined = revise_agents(None, counters)
-    rec = V.step(V.State("q"), declined[0], declined[1], meter=lambda: dict(counters), revise=declined[2])
-    assert rec.usage == {"calls": 8} and rec.revision is None
-
-
-def test_revision_abstentions_are_counted_and_a_bad_revision_is_an_error():
-    propose, judges, revise, _ = revise_agents("Final answer: R")
-    judges[1] = lambda s, c: NAN if c == "Final answer: R" else REJECTED[c][1]
-    rec = V.step(V.State("q"), propose, judges, revise=revise)
-    assert rec.abstentions == 1 and rec.revision.selection.verified
-    with pytest.raises(ValueError, match="revise must return a string or None, got 3"):
-        V.step(V.State("q"), propose, judges, revise=lambda state, record: 3)
-
-
-def test_a_stop_in_revise_drops_the_step():
-    propose, judges, _, _ = revise_agents(None)
-    trace = run("q", propose, judges, revise=lambda state, record: (_ for _ in ()).throw(V.Stop("budget")))
-    assert trace.stopped == "budget" and trace.steps == ()

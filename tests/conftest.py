@@ -1,10 +1,10 @@
-"""Shared pytest fixtures: the loopback server, a small PNG, and the `live` marker; Hypothesis's profiles.
+"""Shared fixtures: the loopback server, a small PNG, the `live` marker; Hypothesis's profiles.
 
-Tests marked @pytest.mark.live (all in tests/test_live.py) talk to a real OpenAI-compatible server at
-$VERDICT_LIVE_URL and are skipped when it is unset. They are written for the server serve_tiny.sh starts
-(SmolLM2-135M-Instruct on llama.cpp's llama-server, with a random-weight vision projector): every one sends
-real images, through the `live` fixture, a loopback proxy that keeps each exchange; the terminal summary
-counts the requests that reached the live server and those that carried images.
+Tests marked @pytest.mark.live (all in tests/test_live.py) talk to a real OpenAI-compatible server
+at $VERDICT_LIVE_URL and are skipped when it is unset. They are written for the server serve_tiny.sh
+starts (SmolLM2-135M-Instruct on llama.cpp's llama-server, with a random-weight vision projector):
+every one sends real images, through the `live` fixture, a loopback proxy that keeps each exchange;
+the terminal summary counts the requests that reached the live server and those that carried images.
 """
 
 import os
@@ -24,9 +24,9 @@ try:  # Hypothesis is for tests only (tests/test_claims.py, which skips without 
 except ImportError:
     pass
 else:
-    # "ci": the same examples on every run (derandomised, no example database) and no deadline, so that a
-    # slow machine fails nothing and a failure reproduces; CI runs with CI=true. "dev": random, with the
-    # database in .hypothesis/ replaying earlier failures first.
+    # "ci": the same examples on every run (derandomised, no example database) and no deadline, so
+    # that a slow machine fails nothing and a failure reproduces; CI runs with CI=true. "dev":
+    # random, with the database in .hypothesis/ replaying earlier failures first.
     settings.register_profile("ci", derandomize=True, deadline=None, database=None, print_blob=True)
     settings.register_profile("dev", deadline=None)
     settings.load_profile("ci" if os.environ.get("CI") else "dev")
@@ -35,7 +35,9 @@ else:
 def pytest_collection_modifyitems(config, items):
     if os.environ.get("VERDICT_LIVE_URL"):
         return
-    skip = pytest.mark.skip(reason="live test: set VERDICT_LIVE_URL to a running OpenAI-compatible server")
+    skip = pytest.mark.skip(
+        reason="live test: set VERDICT_LIVE_URL to a running OpenAI-compatible server"
+    )
     for item in items:
         if "live" in item.keywords:
             item.add_marker(skip)
@@ -77,9 +79,10 @@ class Exchange(NamedTuple):
 
 
 class LiveProxy:
-    """A loopback server forwarding every POST to the live server at `target` (".../v1"), keeping each
-    exchange (in `mine`, and in the session's `exchanges`). rewrite, when set: rewrite(body, reply) -> the
-    reply passed on for each 200 of the live server (what the live server sent stays recorded as sent)."""
+    """A loopback server forwarding every POST to the live server at `target` (".../v1"), keeping
+    each exchange (in `mine`, and in the session's `exchanges`). rewrite, when set: rewrite(body,
+    reply) -> the reply passed on for each 200 of the live server (what the live server sent stays
+    recorded as sent)."""
 
     def __init__(self, target: str, exchanges: list):
         self.target, self.exchanges, self.rewrite = target.rstrip("/"), exchanges, None

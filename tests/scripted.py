@@ -1,5 +1,5 @@
-"""Scripted replies for the loopback server (verdict_lab/loopback.py): a handler that answers in order, and
-a choice's logprobs from token probabilities."""
+"""Scripted replies for the loopback server (verdict_lab/loopback.py): a handler that answers in
+order, and a choice's logprobs from token probabilities."""
 
 import math
 import threading
@@ -39,15 +39,19 @@ def _as_reply(reply, body, path) -> tuple:
 
 
 def scripted(*replies, then=None) -> Callable:
-    """A handler answering with `replies` in order, then with `then` for every later request
-    (a 500 "loopback script exhausted" if then is None). Thread-safe. See _as_reply for the forms."""
+    """A handler answering with `replies` in order, then with `then` for every later request (a 500
+    "loopback script exhausted" if then is None). Thread-safe. See _as_reply for the forms."""
     queue, lock = list(replies), threading.Lock()
 
     def handler(body, path):
         with lock:
             reply = queue.pop(0) if queue else then
         if reply is None:
-            return 500, {"error": {"message": "loopback script exhausted", "type": "server_error"}}, {}
+            return (
+                500,
+                {"error": {"message": "loopback script exhausted", "type": "server_error"}},
+                {},
+            )
         return _as_reply(reply, body, path)
 
     return handler

@@ -1,6 +1,6 @@
-"""Tests for harness/answers.py: VLMEvalKit's can_infer on 73 replies traced by hand (the version at commit
-e8e78f05, 2026-08-18), what each outcome is called, free-form values (MathVista) with their precision and
-unit, and the extraction model against a loopback server."""
+"""Tests for harness/answers.py: VLMEvalKit's can_infer on 73 replies traced by hand (the version at
+commit e8e78f05, 2026-08-18), what each outcome is called, free-form values (MathVista) with their
+precision and unit, and the extraction model against a loopback server."""
 
 import json
 import os
@@ -10,7 +10,7 @@ import pytest
 from verdict_lab.harness import answers
 from verdict_lab.harness.answers import Value
 from verdict_lab.harness.benchmarks import Item
-from judges import load_prompt
+from verdict_lab.layouts import lab_prompt
 from verdict_lab.loopback import chat_response, user_text
 
 C4 = {"A": "cat", "B": "dog", "C": "teddy bear", "D": "rabbit"}
@@ -21,29 +21,34 @@ YN = {"A": "Yes", "B": "No"}
 NUM = {"A": "1", "B": "2", "C": "3", "D": "4"}
 OPEN = {"A": "42", "B": "Other Answers"}  # an MMMU open question, as VLMEvalKit scores it
 
-# tests/can_infer.jsonl holds one row per line: its number, the reply, the options (a name above) and what
-# VLMEvalKit's can_infer returns (null for False). Worked by its rules: tokens split
-# at whitespace and . ( ) [ ] , : ; ! * # { }; one distinct option letter, first seen among the last four
-# tokens; else a lone Z; else "answer is X" (X in A-D); else exactly one option text inside a reply at most
-# twice as long as all option texts together. For example row 6: "B" is token 4 of 21, too early, so the
-# regex finds "answer is **B"; row 17 is 73 characters, more than 2 · 22, so no option text is tried; row
-# 28's regex reads the "c" of "clearly"; row 72 takes the article "A" as option A.
+# tests/can_infer.jsonl holds one row per line: its number, the reply, the options (a name above)
+# and what VLMEvalKit's can_infer returns (null for False). Worked by its rules: tokens split at
+# whitespace and . ( ) [ ] , : ; ! * # { }; one distinct option letter, first seen among the last
+# four tokens; else a lone Z; else "answer is X" (X in A-D); else exactly one option text inside a
+# reply at most twice as long as all option texts together. For example row 6: "B" is token 4 of 21,
+# too early, so the regex finds "answer is **B"; row 17 is 73 characters, more than 2 · 22, so no
+# option text is tried; row 28's regex reads the "c" of "clearly"; row 72 takes the article "A" as
+# option A.
 OPTION_SETS = {"C4": C4, "C5": C5, "C3": C3, "C2": C2, "YN": YN, "NUM": NUM, "OPEN": OPEN}
 with open(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "can_infer.jsonl"), encoding="utf-8"
 ) as fh:
     CAN_INFER = [
-        (r["row"], r["reply"], OPTION_SETS[r["options"]], r["can_infer"]) for r in map(json.loads, fh)
+        (r["row"], r["reply"], OPTION_SETS[r["options"]], r["can_infer"])
+        for r in map(json.loads, fh)
     ]
 
 
-@pytest.mark.parametrize("row, reply, choices, expected", CAN_INFER, ids=[str(r[0]) for r in CAN_INFER])
+@pytest.mark.parametrize(
+    "row, reply, choices, expected", CAN_INFER, ids=[str(r[0]) for r in CAN_INFER]
+)
 def test_can_infer_matches_vlmevalkit(row, reply, choices, expected):
     assert (answers.can_infer(reply, dict(choices)) or None) == expected
 
 
 def test_option_texts_match_a_reply_at_most_twice_their_length():
-    # C2's texts "cat" and "dog" are 6 characters together: a reply of 12 may name one, a reply of 13 may not.
+    # C2's texts "cat" and "dog" are 6 characters together: a reply of 12 may name one, a reply of
+    # 13 may not.
     assert answers.can_infer("it's a dog!!", C2) == "B"
     assert answers.can_infer("it's a dog!!!", C2) is False
 
@@ -61,13 +66,19 @@ OPTIONS = (("A", "12"), ("B", "30"), ("C", "red apple"), ("D", "1"))
             "D is right, since one is less than twelve",
             (None, "unanswered"),
         ),  # far from the end, and too long for text
-        ("The answer is based on the thirty", ("B", "letter")),  # "answer is b": VLMEvalKit's last resort
+        (
+            "The answer is based on the thirty",
+            ("B", "letter"),
+        ),  # "answer is b": VLMEvalKit's last resort
         ("A or B", (None, "unanswered")),  # two letters, and no option text either
         ("30", ("B", "text")),
         ("a RED APPLE", ("C", "text")),  # option text, case-insensitive
         ("12", (None, "unanswered")),  # both "12" and "1" are substrings: not unique
         ("E", (None, "unanswered")),  # not an option letter
-        ("Cannot determine the answer", (None, "declined")),  # VLMEvalKit's Z: an answer, always wrong
+        (
+            "Cannot determine the answer",
+            (None, "declined"),
+        ),  # VLMEvalKit's Z: an answer, always wrong
         ("", (None, "unanswered")),
         (None, (None, "unanswered")),  # the chain gave no final answer
     ],
@@ -100,7 +111,12 @@ def test_extract_names_how(text, expected):
         ("15", "14", Value("integer"), False),
         ("14", "fourteen", Value("integer"), False),  # an answer that is no number matches nothing
         ("1.4", "1.45", Value("float"), False),  # 1.40 against 1.45 at the answer's 2 decimals
-        ("1e999", "1e999", Value("float"), False),  # overflows to inf: an infinite value matches nothing
+        (
+            "1e999",
+            "1e999",
+            Value("float"),
+            False,
+        ),  # overflows to inf: an infinite value matches nothing
         (
             "7.1 m^2",
             "7.1",
@@ -111,7 +127,12 @@ def test_extract_names_how(text, expected):
         ("$yes$", "yes", Value("text"), True),
         ("**Yes**", "yes", Value("text"), True),
         ("\\boxed{yes}", "yes", Value("text"), True),
-        ("[red,blue]", "[red, blue]", Value("list"), True),  # not Python literals: split at the commas
+        (
+            "[red,blue]",
+            "[red, blue]",
+            Value("list"),
+            True,
+        ),  # not Python literals: split at the commas
         ("[x, y, z]", "X, Y, Z", Value("list"), True),  # point names, the answer without brackets
         ("[1.50, 2]", "[1.5, 2]", Value("list"), True),  # literal numbers compare as numbers
         ("2007", "[2007]", Value("list"), False),  # one number is not a list
@@ -121,8 +142,8 @@ def test_extract_names_how(text, expected):
     ],
 )
 def test_free_form_values(text, answer, value, correct):
-    # The corrected reading (read_value, value_matches), which the summary reports beside VLMEvalKit's rule;
-    # answers.score follows the rule (test_mathvista_rule_path).
+    # The corrected reading (read_value, value_matches), which the summary reports beside
+    # VLMEvalKit's rule; answers.score follows the rule (test_mathvista_rule_path).
     pred = answers.read_value(text, value)
     ok = pred is not None and answers.value_matches(pred, answer, value)
     assert ok == bool(correct) and (pred is None) == (correct is None), pred
@@ -134,9 +155,19 @@ def test_free_form_values(text, answer, value, correct):
         ("14", "14", Value("integer", dtype="int"), ("14", "value", True)),
         (" 14 ", "14", Value("integer"), ("14", "value", True)),  # int() strips spaces
         ("14.0", "14", Value("integer"), (None, "unanswered", False)),  # int("14.0") fails
-        ("14", "14.0", Value("integer", dtype="float"), ("14", "value", True)),  # int(14.0) of a float column
+        (
+            "14",
+            "14.0",
+            Value("integer", dtype="float"),
+            ("14", "value", True),
+        ),  # int(14.0) of a float column
         ("12", "14", Value("integer"), ("12", "value", False)),
-        ("14", "14.0", Value("integer"), ("14", "value", False)),  # a text cell "14.0": int() of it fails
+        (
+            "14",
+            "14.0",
+            Value("integer"),
+            ("14", "value", False),
+        ),  # a text cell "14.0": int() of it fails
         (None, "14", Value("integer"), (None, "unanswered", False)),  # no final answer
         ("0", "0", Value("integer"), ("0", "unanswered", False)),  # prefetch drops the falsy 0
         ("1.449", "1.45", Value("float", 2), ("1.449", "value", False)),  # exact float comparison
@@ -195,7 +226,9 @@ def test_extraction_model_tries_hotter_until_it_can_read_a_letter(loopback):
     srv = loopback(lambda body, path: chat_response([next(replies)]))
     from verdict_lab.client import Client
 
-    got = answers.ask_model(Client(srv.url, "extractor").chat, mcq_item(), "the furry animal that barks")
+    got = answers.ask_model(
+        Client(srv.url, "extractor").chat, mcq_item(), "the furry animal that barks"
+    )
     assert got == ("B", "judge", True)
     assert [c["temperature"] for c in srv.chats] == [0.0, 0.5]
     assert srv.chats[0]["max_tokens"] == 32  # a letter or a value: a short reply
@@ -205,7 +238,7 @@ def test_extraction_model_tries_hotter_until_it_can_read_a_letter(loopback):
     assert mcq_item().question in text
     assert srv.chats[0]["messages"][0] == {
         "role": "system",
-        "content": load_prompt("extract_choice")["system"],
+        "content": lab_prompt("extract_choice")["system"],
     }
 
 
@@ -213,9 +246,17 @@ def test_extraction_model_z_declines_and_three_failures_leave_it_unanswered(loop
     from verdict_lab.client import Client
 
     srv = loopback(lambda body, path: chat_response(["Z"]))
-    assert answers.ask_model(Client(srv.url, "x").chat, mcq_item(), "a spider") == (None, "declined", False)
+    assert answers.ask_model(Client(srv.url, "x").chat, mcq_item(), "a spider") == (
+        None,
+        "declined",
+        False,
+    )
     srv = loopback(lambda body, path: chat_response(["no idea"]))
-    assert answers.ask_model(Client(srv.url, "x").chat, mcq_item(), "???") == (None, "unanswered", False)
+    assert answers.ask_model(Client(srv.url, "x").chat, mcq_item(), "???") == (
+        None,
+        "unanswered",
+        False,
+    )
     assert [c["temperature"] for c in srv.chats] == [0.0, 0.5, 1.0]
     srv = loopback(lambda body, path: chat_response(["Value: 7.1"]))
     item = Item("MathVista_MINI", "1", 2, "How long?", (), "7.1", value=Value("float", 1, "cm"))
@@ -229,10 +270,15 @@ def test_extraction_model_z_declines_and_three_failures_leave_it_unanswered(loop
 def test_extraction_model_text_values_are_never_right_by_the_rule(loopback):
     from verdict_lab.client import Client
 
-    # VLMEvalKit's post_check compares str(None) with a text answer: the extracted "red" is read, not right.
+    # VLMEvalKit's post_check compares str(None) with a text answer: the extracted "red" is read,
+    # not right.
     srv = loopback(lambda body, path: chat_response(["red"]))
     item = Item("MathVista_MINI", "1", 2, "Which color?", (), "red", value=Value("text"))
-    assert answers.ask_model(Client(srv.url, "x").chat, item, "it is red") == ("red", "judge", False)
+    assert answers.ask_model(Client(srv.url, "x").chat, item, "it is red") == (
+        "red",
+        "judge",
+        False,
+    )
 
 
 def test_extraction_model_none_is_no_value(loopback):
@@ -241,12 +287,20 @@ def test_extraction_model_none_is_no_value(loopback):
     # extract_value.txt asks for None when the reply gives no value: never the text answer "none".
     srv = loopback(lambda body, path: chat_response(["None"]))
     item = Item("MathVista_MINI", "1", 2, "Which color?", (), "red", value=Value("text"))
-    assert answers.ask_model(Client(srv.url, "x").chat, item, "hard to say") == (None, "unanswered", False)
+    assert answers.ask_model(Client(srv.url, "x").chat, item, "hard to say") == (
+        None,
+        "unanswered",
+        False,
+    )
     assert len(srv.chats) == 3
     # A reply without a number is no value of a float answer: the next, hotter try reads one.
     replies = iter(["about seven", "7.1"])
     srv = loopback(lambda body, path: chat_response([next(replies)]))
     item = Item("MathVista_MINI", "1", 2, "How long?", (), "7.1", value=Value("float", 1))
-    assert answers.ask_model(Client(srv.url, "x").chat, item, "roughly seven") == ("7.1", "judge", True)
+    assert answers.ask_model(Client(srv.url, "x").chat, item, "roughly seven") == (
+        "7.1",
+        "judge",
+        True,
+    )
     assert "Question: How long?\nReply: roughly seven\nValue:" in user_text(srv.chats[0])
-    assert srv.chats[0]["messages"][0]["content"] == load_prompt("extract_value")["system"]
+    assert srv.chats[0]["messages"][0]["content"] == lab_prompt("extract_value")["system"]

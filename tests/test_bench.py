@@ -1,6 +1,6 @@
-"""Tests for bench.py and the sections it wires: the sequential formula, the report's sections and targets
-(a --quick run), the memory and cache sections (perf/footprint.py), and starting and stopping servers
-(perf/llama_server.py). No timing is asserted."""
+"""Tests for bench.py and the sections it wires: the sequential formula, the report's sections and
+targets (a --quick run), the memory and cache sections (perf/footprint.py), and starting and
+stopping servers (perf/llama_server.py). No timing is asserted."""
 
 import os
 import re
@@ -14,7 +14,16 @@ from PIL import Image
 from verdict_lab import bench
 from verdict_lab.perf import footprint, llama_server
 from verdict_lab.loopback import LoopbackServer
-from verdict_lab.perf.overhead import BASE, CONC, CONC_SCORE, ORDER, SEQ, SEQ_SCORE, Result, in_layouts
+from verdict_lab.perf.overhead import (
+    BASE,
+    CONC,
+    CONC_SCORE,
+    ORDER,
+    SEQ,
+    SEQ_SCORE,
+    Result,
+    in_layouts,
+)
 from verdict_lab.perf.simserver import LatencyModel, SimulatedServer
 from verdict_lab.layouts import DEFAULT_LAYOUT
 
@@ -48,13 +57,19 @@ def test_quick_report_has_every_section(tmp_path, monkeypatch):
         "![overhead per mode and prompt layout](bench_overhead.png)",
     ):
         assert heading in text
-    assert Image.open(tmp_path / "bench_overhead.png").size == (440, 360)  # one panel: the simulation
+    assert Image.open(tmp_path / "bench_overhead.png").size == (
+        440,
+        360,
+    )  # one panel: the simulation
     targets = [line for line in text.splitlines() if line.startswith("| simulated server: ")]
     assert len(targets) == 3 and all(
-        re.search(r"(\| [\d.]+× ){3}\| (met|missed) \|$", t) for t in targets if "--speculate" not in t
+        re.search(r"(\| [\d.]+× ){3}\| (met|missed) \|$", t)
+        for t in targets
+        if "--speculate" not in t
     )
     assert re.search(
-        r"--speculate` ≤ 1\.25× base, whole chains \(median\)( \| (—|[\d.]+×)){3} \| (met|missed) \|$",
+        r"--speculate` ≤ 1\.25× base, whole chains \(median\)"
+        r"( \| (—|[\d.]+×)){3} \| (met|missed) \|$",
         targets[2],
     )
     assert targets[2].count("×") == 2  # the target's and the one measured, in the default layout
@@ -62,7 +77,8 @@ def test_quick_report_has_every_section(tmp_path, monkeypatch):
     assert (
         text.count("| real llama-server:") == 1 and text.count("| — | — | — | not measured |") >= 1
     )  # no live server
-    # every evaluate.py run succeeded: the memory section's figure, both cache runs, and no failure anywhere
+    # Every evaluate.py run succeeded: the memory section's figure, both cache runs, and no
+    # failure anywhere.
     assert "failed" not in text and re.search(
         r"every method, .*: exit code 0, [\d,]+ requests, \d+ s\.\n\n"
         r"\*\*Peak RSS of the verdict_lab\.evaluate process: \d+ MiB\*\*",
@@ -76,12 +92,16 @@ def test_quick_report_has_every_section(tmp_path, monkeypatch):
     )
     assert re.search(r"^\| file \| [\d,]+ µs per put \| [\d,]+ µs per put \|$", text, re.M)
     assert "not measured" in text  # --quick does not reach N = 10⁵ and 10⁶
-    assert np.all([line.count("|") >= 4 for line in text.splitlines() if line.startswith("| closed form")])
+    assert np.all(
+        [line.count("|") >= 4 for line in text.splitlines() if line.startswith("| closed form")]
+    )
 
 
 def test_a_failed_evaluate_run_reports_the_failure_and_no_peak_rss(monkeypatch):
     # a benchmark file that is not there: evaluate.py exits 2
-    monkeypatch.setattr(footprint, "write_items", lambda folder, k: os.path.join(folder, "missing.jsonl"))
+    monkeypatch.setattr(
+        footprint, "write_items", lambda folder, k: os.path.join(folder, "missing.jsonl")
+    )
     lines = footprint.memory_section(1)
     text = "\n".join(lines)
     assert (
@@ -139,10 +159,18 @@ def test_targets_are_the_issues_judged_on_the_default_layout():
     assert find("| closed form ≤ 10×").endswith("| — | — | — | not measured |")
     assert find("| response cache: ≤ 2 KB").endswith("| 634 B | — | — | met |")
     assert find("| simulated server: default settings").endswith(cells("1.55×", "1.70×") + " met |")
-    assert find("| simulated server: the paper's sequential").endswith(cells("4.90×", "4.70×") + " missed |")
-    assert find("| simulated server: `--speculate`").endswith(cells("1.25×", "—") + " met |")  # the median
-    assert find("| real llama-server: default settings").endswith(cells("1.50×", "2.25×") + " met |")
-    real = [r for r in bench.targets({}, sim, None) if r.startswith("| real llama-server")]  # no live server
+    assert find("| simulated server: the paper's sequential").endswith(
+        cells("4.90×", "4.70×") + " missed |"
+    )
+    assert find("| simulated server: `--speculate`").endswith(
+        cells("1.25×", "—") + " met |"
+    )  # the median
+    assert find("| real llama-server: default settings").endswith(
+        cells("1.50×", "2.25×") + " met |"
+    )
+    real = [
+        r for r in bench.targets({}, sim, None) if r.startswith("| real llama-server")
+    ]  # no live server
     assert real[0].endswith("| — | — | — | not measured |")
 
 
@@ -153,24 +181,34 @@ def test_live_section_against_a_simulated_server():
         spec, _ = llama_server.live_section(
             srv.url, "sim", 1, 2, (), 1, lambda: resets.append(1), speculate=True
         )
-    # the server started again before each mode's chains (BASE alone), each speculation kind (3) and each
-    # layout's chains of the per-role tally (3)
+    # the server started again before each mode's chains (BASE alone), each speculation kind (3) and
+    # each layout's chains of the per-role tally (3)
     assert len(resets) == 7 and "started again (cold" in "\n".join(spec)
     assert any(
         re.search(
-            r"`--speculate` on this server .*: VERDICT [\d.]+× base .*, with `--speculate` [\d.]+×", line
+            r"`--speculate` on this server .*: VERDICT [\d.]+× base .*, with `--speculate` [\d.]+×",
+            line,
         )
         for line in spec
     )
-    per_layout = [line for line in spec if re.match(r"\| (per-role|shared|role-first) \| [\d,]+ \(", line)]
+    per_layout = [
+        line for line in spec if re.match(r"\| (per-role|shared|role-first) \| [\d,]+ \(", line)
+    ]
     assert len(per_layout) == 3  # computed per chain and per step, median (min–max), each layout
     roles = {
-        tuple(line.split(" | ")[:2]) for line in spec if re.match(r"\| \S+ \| (reasoner|visual) \|", line)
+        tuple(line.split(" | ")[:2])
+        for line in spec
+        if re.match(r"\| \S+ \| (reasoner|visual) \|", line)
     }
     assert roles == {(f"| {lay}", role) for lay in ORDER for role in ("reasoner", "visual")}
     text = "\n".join(lines)
-    assert list(res) == list(in_layouts((CONC,))) and "2 text question(s), 2 steps per chain" in text
-    assert "| concurrent | shared |" in text and "| prompt tokens per step | computed by the server |" in text
+    assert (
+        list(res) == list(in_layouts((CONC,))) and "2 text question(s), 2 steps per chain" in text
+    )
+    assert (
+        "| concurrent | shared |" in text
+        and "| prompt tokens per step | computed by the server |" in text
+    )
     assert res[BASE].computed is not None and SEQ not in res
 
 
@@ -190,9 +228,14 @@ def test_start_server_reads_the_url_and_pid_and_stop_server_stops_it(monkeypatch
         [], 0, "building...\nVERDICT_LIVE_URL=http://127.0.0.1:5/v1\nVERDICT_SERVER_PID=77\n", ""
     )
     seen = {}
-    monkeypatch.setattr(llama_server.subprocess, "run", lambda cmd, env, **kw: seen.update(env=env) or said)
+    monkeypatch.setattr(
+        llama_server.subprocess, "run", lambda cmd, env, **kw: seen.update(env=env) or said
+    )
     assert llama_server.start_server("-kvu") == ("http://127.0.0.1:5/v1", 77)
-    assert seen["env"]["VERDICT_TINY_FLAGS"] == "-kvu" and seen["env"]["VERDICT_TINY_MODEL"] == "smollm2"
+    assert (
+        seen["env"]["VERDICT_TINY_FLAGS"] == "-kvu"
+        and seen["env"]["VERDICT_TINY_MODEL"] == "smollm2"
+    )
     monkeypatch.setattr(
         llama_server.subprocess,
         "run",
@@ -208,10 +251,18 @@ def test_start_server_reads_the_url_and_pid_and_stop_server_stops_it(monkeypatch
 
 
 def test_causes_say_the_floor_multiples_and_the_real_servers_time():
-    per = lambda ratio, computed, ms, f=None: replace(result(ratio, computed), server_ms=ms, floor=f)
+    per = lambda ratio, computed, ms, f=None: replace(
+        result(ratio, computed), server_ms=ms, floor=f
+    )
     at = lambda m: replace(m, layout=DEFAULT_LAYOUT)
-    sim = {BASE: result(1.0, 100.0), at(CONC_SCORE): replace(per(1.2, 900.0, None, 600.0), per_chain=4321.0)}
-    live = {BASE: per(1.0, 30.0, (40.0, 160.0)), at(CONC_SCORE): per(9.0, 600.0, (900.0, 2100.0), 400.0)}
+    sim = {
+        BASE: result(1.0, 100.0),
+        at(CONC_SCORE): replace(per(1.2, 900.0, None, 600.0), per_chain=4321.0),
+    }
+    live = {
+        BASE: per(1.0, 30.0, (40.0, 160.0)),
+        at(CONC_SCORE): per(9.0, 600.0, (900.0, 2100.0), 400.0),
+    }
     floor, chain, time_ = bench.causes(sim, live)
     said = [f"{'4,321' if lay == DEFAULT_LAYOUT else '—'} in the {lay} layout" for lay in ORDER]
     assert f"the simulated server {', '.join(said)};" in chain
@@ -223,8 +274,8 @@ def test_causes_say_the_floor_multiples_and_the_real_servers_time():
         "(80% generating)" in time_
     )
     assert (
-        f"concurrent, short judges ({DEFAULT_LAYOUT}) 900 ms computing prompts and 2,100 ms generating "
-        "(70% generating)" in time_
+        f"concurrent, short judges ({DEFAULT_LAYOUT}) 900 ms computing prompts and 2,100 ms "
+        "generating (70% generating)" in time_
     )
     assert (
         len(bench.causes(sim, None)) == 2
@@ -233,7 +284,8 @@ def test_causes_say_the_floor_multiples_and_the_real_servers_time():
 
 
 def test_a_flag_set_the_workload_cannot_run_on_is_reported_and_the_others_run(monkeypatch):
-    # llama-server with -np 2 refuses n = 3 (HTTP 400): that flag set's row says so, and the run goes on.
+    # llama-server with -np 2 refuses n = 3 (HTTP 400): that flag set's row says so, and the run
+    # goes on.
     from judges import EndpointError
 
     started, stopped = [], []
@@ -249,9 +301,12 @@ def test_a_flag_set_the_workload_cannot_run_on_is_reported_and_the_others_run(mo
 
     def live(url, model, reps, steps, modes, questions, restart, speculate=False):
         assert speculate == (modes == llama_server.LIVE_MODES)  # --speculate measured in 2b only
-        restart()  # before a mode's chains: the server stopped and started again, cold, on the same port
+        # Before a mode's chains: the server stopped and started again, cold, on the same port.
+        restart()
         if url.endswith(":903/v1"):  # the second flag set
-            raise EndpointError(url, 400, "Field 'n': Value must be between 1 <= value <= 2, but got 3")
+            raise EndpointError(
+                url, 400, "Field 'n': Value must be between 1 <= value <= 2, but got 3"
+            )
         return [f"section at {url}"], {m: result(1.0, 10.0) for m in modes}
 
     monkeypatch.setattr(llama_server, "live_section", live)
@@ -260,7 +315,9 @@ def test_a_flag_set_the_workload_cannot_run_on_is_reported_and_the_others_run(mo
     flag_sets = [f for f, _ in llama_server.SERVER_FLAGS]
     assert started == [(f, p) for i, f in enumerate(flag_sets) for p in (None, 901 + 2 * i)]
     assert stopped == list(range(1, len(started) + 1))
-    assert lines == ["section at http://127.0.0.1:901/v1"] and set(first) == set(llama_server.LIVE_MODES)
+    assert lines == ["section at http://127.0.0.1:901/v1"] and set(first) == set(
+        llama_server.LIVE_MODES
+    )
     failed = [r for r in rows if "the run failed" in r]
     assert (
         len(failed) == 1
@@ -278,19 +335,19 @@ SLOT_LOG = """\
 0.00.602.542 I slot launch_slot_: id  3 | task 0 | processing task, is_child = 0
 0.01.512.601 I slot print_timing: id  0 | task 1 | prompt eval time =     758.48 ms /   269 tokens
 0.01.675.166 I slot print_timing: id  3 | task 0 | prompt eval time =     760.30 ms /   269 tokens
-0.01.779.086 I slot get_availabl: id  3 | task -1 | selected slot by LCP similarity, f_sim_best = 0.353 \
-(> 0.1 thold), f_keep = 0.429
+0.01.779.086 I slot get_availabl: id  3 | task -1 | selected slot by LCP similarity, \
+f_sim_best = 0.353 (> 0.1 thold), f_keep = 0.429
 0.01.783.386 I slot launch_slot_: id  3 | task 28 | processing task, is_child = 0
 0.09.974.348 I slot print_timing: id  3 | task 28 | prompt eval time =    3673.57 ms /    22 tokens
-0.09.974.400 I slot get_availabl: id  1 | task -1 | selected slot by LCP similarity, f_sim_best = 0.801 \
-(> 0.1 thold), f_keep = 0.812
+0.09.974.400 I slot get_availabl: id  1 | task -1 | selected slot by LCP similarity, \
+f_sim_best = 0.801 (> 0.1 thold), f_keep = 0.812
 0.09.974.500 I slot launch_slot_: id  1 | task 30 | processing task, is_child = 0
 """
 
 
 def test_slot_requests_read_how_llama_server_chose_each_slot_and_what_it_computed():
-    # a request is known by its task: its slot's choice is logged just before its launch; a task still
-    # running when the log ends (30) computed nothing yet and is left out
+    # a request is known by its task: its slot's choice is logged just before its launch; a task
+    # still running when the log ends (30) computed nothing yet and is left out
     assert llama_server.slot_requests(SLOT_LOG) == [
         (0, "child", None, 269),
         (3, "LRU", None, 269),
@@ -308,18 +365,29 @@ def test_roles_lines_give_each_layouts_computed_tokens_and_each_roles_cached_sha
     from types import SimpleNamespace
 
     def chains(first, later, reported=10):  # one chain of 2 steps: its two steps' usage
-        step = lambda computed: {"replies": 10, "cache_reports": reported, "computed_prompt_tokens": computed}
+        step = lambda computed: {
+            "replies": 10,
+            "cache_reports": reported,
+            "computed_prompt_tokens": computed,
+        }
         return SimpleNamespace(chains=[object()], usage=[step(first), step(later)])
 
-    counts = {"visual": Counter(replies=6, prompt=2400, cached=600, reported=6), None: Counter(replies=2)}
+    counts = {
+        "visual": Counter(replies=6, prompt=2400, cached=600, reported=6),
+        None: Counter(replies=2),
+    }
     runs = {
         "role-first": [(counts, chains(300, 100)), (counts, chains(200, 50))],
-        "per-role": [(counts, chains(300, 100)), ({}, chains(300, 100, reported=9))],  # one reply unreported
+        "per-role": [
+            (counts, chains(300, 100)),
+            ({}, chains(300, 100, reported=9)),
+        ],  # one reply unreported
     }
     lines = llama_server.roles_lines(runs, 2, 2, cold=True)
     # whole chains 400 and 250, later steps 100 and 50: the medians of two are their means
     assert "| role-first | 325 (250–400) | 75 (50–100) |" in lines
     assert "| per-role | — | — |" in lines  # a repetition whose computed tokens are unknown
-    # visual, both repetitions pooled: 12 replies over 2 chains, 4800 prompt tokens, 1200 of them cached
+    # visual, both repetitions pooled: 12 replies over 2 chains, 4800 prompt tokens, 1200 of
+    # them cached.
     assert "| role-first | visual | 6.0 | 400 | 25% |" in lines
     assert "| role-first | other | 2.0 | 0 | — |" in lines

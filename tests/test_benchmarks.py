@@ -1,6 +1,7 @@
-"""Tests for harness/benchmarks.py: loading VLMEvalKit TSVs and JSONL files (malformed rows, reused and
-multi-image rows, rows without an image, image files, the prompt column), each dataset's conventions (MMMU,
-MathVista, scoring), MMMU's image placement, paths kept inside the data directory, and streaming."""
+"""Tests for harness/benchmarks.py: loading VLMEvalKit TSVs and JSONL files (malformed rows, reused
+and multi-image rows, rows without an image, image files, the prompt column), each dataset's
+conventions (MMMU, MathVista, scoring), MMMU's image placement, paths kept inside the data
+directory, and streaming."""
 
 import base64
 import csv
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from judges import load as load_image
+from verdict_lab.images import load as load_image
 from verdict_lab.harness import answers, benchmarks, items
 from verdict_lab.harness import tsv as tsv_mod
 
@@ -30,13 +31,33 @@ def b64(data: bytes) -> str:
 
 
 def tiny_tsv(tmp_path) -> tuple:
-    """A VLMEvalKit-style TSV: a reused image, a multi-image row, two malformed rows, a row without an image.
-    Returns (path, the image bytes red, blue, green)."""
+    """A VLMEvalKit-style TSV: a reused image, a multi-image row, two malformed rows, a row without
+    an image. Returns (path, the image bytes red, blue, green)."""
     red, blue, green = png("red"), png("blue"), png("green")
     header = ["index", "image", "question", "hint", "A", "B", "C", "answer", "category"]
     rows = [
-        ["10", b64(red), "What colour is the square?", "A plain square.", "red", "blue", "", "A", "colour"],
-        ["11", "10", "Is it the same square?", "", "yes", "no", "", "A", "reuse"],  # reuses row 10's image
+        [
+            "10",
+            b64(red),
+            "What colour is the square?",
+            "A plain square.",
+            "red",
+            "blue",
+            "",
+            "A",
+            "colour",
+        ],
+        [
+            "11",
+            "10",
+            "Is it the same square?",
+            "",
+            "yes",
+            "no",
+            "",
+            "A",
+            "reuse",
+        ],  # reuses row 10's image
         [
             "12",
             repr([b64(blue), b64(green)]),
@@ -49,7 +70,17 @@ def tiny_tsv(tmp_path) -> tuple:
             "multi",
         ],
         ["13", b64(red), "Missing its answer", "", "x", "y", "", "", "bad"],  # malformed: no answer
-        ["14", "bm90IGFuIGltYWdl" * 6, "Undecodable image", "", "x", "y", "", "B", "bad"],  # base64 of text
+        [
+            "14",
+            "bm90IGFuIGltYWdl" * 6,
+            "Undecodable image",
+            "",
+            "x",
+            "y",
+            "",
+            "B",
+            "bad",
+        ],  # base64 of text
         [
             "15",
             "",
@@ -74,12 +105,17 @@ def test_tsv_reference_multi_image_and_malformed_rows(tmp_path):
     path, (red, blue, green) = tiny_tsv(tmp_path)
     f = benchmarks.load(str(path))
     items, skipped = f.items, f.skipped
-    # row 13 has no answer: VLMEvalKit scores it (its answer reads "nan", never right), so it is an item
+    # Row 13 has no answer: VLMEvalKit scores it (its answer reads "nan", never right), so it is
+    # an item.
     assert (
-        f.name == "Tiny" and [it.id for it in items] == ["10", "11", "12", "13"] and items[3].answer == "nan"
+        f.name == "Tiny"
+        and [it.id for it in items] == ["10", "11", "12", "13"]
+        and items[3].answer == "nan"
     )
     assert (f.read, f.total, f.dropped, f.warnings, f.limited) == (6, 4, 1, [], False)
-    assert items[0].images == (red,) and items[1].images == (red,) and items[2].images == (blue, green)
+    assert (
+        items[0].images == (red,) and items[1].images == (red,) and items[2].images == (blue, green)
+    )
     assert items[1].images[0] is items[0].images[0] or items[1].images == (red,)
     assert dict(items[0].fields) == {
         "index": "10",
@@ -97,7 +133,8 @@ def test_tsv_reference_multi_image_and_malformed_rows(tmp_path):
         "Options:",
         "A. red",
         "B. blue",
-        "Please select the correct answer from the options above. ",  # VLMEvalKit's: a space, then "\n"
+        # VLMEvalKit's line ends in a space, then "\n".
+        "Please select the correct answer from the options above. ",
     ]
     assert items[0].question.endswith("above. \n")
     assert [(s.row, s.reason.split(" (")[0]) for s in skipped] == [
@@ -108,15 +145,20 @@ def test_tsv_reference_multi_image_and_malformed_rows(tmp_path):
 def test_tsv_prompt_column_is_used_as_is(tmp_path):
     path = tmp_path / "CV-Bench-3D.tsv"  # by name: VLMEvalKit's CVBench reads the prompt column
     path.write_text(
-        "index\tquestion\tA\tB\tanswer\tprompt\n1\tq?\tx\ty\tB\tThe whole text, as the dataset wants it.\n"
+        "index\tquestion\tA\tB\tanswer\tprompt\n"
+        "1\tq?\tx\ty\tB\tThe whole text, as the dataset wants it.\n"
         "2\tq?\tx\ty\tA\t\n3\tq?\tx\ty\tA\t\textra cell\n"
     )
     f = benchmarks.load(str(path))
     items, skipped = f.items, f.skipped
-    assert items[0].question == "The whole text, as the dataset wants it." and items[0].answer == "B"
+    assert (
+        items[0].question == "The whole text, as the dataset wants it." and items[0].answer == "B"
+    )
     assert items[1].question.startswith("Question: q?\nOptions:\nA. x\nB. y")
     assert [(s.row, s.reason) for s in skipped] == [(4, "7 cells, the header has 6")]
-    other = tmp_path / "P.tsv"  # any other name: the prompt column is not read (ImageMCQDataset.build_prompt)
+    other = (
+        tmp_path / "P.tsv"
+    )  # any other name: the prompt column is not read (ImageMCQDataset.build_prompt)
     other.write_text(path.read_text())
     assert benchmarks.load(str(other)).items[0].question.startswith("Question: q?\nOptions:")
 
@@ -125,7 +167,13 @@ def test_jsonl_images_and_malformed_rows(tmp_path):
     (tmp_path / "pics").mkdir()
     (tmp_path / "pics" / "a.png").write_bytes(png("red"))
     lines = [
-        {"id": 1, "question": "q", "options": {"A": "x", "B": "y"}, "answer": "A", "image": "pics/a.png"},
+        {
+            "id": 1,
+            "question": "q",
+            "options": {"A": "x", "B": "y"},
+            "answer": "A",
+            "image": "pics/a.png",
+        },
         {
             "id": 2,
             "question": "q",
@@ -137,7 +185,13 @@ def test_jsonl_images_and_malformed_rows(tmp_path):
         {"id": 4, "question": "q", "options": ["x", "y"], "answer": "A"},
         {"id": 5, "question": "", "options": {"A": "x", "B": "y"}, "answer": "A"},
         {"id": 1, "question": "again", "options": {"A": "x", "B": "y"}, "answer": "A"},
-        {"id": 7, "question": "q", "options": {"A": "x", "B": "y"}, "answer": "A", "image": "missing.png"},
+        {
+            "id": 7,
+            "question": "q",
+            "options": {"A": "x", "B": "y"},
+            "answer": "A",
+            "image": "missing.png",
+        },
         {"id": 8, "question": "q", "options": {"A": "x", "B": "y"}, "answer": "A", "hint": "think"},
     ]
     text = (
@@ -159,7 +213,9 @@ def test_jsonl_images_and_malformed_rows(tmp_path):
     )
     reasons = {s.row: s.reason for s in skipped}
     assert sorted(reasons) == [3, 4, 6, 7, 8, 9]  # line 5 is blank
-    assert reasons[3] == "answer 'C' is not one of the options A, B" and reasons[4] == "not valid JSON"
+    assert (
+        reasons[3] == "answer 'C' is not one of the options A, B" and reasons[4] == "not valid JSON"
+    )
     assert reasons[6].startswith('"options" must be an object') and reasons[7] == "missing question"
     assert reasons[8] == "repeated id '1' (first at row 1)" and reasons[9].startswith(
         "image file not found: missing.png (looked for "
@@ -193,17 +249,29 @@ def test_paths_outside_the_data_directory_are_refused_unless_allowed(tmp_path):
     outside = tmp_path / "secret.png"
     outside.write_bytes(png("red"))
     lines = [
-        {"id": 1, "question": "q", "options": {"A": "x", "B": "y"}, "answer": "A", "image": str(outside)},
-        {"id": 2, "question": "q", "options": {"A": "x", "B": "y"}, "answer": "A", "image": "../secret.png"},
+        {
+            "id": 1,
+            "question": "q",
+            "options": {"A": "x", "B": "y"},
+            "answer": "A",
+            "image": str(outside),
+        },
+        {
+            "id": 2,
+            "question": "q",
+            "options": {"A": "x", "B": "y"},
+            "answer": "A",
+            "image": "../secret.png",
+        },
     ]
     path = tmp_path / "data" / "set.jsonl"
     path.write_text("".join(json.dumps(d) + "\n" for d in lines))
     f = benchmarks.load(str(path))
     assert f.items == [] and [s.reason.split(";")[0] for s in f.skipped] == [
-        f"image path {outside} resolves to {outside} (symlinks followed), outside {tmp_path / 'data'}, "
-        "the data file's directory tree",
-        f"image path ../secret.png resolves to {outside} (symlinks followed), outside {tmp_path / 'data'}, "
-        "the data file's directory tree",
+        f"image path {outside} resolves to {outside} (symlinks followed), "
+        f"outside {tmp_path / 'data'}, the data file's directory tree",
+        f"image path ../secret.png resolves to {outside} (symlinks followed), "
+        f"outside {tmp_path / 'data'}, the data file's directory tree",
     ]
     assert "--allow-any-path" in f.skipped[0].reason
     f = benchmarks.load(str(path), allow_any_path=True)
@@ -291,7 +359,11 @@ def test_image_path_files_are_resolved_against_the_tsv(tmp_path):
 
 def test_a_file_with_neither_image_column_runs_as_text_with_a_warning(tmp_path):
     f = benchmarks.load(
-        tsv(tmp_path / "Text.tsv", ["index", "question", "A", "B", "answer"], [["1", "q", "x", "y", "A"]])
+        tsv(
+            tmp_path / "Text.tsv",
+            ["index", "question", "A", "B", "answer"],
+            [["1", "q", "x", "y", "A"]],
+        )
     )
     assert [it.images for it in f.items] == [()]
     assert f.warnings == [
@@ -312,9 +384,9 @@ def test_empty_and_headerless_files(tmp_path):
 
 
 def test_mmmu_open_questions_and_placeholders(tmp_path):
-    """An open question (no options) is kept as VLMEvalKit scores it: A = the answer text, B = "Other
-    Answers", answer A, and the prompt has no Options block. A text naming <image 3> of a row with
-    two images is skipped."""
+    """An open question (no options) is kept as VLMEvalKit scores it: A = the answer text, B =
+    "Other Answers", answer A, and the prompt has no Options block. A text naming <image 3> of a row
+    with two images is skipped."""
     two = repr([b64(png("red")), b64(png("blue"))])
     path = tsv(
         tmp_path / "MMMU_DEV_VAL.tsv",
@@ -335,15 +407,19 @@ def test_mmmu_open_questions_and_placeholders(tmp_path):
     assert open_.question == "Question: What is the area of <image 1>?\n"
     assert f.skipped[0].reason == "the text names <image 3> but the row has 2 image(s)"
     plain = benchmarks.load(
-        tsv(tmp_path / "Other.tsv", ["index", "question", "A", "B", "answer"], [["1", "q", "", "", "42"]])
+        tsv(
+            tmp_path / "Other.tsv",
+            ["index", "question", "A", "B", "answer"],
+            [["1", "q", "", "", "42"]],
+        )
     )
     # another name: scored as VLMEvalKit scores it (no options, so never right), not skipped
     assert plain.skipped == [] and (plain.items[0].options, plain.items[0].answer) == ((), "42")
 
 
 MATHVISTA = (
-    "index image question answer question_type answer_type choices answer_option precision unit".split()
-)
+    "index image question answer question_type answer_type choices answer_option precision unit"
+).split()
 
 
 def test_mathvista_rows(tmp_path):
@@ -373,10 +449,18 @@ def test_mathvista_rows(tmp_path):
     f = benchmarks.load(path)
     mc, fl, integer, by_text = f.items
     assert mc.options == (("A", "3"), ("B", "4")) and mc.answer == "B" and mc.value is None
-    assert mc.question == "Hint: ...\nQuestion: Which?\nChoices:\n(A) 3\n(B) 4"  # the question cell, as is
-    assert fl.value == answers.Value("float", 1, "cm", "float") and fl.answer == "7.1" and fl.options == ()
+    assert (
+        mc.question == "Hint: ...\nQuestion: Which?\nChoices:\n(A) 3\n(B) 4"
+    )  # the question cell, as is
+    assert (
+        fl.value == answers.Value("float", 1, "cm", "float")
+        and fl.answer == "7.1"
+        and fl.options == ()
+    )
     assert integer.value == answers.Value("integer", None, "", "float")
-    assert by_text.answer == "nan"  # VLMEvalKit reads answer_option alone: a missing one is never right
+    assert (
+        by_text.answer == "nan"
+    )  # VLMEvalKit reads answer_option alone: a missing one is never right
     assert f.skipped[0].reason.startswith("choices must be a list literal")
 
 
@@ -390,7 +474,12 @@ def test_a_mathvista_precision_of_no_decimals_is_kept(tmp_path):
     "name, columns, splits, macro",
     [  # CVBench.evaluate: report_accuracy (per source, Overall their mean) when every split is "2D"
         ("CV-Bench-2D", ["index", "source", "split"], {"2D"}, "source"),
-        ("CV-Bench-3D", ["index", "source", "split"], {"2D"}, "source"),  # by the test, not the name
+        (
+            "CV-Bench-3D",
+            ["index", "source", "split"],
+            {"2D"},
+            "source",
+        ),  # by the test, not the name
         ("CV-Bench-2D", ["index", "source", "split"], {"2D", "3D"}, None),
         ("CV-Bench-2D", ["index", "split"], {"2D"}, None),  # no source column: report_acc
         ("MMStar", ["index", "source", "split"], {"2D"}, None),  # not CVBench
@@ -407,9 +496,17 @@ def test_cv_bench_is_averaged_over_sources_when_every_split_is_2d(name, columns,
         ("3DSRBench", ["index"], {"setting": "vanilla", "macro": None}),
         ("MMBench_DEV_EN", ["index"], {"setting": "circular", "macro": None}),
         ("BLINK_circular", ["index"], {"setting": "circular", "macro": None}),
-        ("mine", ["index", "g_index"], {"setting": "vanilla", "macro": None}),  # circular only by name
+        (
+            "mine",
+            ["index", "g_index"],
+            {"setting": "vanilla", "macro": None},
+        ),  # circular only by name
         ("BLINK", ["index", "category"], {"setting": "vanilla", "macro": None}),
-        ("CV-Bench-2D", ["index", "source"], {"setting": "vanilla", "macro": None}),  # no split: report_acc
+        (
+            "CV-Bench-2D",
+            ["index", "source"],
+            {"setting": "vanilla", "macro": None},
+        ),  # no split: report_acc
         ("CV-Bench-3D", ["index", "source"], {"setting": "vanilla", "macro": None}),
     ],
 )
@@ -419,8 +516,8 @@ def test_scoring_by_dataset(name, columns, expected):
 
 
 def test_pandas_cells_duplicate_columns_swallowed_rows_deep_json_and_symlinks(tmp_path):
-    """Duplicate columns, swallowed rows, deep JSON, symlinks and pandas' cell rules (values checked with
-    pandas 3.1.1)."""
+    """Duplicate columns, swallowed rows, deep JSON, symlinks and pandas' cell rules (values checked
+    with pandas 3.1.1)."""
     from verdict_lab.harness.cells import Column, mangle, shown
 
     def dtype(cells):
@@ -430,7 +527,8 @@ def test_pandas_cells_duplicate_columns_swallowed_rows_deep_json_and_symlinks(tm
         return c.dtype
 
     assert [
-        dtype(x) for x in (["1", ""], ["01", " 2"], ["true", "False"], ["True", "None"], ["1 ", "x"])
+        dtype(x)
+        for x in (["1", ""], ["01", " 2"], ["true", "False"], ["True", "None"], ["1 ", "x"])
     ] == [
         "float",
         "int",
@@ -438,7 +536,12 @@ def test_pandas_cells_duplicate_columns_swallowed_rows_deep_json_and_symlinks(tm
         "object-bool",
         "object",
     ]
-    assert (shown("1", "float"), shown("01", "int"), shown("true", "bool"), shown("NA", "object")) == (
+    assert (
+        shown("1", "float"),
+        shown("01", "int"),
+        shown("true", "bool"),
+        shown("NA", "object"),
+    ) == (
         "1.0",
         "1",
         "True",
@@ -450,17 +553,26 @@ def test_pandas_cells_duplicate_columns_swallowed_rows_deep_json_and_symlinks(tm
     f = benchmarks.load(str(dup))
     assert f.items[0].options == (("A", "x"), ("B", "z")) and "read as 'A.1'" in f.warnings[0]
     quote = tmp_path / "Q.tsv"  # fault 10: an unclosed quote swallows rows: warned
-    quote.write_text('index\tquestion\tA\tB\tanswer\n1\t"q\tx\ty\tA\n2\tq\tx\ty\tA\n3\tq"\tx\ty\tA\n')
+    quote.write_text(
+        'index\tquestion\tA\tB\tanswer\n1\t"q\tx\ty\tA\n2\tq\tx\ty\tA\n3\tq"\tx\ty\tA\n'
+    )
     assert any("look like rows" in w for w in benchmarks.load(str(quote)).warnings)
     deep = tmp_path / "deep.jsonl"  # fault 17: one clear error for that line
     deep.write_text("[" * 100_000 + "\n")
-    assert benchmarks.load(str(deep)).skipped[0].reason == "not valid JSON here: nested too deep to read"
+    assert (
+        benchmarks.load(str(deep)).skipped[0].reason
+        == "not valid JSON here: nested too deep to read"
+    )
     (tmp_path / "data").mkdir()
     (tmp_path / "secret.png").write_bytes(png("red"))
-    os.symlink(tmp_path / "secret.png", tmp_path / "data" / "in.png")  # fault 18: a link that leaves
+    os.symlink(
+        tmp_path / "secret.png", tmp_path / "data" / "in.png"
+    )  # fault 18: a link that leaves
     with pytest.raises(ValueError, match="symlinks followed"):
         benchmarks.image_file(str(tmp_path / "data"), "in.png")
-    (tmp_path / "data" / "images" / "X").mkdir(parents=True)  # LOCALIZE's absolute path inside the tree
+    (tmp_path / "data" / "images" / "X").mkdir(
+        parents=True
+    )  # LOCALIZE's absolute path inside the tree
     (tmp_path / "data" / "images" / "X" / "1.png").write_bytes(png("red"))
     inside = str(tmp_path / "data" / "images" / "X" / "1.png")
     assert benchmarks.image_file(str(tmp_path / "data"), inside) == inside
@@ -485,7 +597,8 @@ def test_cell_types_at_int64s_edges_and_pandas_bools():
 
 def test_jsonl_rows_in_full(tmp_path):
     """Every part of a JSONL item: id (the line when absent), options (strip, drop empty and null),
-    fields (scalars, then the options; null as ""), images (data URL, bytes of a file by name), hint."""
+    fields (scalars, then the options; null as ""), images (data URL, bytes of a file by name),
+    hint."""
     (tmp_path / "pic").write_bytes(png("red"))  # a file name without a "."
     url = "data:image/png;base64," + b64(png("blue"))
     rows = [
@@ -499,7 +612,13 @@ def test_jsonl_rows_in_full(tmp_path):
             "n": 3,
             "meta": {"k": 1},
         },
-        {"id": "b", "question": "q2", "options": {"A": "x", "B": "y"}, "answer": "A", "image": "pic"},
+        {
+            "id": "b",
+            "question": "q2",
+            "options": {"A": "x", "B": "y"},
+            "answer": "A",
+            "image": "pic",
+        },
         {"id": "c", "question": "q3", "options": {"A": "x", "B": "y"}, "answer": "A", "image": ""},
     ]
     (tmp_path / "set.jsonl").write_bytes(
@@ -525,15 +644,24 @@ def test_jsonl_rows_in_full(tmp_path):
         ("A", "x"),
         ("B", "y"),
     )
-    assert b.images == (str(tmp_path / "pic"),) and c.images == () and c.question.startswith("Question: q3")
+    assert (
+        b.images == (str(tmp_path / "pic"),)
+        and c.images == ()
+        and c.question.startswith("Question: q3")
+    )
 
 
 def test_jsonl_malformed_lines_and_images_say_why(tmp_path):
-    (tmp_path / "XXXX").mkdir()  # `also` defaults to none: a file of the same name elsewhere is not taken
+    (
+        tmp_path / "XXXX"
+    ).mkdir()  # `also` defaults to none: a file of the same name elsewhere is not taken
     (tmp_path / "XXXX" / "p.png").write_bytes(png("red"))
     ok = {"question": "q", "options": {"A": "x", "B": "y"}, "answer": "A"}
     lines = [b"[1]", json.dumps({**ok, "options": {"a": "x", "B": "y"}}).encode()]
-    lines += [json.dumps({**ok, "image": 5}).encode(), json.dumps(ok).encode()[:-1] + b', "n": "\xff"}']
+    lines += [
+        json.dumps({**ok, "image": 5}).encode(),
+        json.dumps(ok).encode()[:-1] + b', "n": "\xff"}',
+    ]
     lines += [json.dumps({**ok, "image": "p.png"}).encode()]
     (tmp_path / "bad.jsonl").write_bytes(b"\n".join(lines) + b"\n")
     f = benchmarks.load(str(tmp_path / "bad.jsonl"))
@@ -549,7 +677,9 @@ def test_jsonl_malformed_lines_and_images_say_why(tmp_path):
 
 def test_a_jsonl_image_of_64_characters_is_a_missing_file_and_a_longer_one_is_bad_base64(tmp_path):
     ok = {"question": "q", "options": {"A": "x", "B": "y"}, "answer": "A"}
-    (tmp_path / "q.jsonl").write_text("".join(json.dumps({**ok, "image": "a" * n}) + "\n" for n in (64, 65)))
+    (tmp_path / "q.jsonl").write_text(
+        "".join(json.dumps({**ok, "image": "a" * n}) + "\n" for n in (64, 65))
+    )
     name, undecodable = benchmarks.load(str(tmp_path / "q.jsonl")).skipped
     assert name.reason.startswith(
         f"image file not found: {'a' * 64} (looked for {tmp_path / ('a' * 64)}; nor is it base64: "
@@ -583,16 +713,22 @@ def test_tsv_warnings_and_reasons_word_for_word(tmp_path):
     # Lines after the first of a quoted cell that hold a tab: "b\tc" and "d\te\tf", not "no tab".
     assert tsv_module.swallowed(["a\nb\tc\nno tab\nd\te\tf", "x"]) == 2
     t = tmp_path / "T.tsv"
-    t.write_text("\ufeffindex\tquestion\tA\tA\tB\tanswer\tn\tn\n1\tq\tx\ty\tz\tB\t1\t2\n", encoding="utf-8")
+    t.write_text(
+        "\ufeffindex\tquestion\tA\tA\tB\tanswer\tn\tn\n1\tq\tx\ty\tz\tB\t1\t2\n", encoding="utf-8"
+    )
     f = benchmarks.load(str(t))
-    repeat = "T.tsv: column {} repeats the name {!r}; as pandas does for VLMEvalKit, it is read as {!r}"
+    repeat = (
+        "T.tsv: column {} repeats the name {!r}; as pandas does for VLMEvalKit, it is read as {!r}"
+    )
     assert f.warnings == [
         repeat.format(4, "A", "A.1") + ", which is no option",
         repeat.format(8, "n", "n.1"),
         "T.tsv has neither an image nor an image_path column: its questions run without images",
     ]
     assert f.items[0].fields[0] == ("index", "1") and f.items[0].id == "1"
-    with pytest.raises(ValueError, match=r"no question or prompt column \(columns: index, answer\)$"):
+    with pytest.raises(
+        ValueError, match=r"no question or prompt column \(columns: index, answer\)$"
+    ):
         (tmp_path / "N.tsv").write_text("index\tanswer\n1\tA\n")
         benchmarks.load(str(tmp_path / "N.tsv"))
     p = tmp_path / "CV-Bench-3D.tsv"  # a prompt column alone is enough
@@ -601,7 +737,10 @@ def test_tsv_warnings_and_reasons_word_for_word(tmp_path):
 
 
 def test_mathvista_missing_cells_and_bad_choices(tmp_path):
-    head = "index\tquestion\tanswer\tquestion_type\tanswer_type\tprecision\tunit\tchoices\tanswer_option\n"
+    head = (
+        "index\tquestion\tanswer\tquestion_type\tanswer_type\tprecision\tunit\tchoices\t"
+        "answer_option\n"
+    )
     rows = [
         "1\t\t\tfree_form\t\t\t\t\t",  # question and answer missing: "nan", as str() of pandas' NaN
         "2\tq\t1\tfree_form\tfloat\tx\t\t\t",
@@ -633,25 +772,42 @@ def encoded(im: Image.Image, fmt: str, **kw) -> bytes:
 
 
 def test_images_reach_the_model_as_vlmevalkits_dump_image_leaves_them(tmp_path):
-    """dump_image's names decide the format (<index>.png; image_path's names, cut to them); a re-save that
-    changes no pixel a request carries keeps the file's own bytes; one VLMEvalKit cannot write (CMYK as PNG, a
-    name without an extension) is that row's error, as it fails VLMEvalKit's run; --original-images keeps
-    every image as it is."""
+    """dump_image's names decide the format (<index>.png; image_path's names, cut to them); a
+    re-save that changes no pixel a request carries keeps the file's own bytes; one VLMEvalKit
+    cannot write (CMYK as PNG, a name without an extension) is that row's error, as it fails
+    VLMEvalKit's run; --original-images keeps every image as it is."""
     assert tsv_mod.dump_names(1, None) == [".png"] and tsv_mod.dump_names(2, None) == [".png"] * 2
-    assert tsv_mod.dump_names(3, "['a.jpg', 'b.PNG']") == [".jpg", ".PNG"]  # the third image is dropped
-    for n, cell, says in ((2, "a.jpg", "1 file"), (1, "['a.jpg', 'b.jpg']", "2 file"), (1, "", "empty")):
+    assert tsv_mod.dump_names(3, "['a.jpg', 'b.PNG']") == [
+        ".jpg",
+        ".PNG",
+    ]  # the third image is dropped
+    for n, cell, says in (
+        (2, "a.jpg", "1 file"),
+        (1, "['a.jpg', 'b.jpg']", "2 file"),
+        (1, "", "empty"),
+    ):
         with pytest.raises(ValueError, match=says):
             tsv_mod.dump_names(n, cell)
-    noise = np.random.default_rng(0).integers(0, 256, (6, 8, 3), dtype=np.uint8)  # flat colours survive JPEG
+    noise = np.random.default_rng(0).integers(
+        0, 256, (6, 8, 3), dtype=np.uint8
+    )  # flat colours survive JPEG
     rgb = Image.fromarray(noise, "RGB")
     plain, jpeg = encoded(rgb, "PNG"), encoded(rgb, "JPEG", quality=95)
-    assert items.dumped(jpeg, ".png") == (jpeg, False)  # as PNG: the same pixels, so the file's own bytes
+    assert items.dumped(jpeg, ".png") == (
+        jpeg,
+        False,
+    )  # as PNG: the same pixels, so the file's own bytes
     clear = encoded(Image.new("RGBA", (8, 6), (200, 0, 0, 0)), "PNG")
     sent, changed = items.dumped(clear, ".png")
     assert (
-        changed and sent == items.vlmeval_resave(clear, ".png") and Image.open(io.BytesIO(sent)).mode == "RGB"
+        changed
+        and sent == items.vlmeval_resave(clear, ".png")
+        and Image.open(io.BytesIO(sent)).mode == "RGB"
     )
-    assert items.dumped(jpeg, ".jpg") == (items.vlmeval_resave(jpeg, ".jpg"), True)  # quality 75: new pixels
+    assert items.dumped(jpeg, ".jpg") == (
+        items.vlmeval_resave(jpeg, ".jpg"),
+        True,
+    )  # quality 75: new pixels
     cmyk = encoded(Image.new("CMYK", (8, 6), (0, 50, 100, 0)), "JPEG")
     head = ["index", "image", "image_path", "question", "A", "B", "answer"]
     three = repr([b64(plain), b64(jpeg), b64(clear)])
@@ -659,14 +815,17 @@ def test_images_reach_the_model_as_vlmevalkits_dump_image_leaves_them(tmp_path):
         ["1", b64(cmyk), "1.png", "q", "x", "y", "A"],
         ["2", three, "['2_1.jpg', '2_2.png']", "q", "x", "y", "A"],
     ]
-    rows += [["3", b64(plain), "", "q", "x", "y", "A"], ["4", b64(plain), "noext", "q", "x", "y", "A"]]
+    rows += [
+        ["3", b64(plain), "", "q", "x", "y", "A"],
+        ["4", b64(plain), "noext", "q", "x", "y", "A"],
+    ]
     f = benchmarks.load(tsv(tmp_path / "BLINK.tsv", head, rows))
     tail = "so its run of this file fails; --original-images sends the file's own bytes"
     assert [(s.row, s.reason) for s in f.skipped] == [
         (
             2,
-            "VLMEvalKit's dump_image cannot write this image as .png (cannot write mode CMYK as PNG), "
-            + tail,
+            "VLMEvalKit's dump_image cannot write this image as .png "
+            "(cannot write mode CMYK as PNG), " + tail,
         ),
         (4, "image_path is empty, which VLMEvalKit's toliststr cannot read (its run fails)"),
         (
@@ -676,7 +835,10 @@ def test_images_reach_the_model_as_vlmevalkits_dump_image_leaves_them(tmp_path):
         ),
     ]
     [two] = f.items
-    assert two.images == (items.vlmeval_resave(plain, ".jpg"), jpeg)  # JPEG'd; PNG'd (unchanged); dropped
+    assert two.images == (
+        items.vlmeval_resave(plain, ".jpg"),
+        jpeg,
+    )  # JPEG'd; PNG'd (unchanged); dropped
     assert f.reading()["as_vlmevalkit"] == {
         "images": "dump_image",
         "prompt": "build_prompt",
@@ -688,9 +850,9 @@ def test_images_reach_the_model_as_vlmevalkits_dump_image_leaves_them(tmp_path):
 
 
 def test_an_image_known_to_survive_the_re_save_is_not_re_saved(monkeypatch):
-    """A PNG of an RGB, L or 1 image, without transparency or an EXIF rotation, keeps its pixels through
-    dump_image's PNG: dumped neither re-saves nor decodes it again (given its image). Any other is re-saved
-    and compared."""
+    """A PNG of an RGB, L or 1 image, without transparency or an EXIF rotation, keeps its pixels
+    through dump_image's PNG: dumped neither re-saves nor decodes it again (given its image). Any
+    other is re-saved and compared."""
     calls = []
     resave = items.vlmeval_resave
     monkeypatch.setattr(items, "vlmeval_resave", lambda d, e: calls.append(e) or resave(d, e))
@@ -705,16 +867,22 @@ def test_an_image_known_to_survive_the_re_save_is_not_re_saved(monkeypatch):
         monkeypatch.setattr(items, "load_image", lambda *a: pytest.fail("decoded again"))
         assert items.dumped(data, ".png", image) == (data, False) and calls == []
         monkeypatch.setattr(items, "load_image", load_image)
-        assert items.dumped(data, ".PNG") == (data, False) and calls == []  # dump_image's save lowers it too
+        assert (
+            items.dumped(data, ".PNG") == (data, False) and calls == []
+        )  # dump_image's save lowers it too
     ex = Image.Exif()
     ex[0x0112] = 1  # an orientation that rotates nothing: the cheap path still holds
     upright = encoded(Image.fromarray(noise, "RGB"), "JPEG", exif=ex.tobytes())
     assert items.dumped(upright, ".png") == (upright, False) and calls == []
     ex[0x0112] = 6  # rotated by the original's tag, not by the PNG's: other pixels
     turned = encoded(Image.fromarray(noise, "RGB"), "JPEG", exif=ex.tobytes())
-    keyed = encoded(Image.fromarray(noise, "RGB"), "PNG", transparency=tuple(int(v) for v in noise[0, 0]))
+    keyed = encoded(
+        Image.fromarray(noise, "RGB"), "PNG", transparency=tuple(int(v) for v in noise[0, 0])
+    )
     assert items.dumped(turned, ".png")[1] and calls == [".png"]
-    assert items.dumped(keyed, ".png") == (keyed, False) and calls == [".png"] * 2  # the key survives
+    assert (
+        items.dumped(keyed, ".png") == (keyed, False) and calls == [".png"] * 2
+    )  # the key survives
     assert items.Inputs.of_args(object()) == items.Inputs()
     for a, b in ((True, False), (False, True)):
         flags = types.SimpleNamespace(original_images=a, stripped_prompts=b)
@@ -723,11 +891,13 @@ def test_an_image_known_to_survive_the_re_save_is_not_re_saved(monkeypatch):
 
 def test_a_jsonl_prompt_is_vlmevalkits_unless_stripped(tmp_path):
     path = tmp_path / "mine.jsonl"
-    path.write_text(json.dumps({"question": " q ", "options": {"A": "x", "B": "y"}, "answer": "A"}) + "\n")
+    path.write_text(
+        json.dumps({"question": " q ", "options": {"A": "x", "B": "y"}, "answer": "A"}) + "\n"
+    )
     [it] = benchmarks.load(str(path)).items
     assert it.question.endswith("\nPlease select the correct answer from the options above. \n")
     [it] = benchmarks.load(str(path), inputs=items.Inputs(stripped_prompt=True)).items
-    assert (
-        it.question
-        == "Question: q\nOptions:\nA. x\nB. y\nPlease select the correct answer from the options above."
+    assert it.question == (
+        "Question: q\nOptions:\nA. x\nB. y\n"
+        "Please select the correct answer from the options above."
     )

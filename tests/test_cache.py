@@ -1,5 +1,6 @@
-"""Tests for verdict_lab/cache.py, the on-disk response cache: keys, integrity and format checks on opening,
-a file locked by another process, every failure a CacheError, and committed replies surviving SIGKILL."""
+"""Tests for verdict_lab/cache.py, the on-disk response cache: keys, integrity and format checks on
+opening, a file locked by another process, every failure a CacheError, and committed replies
+surviving SIGKILL."""
 
 import hashlib
 import json
@@ -32,8 +33,8 @@ def test_cache_key_hashes_images_and_covers_every_parameter_but_not_the_endpoint
     assert key != cache_key({"model": "m", "messages": messages("s", [other], "t"), "seed": 0}, url)
     for change in ({"seed": 1}, {"model": "n"}, {"n": 3}, {"temperature": 0.8}):
         assert key != cache_key({"model": "m", "messages": msgs, "seed": 0, **change}, url)
-    # what the server computes is the model's answer to the request: the same server on another port (or
-    # behind another URL) is the same entry
+    # what the server computes is the model's answer to the request: the same server on another port
+    # (or behind another URL) is the same entry
     for elsewhere in ("http://127.0.0.1:8001/v1", "http://gpu-3:8000/v1", None):
         assert key == cache_key({"model": "m", "messages": msgs, "seed": 0}, elsewhere)
     canon = json.dumps(
@@ -48,16 +49,23 @@ def test_cache_key_hashes_images_and_covers_every_parameter_but_not_the_endpoint
 
 
 def test_the_same_server_on_another_port_answers_from_the_cache(loopback, tmp_path):
-    """Two ports, one model name and one cache: the request asked on the first port is answered from the cache
-    on the second, with no request sent (a server on another port computes the same); another model name is
-    another entry."""
-    first, second = loopback(lambda b, p: chat_response("one")), loopback(lambda b, p: chat_response("two"))
+    """Two ports, one model name and one cache: the request asked on the first port is answered from
+    the cache on the second, with no request sent (a server on another port computes the same);
+    another model name is another entry."""
+    first, second = (
+        loopback(lambda b, p: chat_response("one")),
+        loopback(lambda b, p: chat_response("two")),
+    )
     cache = Cache(tmp_path / "c.sqlite")
-    ask = lambda srv, m="default": Client(srv.url, m, cache=cache).chat([{"role": "user", "content": "hi"}])
+    ask = lambda srv, m="default": Client(srv.url, m, cache=cache).chat(
+        [{"role": "user", "content": "hi"}]
+    )
     assert ask(first)["choices"][0]["message"]["content"] == "one"
     assert ask(second)["choices"][0]["message"]["content"] == "one"  # the entry of the same request
     assert (len(first.chats), len(second.chats)) == (1, 0)
-    assert ask(second, "other")["choices"][0]["message"]["content"] == "two" and len(second.chats) == 1
+    assert (
+        ask(second, "other")["choices"][0]["message"]["content"] == "two" and len(second.chats) == 1
+    )
 
 
 def test_cache_rejects_a_corrupt_file(tmp_path):
@@ -68,7 +76,8 @@ def test_cache_rejects_a_corrupt_file(tmp_path):
 
 
 def filled(path, entries: int) -> bytearray:
-    """Write `entries` replies of about 1 kB each to a new cache at path; return the file's bytes."""
+    """Write `entries` replies of about 1 kB each to a new cache at path; return the file's
+    bytes."""
     cache = Cache(path)
     for i in range(entries):
         cache.put(f"k{i}", chat_response(f"{i} " + "x" * 1000))
@@ -106,14 +115,18 @@ def test_cache_rejects_garbage_in_the_middle_when_it_opens(tmp_path):
     middle = (
         len(data) // 2 // 4096 * 4096
     )  # one whole page in the middle; the header and the schema are intact
-    data[middle : middle + 4096] = np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes()
+    data[middle : middle + 4096] = (
+        np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes()
+    )
     path.write_bytes(bytes(data))
     with pytest.raises(CacheError, match=r"garbled\.sqlite is damaged"):
         Cache(path)  # at once, before any entry is read
 
 
 LOCKERS = {  # another process's hold on the file, and what it blocks
-    "writing": "db.execute(\"BEGIN IMMEDIATE\"); db.execute(\"INSERT INTO responses VALUES ('b', '{}')\")",
+    "writing": (
+        "db.execute(\"BEGIN IMMEDIATE\"); db.execute(\"INSERT INTO responses VALUES ('b', '{}')\")"
+    ),
     "exclusive": 'db.execute("PRAGMA locking_mode=EXCLUSIVE"); db.execute("BEGIN EXCLUSIVE")',
 }
 
@@ -123,7 +136,8 @@ def test_a_cache_locked_by_another_process_is_reported_as_locked_not_corrupt(tmp
     path = tmp_path / "busy.sqlite"
     Cache(path).close()
     code = (
-        f"import sqlite3, sys\ndb = sqlite3.connect({str(path)!r}, isolation_level=None)\n{LOCKERS[hold]}\n"
+        f"import sqlite3, sys\ndb = sqlite3.connect({str(path)!r}, isolation_level=None)\n"
+        f"{LOCKERS[hold]}\n"
         "print('locked', flush=True)\nsys.stdin.read()\n"
     )
     other = subprocess.Popen(
@@ -153,7 +167,9 @@ def test_every_cache_failure_is_a_cache_error(tmp_path):
     for use in (lambda: cache.get("k"), lambda: cache.put("k", chat_response("x"))):
         with pytest.raises(CacheError, match=r"c\.sqlite: the response cache is closed"):
             use()
-    with pytest.raises(ValueError, match="timeout"):  # a bad argument is the caller's error, not the file's
+    with pytest.raises(
+        ValueError, match="timeout"
+    ):  # a bad argument is the caller's error, not the file's
         Cache(tmp_path / "c.sqlite", timeout=0)
 
 
@@ -180,7 +196,9 @@ def test_a_committed_reply_survives_sigkill_and_the_cache_uses_wal(tmp_path):
         text=True,
         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
     )
-    committed = [writer.stdout.readline().strip() for _ in range(300)]  # 4 threads writing, killed mid-stream
+    committed = [
+        writer.stdout.readline().strip() for _ in range(300)
+    ]  # 4 threads writing, killed mid-stream
     os.kill(writer.pid, signal.SIGKILL)
     writer.communicate()
     assert writer.returncode == -signal.SIGKILL and all(committed)
@@ -190,27 +208,42 @@ def test_a_committed_reply_survives_sigkill_and_the_cache_uses_wal(tmp_path):
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
-# ----------------------------------------------------------------------------- what a stored reply keeps
+# ------------------------------------------------------------------------ what a stored reply keeps
 
 
 def full_logprobs(text: str, rng, score_at: int) -> dict:
-    """The logprobs a server sends for `text`: the text cut into 1..4-character tokens (the score's digit,
-    at score_at, in a token of its own or after a space), each with 20 top_logprobs mixing
+    """The logprobs a server sends for `text`: the text cut into 1..4-character tokens (the score's
+    digit, at score_at, in a token of its own or after a space), each with 20 top_logprobs mixing
     words, digits, digits after a space or a quote, and other numbers."""
     cuts, i = [0], 0
     while i < len(text):
         i = min(len(text), i + int(rng.integers(1, 5)))
-        start = score_at - (text[score_at - 1] == " " and rng.random() < 0.5)  # the digit, or " " and it
+        start = score_at - (
+            text[score_at - 1] == " " and rng.random() < 0.5
+        )  # the digit, or " " and it
         if cuts[-1] < start < i:  # the score's token starts
             i = start
         elif cuts[-1] == start:
             i = score_at + 1
         cuts.append(i)
-    pool = [str(d) for d in range(10)] + [" 7", '":3', "12", "x9y", "word", '"', "}", " ", "⁵", "8 "]
+    pool = [str(d) for d in range(10)] + [
+        " 7",
+        '":3',
+        "12",
+        "x9y",
+        "word",
+        '"',
+        "}",
+        " ",
+        "⁵",
+        "8 ",
+    ]
 
     def alts(a: int, b: int) -> dict:
         names = [str(x) for x in rng.choice(pool, 20)]
-        if a <= score_at < b:  # the score's token: its own text before the digit, then a digit, 8 times
+        if (
+            a <= score_at < b
+        ):  # the score's token: its own text before the digit, then a digit, 8 times
             names[:8] = [text[a:score_at] + str(k) for k in rng.choice(10, 8, replace=False)]
         return {x: float(p) for x, p in zip(names, rng.dirichlet(np.ones(20)))}
 
@@ -218,10 +251,13 @@ def full_logprobs(text: str, rng, score_at: int) -> dict:
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_a_stored_reply_gives_the_same_weighted_score_in_every_format_that_asks_for_logprobs(tmp_path, seed):
-    # The same reply, fresh and out of a cache file: digit_probs (so the weighted score and the digits'
-    # share) are equal to the last bit, in the json format (with and without a reason, the reason quoting
-    # numbers) and the digit format (with and without a reason, a quoted candidate holding its own score).
+def test_a_stored_reply_gives_the_same_weighted_score_in_every_format_that_asks_for_logprobs(
+    tmp_path, seed
+):
+    # The same reply, fresh and out of a cache file: digit_probs (so the weighted score and the
+    # digits' share) are equal to the last bit, in the json format (with and without a reason, the
+    # reason quoting numbers) and the digit format (with and without a reason, a quoted candidate
+    # holding its own score).
     from judges import digit_probs, logprob_score
 
     rng = np.random.default_rng(seed)
@@ -250,14 +286,17 @@ def test_a_stored_reply_gives_the_same_weighted_score_in_every_format_that_asks_
         assert same[0] == same[1]
         assert hit["choices"][0]["message"]["content"] == text and hit["usage"] == fresh["usage"]
         assert all(
-            ("top_logprobs" in t) == any(c in "0123456789" for c in t["token"]) for t in after["content"]
+            ("top_logprobs" in t) == any(c in "0123456789" for c in t["token"])
+            for t in after["content"]
         )
     cache.close()
 
 
 @pytest.mark.parametrize("fmt", ["json", "digit"])
 @pytest.mark.parametrize("score_only", [True, False])
-def test_a_judge_records_the_same_call_from_the_cache_as_from_the_server(loopback, tmp_path, fmt, score_only):
+def test_a_judge_records_the_same_call_from_the_cache_as_from_the_server(
+    loopback, tmp_path, fmt, score_only
+):
     import verdict
     from verdict_lab.client import Client
     from judges import Judge
@@ -279,7 +318,7 @@ def test_a_judge_records_the_same_call_from_the_cache_as_from_the_server(loopbac
     for _ in range(2):  # from the server, then from the cache
         client = Client(srv.url, "m", cache=Cache(path))
         judge = Judge(client, "visual", reply=REPLIES[fmt], reasons=not score_only)
-        records.append(judge.judgement(verdict.State("q"), "s").record)
+        records.append(judge(verdict.State("q"), "s").record)
         client.cache.close()
     assert len(srv.chats) == 1 and records[0] == records[1] and records[0]["format"] == fmt
     assert records[0]["weighted"] == pytest.approx((5 * 0.3 + 2 * 0.25 + 9 * 0.05) / 0.6 / 9)
@@ -304,8 +343,8 @@ def test_an_entry_stored_whole_by_an_older_version_is_still_read(tmp_path):
 
 
 def test_stored_keeps_exactly_the_alternatives_digit_probs_reads():
-    # The token '":7' holds '":' before its digit: '":3' is read (3), '"x' and '"=5' are not, nor is "4" (it
-    # lacks the '":'); "}" holds no digit and keeps no top_logprobs.
+    # The token '":7' holds '":' before its digit: '":3' is read (3), '"x' and '"=5' are not, nor is
+    # "4" (it lacks the '":'); "}" holds no digit and keeps no top_logprobs.
     from judges import JSON, digit_probs
 
     lp = token_logprobs(

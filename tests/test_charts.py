@@ -1,6 +1,6 @@
-"""charts.py, the one plotting helper: every text it draws lies inside the image and no two texts intersect,
-for long labels and titles too (checked on the boxes it reports, with no image analysis); and each of the
-four charts that use it writes a PNG whose texts keep that property."""
+"""charts.py, the one plotting helper: every text it draws lies inside the image and no two texts
+intersect, for long labels and titles too (checked on the boxes it reports, with no image analysis);
+and each of the four charts that use it writes a PNG whose texts keep that property."""
 
 import itertools
 from dataclasses import replace
@@ -10,15 +10,22 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import demo
-import verdict
 from verdict_lab import charts
 from verdict_lab.charts import font
 from verdict_lab.harness import tables
 from verdict_lab.perf import overhead, simulation_report
 from verdict_lab.perf import simulation as simulate
 
-WORDS = ("a", "judge", "consensus", "verdict+zoom+revise", "3DSRBench", "accuracy (%)", "s-bar*", "x" * 40)
+WORDS = (
+    "a",
+    "judge",
+    "consensus",
+    "verdict+zoom+revise",
+    "3DSRBench",
+    "accuracy (%)",
+    "s-bar*",
+    "x" * 40,
+)
 
 
 def check(c: charts.Canvas) -> None:
@@ -39,7 +46,9 @@ def test_long_labels_and_titles_stay_inside_and_apart(seed):
     rng = np.random.default_rng(seed)
     W, H = (int(v) for v in rng.integers(120, 700, size=2))
     c = charts.Canvas((W, H))
-    title = c.text((10, 4), phrase(rng, 30), 13, lines=2)  # far wider than the image: wrapped, maybe shrunk
+    title = c.text(
+        (10, 4), phrase(rng, 30), 13, lines=2
+    )  # far wider than the image: wrapped, maybe shrunk
     assert title is not None and title[2] - title[0] <= W
     for _ in range(60):
         anchor = rng.choice(list("lmr")) + rng.choice(list("tmb"))
@@ -59,7 +68,10 @@ def test_long_labels_and_titles_stay_inside_and_apart(seed):
 
 def test_wrap_keeps_every_word_and_fits_the_width():
     fnt = font(11)
-    text = "Accuracy (%) per method and benchmark, ± sample std over seeds verdict+premises+gate+zoom+revise"
+    text = (
+        "Accuracy (%) per method and benchmark, ± sample std over seeds "
+        "verdict+premises+gate+zoom+revise"
+    )
     lines = charts.wrap(text, fnt, 120)
     assert " ".join(lines) == text and len(lines) > 1
     # a line is wider than 120 pixels only when it is one word that alone is
@@ -68,7 +80,9 @@ def test_wrap_keeps_every_word_and_fits_the_width():
 
 def test_a_title_too_long_for_its_lines_shrinks_and_a_later_overlapping_text_gives_way():
     c = charts.Canvas((300, 100))
-    b = c.text((4, 4), "Accuracy (%) per method and benchmark, ± sample std over seeds", 13, lines=1)
+    b = c.text(
+        (4, 4), "Accuracy (%) per method and benchmark, ± sample std over seeds", 13, lines=1
+    )
     assert b is not None and b[2] <= 300 and b[3] - b[1] < 20  # one line, at a smaller size
     assert c.text((10, 6), "overlaps the title") is None  # left out: the first text drawn wins
     moved = c.text((10, 6), "moves below", moves=((0, 0), (0, 30)))
@@ -86,15 +100,23 @@ def test_avoid_keeps_texts_off_a_shape():
 @pytest.mark.parametrize("across", [False, True])
 def test_legend_items_stay_inside_and_apart(across):
     c = charts.Canvas((260, 200))
-    items = [(f"method {k} " + "verdict+zoom+revise" * (k % 2), charts.PALETTE[k]) for k in range(6)]
+    items = [
+        (f"method {k} " + "verdict+zoom+revise" * (k % 2), charts.PALETTE[k]) for k in range(6)
+    ]
     items = [("heading", None)] + items
     bottom = charts.legend(c, (10, 10), items, width=240, across=across, frame=not across)
-    assert len(c.texts) == len(items) and bottom <= 200  # every label drawn: rows wrap rather than collide
+    assert (
+        len(c.texts) == len(items) and bottom <= 200
+    )  # every label drawn: rows wrap rather than collide
     check(c)
 
 
 def test_tint():
-    assert charts.tint(charts.RED, 0) == charts.RED and charts.tint(charts.RED, 1) == (255, 255, 255)
+    assert charts.tint(charts.RED, 0) == charts.RED and charts.tint(charts.RED, 1) == (
+        255,
+        255,
+        255,
+    )
 
 
 # ----------------------------------------------------------------------------- the four charts
@@ -121,16 +143,6 @@ def png(path):
         return img.size
 
 
-@pytest.mark.parametrize("tau, eps", [(0.6, 0.1), (0.42, 1.0), (0.999, 0.01), (0.0, 0.5)])
-def test_demo_plot(tmp_path, monkeypatch, canvases, tau, eps):
-    monkeypatch.chdir(tmp_path)  # run_offline writes its scene here
-    trace = demo.run_offline(verdict.Config(tau=tau, eps=eps))
-    demo.plot(trace, str(tmp_path / "d.png"))
-    assert png(tmp_path / "d.png") == (640, 480)
-    drawn = [t for t, _ in canvases[0].texts]
-    assert {f"tau = {tau:g}", f"eps = {eps:g}", "chosen, accepted", "chosen by fallback"} <= set(drawn)
-
-
 def test_simulate_plot(tmp_path, canvases):
     simulation_report.plot(simulate.run(30, 2, 0), tmp_path / "s.png")
     assert png(tmp_path / "s.png")[0] == simulation_report.W * simulation_report.COLS
@@ -147,7 +159,9 @@ def test_tables_picture_wraps_a_title_too_wide_for_a_narrow_picture(tmp_path, ca
     tables.picture(s, str(tmp_path / "summary.png"))
     width, _ = png(tmp_path / "summary.png")
     title = next(b for t, b in canvases[0].texts if t.startswith("Accuracy (%)"))
-    assert width < 400 and title[2] <= width  # the title's one line would be 395 pixels: wrapped, not cut
+    assert (
+        width < 400 and title[2] <= width
+    )  # the title's one line would be 395 pixels: wrapped, not cut
     assert set(methods) <= {t for t, _ in canvases[0].texts}
 
 

@@ -1,6 +1,6 @@
 """Tests for verdict_lab/client.py (over judges.Endpoint's POST) against a scripted loopback server
-(verdict_lab/loopback.py, tests/scripted.py): retries, errors, usage counts, the API key, the response cache,
-forks and the command-line flags. No other network."""
+(verdict_lab/loopback.py, tests/scripted.py): retries, errors, usage counts, the API key, the
+response cache, forks and the command-line flags. No other network."""
 
 import argparse
 import json
@@ -12,14 +12,16 @@ from dataclasses import replace
 import pytest
 
 import verdict
-from judges import EndpointError, Reasoner, make_judges
+from verdict_lab import loop
+from judges import EndpointError, Reasoner, make_judges, text_of
 from judges import chat_messages as messages
 from scripted import scripted
 from verdict_lab import client as client_module
 from verdict_lab.cache import Cache, stored
 from verdict_lab.client import Client, InFlight
 from verdict_lab.formats import reported_cache
-from verdict_lab.flags import Parser, add_endpoint_args, clients_from_args, key_warning
+from verdict_lab.cli import Parser
+from verdict_lab.flags import add_endpoint_args, clients_from_args, key_warning
 from verdict_lab.formats import TEXT
 from verdict_lab.loopback import chat_response, user_text
 from verdict_lab.verifier import thread_map
@@ -27,25 +29,30 @@ from verdict_lab.verifier import thread_map
 SECRET = "sk-test-VERY-SECRET-0123456789"
 
 
-# ----------------------------------------------------------------------------- HTTP errors and retries
+# ------------------------------------------------------------------------- HTTP errors and retries
 
 
 def test_429_then_success_honours_retry_after(loopback):
     srv = loopback(scripted((429, {"error": {"message": "slow down"}}, {"Retry-After": "7"}), "ok"))
     waits = []
     client = Client(srv.url, "m", retries=2, sleep=waits.append)
-    assert client.chat([{"role": "user", "content": "hi"}])["choices"][0]["message"]["content"] == "ok"
+    assert (
+        client.chat([{"role": "user", "content": "hi"}])["choices"][0]["message"]["content"] == "ok"
+    )
     assert waits == [7.0] and client.usage["requests"] == 2 and client.usage["calls"] == 1
 
 
 def test_500_is_retried_with_growing_backoff_then_raises(loopback):
-    srv = loopback(scripted(then=(500, {"error": {"message": "image input is not supported", "code": 500}})))
+    srv = loopback(
+        scripted(then=(500, {"error": {"message": "image input is not supported", "code": 500}}))
+    )
     waits = []
     client = Client(srv.url, "m", retries=3, backoff=1.0, sleep=waits.append)
     with pytest.raises(EndpointError) as e:
         client.chat([{"role": "user", "content": "hi"}])
     assert e.value.status == 500 and e.value.message == (
-        "image input is not supported (this server has no vision encoder (llama-server needs --mmproj))"
+        "image input is not supported (this server has no vision encoder "
+        "(llama-server needs --mmproj))"
     )
     assert srv.url in str(e.value) and "HTTP 500" in str(e.value) and "\n" not in str(e.value)
     assert len(srv.chats) == 4 and len(waits) == 3
@@ -53,20 +60,28 @@ def test_500_is_retried_with_growing_backoff_then_raises(loopback):
 
 
 def test_llama_servers_chunk_not_found_is_asked_again_without_its_prompt_cache(loopback):
-    # llama-server's multimodal prompt cache can cut inside an image: HTTP 500 "Chunk not found" on every try
-    # that reuses the slot's cache; the retry asks with cache_prompt false, and only the retry does
+    # llama-server's multimodal prompt cache can cut inside an image: HTTP 500 "Chunk not found" on
+    # every try that reuses the slot's cache. The client's session asks the same request once more
+    # with cache_prompt false, within the same attempt, so even with no retry left it is answered.
     def handler(body, path):
         if body.get("cache_prompt") is False:
             return 200, chat_response("ok"), {}
         return 500, {"error": {"code": 500, "message": "got exception: Chunk not found"}}, {}
 
     srv = loopback(handler)
-    client = Client(srv.url, "m", retries=1, sleep=lambda s: None)
-    assert client.chat([{"role": "user", "content": "hi"}])["choices"][0]["message"]["content"] == "ok"
-    assert ["cache_prompt" in c for c in srv.chats] == [False, True] and srv.chats[1]["cache_prompt"] is False
-    no_retry = Client(srv.url, "m", retries=0)
+    client = Client(srv.url, "m", retries=0)
+    assert text_of(client.chat([{"role": "user", "content": "hi"}])) == "ok"
+    assert ["cache_prompt" in c for c in srv.chats] == [False, True]
+    assert srv.chats[1]["cache_prompt"] is False and client.usage["requests"] == 2
+    # A server that fails without its prompt cache too: the endpoint's error, after its retries.
+    always = loopback(
+        lambda body, path: (500, {"error": {"message": "got exception: Chunk not found"}}, {})
+    )
     with pytest.raises(EndpointError, match="Chunk not found"):
-        no_retry.chat([{"role": "user", "content": "hi"}])
+        Client(always.url, "m", retries=1, sleep=lambda s: None).chat(
+            [{"role": "user", "content": "hi"}]
+        )
+    assert [c.get("cache_prompt") for c in always.chats] == [None, False, None, False]
 
 
 @pytest.mark.parametrize(
@@ -132,15 +147,23 @@ def test_malformed_200_is_retried_like_a_5xx_then_raises(loopback, payload, need
         )
     assert e.value.status is None and needle in str(e.value) and "\n" not in str(e.value)
     assert (
-        len(srv.chats) == 3 and len(waits) == 2 and all(0.5 * 2**a <= w <= 2**a for a, w in enumerate(waits))
+        len(srv.chats) == 3
+        and len(waits) == 2
+        and all(0.5 * 2**a <= w <= 2**a for a, w in enumerate(waits))
     )
 
 
 def test_one_malformed_reply_then_a_good_one_succeeds(loopback):
     srv = loopback(scripted((200, b"<html>oops</html>"), (200, {"choices": []}), "ok"))
     client = Client(srv.url, "m", retries=2, sleep=lambda s: None)
-    assert client.chat([{"role": "user", "content": "hi"}])["choices"][0]["message"]["content"] == "ok"
-    assert client.usage["requests"] == 3 and client.usage["replies"] == 1 and client.usage["calls"] == 1
+    assert (
+        client.chat([{"role": "user", "content": "hi"}])["choices"][0]["message"]["content"] == "ok"
+    )
+    assert (
+        client.usage["requests"] == 3
+        and client.usage["replies"] == 1
+        and client.usage["calls"] == 1
+    )
 
 
 @pytest.mark.parametrize(
@@ -159,7 +182,9 @@ def test_one_malformed_reply_then_a_good_one_succeeds(loopback):
     ],
 )
 def test_an_unusable_url_fails_at_once_with_a_clear_error(url):
-    with pytest.raises(ValueError, match=r"endpoint URL must be http:// or https:// with a host.*got"):
+    with pytest.raises(
+        ValueError, match=r"endpoint URL must be http:// or https:// with a host.*got"
+    ):
         Client(url, "m", sleep=pytest.fail)
 
 
@@ -167,7 +192,8 @@ def test_a_url_error_from_requests_is_not_retried(loopback, monkeypatch):
     import requests
 
     client = Client("http://127.0.0.1:9/v1", "m", retries=3, sleep=pytest.fail)
-    monkeypatch.setattr(  # where requests would raise it: sending the request, inside the client's session
+    # Where requests would raise it: sending the request, inside the client's session.
+    monkeypatch.setattr(
         client.endpoint.session.get_adapter("http://127.0.0.1:9/v1"),
         "send",
         lambda *a, **k: (_ for _ in ()).throw(
@@ -182,7 +208,8 @@ def test_a_url_error_from_requests_is_not_retried(loopback, monkeypatch):
 def test_usage_counts_tokens_calls_and_requests(loopback):
     srv = loopback(
         scripted(
-            (503, "busy"), then=lambda body, path: chat_response("x", prompt_tokens=11, completion_tokens=4)
+            (503, "busy"),
+            then=lambda body, path: chat_response("x", prompt_tokens=11, completion_tokens=4),
         )
     )
     client = Client(srv.url, "m", backoff=0.0)
@@ -194,8 +221,8 @@ def test_usage_counts_tokens_calls_and_requests(loopback):
 
 
 def usage(**counts) -> dict:
-    """A client's usage counters: `counts`, and every other counter zero, as a new client's are (so also the
-    prefix-cache counters of a server that reports no reuse)."""
+    """A client's usage counters: `counts`, and every other counter zero, as a new client's are (so
+    also the prefix-cache counters of a server that reports no reuse)."""
     new = Client("http://127.0.0.1:9/v1", "m").usage
     assert set(new.values()) == {0} and set(counts) <= set(new), counts
     return {**new, **counts}
@@ -211,7 +238,9 @@ def with_reuse(prompt_tokens: int, cached=None, timings=None) -> dict:
 
 
 def test_total_usage_counts_each_client_once(loopback):
-    srv = loopback(scripted(then=lambda body, path: chat_response("x", prompt_tokens=5, completion_tokens=1)))
+    srv = loopback(
+        scripted(then=lambda body, path: chat_response("x", prompt_tokens=5, completion_tokens=1))
+    )
     a, b = Client(srv.url, "m"), Client(srv.url, "m")
     (
         a.chat([{"role": "user", "content": "1"}]),
@@ -229,7 +258,7 @@ def test_reported_cache_reads_cached_tokens_and_timings_and_nothing_else():
     assert reported_cache(
         with_reuse(11, 7, {"cache_n": 7, "prompt_n": 4, "prompt_ms": 1.5, "predicted_ms": 20})
     ) == {"cached_tokens": 7, "cache_n": 7, "prompt_n": 4, "prompt_ms": 1.5, "predicted_ms": 20.0}
-    # vLLM leaves cached_tokens out when it is 0: unknown, never 0; so is anything that is not a count
+    # vLLM leaves cached_tokens out when it is 0: unknown, never 0; so is anything not a count.
     nothing = {
         "cached_tokens": None,
         "cache_n": None,
@@ -239,27 +268,37 @@ def test_reported_cache_reads_cached_tokens_and_timings_and_nothing_else():
     }
     assert reported_cache(with_reuse(11)) == nothing
     for bad in ("7", -1, True, 7.0, None):
-        assert reported_cache(with_reuse(11, bad, {"cache_n": bad, "prompt_n": 4}))["cached_tokens"] is None
+        assert (
+            reported_cache(with_reuse(11, bad, {"cache_n": bad, "prompt_n": 4}))["cached_tokens"]
+            is None
+        )
         assert reported_cache(with_reuse(11, 0, {"cache_n": bad}))["cache_n"] is None
-    for bad in ("7", -1.0, True, float("inf"), float("nan"), None):  # milliseconds: a finite number >= 0
-        assert reported_cache(with_reuse(11, 0, {"prompt_ms": bad, "predicted_ms": bad}))["prompt_ms"] is None
+    # Milliseconds must be a finite number >= 0.
+    for bad in ("7", -1.0, True, float("inf"), float("nan"), None):
+        assert (
+            reported_cache(with_reuse(11, 0, {"prompt_ms": bad, "predicted_ms": bad}))["prompt_ms"]
+            is None
+        )
     assert reported_cache({"usage": "none", "timings": [1]}) == nothing
 
 
 def test_usage_counts_the_prefix_cache_reuse_the_replies_report(loopback, tmp_path):
     replies = [
-        with_reuse(100, 0, {"cache_n": 0, "prompt_n": 100, "prompt_ms": 50.0, "predicted_ms": 200.5}),  # cold
-        with_reuse(120, 96, {"cache_n": 96, "prompt_n": 24, "prompt_ms": 12.0, "predicted_ms": 150}),  # warm
+        with_reuse(
+            100, 0, {"cache_n": 0, "prompt_n": 100, "prompt_ms": 50.0, "predicted_ms": 200.5}
+        ),  # cold
+        with_reuse(
+            120, 96, {"cache_n": 96, "prompt_n": 24, "prompt_ms": 12.0, "predicted_ms": 150}
+        ),  # warm
         with_reuse(50),  # vLLM with nothing cached: not reported
-        with_reuse(80, 64),
-    ]  # vLLM, 4 blocks of 16 cached
+        with_reuse(80, 64),  # vLLM, 4 blocks of 16 cached
+    ]
     srv = loopback(scripted(*replies))
     client = Client(srv.url, "m", cache=Cache(str(tmp_path / "c.sqlite")))
     for i in range(4):
         client.chat([{"role": "user", "content": f"q{i}"}])
-    client.chat(
-        [{"role": "user", "content": "q1"}]
-    )  # a cache hit: the server computed nothing, and nothing is counted
+    # A cache hit: the server computed nothing, and nothing is counted.
+    client.chat([{"role": "user", "content": "q1"}])
     u = client.usage
     assert (u["replies"], u["cache_hits"], u["prompt_tokens"]) == (4, 1, 350)
     # 3 replies reported cached_tokens: 0 + 96 + 64 = 160 reused;
@@ -279,7 +318,7 @@ def test_api_key_is_sent_but_absent_from_traces_reprs_and_errors(loopback, monke
     client = Client(srv.url, "m", api_key_env="VERDICT_TEST_KEY")
     cfg = verdict.Config(n=2, max_steps=2)
     js = make_judges(client, reply=TEXT)
-    trace = verdict.run("Is the cup left?", Reasoner(client), js, cfg, image=png, map_fn=thread_map(3))
+    trace = loop.run("Is the cup left?", Reasoner(client), js, cfg, image=png, map_fn=thread_map(3))
     trace = replace(
         trace, meta={"usage": client.usage, "client": repr(client), "judges": [repr(j) for j in js]}
     )
@@ -301,7 +340,10 @@ def test_api_key_is_sent_but_absent_from_traces_reprs_and_errors(loopback, monke
     for _ in range(2):  # a 401 at once, then 500s until the retries run out
         with pytest.raises(EndpointError) as e:
             bad.chat([{"role": "user", "content": "hi"}])
-        assert SECRET not in str(e.value) + repr(e.value) + e.value.message and "***" in e.value.message
+        assert (
+            SECRET not in str(e.value) + repr(e.value) + e.value.message
+            and "***" in e.value.message
+        )
 
 
 @pytest.mark.parametrize(
@@ -309,7 +351,10 @@ def test_api_key_is_sent_but_absent_from_traces_reprs_and_errors(loopback, monke
     [  # x * k puts the key across the 300-character cut of a message
         (200, f"<html>{SECRET}</html>".encode()),  # 200, body not JSON
         (200, f"<html>{'x' * 256} {SECRET}</html>".encode()),
-        (200, {"choices": [{"message": {"content": None}, "echo": SECRET}]}),  # choice without content
+        (
+            200,
+            {"choices": [{"message": {"content": None}, "echo": SECRET}]},
+        ),  # choice without content
         (200, {"choices": [{"message": {"content": None}, "echo": "x" * 204 + SECRET}]}),
         (200, {"error": {"message": f"bad key {SECRET}"}}),  # no choices, an error
         (400, {"error": {"message": f"{'x' * 285} key {SECRET} refused"}}),
@@ -338,7 +383,7 @@ def test_no_authorization_header_without_a_key(loopback, monkeypatch):
     assert "Authorization" not in srv.requests[0].headers
 
 
-# ----------------------------------------------------------------------------- the client with a cache
+# ---------------------------------------------------------------------- the client with a cache
 
 
 def test_cache_hits_and_survives_a_restart(loopback, tmp_path, png):
@@ -347,7 +392,8 @@ def test_cache_hits_and_survives_a_restart(loopback, tmp_path, png):
     msgs = messages("system", [png], "judge this")
     first = Client(srv.url, "m", cache=Cache(path))
     a = first.chat(msgs, temperature=0.0, seed=1)
-    assert first.chat(msgs, temperature=0.0, seed=1) == stored(a) and len(srv.chats) == 1  # what is read of a
+    # The repeat is answered from the cache, with what is read of a.
+    assert first.chat(msgs, temperature=0.0, seed=1) == stored(a) and len(srv.chats) == 1
     first.chat(msgs, temperature=0.0, seed=2)  # another seed is another request
     assert len(srv.chats) == 2 and first.usage["cache_hits"] == 1
     first.cache.close()
@@ -360,15 +406,20 @@ def test_cache_hits_and_survives_a_restart(loopback, tmp_path, png):
     assert len(srv.chats) == 3
 
 
-def test_the_same_model_on_another_port_shares_cached_answers_and_another_model_does_not(loopback, tmp_path):
-    """The cache is keyed by what a server computes, the model and the request (cache.cache_key), not by its
-    URL: the same model name asked the same request on another port is answered from the cache."""
+def test_the_same_model_on_another_port_shares_cached_answers_and_another_model_does_not(
+    loopback, tmp_path
+):
+    """The cache is keyed by what a server computes, the model and the request (cache.cache_key),
+    not by its URL: the same model name asked the same request on another port is answered from the
+    cache."""
     first, second = (
         loopback(scripted(then="from the first server")),
         loopback(scripted(then="from the second server")),
     )
     cache = Cache(tmp_path / "c.sqlite")
-    ask = lambda srv, m="default": Client(srv.url, m, cache=cache).chat([{"role": "user", "content": "hi"}])
+    ask = lambda srv, m="default": Client(srv.url, m, cache=cache).chat(
+        [{"role": "user", "content": "hi"}]
+    )
     assert ask(first)["choices"][0]["message"]["content"] == "from the first server"
     assert ask(second)["choices"][0]["message"]["content"] == "from the first server"  # a hit
     assert ask(second, "other")["choices"][0]["message"]["content"] == "from the second server"
@@ -386,11 +437,11 @@ def test_cache_is_thread_safe_and_reruns_are_free(loopback, tmp_path):
     assert thread_map(8)(ask, range(40)) == [f"Q{i}" for i in range(40)] and len(srv.chats) == 40
 
 
-# ----------------------------------------------------------------------------- identical requests in flight
+# ------------------------------------------------------------------ identical requests in flight
 
 
 class CountingInFlight(InFlight):
-    """InFlight that counts the calls that have joined it: each has sent a request or waits for one."""
+    """InFlight counting the calls that have joined it: each has sent a request or waits for one."""
 
     def __init__(self):
         super().__init__()
@@ -404,9 +455,9 @@ class CountingInFlight(InFlight):
 
 
 def gated(reply, calls: int) -> tuple:
-    """(handler, box): the handler answers reply(body) only once each of `calls` calls of box["client"] (made
-    with a CountingInFlight) is in flight or waits for an identical one (polled, at most 10 s), so that
-    they overlap."""
+    """(handler, box): the handler answers reply(body) only once each of `calls` calls of
+    box["client"] (made with a CountingInFlight) is in flight or waits for an identical one (polled,
+    at most 10 s), so that they overlap."""
     box, opened = {}, threading.Event()  # once open, the gate stays open
 
     def handler(body, path):
@@ -429,7 +480,13 @@ def test_identical_concurrent_calls_send_one_request(loopback):
     assert len(srv.chats) == 3 and sorted(user_text(b) for b in srv.chats) == ["q0", "q1", "q2"]
     # 3 replies of 10 + 1 tokens paid for; 9 calls that would cost 9 · 11 tokens
     assert client.usage == usage(
-        requests=3, calls=9, merged=6, replies=3, prompt_tokens=30, completion_tokens=3, call_tokens=99
+        requests=3,
+        calls=9,
+        merged=6,
+        replies=3,
+        prompt_tokens=30,
+        completion_tokens=3,
+        call_tokens=99,
     )
 
 
@@ -438,11 +495,17 @@ def test_merged_calls_share_an_error_and_span_forks_and_budgets(loopback):
     srv = box["srv"] = loopback(handler)
     parent = box["client"] = Client(srv.url, "m", in_flight=CountingInFlight())
     spent = []
-    forks = [parent.fork(on_chat=lambda: spent.append(1)) for _ in range(4)]  # a merged call is still a call
-    ask = lambda c: pytest.raises(EndpointError, c.chat, [{"role": "user", "content": "hi"}]).value.message
+    # A merged call is still a call.
+    forks = [parent.fork(on_chat=lambda: spent.append(1)) for _ in range(4)]
+    ask = lambda c: (
+        pytest.raises(EndpointError, c.chat, [{"role": "user", "content": "hi"}]).value.message
+    )
     assert thread_map(4)(ask, forks) == ["bad request"] * 4
     assert len(srv.chats) == 1 and len(spent) == 4
-    assert sum(f.usage["requests"] for f in forks) == 1 and [f.usage["calls"] for f in forks] == [1] * 4
+    assert (
+        sum(f.usage["requests"] for f in forks) == 1
+        and [f.usage["calls"] for f in forks] == [1] * 4
+    )
     assert sum(f.usage["merged"] + f.usage["replies"] for f in forks) == 0  # nothing was answered
 
 
@@ -452,7 +515,8 @@ def test_a_rerun_from_the_cache_counts_every_call_as_a_hit(loopback, tmp_path):
     ask = lambda c: lambda i: c.chat(messages("s", [], f"q{i % 3}"))
     thread_map(1)(ask(Client(srv.url, "m", cache=cache)), range(3))
     rerun = Client(srv.url, "m", cache=cache)
-    thread_map(9)(ask(rerun), range(9))  # followers of a cache hit count as hits, not as merged calls
+    # Followers of a cache hit count as hits, not as merged calls.
+    thread_map(9)(ask(rerun), range(9))
     assert len(srv.chats) == 3 and rerun.usage["cache_hits"] == 9 and rerun.usage["merged"] == 0
 
 
@@ -482,7 +546,11 @@ LOCAL, REMOTE = "http://127.0.0.1:8000/v1", "https://api.example.com/v1"
         (["--base-url", LOCAL], False, None),  # a local server needs no key
         (["--base-url", "http://localhost:8000/v1"], False, None),
         (["--base-url", "http://[::1]:8000/v1"], False, None),
-        (["--base-url", REMOTE], False, f"$OPENAI_API_KEY is not set, so no API key is sent to {REMOTE}"),
+        (
+            ["--base-url", REMOTE],
+            False,
+            f"$OPENAI_API_KEY is not set, so no API key is sent to {REMOTE}",
+        ),
         (
             ["--base-url", LOCAL, "--judge-base-url", REMOTE],
             False,
@@ -497,7 +565,9 @@ LOCAL, REMOTE = "http://127.0.0.1:8000/v1", "https://api.example.com/v1"
         (["--base-url", REMOTE], True, None),
     ],
 )
-def test_key_warning_names_the_variable_only_when_a_key_is_expected(monkeypatch, flags, key_set, warned):
+def test_key_warning_names_the_variable_only_when_a_key_is_expected(
+    monkeypatch, flags, key_set, warned
+):
     p = argparse.ArgumentParser()
     add_endpoint_args(p)
     args = p.parse_args(flags)
@@ -541,7 +611,8 @@ def test_fork_shares_endpoint_and_cache_not_counters_and_on_chat_can_refuse(loop
         parent.cache,
     ) and e.session is not parent.endpoint.session
     ask(child, "first")  # the parent's reply, from the shared cache
-    assert child.usage == usage(calls=1, cache_hits=1, call_tokens=11)  # "ok": 10 prompt tokens + 1 word
+    # call_tokens: 10 prompt tokens + 1 word ("ok").
+    assert child.usage == usage(calls=1, cache_hits=1, call_tokens=11)
     ask(child, "second")
     with pytest.raises(RuntimeError, match="budget spent"):
         ask(child, "third")

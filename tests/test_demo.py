@@ -1,29 +1,34 @@
-"""Tests for demo.py: the offline run end to end, live mode against the loopback server, and
-every error case (one line on stderr, exit code 2, no traceback)."""
+"""Tests for demo.py: the offline run end to end (its output is the README's, byte for byte), the
+trace and the plot it writes, live mode against the loopback server, every error case (one line on
+stderr, exit code 2, no traceback, no call), and that demo.py needs no module of verdict_lab."""
 
+import ast
+import io
 import json
+import math
 import os
 import re
+import socket
 import subprocess
 import sys
+from functools import partial
 
 import pytest
 from PIL import Image
 
 import demo
+import judges
 import verdict
-from verdict_lab.loopback import LoopbackServer, chat_response
 from verdict_lab.layouts import role_of
-from test_judges import REFUSE, revise_server
-from test_zoom import SQUARE, scene
+from verdict_lab.loopback import LoopbackServer, chat_response
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the root
 
 
 def command(name) -> list:
-    """How to run `name`: a file at the root (demo.py) as `python <root>/demo.py`, a module of the folder
-    (verdict_lab.evaluate) as `python -m verdict_lab.evaluate`, which finds the checkout on script_env's
-    PYTHONPATH from any working directory."""
+    """How to run `name`: a file at the root (demo.py) as `python <root>/demo.py`, a module of the
+    folder (verdict_lab.evaluate) as `python -m verdict_lab.evaluate`, which finds the checkout on
+    script_env's PYTHONPATH from any working directory."""
     if name.endswith(".py"):
         return [sys.executable, os.path.join(HERE, name)]
     return [sys.executable, "-m", name]
@@ -36,16 +41,23 @@ def script_env(env=None) -> dict:
 
 
 def run_script(name, args, cwd=None, env=None, timeout=120):
-    """`name` (see command) with `args` in `cwd`, with `env` over this process's environment; its output as
-    text."""
+    """`name` (see command) with `args` in `cwd`, with `env` over this process's environment; its
+    output as text."""
     argv = [*command(name), *args]
-    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=script_env(env))
+    return subprocess.run(
+        argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=script_env(env)
+    )
 
 
 def start_script(name, args, stderr=subprocess.PIPE) -> subprocess.Popen:
-    """`name` (see command) with `args`, started in the background: stdout dropped, stderr as text."""
+    """`name` (see command) with `args`, started in the background: stdout dropped, stderr as
+    text."""
     return subprocess.Popen(
-        [*command(name), *args], stdout=subprocess.DEVNULL, stderr=stderr, text=True, env=script_env()
+        [*command(name), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+        text=True,
+        env=script_env(),
     )
 
 
@@ -54,47 +66,79 @@ def run_demo(args, cwd, env=None, timeout=120):
 
 
 def live(url, question="Left or right?", flags="", *more, model="scripted") -> list:
-    """demo.py's arguments for live mode: the endpoint, the model and the question, then `flags` split at
-    spaces and `more` as they are."""
+    """demo.py's arguments for live mode: the endpoint, the model and the question, then `flags`
+    split at spaces and `more` as they are."""
     return ["--base-url", url, "--model", model, "--question", question, *flags.split(), *more]
 
 
+TOP = ["format", "question", "config", "steps", "chain", "answer", "stopped", "totals", "meta"]
+CONFIG = ["lam", "n", "tau", "eps", "rule", "max_steps", "final"]
+STEP = [
+    *("candidates", "s_hat", "s_star", "s_bar_star", "delta_star", "accepted", "index", "fallback"),
+    *("verified", "abstentions"),
+]
+TOTALS = ["steps", "fallbacks", "fallback_rate", "abstentions", "judge_calls"]
+
+
 def check_trace(d):
-    """The shape of a "verdict-trace/4" dict, as written by Trace.to_dict."""
-    assert d["format"] == verdict.TRACE_FORMAT
-    assert set(d) == {"format", "question", "config", "steps", "chain", "answer", "stopped", "totals", "meta"}
+    """The shape of a "verdict-trace/5" dict, as demo.py writes it: its keys in their order, and
+    every step consistent with itself and with the chain."""
+    assert d["format"] == demo.TRACE_FORMAT == "verdict-trace/5"
+    assert (list(d), list(d["config"]), list(d["totals"])) == (TOP, CONFIG, TOTALS)
     assert d["stopped"] in ("final", "max_steps") and len(d["chain"]) == len(d["steps"]) >= 1
     m = len(d["config"]["lam"])
     for step, chosen in zip(d["steps"], d["chain"]):
-        n, revision = len(step["candidates"]), step.get("revision")
-        taken = revision is not None and revision["taken"]
-        assert 0 <= step["index"] < n
-        assert (revision["candidate"] if taken else step["candidates"][step["index"]]) == chosen
-        assert revision is None or (step["fallback"] and len(revision["s_hat"]) == m)
-        assert len(step["s_hat"]) == len(step["s_star"]) == n and all(len(r) == m for r in step["s_hat"])
+        n = len(step["candidates"])
+        assert list(step) == STEP and 0 <= step["index"] < n
+        assert step["candidates"][step["index"]] == chosen
+        assert len(step["s_hat"]) == len(step["s_star"]) == n
+        assert all(len(r) == m for r in step["s_hat"] + step["s_star"])
         assert len(step["s_bar_star"]) == len(step["delta_star"]) == len(step["accepted"]) == n
         assert all(v is None or 0 <= v <= 1 for r in step["s_hat"] for v in r)
-        rows = step["s_hat"] + ([revision["s_hat"]] if revision else [])
-        assert step["abstentions"] == sum(v is None for r in rows for v in r)
+        assert step["abstentions"] == sum(v is None for r in step["s_hat"] for v in r)
         assert step["fallback"] == (not any(step["accepted"]))
-        calls = step.get("calls", [[None] * m] * n)
-        calls = calls + ([revision.get("calls", [None] * m)] if revision else [])
-        assert len(calls) == len(rows) and all(len(r) == m for r in calls)  # a record per judge call
     assert d["totals"]["steps"] == len(d["steps"])
-    assert d["totals"]["judge_calls"] == sum((len(s["s_hat"]) + ("revision" in s)) * m for s in d["steps"])
+    assert d["totals"]["judge_calls"] == sum(len(s["s_hat"]) * m for s in d["steps"])
+
+
+def readme_block() -> str:
+    """The offline demo's output as README.md shows it, from "offline demo:" to "wrote ..."."""
+    with open(os.path.join(HERE, "README.md"), encoding="utf-8") as fh:
+        text = fh.read()
+    start = text.index("\noffline demo:") + 1
+    end = text.index("wrote verdict_trace.json and verdict_decisions.png\n", start)
+    return text[start : end + len("wrote verdict_trace.json and verdict_decisions.png\n")]
+
+
+# ----------------------------------------------------------------------------- offline
+
+
+def test_offline_output_is_the_readmes_byte_for_byte(tmp_path):
+    out = run_demo([], cwd=tmp_path)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert out.stdout == readme_block()
 
 
 def test_offline_run(tmp_path):
     out = run_demo([], cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
-    assert lines[0].startswith("offline demo: scripted proposer and scripted judges")
     d = json.loads((tmp_path / "verdict_trace.json").read_text())
     check_trace(d)
+    assert d["meta"] == {"mode": "offline", "scene": "verdict_scene.png"}
+    assert d["config"] == {
+        "lam": [1.5, 1.0, 0.8],
+        **dict(n=3, tau=0.6, eps=0.1, rule="verdict", max_steps=8, final=verdict.FINAL_ANSWER),
+    }
     with Image.open(tmp_path / "verdict_decisions.png") as img:
         assert img.size == (640, 480) and img.format == "PNG"
     with Image.open(tmp_path / "verdict_scene.png") as img:
         assert img.size == (320, 200)
+    # No temporary file is left behind.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "verdict_decisions.png",
+        "verdict_scene.png",
+        "verdict_trace.json",
+    ]
     # The printed decisions are the trace's decisions.
     printed = [
         (int(m[1]), m[2] is not None)
@@ -106,12 +150,9 @@ def test_offline_run(tmp_path):
     # The scripted run shows what it promises: acceptance, a Proposition-1 rejection, a fallback,
     # a step where the raw mean disagrees, and the final answer.
     assert [s["fallback"] for s in d["steps"]] == [False, True, False]
-    assert d["steps"][0]["s_hat"][1] == [0.9, 0.2, 0.9] and d["steps"][0]["accepted"][:2] == [True, False]
-    assert "the raw mean would have chosen #0 instead" in out.stdout
-    assert d["answer"] == "B" and "final answer: B" in out.stdout
-    assert re.search(
-        r"^totals: 3 steps, 1 fallback \(33%\), 0 abstentions, 27 judge calls$", out.stdout, re.M
-    )
+    assert d["steps"][0]["s_hat"][1] == [0.9, 0.2, 0.9]
+    assert d["steps"][0]["accepted"][:2] == [True, False]
+    assert d["answer"] == "B" and d["stopped"] == "final"
 
 
 def test_offline_run_is_deterministic(tmp_path):
@@ -120,6 +161,68 @@ def test_offline_run_is_deterministic(tmp_path):
     assert run_demo([], cwd=a).stdout == run_demo([], cwd=b).stdout
     assert (a / "verdict_trace.json").read_bytes() == (b / "verdict_trace.json").read_bytes()
     assert (a / "verdict_decisions.png").read_bytes() == (b / "verdict_decisions.png").read_bytes()
+
+
+def test_max_steps_and_the_output_paths_are_honoured_offline(tmp_path):
+    out = run_demo(["--max-steps", "2", "--trace", "t.json", "--plot", "p.jpg"], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "final answer: (none: stopped at max_steps)" in out.stdout
+    assert out.stdout.endswith("wrote t.json and p.jpg\n")
+    d = json.loads((tmp_path / "t.json").read_text())
+    assert (d["stopped"], d["answer"], len(d["steps"])) == ("max_steps", None, 2)
+    with Image.open(tmp_path / "p.jpg") as img:
+        assert img.format == "JPEG"
+
+
+@pytest.mark.parametrize("tau, eps", [(0.6, 0.1), (0.0, 1.0), (1.0, 0.01), (0.42, 0.5)])
+def test_the_decision_plane_at_the_ends_of_the_ranges(tmp_path, monkeypatch, tau, eps):
+    monkeypatch.chdir(tmp_path)  # run_offline draws its scene here
+    trace = demo.run_offline(verdict.Config(tau=tau, eps=eps))
+    demo.plot(trace, str(tmp_path / "d.png"))
+    with Image.open(tmp_path / "d.png") as img:
+        assert img.size == (640, 480) and img.format == "PNG"
+        colours = {c for _, c in img.convert("RGB").getcolors(1 << 16)}
+    assert {demo.GREEN, demo.ORANGE, demo.GREY, demo.INK} <= colours  # the lines, markers, legend
+    assert (demo.SHADE in colours) == (tau < 1)  # τ = 1 leaves no acceptance region to shade
+
+
+def test_an_abstention_prints_a_dash_and_is_written_as_null(tmp_path):
+    judge_fns = [lambda s, c: 0.8, lambda s, c: math.nan, lambda s, c: 0.8]
+    trace = verdict.run("q", lambda s, n: ["Final answer: B"], judge_fns, verdict.Config(n=1))
+    shown = io.StringIO()
+    demo.print_trace(trace, shown)
+    assert "  0  Final answer: B" in shown.getvalue() and "0.800    -    0.800" in shown.getvalue()
+    d = json.loads(json.dumps(demo.trace_dict(trace), allow_nan=False))
+    check_trace(d)
+    assert d["steps"][0]["s_hat"] == [[0.8, None, 0.8]] and d["steps"][0]["s_star"][0][1] is None
+    assert d["totals"]["abstentions"] == 1
+
+
+def test_a_trace_json_cannot_hold_leaves_the_old_file_whole(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "verdict_trace.json").write_text('{"old": 1}')
+    monkeypatch.setattr(demo, "trace_dict", lambda trace: {"box": [math.inf]})
+    assert demo.main([]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("demo.py: error: cannot write the trace") and len(err.splitlines()) == 1
+    assert (tmp_path / "verdict_trace.json").read_text() == '{"old": 1}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["verdict_scene.png", "verdict_trace.json"]
+
+
+def test_a_plot_that_fails_to_save_leaves_no_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+
+    def broken(trace, path):
+        open(path, "wb").write(b"half a png")
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(demo, "plot", broken)
+    assert demo.main([]) == 2
+    assert "No space left on device" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["verdict_scene.png", "verdict_trace.json"]
+
+
+# ----------------------------------------------------------------------------- live
 
 
 def scripted_judge_server(body, path):
@@ -142,374 +245,164 @@ def scripted_judge_server(body, path):
     )
 
 
+def json_judge_server(body, path):
+    """scripted_judge_server's reasoner; the judges (judges.py's, JSON by default) score 7 of 9."""
+    if role_of(body["messages"]) in verdict.JUDGES:
+        return 200, chat_response('{"score": 7}'), {}
+    return scripted_judge_server(body, path)
+
+
+def chats(srv) -> list:
+    return [r[1] for r in srv.requests if r[0].endswith("/chat/completions")]
+
+
 def test_live_mode_against_loopback(tmp_path):
-    img = tmp_path / "scene.png"
-    demo.draw_scene(str(img))
-    with LoopbackServer(scripted_judge_server) as srv:
+    img = str(tmp_path / "scene.png")
+    demo.draw_scene(img)
+    flags = ["--image", img, "--image", img, "--choices", "A. left|B. right"]
+    with LoopbackServer(json_judge_server) as srv:
+        url = srv.url
         out = run_demo(
-            live(
-                srv.url,
-                "Left or right?",
-                "--max-steps 3 --concurrency 4 --judge-format text",
-                *("--image", str(img), "--choices", "A. left|B. right"),
-            ),
+            live(url, "Left or right?", "--max-steps 3", *flags),
             cwd=tmp_path,
             env={"OPENAI_API_KEY": "sk-secret-demo"},
         )
-        assert out.returncode == 0, out.stderr
-        requests = list(srv.requests)
+        sent = chats(srv)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert out.stdout.startswith(f"live demo: reasoner scripted at {url}\n")
     d = json.loads((tmp_path / "verdict_trace.json").read_text())
     check_trace(d)
-    assert d["meta"]["mode"] == "live" and "A. left" in d["question"]
-    assert all(v == 0.8 for s in d["steps"] for r in s["s_hat"] for v in r)
-    assert "sk-secret-demo" not in (tmp_path / "verdict_trace.json").read_text() + out.stdout + out.stderr
-    chat = [r for r in requests if r[0].endswith("/chat/completions")]
-    usage = d["meta"]["usage"]["reasoner"]
-    # 1 reasoner call and 3 judge calls per candidate; the 3 identical candidates "Final answer: B" make
-    # identical judge calls, and those in flight at the same time share one request
-    assert usage["calls"] == sum(1 + 3 * len(s["candidates"]) for s in d["steps"])
-    assert (
-        len({json.dumps(r[1], sort_keys=True) for r in chat}) <= len(chat) == usage["calls"] - usage["merged"]
-    )
-    # each step's share of that (verdict.run's meter), summed in the totals
-    assert [s["usage"]["calls"] for s in d["steps"]] == [1 + 3 * len(s["candidates"]) for s in d["steps"]]
-    assert d["totals"]["usage"] == {k: v for k, v in usage.items()}
+    assert d["meta"] == {"mode": "live", "model": "scripted", "base_url": url}
+    assert d["question"] == "Left or right?\nA. left\nB. right" and d["answer"] == "B"
+    assert all(v == 7 / 9 for s in d["steps"] for r in s["s_hat"] for v in r)
+    text = (tmp_path / "verdict_trace.json").read_text() + out.stdout + out.stderr
+    assert "sk-secret-demo" not in text
+    # One reasoner call per step and one call per judge and candidate; the reasoner and the visual
+    # judge see both images.
+    assert len(sent) == sum(1 + 3 * len(s["candidates"]) for s in d["steps"]) == 2 + 2 * 9
+    seeing = [b for b in sent if role_of(b["messages"]) in ("reasoner", "visual")]
+    assert len(seeing) == 2 + 2 * 3
+    for body in seeing:
+        content = [m["content"] for m in body["messages"] if isinstance(m["content"], list)]
+        assert sum(p.get("type") == "image_url" for c in content for p in c) == 2
+    assert "final answer: B" in out.stdout and "wrote verdict_trace.json" in out.stdout
 
 
 def test_live_mode_text_only(tmp_path):
-    with LoopbackServer(scripted_judge_server) as srv:
-        out = run_demo(live(srv.url, "Is 3 > 2?", "--max-steps 2 --judge-format text"), cwd=tmp_path)
-        user = [r[1]["messages"][-1]["content"] for r in srv.requests if r[0].endswith("/chat/completions")]
+    with LoopbackServer(json_judge_server) as srv:
+        out = run_demo(live(srv.url, "Is 3 > 2?", "--max-steps 2"), cwd=tmp_path)
+        user = [b["messages"][-1]["content"] for b in chats(srv)]
     assert out.returncode == 0, out.stderr
     assert user and all(isinstance(u, str) for u in user)  # no image: plain string content
 
 
-def json_judge_server(body, path):
-    """scripted_judge_server, except that a judge asked for JSON (response_format) answers score 7 of 9."""
-    if "response_format" in body:
-        return 200, chat_response('{"reason": "The ball is right of the cube.", "score": 7}'), {}
-    return scripted_judge_server(body, path)
+def test_unreachable_server_is_one_line(tmp_path, monkeypatch, capsys):
+    with socket.socket() as s:  # a port with nobody listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(judges, "Endpoint", partial(judges.Endpoint, retries=0))
+    url = f"http://127.0.0.1:{port}/v1"
+    assert demo.main(["--base-url", url, "--question", "q"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("demo.py: error: ") and f"127.0.0.1:{port}" in err
+    assert len(err.splitlines()) == 1 and not (tmp_path / "verdict_trace.json").exists()
 
 
-def test_live_mode_asks_for_json_by_default(tmp_path):
-    with LoopbackServer(json_judge_server) as srv:
-        out = run_demo(live(srv.url, flags="--n 2"), cwd=tmp_path)
-        judged = [b for b in srv.chats if "response_format" in b]
-    assert out.returncode == 0 and out.stderr == "", out.stderr
-    d = json.loads((tmp_path / "verdict_trace.json").read_text())
-    check_trace(d)
-    assert all(v == 7 / 9 for s in d["steps"] for r in s["s_hat"] for v in r)
-    # Identical judge calls in flight at once share one request (client.Client), so count distinct requests.
-    distinct = {(t, c) for t, s in enumerate(d["steps"]) for c in s["candidates"]}
-    assert len({json.dumps(b, sort_keys=True) for b in judged}) == 3 * len(distinct)
-    assert len(judged) <= d["totals"]["judge_calls"] == sum(3 * len(s["candidates"]) for s in d["steps"])
-    meta = d["meta"]["judges"]
-    assert (meta["format"], meta["format_used"], meta["fallback"], meta["s_hat"]) == (
-        "json",
-        "json",
-        None,
-        "sampled",
-    )
-    calls = [[[c["sampled"] for c in row] for row in s["calls"]] for s in d["steps"]]
-    assert calls == [s["s_hat"] for s in d["steps"]]
-    records = [c for s in d["steps"] for row in s["calls"] for c in row]
-    assert all(c["weighted"] is None for c in records)  # this server sends no logprobs
-    assert all(c["reason"] == "The ball is right of the cube." for c in records)
+def test_wrong_model_is_one_line(tmp_path):
+    def refuse_model(body, path):
+        return 404, {"error": {"message": f"The model `{body['model']}` does not exist."}}, {}
+
+    with LoopbackServer(refuse_model) as srv:
+        out = run_demo(live(srv.url, model="no-such-model"), cwd=tmp_path)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+    assert "The model `no-such-model` does not exist." in out.stderr and "404" in out.stderr
+    assert "Traceback" not in out.stderr and not (tmp_path / "verdict_trace.json").exists()
 
 
-def refuse_json(body, path):
-    """scripted_judge_server behind a server that cannot constrain its output: response_format gets a 400."""
-    return REFUSE if "response_format" in body else scripted_judge_server(body, path)
+# ----------------------------------------------------------------------------- bad flags
 
-
-def test_live_mode_falls_back_to_text_once_and_says_so(tmp_path):
-    with LoopbackServer(refuse_json) as srv:
-        out = run_demo(live(srv.url, flags="--n 2 --concurrency 4"), cwd=tmp_path)
-        refused = sum("response_format" in b for b in srv.chats)
-    assert out.returncode == 0, out.stderr
-    assert len(out.stderr.splitlines()) == 1 and "refused response_format" in out.stderr
-    assert "but got: json_schema" in out.stderr
-    d = json.loads((tmp_path / "verdict_trace.json").read_text())
-    check_trace(d)
-    assert all(v == 0.8 for s in d["steps"] for r in s["s_hat"] for v in r) and 1 <= refused <= 4
-    meta = d["meta"]["judges"]
-    assert (meta["format"], meta["format_used"]) == ("json", "text") and 1 <= meta["fallback"][
-        "at_call"
-    ] <= refused
-    assert "HTTP 400" in meta["fallback"]["error"]
-
-
-def grounded_server(body, path):
-    """scripted_judge_server, plus the judge modes' calls: a prior, a fact sheet, premise checks."""
-    role = role_of(body["messages"])
-    if role == "prior":
-        return 200, chat_response("- The ball must be found right of the cube."), {}
-    if role == "premises":
-        return (
-            200,
-            chat_response(
-                json.dumps(
-                    {
-                        "objects": [{"fact": "a blue ball"}],
-                        "numbers": [],
-                        "structure": [],
-                        "relations": [{"fact": "the ball is right of the cube"}],
-                    }
-                )
-            ),
-            {},
-        )
-    if role == "premise_check":
-        return 200, chat_response('{"claims": [{"claim": "the ball is right", "label": "supported"}]}'), {}
-    return scripted_judge_server(body, path)
-
-
-def test_live_mode_with_judge_modes_records_them_in_the_trace(tmp_path):
-    with LoopbackServer(grounded_server) as srv:
-        out = run_demo(
-            live(srv.url, flags="--n 2 --max-steps 1 --judge-mode prior+premises+gate --judge-format text"),
-            cwd=tmp_path,
-        )
-        chats = [r[1] for r in srv.requests if r[0].endswith("/chat/completions")]
-    assert out.returncode == 0, out.stderr
-    d = json.loads((tmp_path / "verdict_trace.json").read_text())
-    check_trace(d)
-    g = d["meta"]["judge_mode"]
-    assert (
-        g["judge_mode"] == "prior+premises+gate"
-        and g["prior"] == "- The ball must be found right of the cube."
-    )
-    assert g["fact_sheet_status"] == "ok" and [e["r"] for e in g["gate"]] == [1.0]  # one check for one text
-    judged = [c["messages"] for c in chats if "Score:" in c["messages"][-1]["content"]]
-    assert g["extra_calls"] == 1 + 1 + 1 and all("Reference expectations" in m[-1]["content"] for m in judged)
-    assert (
-        len({json.dumps(m) for m in judged}) == 3 and d["totals"]["judge_calls"] == 2 * 3
-    )  # 2 identical candidates
-    gates = [c["gate"] for row in d["steps"][0]["calls"] for c in row]  # every call's own gate record
-    assert gates == [{"s_hat": 0.8, "gated": 0.8, "nu": 1, "r": 1.0, "alpha": 1.0}] * 6
-    assert (
-        "judge mode prior+premises+gate; prior of 43 characters; fact sheet ok (2 facts); "
-        "1 premise checks (r = 1.00); 3 extra calls, "
-    ) in out.stdout
-
-
-# The flags demo.py and verdict_lab.evaluate share (add_verifier_args), refused in the same words by both.
-VERIFIER_ERRORS = [
-    (flags.split(), message)
-    for flags, message in (
-        ("--tau nan", "--tau must be in [0, 1]"),
-        ("--tau 5", "--tau must be in [0, 1] (s̄* <= 1: tau = 1 accepts nothing), got tau=5.0"),
-        ("--eps -1", "--eps must be in (0, 1]"),
-        ("--n 0", "--n must be an integer >= 1, got n=0"),
-        ("--max-steps 0", "--max-steps must be an integer >= 1, got max_steps=0"),
-        ("--mode-max-tokens 0", "--mode-max-tokens must be an integer >= 1, got mode_max_tokens=0"),
-    )
-]
-
-
-def refuse_model(body, path):
-    return 404, {"error": {"message": f"The model `{body['model']}` does not exist."}}, {}
+URL = "http://127.0.0.1:9/v1"  # nobody is asked: every case stops before a call
 
 
 @pytest.mark.parametrize(
     "args, needle",
     [
-        *VERIFIER_ERRORS,
-        (["--n", "three"], "--n"),
-        (["--rule", "median"], "median"),
-        (
-            [
-                "--base-url",
-                "http://127.0.0.1:9/v1",
-                "--model",
-                "x",
-                "--question",
-                "q",
-                "--image",
-                "/no/such.png",
-            ],
-            "/no/such.png",
-        ),
-        (["--base-url", "http://127.0.0.1:9/v1", "--model", "x"], "--question"),
-        (["--judge-mode", "prior"], "needs a live model (--base-url)"),
-        (["--revise"], "--revise needs a live model (--base-url)"),
-        # the hidden old names are gone: argparse refuses them
-        (["--judge-modes", "prior"], "error: unrecognized arguments: --judge-modes prior"),
-        (["--score-only"], "error: unrecognized arguments: --score-only"),
-        (
-            ["--base-url", "http://127.0.0.1:9/v1", "--question", "q", "--judge-mode", "sgv"],
-            "judge mode 'sgv'",
-        ),
-        (
-            ["--base-url", "http://127.0.0.1:9/v1", "--question", "q", "--judge-mode", "gate"],
-            "the gate needs",
-        ),
-        (
-            ["--base-url", "http://127.0.0.1:9/v1", "--question", "q", "--judge-mode", "prior,zoom"],
-            "one mode",
-        ),
-        (["--base-url", "http://127.0.0.1:9/v1", "--question", "   "], "--question is blank"),
         (["--question", " \t "], "--question is blank"),
+        (["--base-url", URL, "--question", "   "], "--question is blank"),
+        (["--base-url", URL, "--model", "x"], "live mode needs --question"),
+        (["--question", "Which side?"], "--question needs a live model (--base-url)"),
+        (["--image", "x.png", "--choices", "A. l|B. r"], "--image and --choices need a live"),
         (["--choices", "garbage"], "--choices must be two or more options"),
         (["--choices", "|||"], "got '|||'"),
         (["--choices", "A. left"], "--choices must be two or more options"),
         (["--choices", "A. left|a. right"], "distinct letters"),
-        (
-            ["--base-url", "ftp://127.0.0.1:9/v1", "--question", "q"],
-            "endpoint URL must be http:// or https://",
-        ),
+        (["--base-url", URL, "--question", "q", "--image", "/no/such.png"], "/no/such.png"),
+        (["--base-url", URL, "--question", "q", "--image", "."], "--image: '.' is not a file"),
+        (["--base-url", "ftp://127.0.0.1:9/v1", "--question", "q"], "--base-url must be http"),
+        (["--base-url", "http:///v1", "--question", "q"], "--base-url must be http"),
+        (["--base-url", "http://host:99999/v1", "--question", "q"], "--base-url must be http"),
+        (["--base-url", "http://host:x/v1", "--question", "q"], "--base-url must be http"),
+        (["--base-url", "127.0.0.1:8000", "--question", "q"], "--base-url must be http"),
+        (["--max-steps", "0"], "max_steps must be an integer >= 1, got max_steps=0"),
+        (["--max-steps", "three"], "argument --max-steps: invalid int value: 'three'"),
+        (["--trace", ""], "--trace: the path is empty"),
+        (["--trace", "."], "--trace: '.' is a directory"),
+        (["--trace", "missing/t.json"], "--trace: cannot write 'missing/t.json'"),
+        (["--plot", "missing/p.png"], "--plot: cannot write 'missing/p.png'"),
+        (["--plot", "p.nosuchformat"], "--plot: 'p.nosuchformat' has no image file extension"),
+        (["--plot", "p.psd"], "--plot: 'p.psd' has no image file extension PIL can write"),
+        # evaluate's settings are not demo.py's, and no flag is abbreviated
+        (["--tau", "0.5"], "error: unrecognized arguments: --tau 0.5"),
+        (["--judge-mode", "zoom"], "error: unrecognized arguments: --judge-mode zoom"),
+        (["--ques", "q"], "error: unrecognized arguments: --ques q"),
     ],
 )
-def test_errors_are_one_line_with_exit_2(tmp_path, args, needle):
+def test_bad_flags_are_one_line_with_exit_2_and_nothing_written(tmp_path, args, needle):
     out = run_demo(args, cwd=tmp_path)
-    assert out.returncode == 2 and out.stdout == ""
-    assert (
-        len(out.stderr.strip().splitlines()) == 1 and needle in out.stderr and "Traceback" not in out.stderr
-    )
+    assert out.returncode == 2 and out.stdout == "", out.stdout
+    assert len(out.stderr.splitlines()) == 1 and out.stderr.startswith("demo.py: error: ")
+    assert needle in out.stderr and "Traceback" not in out.stderr
+    assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.parametrize(
-    "flag, value",
+    "flags",
     [
-        ("--tau", "2"),
-        ("--tau", "-0.1"),
-        ("--eps", "-1"),
-        ("--eps", "0"),
-        ("--eps", "1.5"),
-        ("--tau", "5"),
-        ("--tau", "1.01"),
+        ["--plot", "p.nosuchformat"],
+        ["--trace", "missing/t.json"],
+        ["--image", "."],
+        ["--api-key-env", "sk-live-123456"],  # a key given for its variable is refused unshown
     ],
 )
-def test_tau_and_eps_out_of_range_are_refused_before_any_call(tmp_path, flag, value):
-    with LoopbackServer(scripted_judge_server) as srv:
-        out = run_demo(["--base-url", srv.url, "--question", "q", flag, value], cwd=tmp_path)
+def test_bad_flags_stop_before_any_call(tmp_path, flags):
+    with LoopbackServer(json_judge_server) as srv:
+        out = run_demo(live(srv.url) + flags, cwd=tmp_path)
         assert srv.requests == []
-    assert out.returncode == 2 and out.stderr.startswith(f"demo.py: error: {flag} must be in ")
-    assert len(out.stderr.splitlines()) == 1 and not (tmp_path / "verdict_trace.json").exists()
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1
+    assert "sk-live-123456" not in out.stderr and not (tmp_path / "verdict_trace.json").exists()
 
 
-@pytest.mark.parametrize("tau, eps", [("0", "1"), ("1", "0.01")])  # τ = 1: every step by the fallback
-def test_tau_and_eps_at_the_ends_of_their_ranges_run_and_plot(tmp_path, tau, eps):
-    out = run_demo(["--tau", tau, "--eps", eps], cwd=tmp_path)
-    assert out.returncode == 0, out.stderr
-    with Image.open(tmp_path / "verdict_decisions.png") as img:
-        assert img.size == (640, 480)
+def test_a_key_no_header_can_carry_stops_before_any_call(tmp_path):
+    with LoopbackServer(json_judge_server) as srv:
+        out = run_demo(live(srv.url), cwd=tmp_path, env={"OPENAI_API_KEY": "sk-in\nner"})
+        assert srv.requests == []
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1
+    assert "holds a character" in out.stderr and "sk-in" not in out.stderr
 
 
-@pytest.mark.parametrize(
-    "rule, how",
-    [
-        ("max", "no filter, highest maximum score"),
-        ("mean", "no filter, highest raw mean"),
-        ("majority", "no filter, most judges above τ, then highest raw mean"),
-        ("no-filter", "no filter, highest s̄*"),
-    ],
-)
-def test_a_rule_without_a_filter_says_what_it_did(tmp_path, rule, how):
-    out = run_demo(["--rule", rule], cwd=tmp_path)
-    assert out.returncode == 0, out.stderr
-    d = json.loads((tmp_path / "verdict_trace.json").read_text())
-    headers = re.findall(r"^step \d+ +\(chosen #(\d+), (.*)\)$", out.stdout, re.M)
-    assert headers == [(str(s["index"]), how) for s in d["steps"]]
-    rows = re.findall(r"^  \d  .*  (yes| no|  -)( ◀ chosen.*)?$", out.stdout, re.M)
-    assert len(rows) == 9 and all(ok == "  -" for ok, _ in rows) and "(fallback)" not in out.stdout
-    if rule == "max":  # step 1: (0.9, 0.2, 0.9) has the highest maximum, 0.9
-        assert headers[0][0] == "1"
+# ----------------------------------------------------------------------------- on the card
 
 
-def test_a_rule_with_a_filter_marks_its_rows(tmp_path):
-    out = run_demo(["--rule", "raw-dual"], cwd=tmp_path)
-    d = json.loads((tmp_path / "verdict_trace.json").read_text())
-    flags = [m[1] == "yes" for m in re.finditer(r"(yes| no)( ◀ chosen.*)?$", out.stdout, re.M)]
-    assert flags == [a for s in d["steps"] for a in s["accepted"]] and not all(flags)
-    assert re.search(
-        r"^step 1 +\(chosen #\d, (accepted on raw scores, highest raw mean|fallback: .*)\)$", out.stdout, re.M
+def test_demo_imports_only_verdict_judges_numpy_pillow_and_the_standard_library():
+    tree = ast.parse(open(os.path.join(HERE, "demo.py"), encoding="utf-8").read())
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    tops = {name.split(".")[0] for name in names}
+    assert tops - set(sys.stdlib_module_names) == {"verdict", "judges", "numpy", "PIL"}
+    # Nor does anything demo.py imports pull in a module of verdict_lab.
+    probe = "import demo, sys; print(sorted(m for m in sys.modules if m.startswith('verdict_lab')))"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=HERE, capture_output=True, text=True, timeout=60
     )
-
-
-@pytest.mark.parametrize(
-    "flags, env, warned",
-    [
-        (
-            ["--api-key-env", "VERDICT_UNSET_KEY"],
-            {},
-            "demo.py: warning: $VERDICT_UNSET_KEY is not set, so no API key is sent to ",
-        ),
-        (
-            [],
-            {"OPENAI_API_KEY": ""},
-            None,
-        ),  # the default variable, unset, on loopback: a local server needs no key
-        (["--api-key-env", "VERDICT_SET_KEY"], {"VERDICT_SET_KEY": "sk-demo-secret"}, None),
-    ],
-)
-def test_an_unset_key_variable_is_warned_about_once(tmp_path, flags, env, warned):
-    with LoopbackServer(scripted_judge_server) as srv:
-        out = run_demo(
-            ["--base-url", srv.url, "--question", "Is 3 > 2?", "--max-steps", "1", *flags],
-            cwd=tmp_path,
-            env={"VERDICT_UNSET_KEY": "", **env},
-        )
-        url = srv.url
-    assert out.returncode == 0, out.stderr
-    assert out.stderr == ("" if warned is None else f"{warned}{url}\n") and "sk-demo-secret" not in out.stderr
-
-
-def test_unreachable_server_and_wrong_model(tmp_path):
-    import socket
-
-    with socket.socket() as s:  # a port with nobody listening
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    out = run_demo(
-        ["--base-url", f"http://127.0.0.1:{port}/v1", "--model", "x", "--question", "q", "--retries", "0"],
-        cwd=tmp_path,
-    )
-    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
-    assert f"127.0.0.1:{port}" in out.stderr
-    with LoopbackServer(refuse_model) as srv:
-        out = run_demo(["--base-url", srv.url, "--model", "no-such-model", "--question", "q"], cwd=tmp_path)
-    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
-    assert "The model `no-such-model` does not exist." in out.stderr and "404" in out.stderr
-
-
-YES_NO = ("--choices", "A. yes|B. no")
-
-
-def test_live_zoom_mode_records_the_regions_and_prints_their_paths(tmp_path):
-    def server(body, path):
-        if role_of(body["messages"]) == "zoom":
-            return 200, chat_response(json.dumps({"boxes": [SQUARE]})), {}
-        return scripted_judge_server(body, path)
-
-    with LoopbackServer(server) as srv:
-        out = run_demo(
-            live(
-                srv.url,
-                "Left or right?",
-                "--n 2 --max-steps 1 --judge-mode zoom",
-                "--image",
-                str(scene(tmp_path / "s.png")),
-            ),
-            cwd=tmp_path,
-        )
-    assert out.returncode == 0, out.stderr
-    g = json.loads((tmp_path / "verdict_trace.json").read_text())["meta"]["judge_mode"]
-    assert g["judge_mode"] == "zoom" and [e["path"] for e in g["zoom"]] == ["zoom"] and g["extra_calls"] == 1
-    assert "judge mode zoom; 1 region requests (zoom); 1 extra calls, " in out.stdout
-
-
-def test_live_revise_judges_the_revision_and_prints_it(tmp_path):
-    with LoopbackServer(revise_server) as srv:
-        out = run_demo(
-            live(srv.url, "Where is the cube?", "--n 2 --revise", "--choices", "A. left|B. right"),
-            cwd=tmp_path,
-        )
-    assert out.returncode == 0, out.stderr
-    d = json.loads((tmp_path / "verdict_trace.json").read_text())
-    check_trace(d)
-    (step,) = d["steps"]
-    assert step["fallback"] and step["revision"]["taken"] and d["answer"] == "B"
-    assert step["revision"]["usage"]["calls"] == 4  # the reviser's call and the revision's three judgements
-    assert "  R  Final answer: B" in out.stdout and "yes ◀ chosen (revised)" in out.stdout
-    assert "◀ chosen (fallback)" not in out.stdout and "1 revision (1 taken)" in out.stdout
+    assert out.returncode == 0 and out.stdout == "[]\n", out.stderr

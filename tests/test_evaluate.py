@@ -1,6 +1,6 @@
-"""Tests for verdict_lab/evaluate.py: a TSV run with every image sent, the summary arithmetic by hand, resume
-after a kill, shared calls between rules, budgets, errors and flags. Every model is the loopback scripted
-server; one `live` test talks to VERDICT_LIVE_URL."""
+"""Tests for verdict_lab/evaluate.py: a TSV run with every image sent, the summary arithmetic by
+hand, resume after a kill, shared calls between rules, budgets, errors and flags. Every model is the
+loopback scripted server; one `live` test talks to VERDICT_LIVE_URL."""
 
 import json
 import os
@@ -10,9 +10,9 @@ import threading
 
 import pytest
 
-import demo
 from verdict_lab import evaluate
 import verdict
+from verdict_lab import loop
 from verdict_lab.cache import Cache, CacheError
 from verdict_lab.flags import settings_of
 from verdict_lab.modes import MODE_MAX_TOKENS
@@ -21,16 +21,31 @@ from verdict_lab.harness.rows import Row
 from verdict_lab.loopback import chat_response, user_text
 from verdict_lab.layouts import role_of
 from test_benchmarks import tiny_tsv
-from test_demo import VERIFIER_ERRORS, run_script, start_script
+from test_demo import run_script, start_script
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the root
 
 
-# The script. Step 1: n "Idea" candidates that every judge scores 0.7, so every rule takes candidate 0
-# and all chains coincide. Step 2: final answers, candidate j says "AB"[(j + seed) % 2]. The judges
-# give A the conflicting vector (0.9, 0.2, 0.9) and B the agreeing (0.7, 0.6, 0.7) of Proposition 1:
-# equal raw means, so VERDICT (and min, variance, raw-dual, no-rank) takes B, max and no-filter take A.
+# The script. Step 1: n "Idea" candidates that every judge scores 0.7, so every rule takes candidate
+# 0 and all chains coincide. Step 2: final answers, candidate j says "AB"[(j + seed) % 2]. The
+# judges give A the conflicting vector (0.9, 0.2, 0.9) and B the agreeing (0.7, 0.6, 0.7) of
+# Proposition 1: equal raw means, so VERDICT (and min, variance, raw-dual, no-rank) takes B, max and
+# no-filter take A.
 SCORES = {"Final answer: A": (0.9, 0.2, 0.9), "Final answer: B": (0.7, 0.6, 0.7)}
+
+
+# The verifier flags' errors as verdict_lab.evaluate words them.
+VERIFIER_ERRORS = [
+    (flags.split(), message)
+    for flags, message in (
+        ("--tau nan", "--tau must be in [0, 1]"),
+        ("--tau 5", "--tau must be in [0, 1] (s̄* <= 1: tau = 1 accepts nothing), got tau=5.0"),
+        ("--eps -1", "--eps must be in (0, 1]"),
+        ("--n 0", "--n must be an integer >= 1, got n=0"),
+        ("--max-steps 0", "--max-steps must be an integer >= 1, got max_steps=0"),
+        ("--mode-max-tokens 0", "--mode-max-tokens must be an integer >= 1, got mode_max_tokens=0"),
+    )
+]
 
 
 def script(body, path):
@@ -41,7 +56,9 @@ def script(body, path):
             return 200, chat_response(
                 [f"Final answer: {'AB'[(j + seed) % 2]}" for j in range(n)], prompt_tokens=20
             )
-        return 200, chat_response([f"Idea {j} for seed {seed}." for j in range(n)], prompt_tokens=20)
+        return 200, chat_response(
+            [f"Idea {j} for seed {seed}." for j in range(n)], prompt_tokens=20
+        )
     judge = verdict.JUDGES.index(role)
     step = re.search(r"<step>\n(.*?)\n</step>", text, re.S).group(1)
     return 200, chat_response(
@@ -67,8 +84,8 @@ def write_jsonl(path, n=4, answers="BBAB"):
 
 
 def argv(data, url, out, flags="") -> list:
-    """verdict_lab.evaluate's command line: `data` (a file, or a list of them), the endpoint and the run
-    directory, then `flags`, split at spaces."""
+    """verdict_lab.evaluate's command line: `data` (a file, or a list of them), the endpoint and the
+    run directory, then `flags`, split at spaces."""
     files = data if isinstance(data, list) else [data]
     return [
         *(a for f in files for a in ("--data", str(f))),
@@ -110,7 +127,12 @@ def test_tsv_run_sends_every_image_and_reports_skipped_rows(tmp_path, loopback):
     path, _ = tiny_tsv(tmp_path)
     srv = loopback(script)
     out = tmp_path / "out"
-    assert evaluate.main(argv(path, srv.url, out, "--seeds 1 --rules base,verdict --judge-format text")) == 0
+    assert (
+        evaluate.main(
+            argv(path, srv.url, out, "--seeds 1 --rules base,verdict --judge-format text")
+        )
+        == 0
+    )
     got = rows_of(out)
     # row 15 has no image: dropped; row 13 has no answer: scored, as VLMEvalKit scores it
     assert len(got) == 4 * 2 and {r["id"] for r in got} == {"10", "11", "12", "13"}
@@ -121,7 +143,9 @@ def test_tsv_run_sends_every_image_and_reports_skipped_rows(tmp_path, loopback):
         for c in srv.chats
         if "Which image is blue" in user_text(c)
     ]
-    assert parts and all(len(p) == 2 for p in parts)  # both images of the multi-image row, every call
+    assert parts and all(
+        len(p) == 2 for p in parts
+    )  # both images of the multi-image row, every call
     summary = json.loads((out / "summary.json").read_text())
     reading = summary["reading"]["Tiny"]
     assert (reading["read"], reading["total"], reading["dropped"]) == (6, 4, 1)
@@ -136,13 +160,15 @@ def test_tsv_run_sends_every_image_and_reports_skipped_rows(tmp_path, loopback):
 
 
 def test_jsonl_run_rows_traces_and_sharing(tmp_path, loopback):
-    """One row per (item, seed, method) with its trace; within an (item, seed) every rule's first step
-    has the same candidates and scores; no request reaches the server twice, and the server sees far
-    fewer requests than the methods would need alone."""
+    """One row per (item, seed, method) with its trace; within an (item, seed) every rule's first
+    step has the same candidates and scores; no request reaches the server twice, and the server
+    sees far fewer requests than the methods would need alone."""
     srv = loopback(script)
     data, out = write_jsonl(tmp_path / "q.jsonl"), tmp_path / "out"
     assert (
-        evaluate.main(argv(data, srv.url, out, "--seeds 2 --max-steps 3 --concurrency 3 --judge-format text"))
+        evaluate.main(
+            argv(data, srv.url, out, "--seeds 2 --max-steps 3 --concurrency 3 --judge-format text")
+        )
         == 0
     )
     rows = rows_of(out)
@@ -152,7 +178,7 @@ def test_jsonl_run_rows_traces_and_sharing(tmp_path, loopback):
         assert (
             r["format"] == "verdict-eval-row/3"
             and r["error"] is None
-            and r["trace"]["format"] == verdict.TRACE_FORMAT
+            and r["trace"]["format"] == loop.TRACE_FORMAT
         )
         assert r["stopped"] == r["trace"]["stopped"] == "final" and len(r["trace"]["steps"]) == 2
         assert r["pred"] == r["trace"]["answer"][-1] and r["correct"] == (r["pred"] == r["answer"])
@@ -166,9 +192,12 @@ def test_jsonl_run_rows_traces_and_sharing(tmp_path, loopback):
             and usage["replies"] + usage["cache_hits"] + usage["merged"] == r["calls"]
         )
         assert (
-            sum(st["usage"]["calls"] for st in r["trace"]["steps"]) == r["calls"] == (1 if n == 1 else 10) * 2
+            sum(st["usage"]["calls"] for st in r["trace"]["steps"])
+            == r["calls"]
+            == (1 if n == 1 else 10) * 2
         )
-    first = {}  # what was decided, apart from what it cost (a rule that came later found its calls cached)
+    # What was decided, apart from what it cost (a rule that came later found its calls cached).
+    first = {}
     for r in rows:
         if r["method"] != "base":
             step = {k: v for k, v in r["trace"]["steps"][0].items() if k != "usage"}
@@ -185,7 +214,11 @@ def test_jsonl_run_rows_traces_and_sharing(tmp_path, loopback):
     assert sum(r["sent"] for r in rows) == len(bodies) < alone / 5
     summary = json.loads((out / "summary.json").read_text())
     # Answers are B, B, A, B: VERDICT always says B -> 75% on both seeds; max always says A -> 25%.
-    assert summary["accuracy"]["verdict"]["q"] == {"mean": 75.0, "std": 0.0, "per_seed": [75.0, 75.0]}
+    assert summary["accuracy"]["verdict"]["q"] == {
+        "mean": 75.0,
+        "std": 0.0,
+        "per_seed": [75.0, 75.0],
+    }
     assert (
         summary["accuracy"]["max"]["q"]["mean"] == 25.0
         and summary["gain_over_base"]["verdict"]["Avg"] is not None
@@ -197,8 +230,8 @@ def test_jsonl_run_rows_traces_and_sharing(tmp_path, loopback):
 
 
 def test_rules_share_calls_when_chains_coincide(tmp_path, loopback):
-    """All judges agree everywhere, so all nine rules build the same chain: together they cost exactly
-    the requests of VERDICT alone."""
+    """All judges agree everywhere, so all nine rules build the same chain: together they cost
+    exactly the requests of VERDICT alone."""
 
     def agreeing(body, path):
         if role_of(body["messages"]) == "reasoner":
@@ -209,7 +242,9 @@ def test_rules_share_calls_when_chains_coincide(tmp_path, loopback):
     data = write_jsonl(tmp_path / "q.jsonl", n=2)
     flags = "--seeds 2 --judge-format text --rules "
     assert evaluate.main(argv(data, alone_srv.url, tmp_path / "a", flags + "verdict")) == 0
-    assert evaluate.main(argv(data, all_srv.url, tmp_path / "b", flags + ",".join(verdict.RULES))) == 0
+    assert (
+        evaluate.main(argv(data, all_srv.url, tmp_path / "b", flags + ",".join(verdict.RULES))) == 0
+    )
     assert (
         len(all_srv.chats) == len(alone_srv.chats) == 2 * 2 * (1 + 3 * 3 + 1 + 2 * 3)
     )  # 2 items, 2 seeds, 2 steps
@@ -286,15 +321,22 @@ def test_budget_stops_chains(tmp_path, loopback, judge_model):
         == 0
     )
     base, rule = rows_of(out)
-    assert base["stopped"] == "max_steps" and base["calls"] == 5 and len(base["trace"]["steps"]) == 5
-    # Step 1 costs 1 + 9 calls; step 2's proposal and two judge calls reach 12, the 13th stops the chain.
+    assert (
+        base["stopped"] == "max_steps" and base["calls"] == 5 and len(base["trace"]["steps"]) == 5
+    )
+    # Step 1 costs 1 + 9 calls; step 2's proposal and two judge calls reach 12, and the 13th
+    # stops the chain.
     assert rule["stopped"] == rule["trace"]["stopped"] == "budget" and rule["calls"] == 12
     assert (
         len(rule["trace"]["steps"]) == 1
         and rule["trace"]["steps"][0]["candidates"][0] == "Take x more steps, perhaps B."
     )
     # A stopped chain is read from its last chosen step, as VLMEvalKit reads a truncated response.
-    assert rule["trace"]["answer"] is None and (rule["pred"], rule["extracted"], rule["correct"]) == (
+    assert rule["trace"]["answer"] is None and (
+        rule["pred"],
+        rule["extracted"],
+        rule["correct"],
+    ) == (
         "B",
         "letter",
         True,
@@ -318,23 +360,36 @@ def test_json_refused_falls_back_to_text_once_for_the_whole_run(tmp_path, loopba
     srv = loopback(refuse_json)
     out = tmp_path / "out"
     data = write_jsonl(tmp_path / "q.jsonl", n=3)
-    proc = run(argv(data, srv.url, out, "--seeds 1 --rules verdict --concurrency 3"))  # json, the default
+    proc = run(
+        argv(data, srv.url, out, "--seeds 1 --rules verdict --concurrency 3")
+    )  # json, the default
     assert proc.returncode == 0, proc.stderr
     assert (
         proc.stderr.count("refused response_format") == 1
     )  # once for the run, though its 3 items run at once
     metas = [r["trace"]["meta"]["judges"] for r in rows_of(out)]
-    assert len(metas) == 3 and all((m["format"], m["format_used"]) == ("json", "text") for m in metas)
-    assert metas[0]["fallback"]["at_call"] >= 1 and all(m["fallback"] == metas[0]["fallback"] for m in metas)
-    assert all(None not in r for row in rows_of(out) for s in row["trace"]["steps"] for r in s["s_hat"])
-    assert json.loads((out / "run.json").read_text())["settings"]["verifier"]["judge_format"] == "json"
+    assert len(metas) == 3 and all(
+        (m["format"], m["format_used"]) == ("json", "text") for m in metas
+    )
+    assert metas[0]["fallback"]["at_call"] >= 1 and all(
+        m["fallback"] == metas[0]["fallback"] for m in metas
+    )
+    assert all(
+        None not in r for row in rows_of(out) for s in row["trace"]["steps"] for r in s["s_hat"]
+    )
+    assert (
+        json.loads((out / "run.json").read_text())["settings"]["verifier"]["judge_format"] == "json"
+    )
 
 
-SHEET = json.dumps({"objects": [{"fact": "two numbers"}], "numbers": [], "relations": [], "structure": []})
+SHEET = json.dumps(
+    {"objects": [{"fact": "two numbers"}], "numbers": [], "relations": [], "structure": []}
+)
 
 
 def grounded(body, path):
-    """script, plus the judge modes' calls: a prior, a fact sheet, premise checks that support every claim."""
+    """script, plus the judge modes' calls: a prior, a fact sheet, premise checks that support every
+    claim."""
     for name, reply in (
         ("prior", "- Compare the two numbers."),
         ("premises", SHEET),
@@ -369,16 +424,25 @@ def test_judge_modes_are_rows_that_share_the_reasoners_candidates(tmp_path, loop
         "verdict+prior+premises",
         "verdict+premises+gate",
     ]
-    # The scripted scores ignore the evidence (and the gate finds every premise supported, r = 1), so
-    # every row builds VERDICT's chain, from the same candidates, which the reasoner was asked for once.
-    chains = [[s["candidates"] for s in r["trace"]["steps"]] for m, r in rows.items() if m != "base"]
+    # The scripted scores ignore the evidence (and the gate finds every premise supported, r = 1),
+    # so every row builds VERDICT's chain, from the same candidates, which the reasoner was asked
+    # for once.
+    chains = [
+        [s["candidates"] for s in r["trace"]["steps"]] for m, r in rows.items() if m != "base"
+    ]
     assert all(c == chains[0] for c in chains) and len(chains[0]) == 2
     roles = [role_of(c["messages"]) for c in srv.chats]
     assert roles.count("reasoner") == 2 * (2 + 2)  # base, verdict
-    # Per item: one prior and one fact sheet whichever rows use them; 5 premise checks (the candidates of
-    # step 2, "Final answer: A", "... B", "... A", hold one repeat, which the cache serves).
-    assert (roles.count("prior"), roles.count("premises"), roles.count("premise_check")) == (2, 2, 2 * 5)
-    # Extra calls per chain: the prior 1, the fact sheet 1, a premise check per distinct candidate (3 + 2).
+    # Per item: one prior and one fact sheet whichever rows use them; 5 premise checks (the
+    # candidates of step 2, "Final answer: A", "... B", "... A", hold one repeat, which the cache
+    # serves).
+    assert (roles.count("prior"), roles.count("premises"), roles.count("premise_check")) == (
+        2,
+        2,
+        2 * 5,
+    )
+    # Extra calls per chain: the prior 1, the fact sheet 1, a premise check per distinct candidate
+    # (3 + 2).
     assert {m: r["extra_calls"] for m, r in rows.items()} == {
         "base": 0,
         "verdict": 0,
@@ -391,7 +455,8 @@ def test_judge_modes_are_rows_that_share_the_reasoners_candidates(tmp_path, loop
     g = rows["verdict+prior+premises"]["trace"]["meta"]["judge_mode"]
     assert g["prior"] == "- Compare the two numbers." and g["fact_sheet_status"] == "ok"
     assert (
-        "judge_mode" not in rows["verdict"]["trace"]["meta"] and rows["verdict"]["fact_sheet_status"] is None
+        "judge_mode" not in rows["verdict"]["trace"]["meta"]
+        and rows["verdict"]["fact_sheet_status"] is None
     )
     summary = json.loads((out / "summary.json").read_text())
     stats = summary["stats"]
@@ -399,7 +464,9 @@ def test_judge_modes_are_rows_that_share_the_reasoners_candidates(tmp_path, loop
         stats["verdict+premises+gate"]["extra_calls_per_item"] == 6
         and stats["verdict+premises"]["degraded_rate"] == 0
     )
-    assert stats["verdict"]["extra_calls_per_item"] == 0 and stats["verdict"]["degraded_rate"] is None
+    assert (
+        stats["verdict"]["extra_calls_per_item"] == 0 and stats["verdict"]["degraded_rate"] is None
+    )
     # Per item: the 5 premise checks of the gate row (its distinct candidates); every
     # mode's sheet ok on both items.
     assert {m: r["gate_checks"] for m, r in rows.items()} == {
@@ -414,8 +481,8 @@ def test_judge_modes_are_rows_that_share_the_reasoners_candidates(tmp_path, loop
     assert summary["accuracy"]["verdict+prior"] == summary["accuracy"]["verdict"]
     md = (out / "summary.md").read_text()
     assert (
-        "| extra calls/item | extra tokens/item | gate checks/item | sheet degraded | revise calls/item | "
-        "revise tokens/item | revisions taken | sheet ok/retried/degraded |"
+        "| extra calls/item | extra tokens/item | gate checks/item | sheet degraded | "
+        "revise calls/item | revise tokens/item | revisions taken | sheet ok/retried/degraded |"
     ) in md
     gated = [line for line in md.splitlines() if line.startswith("| verdict+premises+gate |")][
         -1
@@ -438,7 +505,9 @@ def test_endpoint_error_is_a_row_and_is_retried(tmp_path, loopback):
     data, out = write_jsonl(tmp_path / "q.jsonl", n=3), tmp_path / "out"
     args = argv(data, srv.url, out, "--seeds 1 --rules base,verdict --judge-format text")
     assert evaluate.main(args) == 3  # 2 of 6 chains failed: more than --max-error-rate 0.05
-    assert evaluate.main(args + ["--max-error-rate", "0.5"]) == 0  # the same table, under a laxer threshold
+    assert (
+        evaluate.main(args + ["--max-error-rate", "0.5"]) == 0
+    )  # the same table, under a laxer threshold
     rows = {r["id"]: r for r in rows_of(out) if r["method"] == "verdict"}
     assert "context length exceeded" in rows["q1"]["error"] and rows["q1"]["correct"] is False
     assert rows["q0"]["error"] is None and rows["q2"]["error"] is None
@@ -451,7 +520,12 @@ def test_endpoint_error_is_a_row_and_is_retried(tmp_path, loopback):
 
 def test_unreachable_endpoint_fails_fast(tmp_path):
     out = run(
-        argv(write_jsonl(tmp_path / "q.jsonl"), "http://127.0.0.1:9/v1", tmp_path / "out", "--retries 0")
+        argv(
+            write_jsonl(tmp_path / "q.jsonl"),
+            "http://127.0.0.1:9/v1",
+            tmp_path / "out",
+            "--retries 0",
+        )
     )
     assert out.returncode == 2 and out.stderr.count("\n") == 1
     assert out.stderr.startswith("verdict_lab.evaluate: error: the endpoint cannot be used:")
@@ -475,13 +549,17 @@ def test_unreachable_endpoint_fails_fast(tmp_path):
         (["--judge-mode", "premises,gate"], "the gate needs the premises mode"),
         (["--judge-mode", "gate"], "the gate needs the premises mode"),
         # the hidden old names are gone: argparse refuses them
-        (["--judge-modes", "plain,prior"], "error: unrecognized arguments: --judge-modes plain,prior"),
+        (
+            ["--judge-modes", "plain,prior"],
+            "error: unrecognized arguments: --judge-modes plain,prior",
+        ),
         (["--score-only"], "error: unrecognized arguments: --score-only"),
     ],
 )
 def test_bad_flags_one_line_exit_2(tmp_path, args, message):
     out = run(
-        argv(write_jsonl(tmp_path / "q.jsonl"), "http://127.0.0.1:9/v1", tmp_path / "o") + args, cwd=tmp_path
+        argv(write_jsonl(tmp_path / "q.jsonl"), "http://127.0.0.1:9/v1", tmp_path / "o") + args,
+        cwd=tmp_path,
     )
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and message in out.stderr, out.stderr
 
@@ -508,25 +586,45 @@ def test_a_bad_setting_exits_2_before_any_request(tmp_path, loopback, bad):
     assert srv.requests == [] and not (tmp_path / "o").exists()
 
 
-def test_demo_and_evaluate_share_the_verifier_flags(capsys):
-    # One definition (add_verifier_args): the same flags, defaults (verdict.Config's) and help in both.
-    for parse in (demo.parse_args, lambda a: evaluate.parse_args(["--data", "x.jsonl", *a])):
+def test_the_verifier_flags_default_to_the_settings(capsys):
+    # One definition (add_verifier_args): the flags, their defaults (verdict.Config's) and help.
+    for parse in (lambda a: evaluate.parse_args(["--data", "x.jsonl", *a]),):
         args = parse([])
         assert (args.n, args.tau, args.eps, args.max_steps) == (3, verdict.TAU, verdict.EPS, 8)
-        assert (args.judge_mode, args.revise, args.mode_max_tokens) == ("plain", False, MODE_MAX_TOKENS)
+        assert (args.judge_mode, args.revise, args.mode_max_tokens) == (
+            "plain",
+            False,
+            MODE_MAX_TOKENS,
+        )
         assert settings_of(args) == Settings()  # every flag's default is verifier.Settings'
     helps = []
-    for parse in (demo.parse_args, evaluate.parse_args):
+    for parse in (evaluate.parse_args,):
         with pytest.raises(SystemExit):
             parse(["-h"])
         text = capsys.readouterr().out
         helps.append(text[text.index("verifier:") :].split("\n\n")[0])
-    assert helps[0] == helps[1] and "--judge-modes" not in helps[0] and "--score-only" not in helps[0]  # gone
+    # The old spellings are gone.
+    assert "--judge-modes" not in helps[0] and "--score-only" not in helps[0]
     assert all(
         f in helps[0]
         for f in (
-            *("--n", "--tau", "--eps", "--lam", "--max-steps", "--max-tokens", "--judge-max-tokens"),
-            *("--judge-format", "--weighted", "--judge-mode", "--mode-max-tokens", "--revise", "--reasons"),
+            *(
+                "--n",
+                "--tau",
+                "--eps",
+                "--lam",
+                "--max-steps",
+                "--max-tokens",
+                "--judge-max-tokens",
+            ),
+            *(
+                "--judge-format",
+                "--weighted",
+                "--judge-mode",
+                "--mode-max-tokens",
+                "--revise",
+                "--reasons",
+            ),
             *("--speculate", "--layout"),
         )
     )
@@ -534,14 +632,16 @@ def test_demo_and_evaluate_share_the_verifier_flags(capsys):
 
 def test_other_settings_in_out_dir_refused(tmp_path, loopback):
     srv = loopback(script)
-    args = argv(write_jsonl(tmp_path / "q.jsonl", n=1), srv.url, tmp_path / "o", "--seeds 1 --rules base")
+    args = argv(
+        write_jsonl(tmp_path / "q.jsonl", n=1), srv.url, tmp_path / "o", "--seeds 1 --rules base"
+    )
     assert evaluate.main(args) == 0
     out = run(args + ["--max-steps", "2"])
     assert out.returncode == 2
     assert "holds a run with other settings (verifier); use another --out" in out.stderr, out.stderr
 
 
-# -------------------------------------------------------------------------- run directory, cache, exit status
+# ---------------------------------------------------------------- run directory, cache, exit status
 
 
 def test_out_dir_made_against_another_endpoint_is_refused(tmp_path, loopback):
@@ -550,7 +650,9 @@ def test_out_dir_made_against_another_endpoint_is_refused(tmp_path, loopback):
     args = ["--data", data, "--out", str(tmp_path / "o"), "--seeds", "1", "--rules", "base"]
     assert evaluate.main(args + ["--base-url", first.url]) == 0
     out = run(args + ["--base-url", second.url])
-    assert out.returncode == 2 and "base_url" in out.stderr and "use another --out" in out.stderr, out.stderr
+    assert out.returncode == 2 and "base_url" in out.stderr and "use another --out" in out.stderr, (
+        out.stderr
+    )
     out = run(args + ["--base-url", first.url, "--judge-base-url", second.url])
     assert out.returncode == 2 and "judge_base_url" in out.stderr, out.stderr
     assert (
@@ -563,7 +665,9 @@ def test_cache_error_stops_the_run_and_keeps_finished_rows(tmp_path, loopback, m
     gets = {"n": 0}
     real_get = Cache.get
 
-    def failing_get(self, key):  # the cache breaks in the middle of the run (a damaged or locked file)
+    def failing_get(
+        self, key
+    ):  # the cache breaks in the middle of the run (a damaged or locked file)
         gets["n"] += 1
         if gets["n"] > 25:
             raise CacheError(
@@ -579,8 +683,14 @@ def test_cache_error_stops_the_run_and_keeps_finished_rows(tmp_path, loopback, m
     assert code == 2 and "malformed" in err
     assert "verdict_lab.evaluate: error: the response cache cannot be used:" in err
     rows = rows_of(out)
-    assert rows and all(r["error"] is None for r in rows)  # the chain that met the broken cache left no row
-    assert {(r["id"], r["method"]) for r in rows} == {("q0", "base"), ("q0", "verdict"), ("q1", "base")}
+    assert rows and all(
+        r["error"] is None for r in rows
+    )  # the chain that met the broken cache left no row
+    assert {(r["id"], r["method"]) for r in rows} == {
+        ("q0", "base"),
+        ("q0", "verdict"),
+        ("q1", "base"),
+    }
     assert not (out / "summary.json").exists()
 
 
@@ -594,7 +704,9 @@ def test_second_run_on_the_same_out_dir_is_refused_at_once(tmp_path, loopback):
         return script(body, path)
 
     srv = loopback(holding)
-    args = argv(write_jsonl(tmp_path / "q.jsonl", n=2), srv.url, tmp_path / "o", "--seeds 1 --rules base")
+    args = argv(
+        write_jsonl(tmp_path / "q.jsonl", n=2), srv.url, tmp_path / "o", "--seeds 1 --rules base"
+    )
     proc = start_script("verdict_lab.evaluate", args)
     try:
         assert reached.wait(120), "the first run never sent a request"
@@ -623,9 +735,11 @@ def test_every_row_failing_exits_non_zero_and_says_so_at_the_top(tmp_path, loopb
 def test_empty_tsv_is_one_clear_error(tmp_path):
     (tmp_path / "Empty.tsv").write_text("")
     out = run(argv(tmp_path / "Empty.tsv", "http://127.0.0.1:9/v1", tmp_path / "o"))
-    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Empty.tsv: empty file" in out.stderr, (
-        out.stderr
-    )
+    assert (
+        out.returncode == 2
+        and out.stderr.count("\n") == 1
+        and "Empty.tsv: empty file" in out.stderr
+    ), out.stderr
 
 
 def test_non_utf8_byte_skips_its_row_and_names_file_and_line(tmp_path, loopback):
@@ -643,7 +757,8 @@ def test_non_utf8_byte_skips_its_row_and_names_file_and_line(tmp_path, loopback)
 
 def test_every_row_skipped_or_no_item_exits_non_zero(tmp_path):
     bad = tmp_path / "AllBad.tsv"
-    # rows VLMEvalKit's pandas could not read (more cells than the header); a missing answer is scored now
+    # Rows VLMEvalKit's pandas could not read (more cells than the header), not rows without an
+    # answer: those are scored.
     bad.write_text("index\tquestion\tA\tB\tanswer\n1\tq?\tx\ty\tA\tz\n2\tq?\tx\ty\tA\tz\n")
     header_only = tmp_path / "Header.tsv"
     header_only.write_text("index\tquestion\tA\tB\tanswer\n")
@@ -656,7 +771,8 @@ def test_every_row_skipped_or_no_item_exits_non_zero(tmp_path):
 
 
 def test_limit_does_not_read_the_whole_file(tmp_path, loopback):
-    """--limit 2 on a file whose third row is a 40 MB cell: the run never holds that cell in memory."""
+    """--limit 2 on a file whose third row is a 40 MB cell: the run never holds that cell in
+    memory."""
     import tracemalloc
     from test_benchmarks import b64, png
 
@@ -664,13 +780,16 @@ def test_limit_does_not_read_the_whole_file(tmp_path, loopback):
     with open(path, "w") as fh:
         fh.write("index\timage\tquestion\tA\tB\tanswer\n")
         fh.writelines(
-            f"{i}\t{b64(png('red'))}\tWhich is larger, {i} or {i + 1}?\t{i}\t{i + 1}\tB\n" for i in range(2)
+            f"{i}\t{b64(png('red'))}\tWhich is larger, {i} or {i + 1}?\t{i}\t{i + 1}\tB\n"
+            for i in range(2)
         )
         fh.write("9\t" + "QUFB" * 10_000_000 + "\tq?\tx\ty\tA\n")
     srv = loopback(script)
     tracemalloc.start()
     try:
-        code = evaluate.main(argv(path, srv.url, tmp_path / "o", "--limit 2 --seeds 1 --rules base"))
+        code = evaluate.main(
+            argv(path, srv.url, tmp_path / "o", "--limit 2 --seeds 1 --rules base")
+        )
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -679,9 +798,9 @@ def test_limit_does_not_read_the_whole_file(tmp_path, loopback):
 
 
 def test_extract_model_reads_what_the_rules_cannot_and_is_counted_apart(tmp_path, loopback):
-    """The reasoner answers "the larger number" (no letter, no option text): without --extract-model the item
-    is unanswered; with it, the extraction model (another server) names the letter, in
-    one call counted apart."""
+    """The reasoner answers "the larger number" (no letter, no option text): without --extract-model
+    the item is unanswered; with it, the extraction model (another server) names the letter, in one
+    call counted apart."""
 
     def vague(body, path):
         if role_of(body["messages"]) == "reasoner":
@@ -695,7 +814,9 @@ def test_extract_model_reads_what_the_rules_cannot_and_is_counted_apart(tmp_path
     extract = " --extract-model reader --extract-base-url " + extractor.url
     assert evaluate.main(argv(data, srv.url, tmp_path / "x", flags + extract)) == 0
     rows = rows_of(tmp_path / "x")
-    assert [(r["pred"], r["extracted"], r["correct"], r["calls"], r["extract_calls"]) for r in rows] == [
+    assert [
+        (r["pred"], r["extracted"], r["correct"], r["calls"], r["extract_calls"]) for r in rows
+    ] == [
         ("B", "judge", True, 1, 1),
         ("B", "judge", True, 1, 1),
     ]  # answers B, B: both right; the budget of 1 call holds
@@ -713,8 +834,8 @@ def test_extract_model_reads_what_the_rules_cannot_and_is_counted_apart(tmp_path
 
 
 def look_and_revise(body, path):
-    """Candidates every judge rejects (json scores 8, 2, 8: the conflict), a region request naming the
-    top-left quarter, and a reviser whose "Final answer: A" the judges accept (6, 6, 6)."""
+    """Candidates every judge rejects (json scores 8, 2, 8: the conflict), a region request naming
+    the top-left quarter, and a reviser whose "Final answer: A" the judges accept (6, 6, 6)."""
     role = role_of(body["messages"])
     if role == "reasoner":
         return chat_response([f"Maybe {j}." for j in range(body["n"])])
@@ -738,7 +859,8 @@ def test_zoom_and_revise_rows_record_their_paths_and_costs(tmp_path, loopback):
                 path,
                 srv.url,
                 out,
-                "--seeds 1 --limit 1 --rules verdict --judge-mode plain,zoom --revise --n 2 --max-steps 2",
+                "--seeds 1 --limit 1 --rules verdict --judge-mode plain,zoom --revise --n 2 "
+                "--max-steps 2",
             )
         )
         == 0
@@ -747,7 +869,9 @@ def test_zoom_and_revise_rows_record_their_paths_and_costs(tmp_path, loopback):
     assert list(rows) == ["verdict", "verdict+zoom", "verdict+revise", "verdict+zoom+revise"]
     # Without revision every step falls back to "Maybe 0." until max_steps; with it,
     # step 1's revision is taken.
-    assert rows["verdict"]["stopped"] == "max_steps" and rows["verdict+revise"]["stopped"] == "final"
+    assert (
+        rows["verdict"]["stopped"] == "max_steps" and rows["verdict+revise"]["stopped"] == "final"
+    )
     assert rows["verdict+revise"]["correct"] and not rows["verdict"]["correct"]
     # verdict+zoom: a region request per candidate of each step (2 steps × 2), every box valid.
     z = rows["verdict+zoom"]
@@ -758,7 +882,9 @@ def test_zoom_and_revise_rows_record_their_paths_and_costs(tmp_path, loopback):
     assert (r["revisions"], r["revised"], r["revise_calls"]) == (1, 1, 4) and r["revise_tokens"] > 0
     assert (zr["revisions"], zr["revised"], zr["revise_calls"], zr["zoom_requests"]) == (1, 1, 5, 3)
     step = r["trace"]["steps"][0]
-    assert step["fallback"] and step["revision"]["taken"] and step["revision"]["usage"]["calls"] == 4
+    assert (
+        step["fallback"] and step["revision"]["taken"] and step["revision"]["usage"]["calls"] == 4
+    )
     stats = json.loads((out / "summary.json").read_text())["stats"]
     assert (
         stats["verdict+revise"]["revise_calls_per_item"] == 4
@@ -767,18 +893,26 @@ def test_zoom_and_revise_rows_record_their_paths_and_costs(tmp_path, loopback):
     assert stats["verdict"]["revised_rate"] is None
 
 
-def test_a_lone_surrogate_in_a_jsonl_cell_is_read_as_u_fffd_and_every_file_is_written(tmp_path, loopback):
-    # "\ud800" in a JSONL question is valid JSON but no text: no UTF-8 file could hold it. It is read as
-    # U+FFFD, so the chains run and the predictions, the rows and the tables are written.
+def test_a_lone_surrogate_in_a_jsonl_cell_is_read_as_u_fffd_and_every_file_is_written(
+    tmp_path, loopback
+):
+    # "\ud800" in a JSONL question is valid JSON but no text: no UTF-8 file could hold it. It is
+    # read as U+FFFD, so the chains run and the predictions, the rows and the tables are written.
     data = tmp_path / "lone.jsonl"
     row = {"id": "q0", "question": "Which? \ud800", "options": {"A": "x", "B": "y"}, "answer": "B"}
     data.write_text(json.dumps(row) + "\n", encoding="utf-8")
     assert "\\ud800" in data.read_text(encoding="utf-8")  # the escape, as a JSON writer puts it
     out = tmp_path / "out"
-    assert evaluate.main(argv(data, loopback(script).url, out, "--seeds 1 --rules base --max-steps 2")) == 0
+    assert (
+        evaluate.main(argv(data, loopback(script).url, out, "--seeds 1 --rules base --max-steps 2"))
+        == 0
+    )
     (r,) = rows_of(out)
     assert r["input"]["question"] == "Which? \ufffd" and r["error"] is None
     tsvs = [
-        f for d, _, fs in os.walk(out) for f in (os.path.join(d, x) for x in fs) if f.endswith("_lone.tsv")
+        f
+        for d, _, fs in os.walk(out)
+        for f in (os.path.join(d, x) for x in fs)
+        if f.endswith("_lone.tsv")
     ]
     assert tsvs and all("\ufffd" in open(f, encoding="utf-8").read() for f in tsvs)

@@ -1,6 +1,6 @@
-"""Never silently wrong: bad input from a user, a data file or a server, each met with one clear line (or a
-reading that stays correct) and nothing computed lost. Each test drives one fault through the code a user
-runs: a loopback server started here, the commands' own entry points."""
+"""Never silently wrong: bad input from a user, a data file or a server, each met with one clear
+line (or a reading that stays correct) and nothing computed lost. Each test drives one fault through
+the code a user runs: a loopback server started here, the commands' own entry points."""
 
 import csv
 import io
@@ -14,8 +14,12 @@ from PIL import Image
 
 import demo
 import judges
+from verdict_lab import images
 import verdict
-from judges import EndpointError, Judge, digit_probs, logprob_score, one_line, shown_url
+from verdict_lab import loop
+from verdict_lab.revise import Reviser
+from judges import EndpointError, Judge, digit_probs, logprob_score, shown_url
+from verdict_lab.text import one_line
 from verdict_lab.cache import stored
 from verdict_lab.client import Client
 from verdict_lab.layouts import role_of
@@ -26,14 +30,14 @@ HI = [{"role": "user", "content": "hi"}]
 
 
 def json_reply(digit: str, alts: dict) -> dict:
-    """A json judge's reply {"score": d}'s logprobs, with these top_logprobs at the score digit (as given)."""
+    """A json judge's reply {"score": d}'s logprobs, with these top_logprobs (as given) at d."""
     tokens = [('{"', {}), ("score", {}), ('":', {}), (" ", {}), (digit, {}), ("}", {})]
     lp = token_logprobs([(t, {}) for t, _ in tokens])
     lp["content"][4]["top_logprobs"] = [{"token": t, "logprob": v} for t, v in alts.items()]
     return lp
 
 
-# ----------------------------------------------------------------------------- a server's reply, read once
+# ---------------------------------------------------------------------- a server's reply, read once
 
 
 @pytest.mark.parametrize(
@@ -50,15 +54,20 @@ def json_reply(digit: str, alts: dict) -> dict:
 def test_logprobs_no_probability_can_be_are_no_weighted_score(alts):
     lp = json_reply("7", alts)
     assert digit_probs(lp).sum() == 0 and math.isnan(logprob_score(lp))
-    assert digit_probs(json_reply("7", {"7": math.log(0.6), "6": math.log(0.3)})).sum() == pytest.approx(0.9)
+    assert digit_probs(
+        json_reply("7", {"7": math.log(0.6), "6": math.log(0.3)})
+    ).sum() == pytest.approx(0.9)
 
 
 def test_a_judge_records_no_digit_share_above_one(loopback):
-    lp = json_reply("7", {"7": 0.5, "6": 0.1})  # positive logprobs: the share would be e^0.5 + e^0.1 = 2.8
+    # Positive logprobs: the share would be e^0.5 + e^0.1 = 2.8.
+    lp = json_reply("7", {"7": 0.5, "6": 0.1})
     srv = loopback(lambda body, path: chat_response('{"score": 7}', logprobs=[lp]))
-    j = Judge(Client(srv.url, "m"), "visual").judgement(verdict.State("q"), "s")
+    j = Judge(Client(srv.url, "m"), "visual")(verdict.State("q"), "s")
     assert (
-        j.score == pytest.approx(7 / 9) and j.record["digit_share"] is None and j.record["weighted"] is None
+        float(j) == pytest.approx(7 / 9)
+        and j.record["digit_share"] is None
+        and j.record["weighted"] is None
     )
 
 
@@ -77,8 +86,10 @@ def test_a_reply_nested_too_deep_is_a_malformed_reply_not_a_traceback(loopback):
     with pytest.raises(EndpointError, match="body is not JSON"):
         Client(srv.url, "m", retries=1, backoff=0).chat(HI)
     srv2 = loopback(lambda body, path: chat_response('{"score": ' + deep + "}"))
-    j = Judge(Client(srv2.url, "m"), "visual").judgement(verdict.State("q"), "s")  # the content nests
-    assert math.isnan(j.score) and j.record["replies"] == 2  # not valid JSON: asked again, then abstained
+    # Here the reply's content is what nests too deep.
+    j = Judge(Client(srv2.url, "m"), "visual")(verdict.State("q"), "s")
+    # Not valid JSON: the judge asked again, then abstained.
+    assert math.isnan(j) and j.record["replies"] == 2
 
 
 def test_a_redirect_is_not_followed_and_names_where_it_points(loopback):
@@ -97,7 +108,9 @@ def test_escape_sequences_from_a_server_never_reach_a_terminal(loopback):
     srv = loopback(lambda body, path: (400, {"error": {"message": evil}}, {}))
     with pytest.raises(EndpointError) as e:
         Client(srv.url, "m").chat(HI)
-    assert "\x1b" not in str(e.value) and "\x07" not in str(e.value) and "bad]0;owned" in str(e.value)
+    assert (
+        "\x1b" not in str(e.value) and "\x07" not in str(e.value) and "bad]0;owned" in str(e.value)
+    )
     assert one_line("a\x1b[2Jb\tc\nd") == "a[2Jb c d"
 
 
@@ -120,7 +133,9 @@ def test_a_key_given_for_its_variable_is_refused_without_showing_it(name):
     with pytest.raises(ValueError) as e:
         judges.api_key(name)
     assert "not a key (not shown)" in str(e.value) and (not name or name not in str(e.value))
-    code = demo.main(["--base-url", "http://127.0.0.1:9/v1", "--question", "q", "--api-key-env", name or " "])
+    code = demo.main(
+        ["--base-url", "http://127.0.0.1:9/v1", "--question", "q", "--api-key-env", name or " "]
+    )
     assert code == 2
 
 
@@ -129,19 +144,22 @@ def test_a_key_given_for_its_variable_is_refused_without_showing_it(name):
 
 def test_an_image_over_pillows_warning_limit_is_decoded_without_its_warning(tmp_path, recwarn):
     path = tmp_path / "big.png"
-    Image.new("1", (9600, 9600)).save(path)  # 92 M pixels: above pillow's 89 M warning, below its 179 M error
-    assert judges.encode_image(str(path), 64 * 64).startswith("data:image/png;base64,")
+    # 92 M pixels: above pillow's 89 M warning, below its 179 M error.
+    Image.new("1", (9600, 9600)).save(path)
+    assert images.encode(str(path), 64 * 64).startswith("data:image/png;base64,")
     assert not [w for w in recwarn if "DecompressionBomb" in type(w.message).__name__]
 
 
 def test_an_image_file_too_large_to_read_is_refused_before_it_is_read(tmp_path, monkeypatch):
     path = tmp_path / "sparse.png"
     with open(path, "wb") as fh:  # a sparse file: its size, not its bytes, on the disk
-        fh.truncate(judges.MAX_FILE + 1)
+        fh.truncate(images.MAX_FILE + 1)
     read = []
-    monkeypatch.setattr(judges.Path, "read_bytes", lambda self: read.append(self) or b"")
-    with pytest.raises(ValueError, match=r"sparse.png: 268,435,457 bytes, more than the 268,435,456"):
-        judges.load(str(path))
+    monkeypatch.setattr(images.Path, "read_bytes", lambda self: read.append(self) or b"")
+    with pytest.raises(
+        ValueError, match=r"sparse.png: 268,435,457 bytes, more than the 268,435,456"
+    ):
+        images.load(str(path))
     assert read == []
 
 
@@ -189,7 +207,7 @@ def test_a_zoom_chain_without_an_image_reports_no_region_request(loopback):
     v = verifier.build(verifier.Settings(judge_mode="zoom", n=2), Client(srv.url, "m"))
     trace = verifier.run(v, "q")
     rec = trace.meta["judge_mode"]
-    assert "zoom" not in rec and demo.mode_line(rec) == "judge mode zoom; 0 extra calls, 0 extra tokens"
+    assert "zoom" not in rec and (rec["extra_calls"], rec["extra_tokens"]) == (0, 0)
     assert not any(role_of(b["messages"]) == "zoom" for b in srv.chats)
     assert trace.steps[0].calls[0][0]["zoom"] == {"path": "full", "why": "no image", "boxes": None}
 
@@ -199,8 +217,8 @@ def test_a_zoom_chain_without_an_image_reports_no_region_request(loopback):
 
 def test_a_revised_step_never_carries_the_fence_into_the_chain(loopback):
     srv = loopback(lambda body, path: chat_response("<step>The ball is right.</step>\n"))
-    record = verdict.step(verdict.State("q"), lambda s, n: ["x"], [lambda s, c: 0.1] * 3)
-    revised = judges.Reviser(Client(srv.url, "m"), ())(verdict.State("q"), record)
+    record = loop.step(verdict.State("q"), lambda s, n: ["x"], [lambda s, c: 0.1] * 3)
+    revised = Reviser(Client(srv.url, "m"), ())(verdict.State("q"), record)
     assert revised == "The ball is right."
     assert "<step>" not in user_text(srv.chats[0]).split("Rejected step:")[0]
 
@@ -211,7 +229,10 @@ def test_a_revised_step_never_carries_the_fence_into_the_chain(loopback):
 def test_a_mathvista_precision_no_float_holds_is_that_rows_reason(tmp_path):
     from verdict_lab.harness import benchmarks
 
-    head = "index\tquestion\tanswer\tquestion_type\tanswer_type\tprecision\tunit\tchoices\tanswer_option\n"
+    head = (
+        "index\tquestion\tanswer\tquestion_type\tanswer_type\tprecision\tunit\tchoices"
+        "\tanswer_option\n"
+    )
     rows = [
         f"{i}\tHow long?\t1.5\tfree_form\tfloat\t{p}\t\t\t"
         for i, p in ((1, "inf"), (2, "1e400"), (3, "-1"), (4, "2"))
@@ -230,7 +251,12 @@ def test_a_mathvista_precision_no_float_holds_is_that_rows_reason(tmp_path):
 def test_a_missing_image_named_without_a_dot_is_said_to_be_missing(tmp_path):
     from verdict_lab.harness import benchmarks
 
-    row = {"question": "Which?", "options": {"A": "x", "B": "y"}, "answer": "A", "image": "scene_image"}
+    row = {
+        "question": "Which?",
+        "options": {"A": "x", "B": "y"},
+        "answer": "A",
+        "image": "scene_image",
+    }
     (tmp_path / "q.jsonl").write_text(json.dumps(row) + "\n")
     (skipped,) = benchmarks.load(str(tmp_path / "q.jsonl")).skipped
     assert skipped.reason.startswith(
@@ -238,7 +264,7 @@ def test_a_missing_image_named_without_a_dot_is_said_to_be_missing(tmp_path):
     )
 
 
-# ----------------------------------------------------------------------------- the reasoner and the settings
+# ---------------------------------------------------------------- the reasoner and the settings
 
 
 def test_the_reasoners_echo_of_the_template_line_is_no_final_answer(loopback):
@@ -247,8 +273,12 @@ def test_the_reasoners_echo_of_the_template_line_is_no_final_answer(loopback):
     replies = [template, echo, "Final answer: B"]
     srv = loopback(lambda body, path: chat_response(replies[: body.get("n", 1)]))
     propose = judges.Reasoner(Client(srv.url, "m"))
-    assert propose(verdict.State("q"), 3) == ["", "Reply with one line of the form:", "Final answer: B"]
-    trace = verdict.run("q", lambda s, n: propose(s, 1), (), verdict.Config(n=1, max_steps=2))
+    assert propose(verdict.State("q"), 3) == [
+        "",
+        "Reply with one line of the form:",
+        "Final answer: B",
+    ]
+    trace = loop.run("q", lambda s, n: propose(s, 1), (), verdict.Config(n=1, max_steps=2))
     assert trace.stopped == "max_steps" and trace.answer is None  # the echo never ended the chain
 
 
@@ -261,16 +291,21 @@ def test_the_reasoners_echo_of_the_template_line_is_no_final_answer(loopback):
         (["--lam", "1,1,1,1"], "--lam must hold 3 values"),
     ],
 )
-def test_a_setting_no_chain_can_run_is_refused_before_any_request(flags, said, loopback, tmp_path, capsys):
+def test_a_setting_no_chain_can_run_is_refused_before_any_request(
+    flags, said, loopback, tmp_path, capsys
+):
     from verdict_lab import evaluate
 
     srv = loopback(lambda body, path: chat_response("x"))
     data = tmp_path / "q.jsonl"
-    data.write_text(json.dumps({"question": "q", "options": {"A": "x", "B": "y"}, "answer": "A"}) + "\n")
+    data.write_text(
+        json.dumps({"question": "q", "options": {"A": "x", "B": "y"}, "answer": "A"}) + "\n"
+    )
     out = tmp_path / "out"
-    assert evaluate.main(["--data", str(data), "--base-url", srv.url, "--out", str(out), *flags]) == 2
+    assert (
+        evaluate.main(["--data", str(data), "--base-url", srv.url, "--out", str(out), *flags]) == 2
+    )
     assert said in capsys.readouterr().err and srv.chats == [] and not out.exists()
-    assert demo.main(["--base-url", srv.url, "--question", "q", *flags]) == 2 and srv.chats == []
 
 
 @pytest.mark.parametrize(
@@ -336,7 +371,9 @@ def deep(n: int) -> dict:
             {
                 "role": "assistant",
                 "content": "x",
-                "tool_calls": [{"function": {"name": "z", "arguments": {"box": [10**5000, 0, 1, 1]}}}],
+                "tool_calls": [
+                    {"function": {"name": "z", "arguments": {"box": [10**5000, 0, 1, 1]}}}
+                ],
             }
         ],
     ],
@@ -359,7 +396,7 @@ def test_a_reference_box_no_float_holds_is_named():
         R.grounding_reward(completions=["[0, 0, 1, 1]"], ref_boxes=[[[10**400, 0, 1, 1]]])
 
 
-# ----------------------------------------------------------------------------- the studies' commands
+# ------------------------------------------------------------------------- the studies' commands
 
 
 @pytest.mark.parametrize(
@@ -388,7 +425,10 @@ def test_the_simulation_refuses_a_bad_flag_in_one_line(argv, said, capsys):
 
 @pytest.mark.parametrize(
     "argv, said",
-    [(["--time-scale", "inf"], "a finite --time-scale > 0"), (["--flag-reps", "0"], "got 3, 0, 3, 3")],
+    [
+        (["--time-scale", "inf"], "a finite --time-scale > 0"),
+        (["--flag-reps", "0"], "got 3, 0, 3, 3"),
+    ],
 )
 def test_the_bench_refuses_a_bad_flag_in_one_line(argv, said, capsys):
     from verdict_lab import bench
@@ -407,7 +447,14 @@ def evaluate_run(data, url, out, *flags) -> int:
 
     files = data if isinstance(data, list) else [data]
     return evaluate.main(
-        [*(a for f in files for a in ("--data", str(f))), "--base-url", url, "--out", str(out), *flags]
+        [
+            *(a for f in files for a in ("--data", str(f))),
+            "--base-url",
+            url,
+            "--out",
+            str(out),
+            *flags,
+        ]
     )
 
 
@@ -432,27 +479,42 @@ def test_a_plan_too_large_to_hold_is_refused_before_the_run_is_pinned(tmp_path, 
 
     srv = loopback(lambda body, path: chat_response("x"))
     data = write_jsonl(tmp_path / "q.jsonl", n=2)
-    assert evaluate_run(data, srv.url, tmp_path / "out", "--seeds", "100000000", "--rules", "base") == 2
-    assert "200,000,000 chains (items × --seeds × methods), more than 10,000,000" in capsys.readouterr().err
+    assert (
+        evaluate_run(data, srv.url, tmp_path / "out", "--seeds", "100000000", "--rules", "base")
+        == 2
+    )
+    assert (
+        "200,000,000 chains (items × --seeds × methods), more than 10,000,000"
+        in capsys.readouterr().err
+    )
     assert not (tmp_path / "out" / "run.json").exists() and srv.chats == []
 
 
-def test_a_run_whose_chains_all_fail_says_why_and_counts_no_answer_as_unanswered(tmp_path, loopback, capsys):
+def test_a_run_whose_chains_all_fail_says_why_and_counts_no_answer_as_unanswered(
+    tmp_path, loopback, capsys
+):
     from test_evaluate import write_jsonl
 
-    srv = loopback(lambda body, path: (500, {"error": {"message": "image input is not supported"}}, {}))
+    srv = loopback(
+        lambda body, path: (500, {"error": {"message": "image input is not supported"}}, {})
+    )
     data, out = write_jsonl(tmp_path / "q.jsonl", n=2), tmp_path / "out"
     code = evaluate_run(data, srv.url, out, "--rules", "base", "--seeds", "1", "--retries", "0")
     err = capsys.readouterr().err
     assert (
-        code == 3 and "2 chain(s) ended in: EndpointError:" in err and "image input is not supported" in err
+        code == 3
+        and "2 chain(s) ended in: EndpointError:" in err
+        and "image input is not supported" in err
     )
     s = json.loads((out / "summary.json").read_text())
     assert (
         s["errors"]["causes"][0]["rows"] == 2
         and "image input is not supported" in s["errors"]["causes"][0]["error"]
     )
-    assert s["stats"]["base"]["extracted"]["unanswered"] == 0 and s["stats"]["base"]["unanswered_rate"] == 0
+    assert (
+        s["stats"]["base"]["extracted"]["unanswered"] == 0
+        and s["stats"]["base"]["unanswered_rate"] == 0
+    )
     md = (out / "summary.md").read_text()
     assert "**2 chain(s) ended in: EndpointError:" in md and "| 0/0/0/0/0/0 |" in md
 
@@ -462,7 +524,12 @@ def test_a_file_with_no_vlmevalkit_name_gets_no_settings_heading(tmp_path, loopb
 
     srv = loopback(script)
     data, out = write_jsonl(tmp_path / "mine.jsonl", n=2), tmp_path / "out"
-    assert evaluate_run(data, srv.url, out, "--rules", "base", "--seeds", "1", "--judge-format", "text") == 0
+    assert (
+        evaluate_run(
+            data, srv.url, out, "--rules", "base", "--seeds", "1", "--judge-format", "text"
+        )
+        == 0
+    )
     md = (out / "summary.md").read_text()
     assert "mine (%, all seeds):" in md and "setting vanilla" not in md and "split none" not in md
 
@@ -478,11 +545,13 @@ def test_kept_rows_take_their_items_line_after_the_file_is_reordered(tmp_path, l
     lines = data.read_text().splitlines()
     data.write_text("\n".join(lines[::-1]) + "\n")  # the same items, in the other order
     n = len(srv.chats)
-    assert evaluate_run(data, srv.url, out, *flags) == 0 and len(srv.chats) == n  # nothing ran again
+    # Nothing ran again.
+    assert evaluate_run(data, srv.url, out, *flags) == 0 and len(srv.chats) == n
     assert {r["id"]: r["row"] for r in rows_of(out)} == {"q0": 3, "q1": 2, "q2": 1}
     (tsv,) = out.glob("*/seed0/*.tsv")
     with open(tsv, newline="") as fh:
-        assert [r["id"] for r in csv.DictReader(fh, delimiter="\t")] == ["q2", "q1", "q0"]  # the file's order
+        # The rows keep the file's order.
+        assert [r["id"] for r in csv.DictReader(fh, delimiter="\t")] == ["q2", "q1", "q0"]
 
 
 def test_a_sweeps_cost_counts_no_token_a_server_could_not_have_reported():
@@ -506,9 +575,14 @@ def test_a_secret_in_the_base_url_never_reaches_the_run_directory(tmp_path, loop
         + "?key=s3cret"
     )
     data, out = write_jsonl(tmp_path / "q.jsonl", n=1), tmp_path / "out"
-    assert evaluate_run(data, url, out, "--rules", "base", "--seeds", "1", "--judge-format", "text") == 0
+    assert (
+        evaluate_run(data, url, out, "--rules", "base", "--seeds", "1", "--judge-format", "text")
+        == 0
+    )
     written = "".join(
-        p.read_text(errors="replace") for p in out.rglob("*") if p.is_file() and p.suffix != ".sqlite"
+        p.read_text(errors="replace")
+        for p in out.rglob("*")
+        if p.is_file() and p.suffix != ".sqlite"
     )
     assert srv.chats and not any(s in written for s in ("hunter2", "s3cret", "sk-in-the-path"))
     run = json.loads((out / "run.json").read_text())
@@ -516,6 +590,8 @@ def test_a_secret_in_the_base_url_never_reaches_the_run_directory(tmp_path, loop
         run["settings"]["base_url"]
         == srv.url.replace("http://", "http://***@").replace("/v1", "/***/v1") + "?key=***"
     )
+    # The run resumes.
     assert (
-        evaluate_run(data, url, out, "--rules", "base", "--seeds", "1", "--judge-format", "text") == 0
-    )  # resumes
+        evaluate_run(data, url, out, "--rules", "base", "--seeds", "1", "--judge-format", "text")
+        == 0
+    )

@@ -1,6 +1,7 @@
-"""Hostile inputs on the HTTP side, each against a loopback server started here: a zoom box of 1e309, an
-API key with a trailing CRLF or a character no header carries, a server that trickles its bytes, a lone
-surrogate, demo.py's unwritable outputs, cache entries of the wrong shape, huge timings."""
+"""Hostile inputs on the HTTP side, each against a loopback server started here: a zoom box of
+1e309, an API key with a trailing CRLF or a character no header carries, a server that trickles its
+bytes, a lone surrogate, demo.py's unwritable outputs, cache entries of the wrong shape, huge
+timings."""
 
 import hashlib
 import json
@@ -13,9 +14,9 @@ import time
 
 import pytest
 
-import demo
 from verdict_lab import evaluate
 import verdict
+from verdict_lab import loop
 import judges
 from verdict_lab.cache import Cache, CacheError, cache_key
 from verdict_lab.client import Client, total_usage
@@ -36,11 +37,15 @@ def script(args, name, env=None, timeout=120):
     """demo.py, or a module such as verdict_lab.evaluate (test_demo.command), with `env` over the
     environment."""
     return subprocess.run(
-        [*command(name), *args], capture_output=True, text=True, timeout=timeout, env=script_env(env)
+        [*command(name), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=script_env(env),
     )
 
 
-# ----------------------------------------------------------------------------- fault 3: a zoom box of 1e309
+# --------------------------------------------------------------------- fault 3: a zoom box of 1e309
 
 
 def infinite_box(body, path):
@@ -53,34 +58,35 @@ def test_a_zoom_box_of_1e309_keeps_the_row_and_a_cached_rerun_gives_the_same(tmp
     path, _ = tiny_tsv(tmp_path)
     srv = loopback(infinite_box)
     out = tmp_path / "out"
-    argv = ["--data", str(path), "--base-url", srv.url, "--out", str(out), "--seeds", "1", "--limit", "1"]
+    argv = [
+        "--data",
+        str(path),
+        "--base-url",
+        srv.url,
+        "--out",
+        str(out),
+        "--seeds",
+        "1",
+        "--limit",
+        "1",
+    ]
     argv += ["--rules", "verdict", "--judge-mode", "plain,zoom", "--n", "2", "--max-steps", "1"]
     assert evaluate.main(argv) == 0
     rows = {r["method"]: r for r in rows_of(out)}
     assert list(rows) == ["verdict", "verdict+zoom"] and rows["verdict+zoom"]["error"] is None
     zoom = rows["verdict+zoom"]["trace"]["meta"]["judge_mode"]["zoom"]
-    assert [(z["path"], z["why"]) for z in zoom] == [("full", "unreadable")] * 2  # read, asked again, refused
+    # Read, asked again, refused: the judge sees the full image each time.
+    assert [(z["path"], z["why"]) for z in zoom] == [("full", "unreadable")] * 2
     sent = len(srv.requests)
-    os.remove(out / "results.jsonl")  # the rows go, the cached replies stay: every chain runs from the cache
+    # The rows go, the cached replies stay: every chain runs from the cache.
+    os.remove(out / "results.jsonl")
     assert evaluate.main(argv) == 0
     assert len(srv.requests) == sent and {r["method"]: r["pred"] for r in rows_of(out)} == {
         m: r["pred"] for m, r in rows.items()
     }
 
 
-def test_demo_writes_its_trace_whole_or_not_at_all(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "verdict_trace.json").write_text('{"old": 1}')
-    # a trace that cannot be serialised (a non-finite number in it) must not cut the old file short
-    monkeypatch.setattr(verdict.Trace, "to_dict", lambda self: {"format": "x", "box": [math.inf]})
-    assert demo.main([]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("demo.py: error: cannot write the trace") and len(err.splitlines()) == 1
-    assert (tmp_path / "verdict_trace.json").read_text() == '{"old": 1}'
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["verdict_scene.png", "verdict_trace.json"]
-
-
-# ----------------------------------------------------------------------------- faults 4, 15: the API key
+# ------------------------------------------------------------------------ faults 4, 15: the API key
 
 
 def echoing_server(loopback):
@@ -109,13 +115,17 @@ def live_args(tool, url, tmp_path):
             str(tmp_path / "p.png"),
         ]
     data = tmp_path / "d.jsonl"
-    data.write_text(json.dumps({"id": "1", "question": "q?", "options": {"A": "a", "B": "b"}, "answer": "A"}))
+    data.write_text(
+        json.dumps({"id": "1", "question": "q?", "options": {"A": "a", "B": "b"}, "answer": "A"})
+    )
     return ["--data", str(data), "--base-url", url, "--out", str(tmp_path / "out"), "--seeds", "1"]
 
 
 @pytest.mark.parametrize("tool", ["demo.py", "verdict_lab.evaluate"])
 @pytest.mark.parametrize("tail", ["\r\n", "\n", "\r", " \t"])
-def test_a_key_read_with_its_line_end_is_sent_stripped_and_never_printed(tmp_path, loopback, tool, tail):
+def test_a_key_read_with_its_line_end_is_sent_stripped_and_never_printed(
+    tmp_path, loopback, tool, tail
+):
     srv = echoing_server(loopback)
     out = script(live_args(tool, srv.url, tmp_path), tool, {"OPENAI_API_KEY": SECRET + tail})
     assert out.returncode == 2, out.stderr
@@ -151,16 +161,18 @@ def test_api_key_strips_and_refuses_without_showing_the_key(monkeypatch):
         Client("http://127.0.0.1:9/v1", "m", api_key_env="K")
 
 
-# ------------------------------------------------------------------------- fault 7: a wall-clock --timeout
+# ------------------------------------------------------------------ fault 7: a wall-clock --timeout
 
 
 class Trickler:
-    """A raw HTTP server on loopback that answers each connection one byte every `pace` seconds: the status
-    line and headers (`head`), then a body of `body_bytes` bytes. It stops when the client goes away.
-    `status_line` and `closing`: an HTTP/1.0 reply, or one that says Connection: close (the client then
-    reads a socket its connection no longer holds)."""
+    """A raw HTTP server on loopback that answers each connection one byte every `pace` seconds: the
+    status line and headers (`head`), then a body of `body_bytes` bytes. It stops when the client
+    goes away. `status_line` and `closing`: an HTTP/1.0 reply, or one that says Connection: close
+    (the client then reads a socket its connection no longer holds)."""
 
-    def __init__(self, pace=0.02, body_bytes=2000, head=True, status_line="HTTP/1.1 200 OK", closing=False):
+    def __init__(
+        self, pace=0.02, body_bytes=2000, head=True, status_line="HTTP/1.1 200 OK", closing=False
+    ):
         self.pace, self.body_bytes, self.head = pace, body_bytes, head
         self.status_line, self.closing = status_line, closing
         self.stop, self.sent = threading.Event(), []
@@ -218,7 +230,9 @@ class Trickler:
     ],
     ids=["trickled-headers", "trickled-body", "http-1.0-body", "connection-close-body"],
 )
-def test_timeout_bounds_the_whole_request_against_a_server_that_trickles(head, status_line, closing):
+def test_timeout_bounds_the_whole_request_against_a_server_that_trickles(
+    head, status_line, closing
+):
     srv = Trickler(head=head, status_line=status_line, closing=closing)
     try:
         c = Client(srv.url, "m", timeout=0.5, retries=1, backoff=0.0)
@@ -227,7 +241,8 @@ def test_timeout_bounds_the_whole_request_against_a_server_that_trickles(head, s
             c.chat(HI)
         took = time.monotonic() - t0
         assert "timed out after 0.5 s" in str(e.value) and c.usage["requests"] == 2
-        assert took < 2 * 0.5 + 1.0  # two attempts of 0.5 s each, and some slack; a byte every 0.02 s
+        # Two attempts of 0.5 s each, and some slack; the server sends a byte every 0.02 s.
+        assert took < 2 * 0.5 + 1.0
     finally:
         srv.close()
 
@@ -246,13 +261,15 @@ def test_a_reply_within_the_timeout_is_not_cut_and_the_connection_is_reused(loop
     assert c.usage["requests"] == 20 and c.usage["replies"] == 20
 
 
-# ----------------------------------------------------------------------------- fault 8: a lone surrogate
+# ------------------------------------------------------------------------ fault 8: a lone surrogate
 
 
 def test_cache_key_takes_a_lone_surrogate_and_keeps_every_other_key():
     payload = {"model": "m", "messages": [{"role": "user", "content": "caf\u00e9 \U0001f600"}]}
     # the key of ordinary text is unchanged: sha256 of the canonical JSON's plain UTF-8
-    canon = json.dumps({"request": payload}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    canon = json.dumps(
+        {"request": payload}, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
     assert cache_key(payload, "e") == hashlib.sha256(canon.encode()).hexdigest()
     lone = {"model": "m", "messages": [{"role": "user", "content": "a\ud800b"}]}
     other = {"model": "m", "messages": [{"role": "user", "content": "a\udc00b"}]}
@@ -271,25 +288,29 @@ def test_a_lone_surrogate_in_a_reply_is_replaced_and_the_chain_runs(tmp_path, lo
     def server(body, path):
         role = role_of(body["messages"])
         if role == "reasoner":
-            return b'{"choices": [{"message": {"role": "assistant", "content": "Final answer: B \\ud800"}}]}'
+            return (
+                b'{"choices": [{"message": {"role": "assistant", '
+                b'"content": "Final answer: B \\ud800"}}]}'
+            )
         return chat_response(json.dumps({"reason": "ok \ud800", "score": 7}))
 
     srv = loopback(server)
     cache = Cache(tmp_path / "c.sqlite")
     c = Client(srv.url, "m", cache=cache)
-    trace = verdict.run(
+    trace = loop.run(
         "q\ud800?", Reasoner(c), make_judges(c, reply=reply), verdict.Config(n=1, max_steps=2)
     )
     assert trace.answer == "B \ufffd"  # U+FFFD for the lone surrogate
-    json.dumps(trace.to_dict()["steps"], ensure_ascii=False).encode("utf-8")  # what the replies made is text
+    # What the replies made is text: it encodes to UTF-8.
+    json.dumps(trace.to_dict()["steps"], ensure_ascii=False).encode("utf-8")
     sent = len(srv.requests)
-    again = verdict.run(
+    again = loop.run(
         "q\ud800?", Reasoner(c), make_judges(c, reply=reply), verdict.Config(n=1, max_steps=2)
     )
     assert len(srv.requests) == sent and again.to_dict() == trace.to_dict()
 
 
-# ----------------------------------------------------------------------------- fault 9: demo's output paths
+# --------------------------------------------------------------------- fault 9: demo's output paths
 
 
 OUTPUT_PATHS = {  # (flag, value) -> how demo.py's one line starts
@@ -303,14 +324,16 @@ OUTPUT_PATHS = {  # (flag, value) -> how demo.py's one line starts
 @pytest.mark.parametrize("flag, value", list(OUTPUT_PATHS))
 def test_demo_checks_its_output_paths_before_any_call(tmp_path, loopback, flag, value):
     srv = loopback(scripted_judge_server)
-    out = run_demo(["--base-url", srv.url, "--question", "q?", flag, value], cwd=tmp_path, timeout=60)
+    out = run_demo(
+        ["--base-url", srv.url, "--question", "q?", flag, value], cwd=tmp_path, timeout=60
+    )
     assert out.returncode == 2 and srv.requests == []
     says = OUTPUT_PATHS[flag, value]
     assert out.stderr.startswith(f"demo.py: error: {says}") and len(out.stderr.splitlines()) == 1
     assert not (tmp_path / "verdict_trace.json").exists() and not (tmp_path / "missing").exists()
 
 
-# ----------------------------------------------------------------------------- fault 13: cache entries
+# -------------------------------------------------------------------------- fault 13: cache entries
 
 
 @pytest.mark.parametrize(
@@ -324,7 +347,9 @@ def test_demo_checks_its_output_paths_before_any_call(tmp_path, loopback, flag, 
         {"choices": [{"message": "hi"}]},
     ],
 )
-def test_a_cache_entry_of_the_wrong_shape_is_one_cache_error_naming_the_file(tmp_path, loopback, entry):
+def test_a_cache_entry_of_the_wrong_shape_is_one_cache_error_naming_the_file(
+    tmp_path, loopback, entry
+):
     srv = loopback(lambda body, path: chat_response("fresh"))
     path = tmp_path / "c.sqlite"
     cache = Cache(path)
@@ -332,29 +357,31 @@ def test_a_cache_entry_of_the_wrong_shape_is_one_cache_error_naming_the_file(tmp
     cache.put(cache_key({"model": "m", "messages": HI}, c.base_url), entry)
     with pytest.raises(CacheError) as e:
         c.chat(HI)
-    assert str(path) in str(e.value) and "not a chat completion" in str(e.value) and srv.requests == []
+    assert (
+        str(path) in str(e.value) and "not a chat completion" in str(e.value) and srv.requests == []
+    )
 
 
-def test_demo_with_a_damaged_cache_entry_says_so_in_one_line(tmp_path, loopback):
+def test_evaluate_with_a_damaged_cache_entry_says_so_in_one_line(tmp_path, loopback):
     srv = loopback(scripted_judge_server)
     path = tmp_path / "c.sqlite"
-    args = ["--base-url", srv.url, "--question", "q?", "--cache", str(path), "--max-steps", "1"]
-    assert (
-        script(
-            [*args, "--trace", str(tmp_path / "t.json"), "--plot", str(tmp_path / "p.png")], "demo.py"
-        ).returncode
-        == 0
-    )
+    args = live_args("verdict_lab.evaluate", srv.url, tmp_path)
+    args += ["--cache", str(path), "--max-steps", "1", "--rules", "verdict"]
+    script([*args, "--out", str(tmp_path / "first")], "verdict_lab.evaluate")
     cache = Cache(path)
-    for (key,) in cache._db.execute("SELECT key FROM responses").fetchall():
+    keys = cache._db.execute("SELECT key FROM responses").fetchall()
+    assert keys  # the first run cached its replies
+    for (key,) in keys:
         cache.put(key, {"choices": [{"message": {"content": None}}]})
     cache.close()
-    out = script([*args, "--trace", str(tmp_path / "t.json"), "--plot", str(tmp_path / "p.png")], "demo.py")
-    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1
-    assert out.stderr.startswith(f"demo.py: error: {path}: entry ") and "Traceback" not in out.stderr
+    out = script([*args, "--out", str(tmp_path / "second")], "verdict_lab.evaluate")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    said = out.stderr.splitlines()[-1]
+    assert said.startswith("verdict_lab.evaluate: error: the response cache cannot be used: ")
+    assert f"{path}: entry " in said and "the cache is damaged" in said
 
 
-# ----------------------------------------------------------------------------- fault 20: huge timings
+# --------------------------------------------------------------------------- fault 20: huge timings
 
 
 def huge_report(body, path):
@@ -374,14 +401,21 @@ def test_huge_reported_figures_are_malformed_and_the_counters_stay_finite(loopba
     assert c.usage["timings_prompt_ms"] == 0.0 and c.usage["completion_tokens"] == 0
     assert c.usage["cache_reports"] == 0 and c.usage["timings_reports"] == 0
     # and a chain metered on them runs (verdict.run refuses a non-finite meter reading)
-    trace = verdict.run(
-        "q", Reasoner(c), make_judges(c), verdict.Config(n=1, max_steps=1), meter=lambda: total_usage([c])
+    trace = loop.run(
+        "q",
+        Reasoner(c),
+        make_judges(c),
+        verdict.Config(n=1, max_steps=1),
+        meter=lambda: total_usage([c]),
     )
     assert trace.steps and all(math.isfinite(v) for v in trace.totals()["usage"].values())
 
 
 def test_reported_figures_within_range_are_kept():
-    r = {"usage": {"prompt_tokens": 10**15, "completion_tokens": -1}, "timings": {"prompt_ms": 1e15}}
+    r = {
+        "usage": {"prompt_tokens": 10**15, "completion_tokens": -1},
+        "timings": {"prompt_ms": 1e15},
+    }
     assert reported_usage(r) == {"prompt_tokens": 10**15, "completion_tokens": 0}
     assert reported_cache(r)["prompt_ms"] == 1e15
     r["timings"]["prompt_ms"] = 1.0000001e15

@@ -1,6 +1,7 @@
-"""Tests for how the judges see images (judges.py's load, to_rgb, budget_size, encode_image, chat_messages):
-every colour mode, EXIF orientation, the pixel budget, bad inputs, memoisation, and the chat messages that
-carry images, with MMMU's placement (verdict_lab.layouts.placed)."""
+"""Tests for how the judges see images: verdict_lab/images.py's load, to_rgb and encode (every
+colour mode, EXIF orientation, the pixel budget of judges.budget_size, bad inputs, memoisation), and
+the chat messages that carry images (judges.chat_messages), with MMMU's placement
+(verdict_lab.layouts.placed)."""
 
 import base64
 import io
@@ -11,14 +12,16 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import judges as images
+import judges
 import verdict
-from judges import chat_messages, encode_image
+from judges import chat_messages
+from verdict_lab.images import encode as encode_image
 from verdict_lab import flags, layouts, verifier
 from verdict_lab.loopback import chat_response
 
-# VLMEvalKit (e8e78f05, vlmeval/config.py) runs Qwen2.5-VL-7B-Instruct with min_pixels = 1280·28·28; the
-# client never raises an image to it (the server's processor does), so only the tests name it: 1.0 MP.
+# VLMEvalKit (e8e78f05, vlmeval/config.py) runs Qwen2.5-VL-7B-Instruct with
+# min_pixels = 1280·28·28 (1.0 MP); the client never raises an image to it (the server's processor
+# does), so only the tests name it.
 MIN_PIXELS = 1280 * 28 * 28
 
 
@@ -92,7 +95,8 @@ def test_exif_orientation_is_applied(tmp_path):
         out = decode(encode_image(source))
         assert out.size == (20, 40)
         top, bottom = out.getpixel((10, 5)), out.getpixel((10, 35))
-        assert top[0] > 200 > top[2] and bottom[2] > 200 > bottom[0]  # the right half is now at the bottom
+        # The right half is now at the bottom.
+        assert top[0] > 200 > top[2] and bottom[2] > 200 > bottom[0]
 
 
 def test_huge_image_is_downscaled_to_the_budget_keeping_aspect(tmp_path):
@@ -101,7 +105,8 @@ def test_huge_image_is_downscaled_to_the_budget_keeping_aspect(tmp_path):
     w, h = decode(encode_image(path, max_pixels=MIN_PIXELS)).size  # 4.3 MP at a 1.0 MP budget
     assert 0.98 * MIN_PIXELS <= w * h <= MIN_PIXELS
     assert abs(w / h - 4 / 3) < 0.01
-    assert decode(encode_image(path)).size == (2400, 1800)  # the default budget, 12.8 MP: sent as is
+    # At the default budget, 12.8 MP, it is sent as is.
+    assert decode(encode_image(path)).size == (2400, 1800)
     w, h = decode(encode_image(path, max_pixels=100)).size
     assert w * h <= 100 and (w, h) == (11, 8)
     assert decode(encode_image(path.read_bytes(), max_pixels=12)).size == (4, 3)
@@ -111,7 +116,9 @@ def test_corrupt_missing_and_wrong_inputs_raise_value_error_naming_the_file(tmp_
     junk = tmp_path / "junk.png"
     junk.write_bytes(b"\x89PNG\r\n\x1a\nthis is not really a png")
     good = io.BytesIO()
-    Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(good, "PNG")
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(
+        good, "PNG"
+    )
     cut = tmp_path / "truncated.png"
     cut.write_bytes(good.getvalue()[: len(good.getvalue()) // 2])
     for path in (junk, cut, tmp_path / "missing.png", tmp_path):
@@ -129,7 +136,8 @@ def test_encodings_are_memoised_and_follow_file_changes(png):
     a = encode_image(png)
     assert encode_image(png) is a and encode_image(str(png)) is a
     assert encode_image(png.read_bytes()) == a and encode_image(Image.open(png)) == a
-    assert encode_image(png.read_bytes()) is encode_image(png.read_bytes())  # bytes: memoised by their value
+    # Bytes are memoised by their value.
+    assert encode_image(png.read_bytes()) is encode_image(png.read_bytes())
     Image.new("RGB", (64, 48), "black").save(png)
     os.utime(png, ns=(1, 1))
     assert encode_image(png) != a
@@ -153,7 +161,9 @@ def test_palette_images_with_the_same_indices_and_another_palette_or_transparenc
 
 def test_one_lazily_opened_image_encoded_from_many_threads_at_once(tmp_path):
     path = tmp_path / "noise.png"
-    Image.fromarray(np.random.default_rng(0).integers(0, 255, (400, 400, 3), dtype=np.uint8)).save(path)
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (400, 400, 3), dtype=np.uint8)).save(
+        path
+    )
     expected = encode_image(path)
     for _ in range(5):  # each time a fresh, not yet decoded image shared by 8 threads
         lazy = Image.open(path)
@@ -164,14 +174,18 @@ def test_one_lazily_opened_image_encoded_from_many_threads_at_once(tmp_path):
 @pytest.mark.parametrize(
     "size, budget, expected",
     [
-        ((5000, 1), 1000, (1000, 1)),  # the short side cannot shrink below 1: the long one takes the budget
+        (
+            (5000, 1),
+            1000,
+            (1000, 1),
+        ),  # the short side cannot shrink below 1: the long one takes the budget
         ((1, 5000), 1000, (1, 1000)),
         ((5000, 3), 1000, (1000, 1)),  # r = 0.258: 1290 × 0.77 -> 1290 × 1 -> 1000 × 1
         ((2400, 1800), 100, (11, 8)),  # r = 0.00481: 11.5 × 8.7 -> 11 × 8
     ],
 )
 def test_budget_size_golden(size, budget, expected):
-    assert images.budget_size(size, budget) == expected
+    assert judges.budget_size(size, budget) == expected
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -180,7 +194,7 @@ def test_budget_size_keeps_the_budget_for_any_aspect_ratio(seed):
     for _ in range(500):
         w, h = (int(x) for x in np.exp(rng.uniform(0, np.log(20000), 2)))
         budget = int(rng.integers(1, w * h + 1))
-        w2, h2 = images.budget_size((w, h), budget)
+        w2, h2 = judges.budget_size((w, h), budget)
         assert 1 <= w2 <= w and 1 <= h2 <= h and w2 * h2 <= budget
         if min(w2, h2) >= 20:  # both sides large enough to carry the aspect ratio
             assert abs(np.log((w2 / h2) / (w / h))) < 0.1
@@ -197,15 +211,16 @@ def test_modes_i_and_i16_with_the_same_pixels_render_the_same(tmp_path):
     assert (sixteen.mode, wide.mode) == ("I;16", "I")
     out = [np.asarray(decode(encode_image(img))) for img in (sixteen, wide)]
     assert np.array_equal(out[0], out[1])
-    assert np.array_equal(out[0][..., 0], np.round(a / 65535 * 255).astype(np.uint8))  # 0..65535 -> 0..255
+    # 0..65535 is scaled to 0..255.
+    assert np.array_equal(out[0][..., 0], np.round(a / 65535 * 255).astype(np.uint8))
 
 
-# ------------------------------------------------------------------------- chat messages: where the images go
+# --------------------------------------------------------------- chat messages: where the images go
 
 
 def sheet(text: str):
-    """A layout (name, state, note="", **fields) -> messages whose user text is `text`: chat_messages with
-    the state's images, for layouts.placed to place them."""
+    """A layout (name, state, note="", **fields) -> messages whose user text is `text`:
+    chat_messages with the state's images, for layouts.placed to place them."""
     return lambda name, state, note="", **fields: chat_messages("sys", state.images, text)
 
 
@@ -221,9 +236,10 @@ def test_images_come_first_unless_the_question_names_them():
     placed = lambda text, q, images=(red, blue): layouts.placed(sheet(text))(
         "visual", verdict.State(q, images)
     )
-    assert placed("Question:\nIs it red?", "Is it red?") == expected  # no <image k>: the images come first
-    # MMMU (VLMEvalKit's split_MMMU): each <image k> of the question becomes the k-th image, at that place; an
-    # image named twice is sent twice; the text before and after the question stays as it is.
+    # With no <image k>, the images come first.
+    assert placed("Question:\nIs it red?", "Is it red?") == expected
+    # MMMU (VLMEvalKit's split_MMMU): each <image k> of the question becomes the k-th image, at that
+    # place; an image named twice is sent twice; the text around the question stays as it is.
     q = "Compare <image 2> with <image 2> and A. <image 1>"
     got = placed(f"Question:\n{q}\n\nWrite the next step.", q)
     assert got[0] == {"role": "system", "content": "sys"} and got[1]["content"] == [
@@ -236,18 +252,18 @@ def test_images_come_first_unless_the_question_names_them():
         t("\n\nWrite the next step."),
     ]
     only = placed("Question: <image 2>", "<image 2>")
-    assert only[1]["content"] == [
-        t("Question: "),
-        b,
-    ]  # image 1 is never named: left out, as VLMEvalKit leaves it out
+    # Image 1 is never named: it is left out, as VLMEvalKit leaves it out.
+    assert only[1]["content"] == [t("Question: "), b]
     # a marker outside the question (a previous step, a candidate) is text, and so is one
     # with no image sent at all
     step = placed(f"{q}\nStep 1: see <image 1>", q)[1]["content"]
     assert (
-        step[-1] == t("\nStep 1: see <image 1>") and len([p for p in step if p["type"] == "image_url"]) == 3
+        step[-1] == t("\nStep 1: see <image 1>")
+        and len([p for p in step if p["type"] == "image_url"]) == 3
     )
     assert placed(f"Question: {q}", q, images=())[1]["content"] == f"Question: {q}"
-    assert chat_messages("sys", (), f"Question: {q}")[1]["content"] == f"Question: {q}"  # never placed here
+    # chat_messages alone never places the images.
+    assert chat_messages("sys", (), f"Question: {q}")[1]["content"] == f"Question: {q}"
 
 
 def test_image_placement_refuses_a_missing_image_or_a_question_not_in_the_text():
@@ -256,12 +272,14 @@ def test_image_placement_refuses_a_missing_image_or_a_question_not_in_the_text()
     with pytest.raises(ValueError, match="names <image 2> but there are 1 image"):
         layouts.placed(sheet(f"Question: {q}"))("visual", verdict.State(q, (red,)))
     with pytest.raises(ValueError, match="does not hold the question"):
-        layouts.placed(sheet("Question: something else"))("visual", verdict.State("<image 1>?", (red,)))
+        layouts.placed(sheet("Question: something else"))(
+            "visual", verdict.State("<image 1>?", (red,))
+        )
 
 
 class Recorder:
-    """A client (chat(messages, **params)) that keeps every request's messages and answers each with n
-    copies of a json judge's reply (the reasoner takes it as its step)."""
+    """A client (chat(messages, **params)) that keeps every request's messages and answers each with
+    n copies of a json judge's reply (the reasoner takes it as its step)."""
 
     def __init__(self):
         self.requests = []
@@ -273,24 +291,30 @@ class Recorder:
 
 def sent_sizes(requests) -> list:
     """The size of every image the requests sent, in order."""
-    urls = [p["image_url"]["url"] for m in requests for p in m[1]["content"] if p.get("type") == "image_url"]
+    urls = [
+        p["image_url"]["url"]
+        for m in requests
+        for p in m[1]["content"]
+        if p.get("type") == "image_url"
+    ]
     return [decode(u).size for u in urls]
 
 
 def test_the_default_budget_is_vlmevalkits_and_max_pixels_sets_it(tmp_path):
-    """VLMEvalKit e8e78f05 (vlmeval/config.py) runs Qwen2.5-VL-7B-Instruct with min_pixels = 1280·28·28 and
-    max_pixels = 16384·28·28; the budget is the latter, and --max-pixels (flags.py, shared by demo.py and
-    verdict_lab.evaluate) sets Settings.max_pixels, the budget every image of the chain is sent at: the
-    reasoner's, every judge's (layouts.layout(name, max_pixels))."""
+    """VLMEvalKit e8e78f05 (vlmeval/config.py) runs Qwen2.5-VL-7B-Instruct with
+    min_pixels = 1280·28·28 and max_pixels = 16384·28·28; the budget is the latter, and
+    --max-pixels (flags.py, shared by demo.py and verdict_lab.evaluate) sets Settings.max_pixels,
+    the budget every image of the chain is sent at: the reasoner's, every judge's
+    (layouts.layout(name, max_pixels))."""
     import argparse
 
-    assert (MIN_PIXELS, images.MAX_PIXELS) == (1_003_520, 12_845_056) == (1280 * 784, 16384 * 784)
-    assert verifier.Settings().max_pixels == images.MAX_PIXELS
+    assert (MIN_PIXELS, judges.MAX_PIXELS) == (1_003_520, 12_845_056) == (1280 * 784, 16384 * 784)
+    assert verifier.Settings().max_pixels == judges.MAX_PIXELS
     p = argparse.ArgumentParser()
     flags.add_endpoint_args(p)
     flags.add_verifier_args(p)
-    assert p.parse_args([]).max_pixels == images.MAX_PIXELS
-    assert flags.settings_of(p.parse_args([])).max_pixels == images.MAX_PIXELS
+    assert p.parse_args([]).max_pixels == judges.MAX_PIXELS
+    assert flags.settings_of(p.parse_args([])).max_pixels == judges.MAX_PIXELS
     path = tmp_path / "a.png"
     Image.new("RGB", (40, 30), "white").save(path)
     state = verdict.State("Is it white?", (path,))
@@ -301,19 +325,22 @@ def test_the_default_budget_is_vlmevalkits_and_max_pixels_sets_it(tmp_path):
     v = verifier.build(settings, client)
     assert (
         v.propose(state, 1) == ['{"score": 7}']
-        and [j.judgement(state, "It is.").score for j in v.judges] == [pytest.approx(7 / 9)] * 3
+        and [j(state, "It is.") for j in v.judges] == [pytest.approx(7 / 9)] * 3
     )
-    assert len(client.requests) == 4 and sent_sizes(client.requests) == [(20, 15)] * 4  # 300 pixels, 4:3
+    # 300 pixels, at 4:3.
+    assert len(client.requests) == 4 and sent_sizes(client.requests) == [(20, 15)] * 4
     for name in layouts.LAYOUTS:  # every layout at that budget
         msgs = layouts.layout(name, 300)("visual", state, step="It is.", reply="Score:")
         assert sent_sizes([msgs]) == [(20, 15)]
-        assert sent_sizes([layouts.layout(name)("visual", state, step="It is.", reply="Score:")]) == [
-            (40, 30)
-        ]
+        assert sent_sizes(
+            [layouts.layout(name)("visual", state, step="It is.", reply="Score:")]
+        ) == [(40, 30)]
     with pytest.raises(ValueError, match="--max-pixels must be an integer >= 1, got max_pixels=0"):
-        flags.settings_of(p.parse_args(["--base-url", "http://127.0.0.1:9/v1", "--max-pixels", "0"]))
+        flags.settings_of(
+            p.parse_args(["--base-url", "http://127.0.0.1:9/v1", "--max-pixels", "0"])
+        )
     client = Recorder()  # the default budget, 12.8 MP: sent as is
     v = verifier.build(flags.settings_of(p.parse_args([])), client)
-    v.propose(state, 1), v.judges[0].judgement(state, "It is.")
+    v.propose(state, 1), v.judges[0](state, "It is.")
     assert sent_sizes(client.requests) == [(40, 30)] * 2
     assert decode(encode_image(path)).size == (40, 30)

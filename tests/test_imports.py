@@ -1,8 +1,10 @@
-"""The shape of the project: the root holds the design card's files and one folder; imports flow one way, with
-no circle; the modules that only read or compute import no HTTP; no function is over 60 lines; and the card's
-files copied alone work: verdict.py with test_verdict.py (numpy and pytest), and verdict.py, judges.py and
-prompts/ as live judges against a server (numpy, requests and pillow). Each import and each vendored copy
-runs in a fresh interpreter, so what another test imported cannot hide what a module pulls in."""
+"""The shape of the project: the root holds the design card's files and one folder; imports flow one
+way, with no circle (verdict.py imports nothing of the project, judges.py only verdict, demo.py only
+those two, and nothing at the root imports verdict_lab); the modules and commands that make no HTTP
+call import no HTTP library; no function is over 60 lines; and the card's files copied alone work:
+verdict.py with test_verdict.py (numpy and pytest), and verdict.py, judges.py and prompts/ as live
+judges against a server (numpy, requests and pillow). Each import and each vendored copy runs in a
+fresh interpreter, so what another test imported cannot hide what a module pulls in."""
 
 import ast
 import os
@@ -17,8 +19,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 CARD = {"verdict.py", "test_verdict.py", "judges.py", "prompts", "demo.py", "README.md"}
 AROUND = {"pyproject.toml", "requirements.txt", ".ci", ".gitignore", "tests", "docs", "verdict_lab"}
-LEAVES = (  # modules that only read or compute
+LEAVES = (  # modules that only read or compute, and the commands that make no HTTP call
     "verdict",
+    "verdict_lab.loop",
+    "verdict_lab.images",
+    "verdict_lab.simulate",
     "verdict_lab.formats",
     "verdict_lab.layouts",
     "verdict_lab.harness.answers",
@@ -33,7 +38,7 @@ LEAVES = (  # modules that only read or compute
     "verdict_lab.perf.simulation_report",
 )
 COMMANDS = {"demo", "verdict_lab.evaluate", "verdict_lab.bench", "verdict_lab.simulate"}
-MAX_FUNCTION_LINES, MAX_JUDGES_LINES = 60, 620
+MAX_FUNCTION_LINES = 60
 
 
 def modules() -> dict:
@@ -46,8 +51,8 @@ def modules() -> dict:
 
 
 def imports(path: Path, known: set) -> set:
-    """The project's modules that `path` imports, at the top or inside a function ("from a import b" counts
-    a.b when that is a module)."""
+    """The project's modules that `path` imports, at the top or inside a function ("from a import b"
+    counts a.b when that is a module)."""
     out = set()
     for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(n, ast.Import):
@@ -58,8 +63,12 @@ def imports(path: Path, known: set) -> set:
 
 
 def test_the_root_holds_the_card_and_one_folder():
-    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True)
-    top = {line.split("/")[0] for line in tracked.stdout.splitlines()} or {p.name for p in ROOT.iterdir()}
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    top = {line.split("/")[0] for line in tracked.stdout.splitlines()} or {
+        p.name for p in ROOT.iterdir()
+    }
     assert top == CARD | AROUND, sorted(top ^ (CARD | AROUND))
 
 
@@ -71,6 +80,11 @@ def test_imports_flow_one_way_with_no_circle():
             assert not deps, f"verdict.py imports {sorted(deps)}"
         if m == "judges":
             assert deps == {"verdict"}, f"judges.py imports {sorted(deps)}"
+        if m == "demo":
+            assert deps == {"verdict", "judges"}, f"demo.py imports {sorted(deps)}"
+        if "." not in m:  # the root's modules: the core and the demo
+            lab = sorted(d for d in deps if d.startswith("verdict_lab"))
+            assert not lab, f"{m}.py imports {lab}"
         assert not deps & COMMANDS, f"{m} imports the command {sorted(deps & COMMANDS)}"
         if m.startswith("verdict_lab.harness"):
             assert not any(d.startswith("verdict_lab.perf") for d in deps), (
@@ -93,8 +107,12 @@ def test_imports_flow_one_way_with_no_circle():
 
 def test_judges_imports_only_verdict_numpy_requests_pillow_and_the_standard_library():
     tree = ast.parse((ROOT / "judges.py").read_text(encoding="utf-8"))
-    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    names = {
+        a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+    }
+    names |= {
+        n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
+    }
     third = names - set(sys.stdlib_module_names) - {"__future__"}
     assert third == {"verdict", "numpy", "requests", "PIL"}, sorted(third)
 
@@ -103,7 +121,9 @@ def test_judges_imports_only_verdict_numpy_requests_pillow_and_the_standard_libr
 def test_a_leaf_module_imports_no_http(module):
     http = ("requests", "urllib3", "verdict_lab.client")
     probe = f"import sys; import {module}; print(sorted(m for m in {http!r} if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "[]", f"{module} pulls in {out.stdout.strip()}"
 
 
@@ -117,7 +137,7 @@ def test_no_production_module_imports_the_tests():
         ), name
 
 
-def test_no_function_is_over_sixty_lines_and_judges_stays_short():
+def test_no_function_is_over_sixty_lines():
     long = []
     for name, path in modules().items():
         for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -127,11 +147,9 @@ def test_no_function_is_over_sixty_lines_and_judges_stays_short():
             ):
                 long.append(f"{name}.{n.name}: {n.end_lineno - n.lineno + 1} lines")
     assert not long, long
-    lines = len((ROOT / "judges.py").read_text(encoding="utf-8").splitlines())
-    assert lines <= MAX_JUDGES_LINES, f"judges.py has {lines} lines"
 
 
-# ----------------------------------------------------------------------------- the card's files, copied alone
+# ------------------------------------------------------------------- the card's files, copied alone
 
 BLOCK = textwrap.dedent(
     """
@@ -148,12 +166,14 @@ BLOCK = textwrap.dedent(
 def run_alone(
     tmp_path: Path, files: list, blocked: set, argv: list, script: str = ""
 ) -> subprocess.CompletedProcess:
-    """argv in tmp_path holding only `files` (copied from the checkout), with the modules `blocked` made
-    unimportable (a sitecustomize), and nothing of the checkout on the path."""
+    """argv in tmp_path holding only `files` (copied from the checkout), with the modules `blocked`
+    made unimportable (a sitecustomize), and nothing of the checkout on the path."""
     for f in files:
         src, dst = ROOT / f, tmp_path / f
         shutil.copytree(src, dst) if src.is_dir() else shutil.copy(src, dst)
-    (tmp_path / "sitecustomize.py").write_text(BLOCK.format(blocked=sorted(blocked)), encoding="utf-8")
+    (tmp_path / "sitecustomize.py").write_text(
+        BLOCK.format(blocked=sorted(blocked)), encoding="utf-8"
+    )
     if script:
         (tmp_path / "run.py").write_text(script, encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VERDICT_LIVE_URL")}
@@ -196,7 +216,8 @@ LIVE_CHAIN = textwrap.dedent(
                 final = "Step 1:" in json.dumps(body["messages"])
                 text = "Final answer: A" if final else "The cube is on the left."
                 choices = [{"message": {"content": text}}] * body.get("n", 1)
-            data = json.dumps({"choices": choices, "usage": {"prompt_tokens": 5, "completion_tokens": 2}})
+            usage = {"prompt_tokens": 5, "completion_tokens": 2}
+            data = json.dumps({"choices": choices, "usage": usage})
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -211,12 +232,21 @@ LIVE_CHAIN = textwrap.dedent(
     endpoint = judges.Endpoint(url, "m")
     question = "Is the cube left? A. yes B. no"
     js = judges.make_judges(endpoint)
-    trace = verdict.run(question, judges.Reasoner(endpoint), js, image=png.getvalue())
+    judged = []  # each judge call's judges.Judgement, read off verdict.step's map_fn
+
+    def recording(f, items):
+        out = list(map(f, items))
+        judged.extend(out)
+        return out
+
+    trace = verdict.run(
+        question, judges.Reasoner(endpoint), js, image=png.getvalue(), map_fn=recording
+    )
     server.shutdown()
     images = sum(p.get("type") == "image_url" for b in seen for p in b["messages"][1]["content"])
-    formats = sorted({c["format"] for r in trace.steps for row in r.calls for c in row})
-    got = {"answer": trace.answer, "steps": len(trace.steps), "requests": len(seen), "images": images}
-    print(json.dumps({**got, "formats": formats}))
+    formats = sorted({j.record["format"] for j in judged})
+    got = {"answer": trace.answer, "steps": len(trace.steps), "requests": len(seen)}
+    print(json.dumps({**got, "images": images, "formats": formats}))
     """
 )
 
@@ -224,9 +254,30 @@ LIVE_CHAIN = textwrap.dedent(
 def test_verdict_judges_and_prompts_copied_alone_run_a_live_chain(tmp_path):
     blocked = {"verdict_lab", "hypothesis", "pytest", "tests", "scripted"}
     out = run_alone(
-        tmp_path, ["verdict.py", "judges.py", "prompts"], blocked, [sys.executable, "run.py"], LIVE_CHAIN
+        tmp_path,
+        ["verdict.py", "judges.py", "prompts"],
+        blocked,
+        [sys.executable, "run.py"],
+        LIVE_CHAIN,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     got = __import__("json").loads(out.stdout.splitlines()[-1])
-    # Two steps: 1 reasoner request and 3 × 3 judge calls each; every request carries the item's image.
+    # Two steps: 1 reasoner request and 3 × 3 judge calls each; every request carries the image.
     assert got == {"answer": "A", "steps": 2, "requests": 20, "images": 20, "formats": ["json"]}
+
+
+def test_judges_py_with_its_own_tests_copied_alone_passes(tmp_path):
+    # tests/test_judges_alone.py is vendored as test_judges_alone.py beside the files it tests, so
+    # it must start its own server and need nothing of the checkout: no conftest, no other test
+    # module and no verdict_lab.
+    shutil.copy(ROOT / "tests" / "test_judges_alone.py", tmp_path / "test_judges_alone.py")
+    blocked = {"verdict_lab", "hypothesis", "tests", "scripted", "test_judges", "test_replies"}
+    out = run_alone(
+        tmp_path,
+        ["verdict.py", "judges.py", "prompts"],
+        blocked,
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_judges_alone.py"],
+    )
+    summary = (out.stdout.strip().splitlines() or [""])[-1]
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert " passed" in summary and "failed" not in summary and "error" not in summary, summary

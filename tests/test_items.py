@@ -1,7 +1,8 @@
 """Tests for the reading of benchmark files into items, at their edges (harness/tsv.py, cells.py,
-benchmarks.py, items.py): the boundaries of image references, the rows pandas fills with missing values,
-the dtypes under --limit, ids by line, every reason and warning word for word. Each expected value is
-derived in a comment from VLMEvalKit's rule the code follows (see the module docstrings)."""
+benchmarks.py, items.py): the boundaries of image references, the rows pandas fills with missing
+values, the dtypes under --limit, ids by line, every reason and warning word for word. Each expected
+value is derived in a comment from VLMEvalKit's rule the code follows (see the module
+docstrings)."""
 
 import base64
 import csv
@@ -40,22 +41,51 @@ def reasons(f) -> list:
 
 
 def test_kind_by_name():
-    # build_dataset's order: MathVista, then MMMU anywhere in the name, then a name starting CV-Bench
-    names = ["MathVista_MINI", "MMMU_DEV_VAL", "CV-Bench-2D", "MathVista_MMMU", "CV-Bench-MMMU", "X_CV-Bench"]
-    assert [tsv.kind(n) for n in names] == ["mathvista", "mmmu", "cvbench", "mathvista", "mmmu", "mcq"]
-    assert benchmarks.scoring("MMStar", ["index"]) == {"setting": "vanilla", "macro": None, "kind": "mcq"}
+    # build_dataset's order: MathVista, then MMMU anywhere in the name, then a name starting
+    # with CV-Bench.
+    names = [
+        "MathVista_MINI",
+        "MMMU_DEV_VAL",
+        "CV-Bench-2D",
+        "MathVista_MMMU",
+        "CV-Bench-MMMU",
+        "X_CV-Bench",
+    ]
+    assert [tsv.kind(n) for n in names] == [
+        "mathvista",
+        "mmmu",
+        "cvbench",
+        "mathvista",
+        "mmmu",
+        "mcq",
+    ]
+    assert benchmarks.scoring("MMStar", ["index"]) == {
+        "setting": "vanilla",
+        "macro": None,
+        "kind": "mcq",
+    }
 
 
 def test_ids_and_cells_of_short_rows_and_a_file_without_an_index_column(tmp_path):
-    # "index" last: a short row (row 3 ends after n) has no index cell, so its id is its line, as is an NA one
+    # "index" last: a short row (row 3 ends after n) has no index cell, so its id is its line,
+    # as is an NA one's.
     path = write(
         tmp_path / "S.tsv",
         ["question", "A", "B", "answer", "n", "index"],
-        [["q1", "x", "y", "A", "1", "7"], ["q2", "x", "y", "B", ""], ["q3", "x", "y", "A", "2", "nan"]],
+        [
+            ["q1", "x", "y", "A", "1", "7"],
+            ["q2", "x", "y", "B", ""],
+            ["q3", "x", "y", "A", "2", "nan"],
+        ],
     )
     f = benchmarks.load(path)
-    assert [(it.id, it.row, it.answer) for it in f.items] == [("7", 2, "A"), ("3", 3, "B"), ("4", 4, "A")]
-    # the short row's n and index are missing: "" in the fields; n holds a NaN, so float64 ("1" -> "1.0")
+    assert [(it.id, it.row, it.answer) for it in f.items] == [
+        ("7", 2, "A"),
+        ("3", 3, "B"),
+        ("4", 4, "A"),
+    ]
+    # The short row's n and index are missing: "" in the fields; n holds a NaN, so it is float64
+    # ("1" -> "1.0").
     assert dict(f.items[1].fields) == {
         "question": "q2",
         "A": "x",
@@ -64,12 +94,19 @@ def test_ids_and_cells_of_short_rows_and_a_file_without_an_index_column(tmp_path
         "n": "",
         "index": "",
     }
-    assert f.scoring["dtypes"] == {"question": "object", "A": "object", "B": "object", "answer": "object"} | {
+    assert f.scoring["dtypes"] == {
+        "question": "object",
+        "A": "object",
+        "B": "object",
+        "answer": "object",
+    } | {
         "n": "float",
         "index": "float",
     }
     # no answer cell at all: pandas' NaN, printed "nan", which no reply matches
-    short = write(tmp_path / "T.tsv", ["index", "question", "A", "B", "answer"], [["1", "", "x", "y"]])
+    short = write(
+        tmp_path / "T.tsv", ["index", "question", "A", "B", "answer"], [["1", "", "x", "y"]]
+    )
     it = benchmarks.load(short).items[0]
     assert (it.answer, it.question.splitlines()[0]) == ("nan", "Question: nan")
     # no index column at all (and no image column): every id is its line
@@ -78,7 +115,8 @@ def test_ids_and_cells_of_short_rows_and_a_file_without_an_index_column(tmp_path
 
 
 def test_image_references_at_64_and_65_characters(tmp_path):
-    """VLMEvalKit: an image cell of 64 characters or fewer is the index of the row whose image it reuses."""
+    """VLMEvalKit: an image cell of 64 characters or fewer is the index of the row whose image it
+    reuses."""
     red = b64(png("red"))
     i64 = "i" * 64  # 64 characters that are also valid base64 (of no image)
     path = write(
@@ -118,7 +156,9 @@ def test_images_held_once_for_kept_rows_and_scanned_only_as_far_as_needed(tmp_pa
     assert images.held == {"4": ((png("blue"), None),)}  # a kept row's reference is held, as bytes
     assert images.of_cell("1", False, "3") == (png("red"),)
     assert images.of_cell(red, True, "1") == (png("red"),)
-    assert list(images.held) == ["4"]  # not for a row that is not kept, nor for an image given in full
+    assert list(images.held) == [
+        "4"
+    ]  # not for a row that is not kept, nor for an image given in full
     images.close()
     # through load: rows 3 and 5, both kept, share row 1's decoded image; row 1 holds its own
     f = benchmarks.load(path, keep=lambda id: id in ("3", "5"))
@@ -136,8 +176,12 @@ def test_image_path_beside_the_tsv_and_outside_it(tmp_path):
     head = ["index", "image_path", "question", "A", "B", "answer"]
     # images/<name>/ with name the file's name less "_local" (AI2D_TEST_local[:6] would be "AI2D_T")
     local = write(tmp_path / "AI2D_TEST_local.tsv", head, [["1", "a.png", "q", "x", "y", "A"]])
-    assert benchmarks.load(local).items[0].images == (str(tmp_path / "images" / "AI2D_TEST" / "a.png"),)
-    plain = write(tmp_path / "MMStar.tsv", head, [["1", "b.png", "q", "x", "y", "A"]])  # the name as is
+    assert benchmarks.load(local).items[0].images == (
+        str(tmp_path / "images" / "AI2D_TEST" / "a.png"),
+    )
+    plain = write(
+        tmp_path / "MMStar.tsv", head, [["1", "b.png", "q", "x", "y", "A"]]
+    )  # the name as is
     f = benchmarks.load(plain)
     assert f.items[0].images == (str(tmp_path / "images" / "MMStar" / "b.png"),)
     assert "image_path" not in f.scoring["dtypes"] and "index" in f.scoring["dtypes"]
@@ -148,10 +192,16 @@ def test_image_path_beside_the_tsv_and_outside_it(tmp_path):
 
 def test_list_cells():
     # VLMEvalKit's toliststr: only a cell that starts with "[" and ends with "]" is a list literal
-    assert tsv._list_cell("a]") == ["a]"] and tsv._list_cell("[a") == ["[a"] and tsv._list_cell("[]") == []
+    assert (
+        tsv._list_cell("a]") == ["a]"]
+        and tsv._list_cell("[a") == ["[a"]
+        and tsv._list_cell("[]") == []
+    )
     assert tsv._list_cell("['a', 'b']") == ["a", "b"]
     for bad in ("[not a list]", "[1, 2]", "['a'], ['b']"):
-        with pytest.raises(ValueError, match=r"^image starts with '\[' but is not a list of strings$"):
+        with pytest.raises(
+            ValueError, match=r"^image starts with '\[' but is not a list of strings$"
+        ):
             tsv._list_cell(bad)
 
 
@@ -168,7 +218,9 @@ def test_mmmu_prompts_in_full_and_placeholders_only_for_mmmu(tmp_path):
         "Please select the correct answer from the options above. \n"
     )
     # no option columns at all: an open question, A its answer, B "Other Answers"
-    open_ = write(tmp_path / "MMMU_X.tsv", ["index", "question", "answer"], [["1", "How many?", "42"]])
+    open_ = write(
+        tmp_path / "MMMU_X.tsv", ["index", "question", "answer"], [["1", "How many?", "42"]]
+    )
     it = benchmarks.load(open_).items[0]
     assert (it.question, it.options, it.answer) == (
         "Question: How many?\n",
@@ -193,14 +245,22 @@ def test_mmmu_prompts_in_full_and_placeholders_only_for_mmmu(tmp_path):
 
 def test_mathvista_free_form_text_and_a_file_without_an_answer_column(tmp_path):
     head = ["index", "question", "question_type", "answer_type", "precision", "unit"]
-    path = write(tmp_path / "MathVista_MINI.tsv", head, [["1", "How long?", "free_form", "float", "2", "cm"]])
+    path = write(
+        tmp_path / "MathVista_MINI.tsv", head, [["1", "How long?", "free_form", "float", "2", "cm"]]
+    )
     it = benchmarks.load(path).items[0]
     # no answer column: the answer is pandas' NaN ("nan"), compared as text of an object column
-    assert (it.question, it.answer, it.value) == ("How long?", "nan", Value("float", 2, "cm", "object"))
+    assert (it.question, it.answer, it.value) == (
+        "How long?",
+        "nan",
+        Value("float", 2, "cm", "object"),
+    )
 
 
 def test_header_edges(tmp_path):
-    (tmp_path / "B.tsv").write_text("\ufeff\nq\n", encoding="utf-8")  # a header of a BOM alone: no column
+    (tmp_path / "B.tsv").write_text(
+        "\ufeff\nq\n", encoding="utf-8"
+    )  # a header of a BOM alone: no column
     with pytest.raises(ValueError, match=r"B.tsv: no question or prompt column \(columns: none\)$"):
         benchmarks.load(str(tmp_path / "B.tsv"))
     x = tmp_path / "X.tsv"  # only the BOM is stripped from the first name
@@ -214,7 +274,9 @@ def test_header_edges(tmp_path):
 
 def test_tsv_reasons_name_file_row_and_column(tmp_path):
     path = tmp_path / "Bad.tsv"
-    path.write_bytes(b"index\tquestion\tA\tB\tanswer\n1\tq\xff\tx\ty\tA\n2\tq\tx\ty\tA\n2\tq\tx\ty\tB\n")
+    path.write_bytes(
+        b"index\tquestion\tA\tB\tanswer\n1\tq\xff\tx\ty\tA\n2\tq\tx\ty\tA\n2\tq\tx\ty\tB\n"
+    )
     f = benchmarks.load(str(path))
     assert reasons(f) == [
         ("Bad.tsv", 2, "not valid UTF-8 (byte 0xff in column question)"),
@@ -232,14 +294,15 @@ def test_dtypes_follow_the_limit_and_swallowed_rows_are_warned_word_for_word(tmp
     q = tmp_path / "Q.tsv"
     q.write_text('index\tquestion\tA\tB\tanswer\n1\t"q\n2\tq\n3\tq"\tx\ty\tA\n')
     assert benchmarks.load(str(q)).warnings[1] == (
-        'Q.tsv line 4: a quoted cell holds 2 line(s) that look like rows (an unclosed "?); pandas, and so '
-        "VLMEvalKit, reads them as part of that cell too"
+        'Q.tsv line 4: a quoted cell holds 2 line(s) that look like rows (an unclosed "?); '
+        "pandas, and so VLMEvalKit, reads them as part of that cell too"
     )
 
 
 def test_load_counts_and_says_why(tmp_path):
     with pytest.raises(
-        ValueError, match=r"^x\.csv: unknown format '\.csv'; expected \.tsv \(VLMEvalKit\) or \.jsonl$"
+        ValueError,
+        match=r"^x\.csv: unknown format '\.csv'; expected \.tsv \(VLMEvalKit\) or \.jsonl$",
     ):
         benchmarks.load("x.csv")
     with pytest.raises(ValueError, match=r"/none\.jsonl: no such file$"):
@@ -303,7 +366,8 @@ def test_make_item_checks_a_jsonl_row():
         None,
     )
     assert it.question == build_question("q", ok["options"], "h")
-    # VLMEvalKit's build_prompt, whitespace included; stripped: its lines joined, nothing after the last
+    # VLMEvalKit's build_prompt, whitespace included; stripped: its lines joined, with nothing
+    # after the last.
     assert build_question("q", [("A", "x")]) == (
         "Question: q\nOptions:\nA. x\nPlease select the correct answer from the options above. \n"
     )

@@ -1,11 +1,12 @@
-"""Every live test: a real OpenAI-compatible server at $VERDICT_LIVE_URL (skipped when it is unset), reached
-through the `live` fixture's recording proxy (conftest.py), every test sending real images.
+"""Every live test: a real OpenAI-compatible server at $VERDICT_LIVE_URL (skipped when it is unset),
+reached through the `live` fixture's recording proxy (conftest.py), every test sending real images.
 
-They are written for the server verdict_lab/serve_tiny.sh starts by default: SmolLM2-135M-Instruct on
-llama.cpp's llama-server with a vision projector of random weights (verdict_lab/mmproj.py). Such a server
-turns each image into real image tokens (IMAGE_TOKENS) that change what the model computes, but the model
-does not see: these tests prove the plumbing, the request shapes and the cost of images, never judgement.
-Answers and scores are not checked against any truth; decisions are checked against verdict.select.
+They are written for the server verdict_lab/serve_tiny.sh starts by default: SmolLM2-135M-Instruct
+on llama.cpp's llama-server with a vision projector of random weights (verdict_lab/mmproj.py). Such
+a server turns each image into real image tokens (IMAGE_TOKENS) that change what the model computes,
+but the model does not see: these tests prove the plumbing, the request shapes and the cost of
+images, never judgement. Answers and scores are not checked against any truth; decisions are checked
+against verdict.select.
 """
 
 import base64
@@ -22,6 +23,7 @@ from PIL import Image
 
 import demo
 import verdict
+from verdict_lab import loop
 from judges import JSON, EndpointError, Judge, Reasoner, encode_image, make_judges
 from verdict_lab import verifier
 from verdict_lab.client import Client
@@ -36,8 +38,8 @@ from test_modes import chain_of, judges_in
 
 pytestmark = pytest.mark.live
 
-# The projector's input is 64×64 pixels in patches of 16: (64 / 16)² = 16 image tokens per image, whatever
-# the image's size (llama-server resizes it).
+# The projector's input is 64×64 pixels in patches of 16: (64 / 16)² = 16 image tokens per image,
+# whatever the image's size (llama-server resizes it).
 IMAGE_TOKENS = 16
 SLOTS = 4  # serve_tiny.sh's -np: the most choices (n) one request may ask of it
 MCQ = "What colour is the shape in the image?\nA. red\nB. blue"
@@ -70,9 +72,9 @@ def image_urls(body) -> list:
 
 
 def image_tokens(live, body) -> tuple:
-    """(prompt tokens the live server counts for `body` minus those of the same request with its images
-    taken out, the text parts a removed image separated): the tokens the images cost, give or take one per
-    text boundary they stood at (the texts' tokens merge there)."""
+    """(prompt tokens the live server counts for `body` minus those of the same request with its
+    images taken out, the text parts a removed image separated): the tokens the images cost, give or
+    take one per text boundary they stood at (the texts' tokens merge there)."""
     bare = copy.deepcopy(body)
     joins = 0
     for m in bare["messages"]:
@@ -89,19 +91,46 @@ def image_tokens(live, body) -> tuple:
 def check_image_tokens(live, body) -> None:
     k = len(image_urls(body))
     got, joins = image_tokens(live, body)
-    assert k >= 1 and abs(got - IMAGE_TOKENS * k) <= joins, (role_of(body["messages"]), got, k, joins)
+    assert k >= 1 and abs(got - IMAGE_TOKENS * k) <= joins, (
+        role_of(body["messages"]),
+        got,
+        k,
+        joins,
+    )
 
 
 def live_demo(live, cwd, flags: str, *more, question=MCQ.split("\n")[0]):
-    """demo.py against the live server (through the proxy) in `cwd`: `flags` split at spaces, then `more`;
-    each request may take 600 s (2 shared CPU cores)."""
-    args = ["--base-url", live.url, "--model", "tiny", "--timeout", "600", "--question", question]
+    """demo.py against the live server (through the proxy) in `cwd`: `flags` split at spaces, then
+    `more`; each request may take 600 s (2 shared CPU cores)."""
+    args = ["--base-url", live.url, "--model", "tiny", "--question", question]
     args += [*flags.split(), *more]
     return run_demo(args, cwd, timeout=900)
 
 
+def lab_trace(live, question: str, images, **settings) -> dict:
+    """A chain of verdict_lab's verifier (verifier.build and run, as evaluate runs one) with these
+    Settings against the live server, each request allowed 600 s: its trace as a dict, with the
+    client's usage in meta["usage"]["reasoner"], checked by test_demo's check_trace."""
+    client = Client(live.url, "tiny", timeout=600.0)
+    v = verifier.build(verifier.Settings(**settings), client)
+    trace = verifier.run(v, question, images, map_fn=verifier.thread_map(SLOTS))
+    d = json.loads(json.dumps(trace.to_dict(), allow_nan=False))
+    d["meta"]["usage"] = {"reasoner": client.usage}
+    plain = json.loads(json.dumps(d))  # the lab's own keys set aside, the trace is demo.py's
+    revised = [s["revision"] for s in plain["steps"] if "revision" in s]
+    plain["totals"]["judge_calls"] -= sum(len(r["s_hat"]) for r in revised)
+    plain["totals"]["abstentions"] -= sum(v is None for r in revised for v in r["s_hat"])
+    for step in plain["steps"]:
+        for key in ("usage", "revision", "calls"):
+            step.pop(key, None)
+    for key in ("revisions", "revised", "usage"):
+        plain["totals"].pop(key, None)
+    check_trace(plain)
+    return d
+
+
 def demo_trace(live, cwd, flags: str, *more, **kw) -> tuple:
-    """live_demo's run, which must succeed: (its output, the trace it wrote, checked by check_trace)."""
+    """live_demo, which must succeed: (its output, the trace it wrote, checked by check_trace)."""
     out = live_demo(live, cwd, flags, *more, **kw)
     assert out.returncode == 0, out.stderr
     d = json.loads((cwd / "verdict_trace.json").read_text())
@@ -114,7 +143,9 @@ def check_decisions(d) -> None:
     cfg = d["config"]
     for s in d["steps"]:
         if all(v is not None for r in s["s_hat"] for v in r):
-            sel = verdict.select(np.array(s["s_hat"]), tuple(cfg["lam"]), cfg["tau"], cfg["eps"], cfg["rule"])
+            sel = verdict.select(
+                np.array(s["s_hat"]), tuple(cfg["lam"]), cfg["tau"], cfg["eps"], cfg["rule"]
+            )
             assert (s["index"], s["fallback"], s["accepted"]) == (
                 sel.index,
                 sel.fallback,
@@ -123,20 +154,24 @@ def check_decisions(d) -> None:
             assert s["s_bar_star"] == pytest.approx(sel.s_bar_star.tolist())
 
 
-# ----------------------------------------------------------------------------- the server and images
+# ---------------------------------------------------------------------------- the server and images
 
 
 def test_each_image_costs_its_tokens_and_changes_what_the_model_computes(live):
     c = Client(live.url, "tiny", timeout=300.0, retries=1)
     urls = [
-        encode_image(Image.new("RGB", (96, 64), rgb)) for rgb in ((200, 30, 30), (30, 200, 30), (30, 30, 200))
+        encode_image(Image.new("RGB", (96, 64), rgb))
+        for rgb in ((200, 30, 30), (30, 200, 30), (30, 30, 200))
     ]
 
     def content(k):  # "Image i:" before each image: llama-server fails adjacent images once cached
         parts = [
             p
             for i, u in enumerate(urls[:k], 1)
-            for p in ({"type": "text", "text": f"Image {i}:"}, {"type": "image_url", "image_url": {"url": u}})
+            for p in (
+                {"type": "text", "text": f"Image {i}:"},
+                {"type": "image_url", "image_url": {"url": u}},
+            )
         ]
         return parts + [{"type": "text", "text": "What colour is the image?"}]
 
@@ -147,7 +182,10 @@ def test_each_image_costs_its_tokens_and_changes_what_the_model_computes(live):
 
     def top(url):  # the five likeliest first tokens after the same text with one image
         msgs = [
-            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}, content(0)[0]]}
+            {
+                "role": "user",
+                "content": [{"type": "image_url", "image_url": {"url": url}}, content(0)[0]],
+            }
         ]
         r = c.chat(msgs, max_tokens=1, temperature=0.0, logprobs=True, top_logprobs=5)
         return [
@@ -166,7 +204,12 @@ def test_what_the_server_refuses_is_one_line_naming_the_cause(live, tmp_path):
     )
     with pytest.raises(EndpointError) as e:
         c.chat(
-            [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": png_url}}, ask]}],
+            [
+                {
+                    "role": "user",
+                    "content": [{"type": "image_url", "image_url": {"url": png_url}}, ask],
+                }
+            ],
             n=SLOTS + 1,
             max_tokens=1,
         )
@@ -189,20 +232,19 @@ def test_what_the_server_refuses_is_one_line_naming_the_cause(live, tmp_path):
         )
     said = str(e.value)
     assert (
-        e.value.status == 400 and "\n" not in said and "could not decode an image this request sent" in said
+        e.value.status == 400
+        and "\n" not in said
+        and "could not decode an image this request sent" in said
     )
-    # the demo: n above the slots is the server's refusal, one line, exit 2
-    scene = picture(tmp_path / "scene.png", (200, 30, 30))
-    out = live_demo(live, tmp_path, f"--n {SLOTS + 1} --max-steps 1 --image {scene}")
-    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
-    assert f"at most {SLOTS} choices at once" in out.stderr
-    # a corrupt image file is refused before any request is sent
+    # the demo: a corrupt image file is refused before any request is sent
     sent = len(live.mine)
     (tmp_path / "bad.png").write_bytes(b"\x89PNG\r\n\x1a\nbroken")
     out = live_demo(live, tmp_path, "--image", str(tmp_path / "bad.png"))
-    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "bad.png" in out.stderr, (
-        out.stderr
-    )
+    assert (
+        out.returncode == 2
+        and len(out.stderr.strip().splitlines()) == 1
+        and "bad.png" in out.stderr
+    ), out.stderr
     assert len(live.mine) == sent
 
 
@@ -215,31 +257,42 @@ def test_the_live_demo_on_its_scene_sends_the_image_and_every_judge_call_scores(
     out, d = demo_trace(
         live,
         tmp_path,
-        "--n 2 --max-steps 2 --image scene.png --choices",
+        "--max-steps 2 --image scene.png --choices",
         "A. left|B. right",
         question=question,
     )
     check_decisions(d)
+    # The paper's n = 3 candidates a step, each scored by the three judges, every score read.
+    assert d["totals"]["abstentions"] == 0 and d["totals"]["judge_calls"] == 9 * len(d["steps"])
+    scene = encode_image(str(tmp_path / "scene.png"))
+    # The scene, in every request.
+    assert live.ok() and all(image_urls(e.body) == [scene] for e in live.mine)
+    for e in live.ok():
+        check_image_tokens(live, e.body)  # each request's prompt tokens hold the image's
+
+
+def test_the_verifier_reads_json_scores_and_their_logprobs_with_an_image(live, tmp_path):
+    scene = picture(tmp_path / "scene.png", (200, 30, 30))
+    d = lab_trace(live, MCQ, [scene], n=2, max_steps=2)
+    check_decisions(d)
     judged = d["meta"]["judges"]
     assert (judged["format_used"], judged["fallback"]) == ("json", None)
     assert d["totals"]["abstentions"] == 0 and d["totals"]["judge_calls"] == 6 * len(d["steps"])
-    scene = encode_image(str(tmp_path / "scene.png"))
-    assert live.ok() and all(image_urls(e.body) == [scene] for e in live.mine)  # the scene, in every request
-    for e in live.ok():
-        check_image_tokens(live, e.body)  # each request's prompt tokens hold the image's
+    assert all(len(image_urls(e.body)) == 1 for e in live.mine)
     pairs = [(c["sampled"], c["weighted"]) for s in d["steps"] for row in s["calls"] for c in row]
-    assert all(a is not None and b is not None and 0 <= b <= 1 for a, b in pairs)  # llama-server: logprobs
+    # llama-server sends logprobs: every call has its weighted score.
+    assert all(a is not None and b is not None and 0 <= b <= 1 for a, b in pairs)
 
 
-def test_the_live_demo_with_text_judges_counts_honestly(live, tmp_path):
+def test_text_judges_count_honestly_with_an_image(live, tmp_path):
     scene = picture(tmp_path / "scene.png", (30, 30, 200))
-    out, d = demo_trace(live, tmp_path, f"--n 2 --max-steps 1 --judge-format text --image {scene}")
+    d = lab_trace(live, MCQ, [scene], n=2, max_steps=1, judge_format="text")
     assert d["meta"]["judges"]["format_used"] == "text"
-    assert all(
-        c["weighted"] is None for row in d["steps"][0]["calls"] for c in row
-    )  # text: no weighted score
+    # Text replies carry no weighted score.
+    assert all(c["weighted"] is None for row in d["steps"][0]["calls"] for c in row)
     judged = len(d["steps"][0]["candidates"]) * 3
-    usage = d["meta"]["usage"]["reasoner"]  # 1+ reasoner calls; each judge call retried once at most
+    # 1+ reasoner calls, and each judge call is retried once at most.
+    usage = d["meta"]["usage"]["reasoner"]
     assert 1 + judged <= usage["calls"] <= 3 + 2 * judged and usage["requests"] == len(live.mine)
     assert all(len(image_urls(e.body)) == 1 for e in live.mine)
 
@@ -248,7 +301,8 @@ def test_zoom_sends_the_visual_judges_close_ups_to_the_server(live, tmp_path):
     demo.draw_scene(str(tmp_path / "scene.png"))
     usable = []
 
-    def boxes(body, reply):  # the tiny model's boxes are rarely usable (the whole image, or no area)
+    # The tiny model's boxes are rarely usable (the whole image, or no area).
+    def boxes(body, reply):
         if role_of(body["messages"]) != "zoom":
             return reply
         try:
@@ -256,40 +310,46 @@ def test_zoom_sends_the_visual_judges_close_ups_to_the_server(live, tmp_path):
         except ValueError:
             named = None
         usable.append(bool(named) and all(zoom.check_region(b) is None for b in named))
-        if not usable[-1]:  # a region a close-up makes clearer: the red cube
-            reply = copy.deepcopy(reply)
-            reply["choices"][0]["message"]["content"] = json.dumps({"boxes": [[150, 500, 375, 850]]})
+        # One region whatever the model named (it may name up to three, usable or not), so that
+        # each visual request carries the scene and exactly one close-up: the red cube.
+        reply = copy.deepcopy(reply)
+        reply["choices"][0]["message"]["content"] = json.dumps({"boxes": [[150, 500, 375, 850]]})
         return reply
 
     live.rewrite = boxes
-    out, d = demo_trace(live, tmp_path, "--n 2 --max-steps 1 --judge-mode zoom --image scene.png")
+    scene = str(tmp_path / "scene.png")
+    d = lab_trace(live, demo.QUESTION, [scene], n=2, max_steps=1, judge_mode="zoom")
     g = d["meta"]["judge_mode"]
     assert [e["path"] for e in g["zoom"]] == ["zoom"] * 2 and g["extra_calls"] == 2 == len(usable)
     visual = [e.body for e in live.ok() if role_of(e.body["messages"]) == "visual"]
     assert len(visual) >= 2
     for body in visual:  # the scene, then its close-up: two images, each its tokens
-        assert len(image_urls(body)) == 2 and image_urls(body)[0] == encode_image(str(tmp_path / "scene.png"))
+        assert len(image_urls(body)) == 2 and image_urls(body)[0] == encode_image(
+            str(tmp_path / "scene.png")
+        )
         check_image_tokens(live, body)
-    assert all(len(image_urls(e.body)) == 1 for e in live.ok() if role_of(e.body["messages"]) != "visual")
+    assert all(
+        len(image_urls(e.body)) == 1 for e in live.ok() if role_of(e.body["messages"]) != "visual"
+    )
 
 
 def test_speculate_and_revise_with_an_image(live, tmp_path):
     scene = picture(tmp_path / "scene.png", (200, 30, 30))
-    out, d = demo_trace(live, tmp_path, f"--n 2 --max-steps 2 --speculate --revise --tau 1 --image {scene}")
-    made = d["meta"]["speculation"]["totals"]["made"]
-    assert made >= 1 and f"speculation: {made} proposals made" in out.stdout
-    assert all(s["fallback"] and "revision" in s for s in d["steps"])  # τ = 1: nothing passes, each revised
+    d = lab_trace(live, MCQ, [scene], n=2, max_steps=2, speculate=True, revise=True, tau=1.0)
+    assert d["meta"]["speculation"]["totals"]["made"] >= 1
+    # τ = 1: nothing passes, and each step is revised.
+    assert all(s["fallback"] and "revision" in s for s in d["steps"])
     roles = [role_of(e.body["messages"]) for e in live.ok()]
     assert roles.count("reviser") == len(d["steps"]) and "reasoner" in roles
     assert all(len(image_urls(e.body)) == 1 for e in live.mine)
 
 
-# ------------------------------------------------------------------------- evaluate and the VLMEvalKit model
+# ---------------------------------------------------------------- evaluate and the VLMEvalKit model
 
 
 def tsv(path, corrupt: bool = True) -> str:
-    """A VLMEvalKit-style TSV: two one-image rows, a row with two images, and (corrupt) a row whose image
-    does not decode."""
+    """A VLMEvalKit-style TSV: two one-image rows, a row with two images, and (corrupt) a row whose
+    image does not decode."""
     red, blue, green, yellow = (
         png_b64(c) for c in ((200, 30, 30), (30, 30, 200), (30, 160, 30), (220, 200, 30))
     )
@@ -333,9 +393,14 @@ def test_evaluate_on_a_tsv_with_images_writes_rows_summary_and_vlmevalkits_files
     assert all(r["error"] is None and r["trace"] is not None for r in rows)
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["accuracy"]) == {"base", "mean", "verdict"}
-    (skipped,) = summary["reading"]["Tiny"]["skipped"]  # the corrupt row: its own clear reason, the run kept
-    assert "undecodable image" in skipped["reason"] and "Tiny.tsv: 1 malformed row(s) skipped" in done.stdout
-    assert len(glob.glob(str(out / "**" / "*_Tiny.tsv"), recursive=True)) == 3 * 2  # per method and seed
+    # The corrupt row is skipped with its own clear reason, and the run is kept.
+    (skipped,) = summary["reading"]["Tiny"]["skipped"]
+    assert (
+        "undecodable image" in skipped["reason"]
+        and "Tiny.tsv: 1 malformed row(s) skipped" in done.stdout
+    )
+    # One per method and seed.
+    assert len(glob.glob(str(out / "**" / "*_Tiny.tsv"), recursive=True)) == 3 * 2
     assert len(glob.glob(str(out / "**" / "*_Tiny_acc.csv"), recursive=True)) == 3 * 2
     counts = {len(image_urls(e.body)) for e in live.mine}
     two = [e.body for e in live.mine if "green shape" in json.dumps(e.body["messages"])]
@@ -344,17 +409,18 @@ def test_evaluate_on_a_tsv_with_images_writes_rows_summary_and_vlmevalkits_files
 
 
 def test_the_weighted_score_reaches_both_branches_of_the_dual_test(live, tmp_path):
-    # The sampled score of the tiny model is 0 in almost every call; the probability-weighted one spreads.
-    # Pass 1 (τ = 0, ε = 1) fills a response cache; τ is then set between the two items' best s̄* at
-    # step 1, and pass 2 replays the same requests from the cache: one item's step is accepted, the
-    # other's falls back.
+    # The sampled score of the tiny model is 0 in almost every call; the probability-weighted one
+    # spreads. Pass 1 (τ = 0, ε = 1) fills a response cache; τ is then set between the two items'
+    # best s̄* at step 1, and pass 2 replays the same requests from the cache: one item's step is
+    # accepted, the other's falls back.
     data, cache = tsv(tmp_path / "Tiny.tsv", corrupt=False), str(tmp_path / "cache.sqlite")
     flags = (
-        f"--seeds 1 --rules verdict --weighted --n 2 --max-steps 1 --max-tokens 24 --eps 1 --cache {cache}"
-        " --timeout 600"
+        "--seeds 1 --rules verdict --weighted --n 2 --max-steps 1 --max-tokens 24 --eps 1"
+        f" --cache {cache} --timeout 600"
     )
     first = run(
-        argv(data, live.url, tmp_path / "o1", flags + " --tau 0 --model tiny --limit 2"), timeout=1800
+        argv(data, live.url, tmp_path / "o1", flags + " --tau 0 --model tiny --limit 2"),
+        timeout=1800,
     )
     assert first.returncode == 0, first.stderr
     best = {r["id"]: max(r["trace"]["steps"][0]["s_bar_star"]) for r in rows_of(tmp_path / "o1")}
@@ -363,7 +429,8 @@ def test_the_weighted_score_reaches_both_branches_of_the_dual_test(live, tmp_pat
     sent = len(live.mine)
     tau = (low + high) / 2
     second = run(
-        argv(data, live.url, tmp_path / "o2", flags + f" --tau {tau!r} --model tiny --limit 2"), timeout=1800
+        argv(data, live.url, tmp_path / "o2", flags + f" --tau {tau!r} --model tiny --limit 2"),
+        timeout=1800,
     )
     assert second.returncode == 0, second.stderr
     assert len(live.mine) == sent  # every request served from the cache: the same replies
@@ -377,9 +444,14 @@ def test_the_weighted_score_reaches_both_branches_of_the_dual_test(live, tmp_pat
 
 
 def test_the_vlmevalkit_model_answers_messages_with_images(live, tmp_path):
-    red, blue = picture(tmp_path / "red.png", (200, 30, 30)), picture(tmp_path / "blue.png", (30, 30, 200))
+    red, blue = (
+        picture(tmp_path / "red.png", (200, 30, 30)),
+        picture(tmp_path / "blue.png", (30, 30, 200)),
+    )
     vlm = VerdictVLM(base_url=live.url, model="tiny", n=2, max_steps=1, max_tokens=24)
-    one = vlm.generate([{"type": "image", "value": red}, {"type": "text", "value": MCQ}], dataset="MMStar")
+    one = vlm.generate(
+        [{"type": "image", "value": red}, {"type": "text", "value": MCQ}], dataset="MMStar"
+    )
     two = vlm.generate(
         [
             {"type": "text", "value": "Image 1:"},
@@ -393,17 +465,20 @@ def test_the_vlmevalkit_model_answers_messages_with_images(live, tmp_path):
     assert isinstance(one, str) and isinstance(two, str) and not (one + two).startswith(FAIL_MSG)
     assert vlm.totals["items"] == 2 and vlm.totals["failed"] == 0
     urls = [image_urls(e.body) for e in live.mine]
-    assert {tuple(u) for u in urls} == {(encode_image(red),), (encode_image(red), encode_image(blue))}
+    assert {tuple(u) for u in urls} == {
+        (encode_image(red),),
+        (encode_image(red), encode_image(blue)),
+    }
 
 
-# ----------------------------------------------------------------------------- judges.py and the judge modes
+# -------------------------------------------------------------------- judges.py and the judge modes
 
 
 def test_the_reasoner_and_text_judges_on_an_image(live, tmp_path):
     scene = picture(tmp_path / "scene.png", (200, 30, 30))
     client = Client(live.url, "tiny", timeout=300.0, retries=1)
     js = make_judges(client, reply=TEXT, max_tokens=32)
-    trace = verdict.run(
+    trace = loop.run(
         MCQ,
         Reasoner(client, max_tokens=32),
         js,
@@ -429,12 +504,12 @@ def test_the_reasoner_and_text_judges_on_an_image(live, tmp_path):
 def test_a_json_judge_scores_and_weighs_its_score_digit_on_an_image(live, tmp_path):
     scene = picture(tmp_path / "scene.png", (30, 160, 30))
     j = Judge(Client(live.url, "tiny", timeout=300.0, retries=1), "visual", reply=JSON)
-    judged = j.judgement(verdict.State(MCQ, (scene,)), "The shape is green.")
+    judged = j(verdict.State(MCQ, (scene,)), "The shape is green.")
     call = judged.record
     assert (
         call["replies"] >= 1
-        and judged.score == call["sampled"]
-        and 9 * judged.score == pytest.approx(round(9 * judged.score))
+        and float(judged) == call["sampled"]
+        and 9 * judged == pytest.approx(round(9 * judged))
     )
     assert 0 <= call["weighted"] <= 1 and 0 < call["digit_share"] <= 1 + 1e-9
     assert all(image_urls(e.body) == [encode_image(scene)] for e in live.mine)
@@ -444,7 +519,7 @@ def test_the_judge_modes_make_their_calls_with_the_image(live, tmp_path):
     scene = picture(tmp_path / "scene.png", (220, 200, 30))
     client = Client(live.url, "tiny", timeout=300.0, retries=1)
     g = chain_of(client, JudgeMode(prior=True, premises=True, gate=True), max_tokens=48)
-    trace = verdict.run(
+    trace = loop.run(
         MCQ,
         Reasoner(client, max_tokens=32),
         judges_in(g, max_tokens=32),
@@ -452,11 +527,16 @@ def test_the_judge_modes_make_their_calls_with_the_image(live, tmp_path):
         image=scene,
     )
     rec = g.record()
-    assert isinstance(rec["prior"], str) and rec["fact_sheet_status"] in ("ok", "retried", "degraded")
+    assert isinstance(rec["prior"], str) and rec["fact_sheet_status"] in (
+        "ok",
+        "retried",
+        "degraded",
+    )
     sheet_calls = {"ok": 1, "retried": 2, "degraded": 2}[rec["fact_sheet_status"]]
-    assert rec["extra_calls"] == 1 + sheet_calls + len(rec.get("gate", [])) and rec["extra_tokens"] > 0
-    roles = {role_of(e.body["messages"]): len(image_urls(e.body)) for e in live.mine}
     assert (
-        roles["prior"] == roles["premises"] == roles["reasoner"] == 1
-    )  # premise_check reads the sheet alone
-    assert trace.to_dict()["format"] == verdict.TRACE_FORMAT
+        rec["extra_calls"] == 1 + sheet_calls + len(rec.get("gate", [])) and rec["extra_tokens"] > 0
+    )
+    roles = {role_of(e.body["messages"]): len(image_urls(e.body)) for e in live.mine}
+    # premise_check reads the sheet alone.
+    assert roles["prior"] == roles["premises"] == roles["reasoner"] == 1
+    assert trace.to_dict()["format"] == loop.TRACE_FORMAT

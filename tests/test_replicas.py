@@ -1,5 +1,5 @@
-"""Tests for pinning a chain to one data-parallel replica (client.dp_rank, client.pin, --dp-replicas) and
-the simulated server's replicas (perf/simserver.py, perf/replicas.py)."""
+"""Tests for pinning a chain to one data-parallel replica (client.dp_rank, client.pin,
+--dp-replicas) and the simulated server's replicas (perf/simserver.py, perf/replicas.py)."""
 
 import collections
 
@@ -26,11 +26,18 @@ def test_a_pinned_chain_sends_its_rank_in_every_request_and_one_replica_sends_no
         c = Client(srv.url, "m")
         c.replicas = 3
         forked = c.fork()
-        # a fork sends only its session's own headers (requests' defaults), no rank: its pinning is its own
+        # A fork sends only its session's own headers (requests' defaults), no rank: its pinning
+        # is its own.
         fresh = dict(requests.Session().headers)
-        assert forked.replicas == 3 and dict(forked.headers) == fresh and RANK_HEADER not in forked.headers
+        assert (
+            forked.replicas == 3
+            and dict(forked.headers) == fresh
+            and RANK_HEADER not in forked.headers
+        )
         pin((c, c), "data/q7", 2)
-        assert RANK_HEADER in c.headers and dict(c.fork().headers) == fresh  # a pinned one's fork: unpinned
+        assert (
+            RANK_HEADER in c.headers and dict(c.fork().headers) == fresh
+        )  # a pinned one's fork: unpinned
         for _ in range(2):
             c.chat([{"role": "user", "content": "Score this."}], max_tokens=4)
         one = Client(srv.url, "m")
@@ -41,13 +48,13 @@ def test_a_pinned_chain_sends_its_rank_in_every_request_and_one_replica_sends_no
 
 
 def test_each_replica_has_its_own_prefix_cache_and_unpinned_requests_rotate():
-    # 40 words = 3 whole blocks of 16 pseudo-tokens with the role markers: a second request on the same
-    # replica finds them cached, on another replica it does not.
+    # 40 words = 3 whole blocks of 16 pseudo-tokens with the role markers: a second request on the
+    # same replica finds them cached, on another replica it does not.
     sim = SimulatedServer(LatencyModel(time_scale=0.0), replicas=2)
     body = {"messages": [{"role": "user", "content": " ".join(["word"] * 40)}], "max_tokens": 4}
-    cached = lambda rank: sim(body, "/v1/chat/completions", None if rank is None else {RANK_HEADER: rank})[
-        "usage"
-    ]["prompt_tokens_details"]["cached_tokens"]
+    cached = lambda rank: sim(
+        body, "/v1/chat/completions", None if rank is None else {RANK_HEADER: rank}
+    )["usage"]["prompt_tokens_details"]["cached_tokens"]
     assert [cached("0"), cached("0"), cached("1"), cached("1")] == [0, 32, 0, 32]
     sim.reset()
     assert [cached(None), cached(None), cached(None)] == [0, 0, 32]  # replica 0, 1, then 0 again
@@ -58,8 +65,9 @@ def test_each_replica_has_its_own_prefix_cache_and_unpinned_requests_rotate():
 
 
 def test_pinning_chains_keeps_a_single_replicas_prefix_cache_hits():
-    # evaluate.py on 2 items against 2 simulated replicas: routed by load, a chain's requests alternate
-    # between the replicas' caches and the server computes more; pinned, about what one replica computes.
+    # evaluate.py on 2 items against 2 simulated replicas: routed by load, a chain's requests
+    # alternate between the replicas' caches and the server computes more; pinned, about what one
+    # replica computes.
     one, loose, pinned = (
         computed_tokens(2, 1, False),
         computed_tokens(2, 2, False),

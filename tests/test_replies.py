@@ -1,13 +1,15 @@
-"""Tests for reading a judge's reply (judges.py's JSON reply, verdict_lab/formats.py's text and digit replies)
-in each format (golden replies, with the reason for each expectation beside it), what the judge quotes of
-the candidate, the probability-weighted score, and a run's format with its fallback; the JSON object, the
-lone surrogates, the usage and timings any reply carries, and a reasoner's step."""
+"""Tests for reading a judge's reply (judges.py's JSON reply, verdict_lab/formats.py's text and
+digit replies) in each format (golden replies, with the reason for each expectation beside it), what
+the judge quotes of the candidate, the probability-weighted score, and a run's format with its
+fallback; the JSON object, the lone surrogates, the usage and timings any reply carries, and a
+reasoner's step."""
 
 import math
 import re
 import string
 import warnings
 
+import json
 import pytest
 
 from judges import JSON, EndpointError, digit_probs, fence, json_score, logprob_score, one_step
@@ -83,7 +85,10 @@ CANDIDATE_WITH_SCORE = "The ball is left.\nScore: 1.0"
             nan,
         ),  # the candidate's own text
         (f"<step>\n{CANDIDATE_WITH_SCORE}\n</step>\nScore: 0.2", 0.2),
-        (f"Score: 0.2\nQuoting it: <step>{CANDIDATE_WITH_SCORE}", 0.2),  # an unclosed quote runs to the end
+        (
+            f"Score: 0.2\nQuoting it: <step>{CANDIDATE_WITH_SCORE}",
+            0.2,
+        ),  # an unclosed quote runs to the end
     ],
 )
 def test_parse_score(reply, score):
@@ -116,7 +121,11 @@ def test_parse_score_rejects_unknown_scale_and_non_text():
 @pytest.mark.parametrize(
     "reply, scale, score",
     [
-        ("Score: <0.8>", "unit", 0.8),  # the prompt shows "Score: <...>", and a model may keep the brackets
+        (
+            "Score: <0.8>",
+            "unit",
+            0.8,
+        ),  # the prompt shows "Score: <...>", and a model may keep the brackets
         ("**Score:** <0.85>", "unit", 0.85),
         ("Score: <7>", "digit", 7 / 9),
         ("Score: <7>.", "digit", 7 / 9),
@@ -131,8 +140,8 @@ def test_parse_score_reads_the_prompts_own_brackets(reply, scale, score):
 
 
 def test_a_letter_glued_to_the_value_makes_it_no_number():
-    # "x0.5" or "0.5x" is a word, not a score: only the markdown decorations * _ ` ( < before the value and
-    # . , ; : ! ) * _ ` > after it are taken off, never a letter.
+    # "x0.5" or "0.5x" is a word, not a score: only the markdown decorations * _ ` ( < before the
+    # value and . , ; : ! ) * _ ` > after it are taken off, never a letter.
     for c in string.ascii_letters:
         for reply, scale in [
             (f"Score: {c}0.5", "unit"),
@@ -153,14 +162,20 @@ STRAY = "The claim in the <step> block is visible in the image.\nScore: 0.8"
 
 def test_a_stray_open_step_tag_does_not_hide_the_rest_of_the_reply():
     assert parse_score(STRAY, step="The ball is left.") == 0.8
-    # An open <step> followed by the candidate's own text quotes it: the quote is hidden, the rest is read.
+    # An open <step> before the candidate's own text quotes it: the quote is hidden, the rest read.
     quoted = f"Quoting it: <step>\n{CANDIDATE_WITH_SCORE}\nIt is unsupported.\nScore: 0.2"
     assert parse_score(quoted, step=CANDIDATE_WITH_SCORE) == 0.2
     assert (
-        parse_score("<step> The ball  is left.\n  Score: 1.0\nScore: 0.3", step=CANDIDATE_WITH_SCORE) == 0.3
+        parse_score(
+            "<step> The ball  is left.\n  Score: 1.0\nScore: 0.3", step=CANDIDATE_WITH_SCORE
+        )
+        == 0.3
     )
-    assert math.isnan(parse_score(f"Quoting it: <step>\n{CANDIDATE_WITH_SCORE}", step=CANDIDATE_WITH_SCORE))
-    assert math.isnan(parse_score(STRAY))  # without the candidate, an open <step> still runs to the end
+    assert math.isnan(
+        parse_score(f"Quoting it: <step>\n{CANDIDATE_WITH_SCORE}", step=CANDIDATE_WITH_SCORE)
+    )
+    # Without the candidate, an open <step> still runs to the end.
+    assert math.isnan(parse_score(STRAY))
 
 
 def test_logprob_score_ignores_the_quoted_candidate():
@@ -186,12 +201,12 @@ def test_logprob_score_ignores_the_quoted_candidate():
 
 
 def test_digit_probs_are_the_servers_own_probabilities_at_the_score_digit():
-    # " 7" and "7" are different tokens for the same digit: their probabilities add up; "x" is no digit.
+    # " 7" and "7" are two tokens for the same digit: their probabilities add up; "x" is no digit.
     lp = token_logprobs([("Score:", {}), (" 7", {" 7": 0.4, "7": 0.1, " 2": 0.3, "x": 0.2})])
     assert digit_probs(lp, DIGIT).tolist() == pytest.approx([0, 0, 0.3, 0, 0, 0, 0, 0.5, 0, 0])
     assert logprob_score(lp, DIGIT) == pytest.approx((2 * 0.3 + 7 * 0.5) / 0.8 / 9)
-    # A token holding more than the digit ('":7') counts for its digit when its alternatives share the prefix:
-    # '"=5' spells another text before its digit, so its 5 is not a score.
+    # A token holding more than the digit ('":7') counts for its digit when its alternatives share
+    # the prefix: '"=5' spells another text before its digit, so its 5 is not a score.
     lp = token_logprobs(
         [('{"score', {}), ('":7', {'":7': 0.6, '":3': 0.2, '"x': 0.1, '"=5': 0.1}), ("}", {})]
     )
@@ -237,8 +252,9 @@ def test_digit_probs_when_the_digit_is_a_token_of_its_own():
 
 
 def test_logprob_score_skips_the_candidate_quoted_after_an_open_step():
-    # The open <step> quotes the candidate (its "Score: 1.0" is not the judge's); the judge's own line says 3
-    # (p 0.6) or 4 (p 0.4). Without the candidate, an open <step> would hide the rest of the reply.
+    # The open <step> quotes the candidate (its "Score: 1.0" is not the judge's); the judge's own
+    # line says 3 (p 0.6) or 4 (p 0.4). Without the candidate, an open <step> would hide the rest of
+    # the reply.
     lp = token_logprobs(
         [
             ("Quoting it: <step>", {}),
@@ -249,7 +265,9 @@ def test_logprob_score_skips_the_candidate_quoted_after_an_open_step():
             (" 3", {" 3": 0.6, " 4": 0.4}),
         ]
     )
-    assert logprob_score(lp, DIGIT, step=CANDIDATE_WITH_SCORE) == pytest.approx((3 * 0.6 + 4 * 0.4) / 9)
+    assert logprob_score(lp, DIGIT, step=CANDIDATE_WITH_SCORE) == pytest.approx(
+        (3 * 0.6 + 4 * 0.4) / 9
+    )
     assert math.isnan(logprob_score(lp, DIGIT))
 
 
@@ -259,7 +277,10 @@ def test_logprob_score_skips_the_candidate_quoted_after_an_open_step():
         ('{"reason": "ok", "score": 7}', 7 / 9),
         ('{"reason": "ok", "score": 0}', 0.0),
         ('{"reason": "ok", "score": 9}', 1.0),
-        ('```json\n{"reason": "ok", "score": 4}\n```', 4 / 9),  # llama-server's grammar allows a fence
+        (
+            '```json\n{"reason": "ok", "score": 4}\n```',
+            4 / 9,
+        ),  # llama-server's grammar allows a fence
         ('{"score": 5, "reason": "ok"}', 5 / 9),
         ('{"reason": "ok", "score": 12}', "an integer from 0 to 9, got 12"),
         (
@@ -283,13 +304,13 @@ def test_logprob_score_skips_the_candidate_quoted_after_an_open_step():
 )
 def test_json_score(reply, expected):
     if isinstance(expected, str):
-        with pytest.raises(
-            ValueError, match=re.escape(expected) + "$"
-        ):  # the follow-up quotes the message whole
+        # The follow-up quotes the message whole.
+        with pytest.raises(ValueError, match=re.escape(expected) + "$"):
             json_score(reply, reasons=True)
     else:
         score, reason = json_score(reply, reasons=True)
-        assert score == pytest.approx(expected) and reason == "ok"  # the reason comes with the score
+        # The reason comes with the score.
+        assert score == pytest.approx(expected) and reason == "ok"
 
 
 def test_json_score_only_needs_no_reason():
@@ -298,7 +319,9 @@ def test_json_score_only_needs_no_reason():
 
 
 def test_json_score_names_a_long_score_in_forty_characters():
-    with pytest.raises(ValueError, match=re.escape('an integer from 0 to 9, got "' + "x" * 39 + "...") + "$"):
+    with pytest.raises(
+        ValueError, match=re.escape('an integer from 0 to 9, got "' + "x" * 39 + "...") + "$"
+    ):
         json_score('{"score": "' + "x" * 60 + '"}')
 
 
@@ -310,9 +333,14 @@ def test_json_score_reads_a_lone_surrogate_in_the_reason_as_the_replacement_char
 
 
 def test_only_the_json_format_falls_back():
-    refusal = EndpointError("http://127.0.0.1:9/v1/chat/completions", 400, "response_format is not supported")
-    assert not JudgeFormat("text").fall_back(1, refusal) and not JudgeFormat("digit").fall_back(1, refusal)
-    assert not JudgeFormat("json").fall_back(1, ValueError("response_format"))  # not an HTTP refusal
+    refusal = EndpointError(
+        "http://127.0.0.1:9/v1/chat/completions", 400, "response_format is not supported"
+    )
+    assert not JudgeFormat("text").fall_back(1, refusal) and not JudgeFormat("digit").fall_back(
+        1, refusal
+    )
+    # This is not an HTTP refusal.
+    assert not JudgeFormat("json").fall_back(1, ValueError("response_format"))
 
 
 @pytest.mark.parametrize(
@@ -324,18 +352,25 @@ def test_only_the_json_format_falls_back():
         ({"content": []}, "digit"),
         ({"content": [{"token": "Score: 7"}]}, "digit"),  # no top_logprobs
         (token_logprobs([("Score: ", {}), ("7", {"a": 1.0})]), "digit"),  # no digit among them
-        ({"content": [{"token": "Score: "}, {"logprob": -0.1}]}, "digit"),  # a token without its text
+        (
+            {"content": [{"token": "Score: "}, {"logprob": -0.1}]},
+            "digit",
+        ),  # a token without its text
         (token_logprobs([("The step holds", {}), (" 7", {" 7": 0.5})]), "digit"),  # no score line
         (
             token_logprobs([("Score:", {}), (" high", {" high": 0.5, " 7": 0.3})]),
             "digit",
         ),  # the value is no digit
-        (token_logprobs([('{"reason": "', {}), ("7", {"7": 1.0}), ('"}', {})]), "json"),  # no "score" key
+        (
+            token_logprobs([('{"reason": "', {}), ("7", {"7": 1.0}), ('"}', {})]),
+            "json",
+        ),  # no "score" key
     ],
 )
 def test_logprob_score_without_usable_logprobs_is_nan(logprobs, fmt):
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # quietly: a run over many replies prints no numpy warning for each
+        # Quietly: a run over many replies prints no numpy warning for each.
+        warnings.simplefilter("error")
         assert math.isnan(logprob_score(logprobs, REPLIES[fmt]))
         assert digit_probs(logprobs, REPLIES[fmt]).tolist() == [0.0] * 10
 
@@ -343,25 +378,31 @@ def test_logprob_score_without_usable_logprobs_is_nan(logprobs, fmt):
 def test_unquote_blanks_quotes_and_keeps_every_position():
     reply = "Fine <step>Score: 1.0</step>\nScore: 0.4"
     assert unquote(reply) == "Fine " + " " * len("<step>Score: 1.0</step>") + "\nScore: 0.4"
-    assert (
-        unquote("a <step>b\nc") == "a " + " " * len("<step>b") + "\n" + " "
-    )  # open, no candidate: to the end
-    assert (
-        unquote("a <step> b\nc", step="x") == "a " + " " * len("<step>") + " b\nc"
-    )  # a stray tag hides itself
-    assert unquote("<step> x\n  y z", step="x y\nz") == " " * len("<step> x") + "\n" + " " * len("  y z")
-    assert unquote("<step>[step] x", step="<step> x") == " " * len("<step>[step] x")  # as fence() showed it
+    # Open, with no candidate: blanked to the end.
+    assert unquote("a <step>b\nc") == "a " + " " * len("<step>b") + "\n" + " "
+    # A stray tag hides itself.
+    assert unquote("a <step> b\nc", step="x") == "a " + " " * len("<step>") + " b\nc"
+    assert unquote("<step> x\n  y z", step="x y\nz") == " " * len("<step> x") + "\n" + " " * len(
+        "  y z"
+    )
+    # The candidate as fence() showed it.
+    assert unquote("<step>[step] x", step="<step> x") == " " * len("<step>[step] x")
 
 
 def test_judge_format_names_are_checked():
     with pytest.raises(ValueError, match="'yaml'"):
         JudgeFormat("yaml")
-    assert JudgeFormat("digit").record() == {"format": "digit", "format_used": "digit", "fallback": None}
+    assert JudgeFormat("digit").record() == {
+        "format": "digit",
+        "format_used": "digit",
+        "fallback": None,
+    }
 
 
 def test_digit_probs_read_a_digit_only_where_the_format_has_one():
     lp = token_logprobs([("Score: ", {}), ("7", {"7": 0.6})])
-    assert digit_probs(lp, TEXT).tolist() == [0.0] * 10  # the unit scale's value is no one-token digit
+    # The unit scale's value is no one-token digit.
+    assert digit_probs(lp, TEXT).tolist() == [0.0] * 10
     assert digit_probs(lp, DIGIT).tolist() == pytest.approx([0, 0, 0, 0, 0, 0, 0, 0.6, 0, 0])
 
 
@@ -383,8 +424,19 @@ def digit_alternatives(logprobs: dict) -> dict:
 
 
 def test_digit_probs_take_every_logprob_from_minus_1e300_to_0_and_nothing_above():
-    # 0 is a probability of 1; -1e300 one of 0 (beside another digit); any logprob above 0 spoils the lot
-    assert digit_probs(digit_alternatives({"7": 0.0}), DIGIT).tolist() == [0, 0, 0, 0, 0, 0, 0, 1.0, 0, 0]
+    # 0 is probability 1; -1e300 is 0 (beside another digit); any logprob above 0 spoils the lot.
+    assert digit_probs(digit_alternatives({"7": 0.0}), DIGIT).tolist() == [
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        1.0,
+        0,
+        0,
+    ]
     kept = digit_probs(digit_alternatives({"7": math.log(0.6), "3": -1e300}), DIGIT)
     assert kept.tolist() == pytest.approx([0, 0, 0, 0, 0, 0, 0, 0.6, 0, 0])
     for above in (1e-7, 0.5):
@@ -392,7 +444,7 @@ def test_digit_probs_take_every_logprob_from_minus_1e300_to_0_and_nothing_above(
 
 
 def test_digit_probs_summing_to_at_most_one_plus_1e_6_are_kept():
-    # 0.5 and 0.5 + 1e-6 - 0.5 add up to 1 + 1e-6 exactly in floating point: the rounding the check allows
+    # 0.5 and 0.5 + 1e-6 - 0.5 add up to exactly 1 + 1e-6 in floats: the rounding the check allows.
     at_most = digit_alternatives({"7": math.log(0.5), "3": math.log(1 + 1e-6 - 0.5)})
     assert digit_probs(at_most, DIGIT).sum() == 1 + 1e-6
     assert (
@@ -401,7 +453,7 @@ def test_digit_probs_summing_to_at_most_one_plus_1e_6_are_kept():
     )
 
 
-# ----------------------------------------------------------------------------- the reason, a JSON object
+# ------------------------------------------------------------------------ the reason, a JSON object
 
 
 @pytest.mark.parametrize(
@@ -424,7 +476,10 @@ def test_reason_of_is_the_prose_before_the_last_score_line(text, reason):
     [
         ('{"boxes": [1, 2]}', {"boxes": [1, 2]}),  # from the first character
         ('x {"a": 1}y', {"a": 1}),  # to the last "}", nothing after it
-        ('Here it is:\n```json\n{"a": {"b": 1}}\n```\nDone.', {"a": {"b": 1}}),  # first "{" to last "}"
+        (
+            'Here it is:\n```json\n{"a": {"b": 1}}\n```\nDone.',
+            {"a": {"b": 1}},
+        ),  # first "{" to last "}"
     ],
 )
 def test_json_object_is_read_from_the_first_brace_to_the_last(text, obj):
@@ -438,7 +493,8 @@ def test_json_object_is_read_from_the_first_brace_to_the_last(text, obj):
         ("a } then a {", "no JSON object in the reply"),  # the last "}" before the first "{"
         (
             "{oops}",
-            "invalid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
+            "invalid JSON: Expecting property name enclosed in double quotes: "
+            "line 1 column 2 (char 1)",
         ),
         ('{"a": 1', "no JSON object in the reply"),
     ],
@@ -456,7 +512,8 @@ def test_json_object_nested_too_deep_is_invalid_json_not_a_traceback():
 def test_whole_text_replaces_each_lone_surrogate_in_keys_values_and_lists():
     reply = {"a\ud800": ["b\udfff c", {"d": "\ud83d"}], "n": 3, "none": None}
     assert whole_text(reply) == {"a\ufffd": ["b\ufffd c", {"d": "\ufffd"}], "n": 3, "none": None}
-    assert whole_text("kept \U0001f600") == "kept \U0001f600"  # a pair is one character, no surrogate
+    # A pair is one character, with no surrogate.
+    assert whole_text("kept \U0001f600") == "kept \U0001f600"
 
 
 # ----------------------------------------------------------------------------- what a reply reports
@@ -465,11 +522,17 @@ def test_whole_text_replaces_each_lone_surrogate_in_keys_values_and_lists():
 def test_reported_usage_is_zero_for_a_usage_of_the_wrong_shape():
     zero = {"prompt_tokens": 0, "completion_tokens": 0}
     assert reported_usage({}) == zero and reported_usage({"usage": "none"}) == zero
-    assert reported_usage({"usage": {"prompt_tokens": 3}}) == {"prompt_tokens": 3, "completion_tokens": 0}
+    assert reported_usage({"usage": {"prompt_tokens": 3}}) == {
+        "prompt_tokens": 3,
+        "completion_tokens": 0,
+    }
 
 
 def test_reported_figures_of_zero_are_reported_not_missing():
-    r = {"usage": {"prompt_tokens_details": {"cached_tokens": 0}}, "timings": {"cache_n": 0, "prompt_ms": 0}}
+    r = {
+        "usage": {"prompt_tokens_details": {"cached_tokens": 0}},
+        "timings": {"cache_n": 0, "prompt_ms": 0},
+    }
     got = reported_cache(r)
     assert got["cached_tokens"] == 0 and got["cache_n"] == 0 and got["prompt_ms"] == 0.0
     r = {"usage": {"prompt_tokens_details": {"cached_tokens": MAX_REPORTED}}}
@@ -480,4 +543,18 @@ def test_a_reasoners_step_drops_its_echo_of_the_template_line():
     echo = "Final answer: <the option letter, or the value>"
     assert one_step(f"The cup is left.\n{echo}") == "The cup is left."
     assert one_step(f"{echo}\nThe cup is left.") == "The cup is left."
-    assert one_step("The cup is left.\nFinal answer: A") == "The cup is left.\nFinal answer: A"  # a real one
+    # A real final answer is kept.
+    assert one_step("The cup is left.\nFinal answer: A") == "The cup is left.\nFinal answer: A"
+
+
+def test_a_long_invalid_score_is_shown_cut_at_40_characters():
+    # json.dumps of a string of 38 characters is 40 characters with its quotes: shown whole; one
+    # character more is cut at 40 and marked with "...".
+    said = '"score" must be an integer from 0 to 9, got '
+    exact = '"' + "x" * 38 + '"'
+    with pytest.raises(ValueError) as e:
+        json_score(json.dumps({"score": "x" * 38}))
+    assert str(e.value) == said + exact
+    with pytest.raises(ValueError) as e:
+        json_score(json.dumps({"score": "x" * 39}))
+    assert str(e.value) == said + '"' + "x" * 39 + "..."

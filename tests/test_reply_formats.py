@@ -20,17 +20,28 @@ def test_survey_measures_each_format_on_a_server(loopback, capsys):
         d = 8 if "so the answer is A." in user_text(body) else 2
         lp = json_tokens("ok", str(d), {str(d): 0.6, str(d - 1): 0.3, '"': 0.1})
         return chat_response(
-            '{"reason": "ok", "score": %d}' % d, prompt_tokens=100, completion_tokens=10, logprobs=[lp]
+            '{"reason": "ok", "score": %d}' % d,
+            prompt_tokens=100,
+            completion_tokens=10,
+            logprobs=[lp],
         )
 
     srv = loopback(handler)
     r = survey(Client(srv.url, "m"), "json", k=2)  # 2 questions × 2 steps × 3 judges
-    assert (r["calls"], r["scored"], r["first"], r["tokens"], r["completion"]) == (12, 1.0, 1.0, 110, 10)
+    assert (r["calls"], r["scored"], r["first"], r["tokens"], r["completion"]) == (
+        12,
+        1.0,
+        1.0,
+        110,
+        10,
+    )
     assert (r["right"], r["wrong"]) == (pytest.approx(8 / 9), pytest.approx(2 / 9))
     assert r["weighted"] == 12 and r["mass"] == pytest.approx(0.9) and r["fallback"] is None
     t = survey(Client(srv.url, "m"), "text", k=2)
     # Every call is asked twice and abstains: (100 + 4) · 2 tokens per call.
-    assert (t["scored"], t["first"], t["tokens"], t["weighted"]) == (0, 0, 208, 0) and math.isnan(t["right"])
+    assert (t["scored"], t["first"], t["tokens"], t["weighted"]) == (0, 0, 208, 0) and math.isnan(
+        t["right"]
+    )
     assert main([srv.url, "--k", "1", "--formats", "json,text"]) == 0
     rows = capsys.readouterr().out.splitlines()
     assert rows[2:] == [

@@ -34,14 +34,21 @@ def test_turns_reads_both_completion_formats():
         {"role": "tool", "content": "[0, 0, 5, 5] re-examine"},  # the tool's words, not the model's
         {
             "role": "assistant",
-            "content": [{"type": "text", "text": "sec"}, {"type": "image"}, {"type": "text", "text": "ond"}],
+            "content": [
+                {"type": "text", "text": "sec"},
+                {"type": "image"},
+                {"type": "text", "text": "ond"},
+            ],
         },
         {"content": "no role"},
         {
             "role": "assistant",
             "content": None,
             "tool_calls": [
-                {"type": "function", "function": {"name": "zoom_in", "arguments": '{"bbox": [1, 2, 3, 4]}'}}
+                {
+                    "type": "function",
+                    "function": {"name": "zoom_in", "arguments": '{"bbox": [1, 2, 3, 4]}'},
+                }
             ],
         },
     ]
@@ -69,7 +76,10 @@ def test_format_reward_golden():
             {"role": "tool", "content": "crop"},
             {"role": "assistant", "content": ok},
         ],  # +1: a tool call, the tool's reply, an answer
-        [{"role": "assistant", "content": call}, {"role": "assistant", "content": "A"}],  # −1: a bare turn
+        [
+            {"role": "assistant", "content": call},
+            {"role": "assistant", "content": "A"},
+        ],  # −1: a bare turn
         [{"role": "user", "content": ok}],  # −1: no assistant turn at all
     ]
     assert format_reward(completions) == [1.0, -1.0, -1.0, -1.0, 1.0, -1.0, -1.0]
@@ -90,7 +100,9 @@ def test_accuracy_reward_golden():
     with pytest.raises(ValueError, match=r"solution must give one value per completion \(2\)"):
         accuracy_reward(["a", "b"], ["a"])
     with pytest.raises(ValueError, match="solution must give one value per completion"):
-        self_correction_reward(["a"], "3")  # a bare string is not a column, even of the right length
+        self_correction_reward(
+            ["a"], "3"
+        )  # a bare string is not a column, even of the right length
 
 
 def test_is_correct_normalisation():
@@ -109,7 +121,8 @@ def test_self_correction_reward_golden():
         {"role": "tool", "content": "please re-examine"},
     ]
     completions = [wrong, right, plain_wrong, variants, tool_says_it, wrong]
-    # −1 only for re-examine AND wrong; the tool's message is not the model's; None where no solution
+    # −1 only for re-examine AND wrong; the tool's message is not the model's; None where there
+    # is no solution.
     assert self_correction_reward(completions, ["3", "3", "3", "3", "3", None]) == [
         -1.0,
         0.0,
@@ -135,7 +148,10 @@ def test_iou_golden_and_degenerate():
 def test_iou_matches_a_pixel_count(seed):
     rng = np.random.default_rng(seed)
     for _ in range(50):
-        a, b = (np.sort(rng.integers(0, 30, size=(2, 2)), axis=1).T.ravel()[[0, 2, 1, 3]] for _ in range(2))
+        a, b = (
+            np.sort(rng.integers(0, 30, size=(2, 2)), axis=1).T.ravel()[[0, 2, 1, 3]]
+            for _ in range(2)
+        )
         grid = np.zeros((2, 30, 30), dtype=bool)  # [2, y, x]
         for k, (x1, y1, x2, y2) in enumerate((a, b)):
             grid[k, y1:y2, x1:x2] = True
@@ -146,10 +162,13 @@ def test_iou_matches_a_pixel_count(seed):
 
 def test_matched_iou_golden():
     # pred A = [0,0,10,10], B = [0,0,10,5]; ref R1 = [0,0,10,10], R2 = [0,0,10,6]. IoU: A–R1 = 1,
-    # A–R2 = 60/100, B–R1 = 50/100, B–R2 = 50/60. Greedy: A–R1 (1), then B–R2 (5/6): (1 + 5/6) / 2 = 11/12.
+    # A–R2 = 60/100, B–R1 = 50/100, B–R2 = 50/60. Greedy: A–R1 (1), then B–R2 (5/6):
+    # (1 + 5/6) / 2 = 11/12.
     A, B, R1, R2 = [0, 0, 10, 10], [0, 0, 10, 5], [0, 0, 10, 10], [0, 0, 10, 6]
     assert matched_iou([A, B], [R1, R2]) == pytest.approx(11 / 12)
-    assert matched_iou([A], [R1, [20, 20, 30, 30]]) == pytest.approx(0.5)  # a missed reference counts 0
+    assert matched_iou([A], [R1, [20, 20, 30, 30]]) == pytest.approx(
+        0.5
+    )  # a missed reference counts 0
     assert matched_iou([A, A, A], [R1]) == pytest.approx(1 / 3)  # spraying copies does not pay
 
 
@@ -170,16 +189,25 @@ def test_grounding_reward_golden():
             {
                 "role": "assistant",
                 "content": "",
-                "tool_calls": [{"function": {"name": "zoom_in", "arguments": {"bbox": [0, 0, 10, 20]}}}],
+                "tool_calls": [
+                    {"function": {"name": "zoom_in", "arguments": {"bbox": [0, 0, 10, 20]}}}
+                ],
             },
-            {"role": "tool", "content": "[0, 0, 10, 10]"},  # a box in the tool's reply is not produced
+            {
+                "role": "tool",
+                "content": "[0, 0, 10, 10]",
+            },  # a box in the tool's reply is not produced
             {"role": "assistant", "content": "<answer>[0, 0, 10, 10]</answer>"},
         ],  # 1 + (1 − 0.5) = 1.5
         conv(exact),
     ]
     refs = [ref, ref, ref, ref, ref, ref, None]  # None: no grounding for this sample
-    assert grounding_reward(completions, refs) == pytest.approx([1.5, 0.5, 0.5, 0.0, 1.0, 1.5, None])
-    assert grounding_reward([conv(exact)], [[0, 0, 10, 10]]) == [1.0]  # one reference box given flat
+    assert grounding_reward(completions, refs) == pytest.approx(
+        [1.5, 0.5, 0.5, 0.0, 1.0, 1.5, None]
+    )
+    assert grounding_reward([conv(exact)], [[0, 0, 10, 10]]) == [
+        1.0
+    ]  # one reference box given flat
     with pytest.raises(ValueError, match=r"ref_boxes\[0\]\[0\]=\[5, 5, 5, 9\] is degenerate"):
         grounding_reward(["x"], [[[5, 5, 5, 9]]])
 
@@ -191,24 +219,35 @@ def test_grounding_reward_is_the_same_in_pixels_and_in_norm1000(seed):
     rng = np.random.default_rng(seed)
     W, H = 1920, 1080
     for _ in range(20):
-        boxes = [np.sort(rng.uniform(0, 1000, (2, 2)), axis=0).T.ravel()[[0, 2, 1, 3]] for _ in range(4)]
+        boxes = [
+            np.sort(rng.uniform(0, 1000, (2, 2)), axis=0).T.ravel()[[0, 2, 1, 3]] for _ in range(4)
+        ]
         px = [b * [W / 1000, H / 1000, W / 1000, H / 1000] for b in boxes]
         fmt = lambda b: "[" + ", ".join(f"{v:.6f}" for v in b) + "]"
         norm = [
             {"role": "assistant", "content": fmt(boxes[0])},
             {"role": "assistant", "content": fmt(boxes[1])},
         ]
-        pixels = [{"role": "assistant", "content": fmt(px[0])}, {"role": "assistant", "content": fmt(px[1])}]
+        pixels = [
+            {"role": "assistant", "content": fmt(px[0])},
+            {"role": "assistant", "content": fmt(px[1])},
+        ]
         a = grounding_reward([norm], [[list(boxes[2]), list(boxes[3])]])[0]
         b = grounding_reward([pixels], [[list(px[2]), list(px[3])]])[0]
         assert a == pytest.approx(b, abs=1e-6) and 0.0 <= a <= 2.0
 
 
 def test_rewards_take_the_keyword_arguments_grpo_trainer_passes():
-    # GRPOTrainer calls reward(prompts=..., completions=..., completion_ids=..., trainer_state=..., **columns)
-    # and logs each under its __name__; columns the reward does not use (here "answer", "image") are ignored.
+    # GRPOTrainer calls reward(prompts=..., completions=..., completion_ids=..., trainer_state=...,
+    # **columns) and logs each under its __name__; columns the reward does not use (here "answer",
+    # "image") are ignored.
     completions = [
-        [{"role": "assistant", "content": "<think>re-examine [0, 0, 10, 10]</think><answer>4</answer>"}]
+        [
+            {
+                "role": "assistant",
+                "content": "<think>re-examine [0, 0, 10, 10]</think><answer>4</answer>",
+            }
+        ]
     ]
     kwargs = dict(
         prompts=[[{"role": "user", "content": "How many?"}]],
@@ -229,7 +268,8 @@ REWARDS = (accuracy_reward, format_reward, self_correction_reward, grounding_rew
 
 
 def test_rewards_name_only_completions_and_their_column():
-    # TRL passes every dataset column as a keyword: any other named parameter could be taken from one
+    # TRL passes every dataset column as a keyword: any other named parameter could be taken
+    # from one.
     for f in REWARDS:
         params = inspect.signature(f).parameters.values()
         named = {p.name for p in params if p.kind is not p.VAR_KEYWORD}
@@ -238,32 +278,49 @@ def test_rewards_name_only_completions_and_their_column():
 
 
 def test_a_column_named_like_a_former_parameter_is_ignored():
-    # Each former parameter as a dataset column (one value per completion, as TRL passes it), with a value
-    # that would change every reward if it were taken: "(.*)" reads the whole text as the answer, ".*" passes
-    # any format, "done" would count as a re-examination.
+    # Each former parameter as a dataset column (one value per completion, as TRL passes it), with a
+    # value that would change every reward if it were taken: "(.*)" reads the whole text as the
+    # answer, ".*" passes any format, "done" would count as a re-examination.
     completions = [
         "<think>Let me re-examine.</think><answer>4</answer>",
         "<think>done</think><answer>3</answer>",
     ]
-    hostile = dict(format_pattern=[".*"] * 2, answer_pattern=["(.*)"] * 2, reexamine_pattern=["done"] * 2)
+    hostile = dict(
+        format_pattern=[".*"] * 2, answer_pattern=["(.*)"] * 2, reexamine_pattern=["done"] * 2
+    )
     trl = dict(prompts=["How many?"] * 2, completion_ids=[[1, 2], [3]], trainer_state=object())
     columns = dict(solution=["3", "3"], ref_boxes=[None, None])
     expected = [[0.0, 1.0], [1.0, 1.0], [-1.0, 0.0], [None, None]]
     assert [f(completions=completions, **trl, **columns) for f in REWARDS] == expected
     assert [f(completions=completions, **trl, **columns, **hostile) for f in REWARDS] == expected
-    assert [f(completions, **columns, **hostile) for f in REWARDS] == expected  # positional completions too
+    assert [
+        f(completions, **columns, **hostile) for f in REWARDS
+    ] == expected  # positional completions too
 
 
 def test_the_factories_bind_their_patterns_and_check_them():
     final = r"(?s)<final>(.*?)</final>"
-    completions = ["<think>re-examine</think><final>3</final>", "<think>re-examine</think><final>4</final>"]
+    completions = [
+        "<think>re-examine</think><final>3</final>",
+        "<think>re-examine</think><final>4</final>",
+    ]
     assert make_accuracy_reward(final)(completions, ["3", "3"]) == [1.0, 0.0]
     assert accuracy_reward(completions, ["3", "3"]) == [0.0, 0.0]  # the default reads <answer>
     assert make_self_correction_reward(answer_pattern=final)(completions, ["3", "3"]) == [0.0, -1.0]
-    assert make_self_correction_reward(r"nothing said", final)(completions, ["3", "3"]) == [0.0, 0.0]
-    assert make_format_reward(re.compile(r"<think>.*</think><final>.*</final>"))(completions) == [1.0, 1.0]
+    assert make_self_correction_reward(r"nothing said", final)(completions, ["3", "3"]) == [
+        0.0,
+        0.0,
+    ]
+    assert make_format_reward(re.compile(r"<think>.*</think><final>.*</final>"))(completions) == [
+        1.0,
+        1.0,
+    ]
     made = (make_accuracy_reward(), make_format_reward(), make_self_correction_reward())
-    assert [f.__name__ for f in made] == ["accuracy_reward", "format_reward", "self_correction_reward"]
+    assert [f.__name__ for f in made] == [
+        "accuracy_reward",
+        "format_reward",
+        "self_correction_reward",
+    ]
     with pytest.raises(ValueError, match=r"format_pattern='<think>\(' is not a regular expression"):
         make_format_reward("<think>(")
     with pytest.raises(ValueError, match=r"answer_pattern must be a regular expression .*=\['x'\]"):
@@ -275,15 +332,21 @@ def test_the_factories_bind_their_patterns_and_check_them():
 
 
 class _GRPOTrainer:
-    """A stand-in for trl.GRPOTrainer that calls its reward_funcs as TRL's _calculate_rewards does: every
-    column of the batch but "prompt", "completion" and "completion_ids" as a keyword argument, one value per
-    completion, with trainer_state; None becomes NaN, then each is weighted (1 by default) and summed."""
+    """A stand-in for trl.GRPOTrainer that calls its reward_funcs as TRL's _calculate_rewards does:
+    every column of the batch but "prompt", "completion" and "completion_ids" as a keyword argument,
+    one value per completion, with trainer_state; None becomes NaN, then each is weighted (1 by
+    default) and summed."""
 
     completions: list = []  # what "the model" writes, one completion per row
     last = None
 
     def __init__(self, model, reward_funcs, args=None, train_dataset=None, **kwargs):
-        self.model, self.reward_funcs, self.args, self.dataset = model, reward_funcs, args, train_dataset
+        self.model, self.reward_funcs, self.args, self.dataset = (
+            model,
+            reward_funcs,
+            args,
+            train_dataset,
+        )
         type(self).last = self
 
     def train(self):
@@ -313,33 +376,47 @@ def test_the_docs_snippet_runs_as_grpo_trainer_calls_it(monkeypatch):
     trl = types.ModuleType("trl")
     trl.GRPOTrainer, trl.GRPOConfig = _GRPOTrainer, lambda **kwargs: kwargs
     monkeypatch.setitem(sys.modules, "trl", trl)
-    user = lambda text: [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
+    user = lambda text: [
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}
+    ]
     dataset = [  # the page's columns: prompt, image, solution, ref_boxes; a math row has no boxes
         dict(prompt=user("How many cups?"), image=None, solution="3", ref_boxes=[[0, 0, 10, 10]]),
         dict(prompt=user("2 + 2?"), image=None, solution="4", ref_boxes=None),
     ]
     _GRPOTrainer.completions = [
         [
-            {"role": "assistant", "content": "<think>zoom</think><tool_call>[0, 0, 10, 20]</tool_call>"},
+            {
+                "role": "assistant",
+                "content": "<think>zoom</think><tool_call>[0, 0, 10, 20]</tool_call>",
+            },
             {"role": "tool", "content": "a crop"},
-            {"role": "assistant", "content": "<think>re-examine: [0, 0, 10, 10]</think><answer>3</answer>"},
+            {
+                "role": "assistant",
+                "content": "<think>re-examine: [0, 0, 10, 10]</think><answer>3</answer>",
+            },
         ],
         [{"role": "assistant", "content": "<think>re-examine</think><answer>5</answer>"}],
     ]
     exec(snippet, {"dataset": dataset})
     t = _GRPOTrainer.last
-    # row 1: right (1), tidy (1), re-examined but right (0), grounding 1 + (1 − 0.5) = 1.5: 3.5 in all;
-    # row 2: wrong (0), tidy (1), re-examined and wrong (−1), no grounding (NaN, left out): 0 in all
+    # row 1: right (1), tidy (1), re-examined but right (0), grounding 1 + (1 − 0.5) = 1.5: 3.5 in
+    # all; row 2: wrong (0), tidy (1), re-examined and wrong (−1), no grounding (NaN, left out): 0
+    # in all
     assert t.rewards["accuracy_reward"] == [1.0, 0.0] and t.rewards["format_reward"] == [1.0, 1.0]
     assert t.rewards["self_correction_reward"] == [0.0, -1.0]
     grounding = t.rewards["grounding_reward"]
     assert grounding[0] == pytest.approx(1.5) and np.isnan(grounding[1])
     assert t.total.tolist() == pytest.approx([3.5, 0.0])
     assert t.model and t.args == {"output_dir": "revise-grpo"}
-    (other,) = [b for b in re.findall(r"```python\n(.*?)```", page, re.S) if "make_format_reward(" in b]
+    (other,) = [
+        b for b in re.findall(r"```python\n(.*?)```", page, re.S) if "make_format_reward(" in b
+    ]
     made = {}
     exec(other, made)  # the page's other patterns: a think-then-final format, read by all three
-    final = ["<think>\nre-examine\n</think>\n<final>3</final>", "<think>ok</think><answer>3</answer>"]
+    final = [
+        "<think>\nre-examine\n</think>\n<final>3</final>",
+        "<think>ok</think><answer>3</answer>",
+    ]
     assert made["format_reward"](final) == [1.0, -1.0]
     assert made["accuracy_reward"](final, [3, 3]) == [1.0, 0.0]
     assert made["self_correction_reward"](final, [4, 4]) == [-1.0, 0.0]

@@ -1,5 +1,5 @@
-"""Tests for harness/rows.py: a Row survives JSON both ways, a malformed row is a ValueError that names
-the field, and a method name has one spelling that parse and str agree on."""
+"""Tests for harness/rows.py: a Row survives JSON both ways, a malformed row is a ValueError that
+names the field, and a method name has one spelling that parse and str agree on."""
 
 import json
 import math
@@ -9,6 +9,7 @@ from dataclasses import fields
 import pytest
 
 import verdict
+from verdict_lab import loop
 from verdict_lab.harness.rows import ROW_FORMAT, Method, Row
 from verdict_lab.modes import JudgeMode
 
@@ -53,7 +54,7 @@ def full_row() -> dict:
         "input_digest": "0123456789abcdef0123456789abcdef",
         "input": {"index": "17", "category": "math"},
         "trace": {
-            "format": verdict.TRACE_FORMAT,
+            "format": loop.TRACE_FORMAT,
             "steps": [],
             "totals": {"steps": 2, "fallbacks": 1, "abstentions": 0, "judge_calls": 18},
         },
@@ -63,12 +64,18 @@ def full_row() -> dict:
 def test_round_trip_keeps_every_key_in_the_files_order():
     d = full_row()
     row = Row.from_json(json.loads(json.dumps(d)))
-    assert row.correct is True and row.method == Method("verdict", JudgeMode(premises=True, gate=True), True)
+    assert row.correct is True and row.method == Method(
+        "verdict", JudgeMode(premises=True, gate=True), True
+    )
     assert row.key == ("MMStar", "17", 2, "verdict+premises+gate+revise")
     assert row.to_json() == d and list(row.to_json()) == list(d)  # the same keys, in the same order
-    assert json.dumps(row.to_json()) == json.dumps(d)  # so results.jsonl is byte for byte what it was
+    assert json.dumps(row.to_json()) == json.dumps(
+        d
+    )  # so results.jsonl is byte for byte what it was
     assert Row.from_json(row.to_json()) == row
-    assert list(d)[1:] == [f.name for f in fields(Row)]  # every field is a key, and every key a field
+    assert list(d)[1:] == [
+        f.name for f in fields(Row)
+    ]  # every field is a key, and every key a field
 
 
 def test_a_row_written_before_the_later_fields_reads_their_defaults():
@@ -91,7 +98,12 @@ def test_a_row_written_before_the_later_fields_reads_their_defaults():
     )
     old = {k: v for k, v in full_row().items() if k not in later}
     row = Row.from_json(old)
-    assert (row.extra_calls, row.revisions, row.fact_sheet_status, row.extract_tokens) == (0, 0, None, 0)
+    assert (row.extra_calls, row.revisions, row.fact_sheet_status, row.extract_tokens) == (
+        0,
+        0,
+        None,
+        0,
+    )
     assert (row.reasoner_calls, row.reasoner_tokens, row.judge_calls) == (0, 0, 0)
 
 
@@ -130,7 +142,9 @@ def test_a_missing_or_unknown_field_another_format_or_no_object_is_named():
         Row.from_json({**d, "colour": "red"})
     with pytest.raises(ValueError, match="row field 'input_digest' is missing"):
         Row.from_json({k: v for k, v in d.items() if k != "input_digest"})
-    with pytest.raises(ValueError, match="a row of format 'verdict-eval-row/1', not 'verdict-eval-row/3'"):
+    with pytest.raises(
+        ValueError, match="a row of format 'verdict-eval-row/1', not 'verdict-eval-row/3'"
+    ):
         Row.from_json({**d, "format": "verdict-eval-row/1"})
     with pytest.raises(ValueError, match="a row is a JSON object, got list"):
         Row.from_json([d])
@@ -138,10 +152,17 @@ def test_a_missing_or_unknown_field_another_format_or_no_object_is_named():
 
 def test_a_row_of_another_format_is_refused_and_one_without_a_digest_reads_as_of_unknown_input():
     old = {k: v for k, v in full_row().items() if k != "input_digest"}
-    with pytest.raises(ValueError, match="a row of format 'verdict-eval-row/2', not 'verdict-eval-row/3'"):
+    with pytest.raises(
+        ValueError, match="a row of format 'verdict-eval-row/2', not 'verdict-eval-row/3'"
+    ):
         Row.from_json({**old, "format": "verdict-eval-row/2"})
     row = Row.from_json({**full_row(), "input_digest": None})  # null: a row whose input is unknown
-    assert row.input_digest is None and row.key == ("MMStar", "17", 2, "verdict+premises+gate+revise")
+    assert row.input_digest is None and row.key == (
+        "MMStar",
+        "17",
+        2,
+        "verdict+premises+gate+revise",
+    )
     assert Row.from_json(row.to_json()) == row
 
 
@@ -165,7 +186,11 @@ MODES = [
 @pytest.mark.parametrize("rule", ("base",) + verdict.RULES)
 def test_method_parse_and_str_round_trip(rule):
     judged = [(mode, revise) for mode in MODES for revise in (False, True)]
-    methods = [Method(rule)] if rule == "base" else [Method(rule, mode, revise) for mode, revise in judged]
+    methods = (
+        [Method(rule)]
+        if rule == "base"
+        else [Method(rule, mode, revise) for mode, revise in judged]
+    )
     for m in methods:
         assert Method.parse(str(m)) == m and str(Method.parse(str(m))) == str(m)
         assert m.judged == (rule != "base") and m.plain == (m.mode == JudgeMode() and not m.revise)
@@ -217,7 +242,9 @@ def test_method_parse_rejects_unknown_parts(name, said):
 
 
 def test_method_checks_its_parts():
-    with pytest.raises(ValueError, match="unknown rule 'median'; expected base, one of verdict, mean"):
+    with pytest.raises(
+        ValueError, match="unknown rule 'median'; expected base, one of verdict, mean"
+    ):
         Method("median")
     with pytest.raises(ValueError, match="mode must be a JudgeMode, got 'zoom'"):
         Method("verdict", "zoom")
@@ -239,11 +266,23 @@ def test_method_checks_its_parts():
             {"steps": 2, "fallbacks": 1, "judge_calls": 18},
             "totals 'abstentions' must be an integer >= 0, got None",
         ),
-        ({"steps": "2", "fallbacks": 1, "abstentions": 0, "judge_calls": 18}, "'steps' must be an integer"),
-        ({"steps": 2, "fallbacks": 3, "abstentions": 0, "judge_calls": 18}, "totals do not add up"),
-        ({"steps": 2, "fallbacks": 1, "abstentions": 19, "judge_calls": 18}, "totals do not add up"),
         (
-            {"steps": 2, "fallbacks": 1, "abstentions": 0, "judge_calls": 18, "usage": {"calls": -3}},
+            {"steps": "2", "fallbacks": 1, "abstentions": 0, "judge_calls": 18},
+            "'steps' must be an integer",
+        ),
+        ({"steps": 2, "fallbacks": 3, "abstentions": 0, "judge_calls": 18}, "totals do not add up"),
+        (
+            {"steps": 2, "fallbacks": 1, "abstentions": 19, "judge_calls": 18},
+            "totals do not add up",
+        ),
+        (
+            {
+                "steps": 2,
+                "fallbacks": 1,
+                "abstentions": 0,
+                "judge_calls": 18,
+                "usage": {"calls": -3},
+            },
             "usage must map counters to numbers >= 0",
         ),
     ],
@@ -275,10 +314,15 @@ def test_a_search_method_has_one_spelling(name, method):
     assert Method.parse(name) == method and str(method) == name
     assert method.search and method.plain and method.judged == (method.rule != "maj")
     assert (
-        method.answer == {"bon": "best", "wbon": "weighted", "maj": "majority", "beam": "best"}[method.rule]
+        method.answer
+        == {"bon": "best", "wbon": "weighted", "maj": "majority", "beam": "best"}[method.rule]
     )
     assert method.size == (method.width if method.rule == "beam" else method.n)
-    assert not Method("verdict").search and Method("verdict").answer is None and Method("base").size is None
+    assert (
+        not Method("verdict").search
+        and Method("verdict").answer is None
+        and Method("base").size is None
+    )
 
 
 def test_a_search_family_leaves_out_its_count():
@@ -309,7 +353,11 @@ def test_a_search_takes_its_own_settings_only():
 
 def test_a_search_rows_trace_is_a_search_record():
     d = full_row() | {"method": "bon2+last+key"}
-    d["trace"] = {"format": "verdict-search/1", "chain": ["Final answer: B"], "totals": {"steps": 4}}
+    d["trace"] = {
+        "format": "verdict-search/1",
+        "chain": ["Final answer: B"],
+        "totals": {"steps": 4},
+    }
     with pytest.raises(ValueError, match="totals 'abstentions' must be an integer >= 0, got None"):
         Row.from_json(d)
     d["trace"]["totals"] |= {"abstentions": 0, "judge_calls": 12}  # no fallbacks: a search has none

@@ -1,6 +1,6 @@
-"""Tests for verdict_lab/harness/rundir.py: the lock, the settings check, the results file, and shards: two
-shards run against two servers and merged give the same tables as one unsharded run; shards of other runs are
-refused."""
+"""Tests for verdict_lab/harness/rundir.py: the lock, the settings check, the results file, and
+shards: two shards run against two servers and merged give the same tables as one unsharded run;
+shards of other runs are refused."""
 
 import json
 import os
@@ -28,17 +28,23 @@ def test_claim_names_what_differs(tmp_path):
     rundir.claim(str(tmp_path), settings)
     rundir.claim(str(tmp_path), settings)  # the same settings: a resume
     with pytest.raises(
-        ValueError, match=r"other settings \(base_url: 'http://a/v1' there, 'http://b/v1' now, verifier\)"
+        ValueError,
+        match=r"other settings \(base_url: 'http://a/v1' there, 'http://b/v1' now, verifier\)",
     ):
         rundir.claim(str(tmp_path), {**settings, "base_url": "http://b/v1", "verifier": {"n": 2}})
-    (tmp_path / "run.json").write_text(json.dumps({"format": "verdict-eval-run/1", "settings": settings}))
+    (tmp_path / "run.json").write_text(
+        json.dumps({"format": "verdict-eval-run/1", "settings": settings})
+    )
     with pytest.raises(ValueError, match="is of format 'verdict-eval-run/1'"):
         rundir.claim(str(tmp_path), settings)
 
 
-def test_a_run_of_the_settings_shape_before_the_verifier_dict_is_refused_by_its_format(tmp_path, loopback):
-    """run.json of format /2 held the verifier's settings flat ("config", "score_only", ...); a run now keeps
-    them in one dict, "verifier" (verifier.Settings.record()), so an OUT of /2 is refused by its format."""
+def test_a_run_of_the_settings_shape_before_the_verifier_dict_is_refused_by_its_format(
+    tmp_path, loopback
+):
+    """run.json of format /2 held the verifier's settings flat ("config", "score_only", ...); a run
+    now keeps them in one dict, "verifier" (verifier.Settings.record()), so an OUT of /2 is refused
+    by its format."""
     srv, data, out = loopback(script), write_jsonl(tmp_path / "q.jsonl", n=1), tmp_path / "o"
     args = argv(data, srv.url, out, "--seeds 1 --rules base")
     assert evaluate.main(args) == 0
@@ -49,7 +55,9 @@ def test_a_run_of_the_settings_shape_before_the_verifier_dict_is_refused_by_its_
         *("extract_model", "extract_base_url", "shard", "inputs"),
     }
     verifier = run_json["settings"]["verifier"]  # Settings.record() but what a run's methods vary
-    assert verifier["n"] == 3 and verifier["judge_format"] == "json" and verifier["max_calls"] is None
+    assert (
+        verifier["n"] == 3 and verifier["judge_format"] == "json" and verifier["max_calls"] is None
+    )
     assert not {"rule", "judge_mode", "revise", "speculate"} & set(verifier)
     old = {k: v for k, v in run_json["settings"].items() if k != "verifier"}
     old |= {"config": {"n": 3}, "score_only": True, "judge_format": "json"}
@@ -57,7 +65,9 @@ def test_a_run_of_the_settings_shape_before_the_verifier_dict_is_refused_by_its_
     sent = len(srv.requests)
     p = run(args)
     assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
-    assert "is of format 'verdict-eval-run/2', not 'verdict-eval-run/3'; use another --out" in p.stderr
+    assert (
+        "is of format 'verdict-eval-run/2', not 'verdict-eval-run/3'; use another --out" in p.stderr
+    )
     assert len(srv.requests) == sent
 
 
@@ -69,7 +79,9 @@ def test_load_rows_drops_what_must_run_again(tmp_path):
         row("2", error="EndpointError: x"),
         row("1"),
         "{not json",
-        json.dumps({"format": "verdict-eval-row/1", "data": "d", "id": "3", "seed": 0, "method": "base"}),
+        json.dumps(
+            {"format": "verdict-eval-row/1", "data": "d", "id": "3", "seed": 0, "method": "base"}
+        ),
         row("4"),
         json.dumps({**json.loads(row("6")), "correct": "yes"}),
     ]
@@ -81,9 +93,15 @@ def test_load_rows_drops_what_must_run_again(tmp_path):
         + row("5").encode()[:20]
     )
     rows, dropped, stale = rundir.load_rows(str(path))
-    assert [k[1] for k in rows] == ["1", "4"] and dropped == 7  # "correct": "yes" is malformed: it runs again
+    assert [k[1] for k in rows] == [
+        "1",
+        "4",
+    ] and dropped == 7  # "correct": "yes" is malformed: it runs again
     assert stale == []
-    assert [json.loads(line)["id"] for line in path.read_text().splitlines()] == ["1", "4"]  # rewritten
+    assert [json.loads(line)["id"] for line in path.read_text().splitlines()] == [
+        "1",
+        "4",
+    ]  # rewritten
     assert rundir.read_rows(str(path))[0] == list(rows.values())
 
 
@@ -94,15 +112,24 @@ def test_load_rows_drops_the_rows_of_a_changed_input(tmp_path):
     path = tmp_path / "results.jsonl"
     rows = (row("1", "a1"), row("2", "b1"), unknown, old, row("9", "z"))
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    inputs = {("d", "1"): "a1", ("d", "2"): "b2", ("d", "3"): "c1", ("d", "4"): "d1"}  # 2 changed; 9 unread
+    inputs = {
+        ("d", "1"): "a1",
+        ("d", "2"): "b2",
+        ("d", "3"): "c1",
+        ("d", "4"): "d1",
+    }  # 2 changed; 9 unread
     rows, dropped, stale = rundir.load_rows(str(path), inputs)
     assert [k[1] for k in rows] == ["1", "9"] and dropped == 3
-    assert [(r.id, r.input_digest) for r in stale] == [("2", "b1"), ("3", None)]  # 3: of unknown input
+    assert [(r.id, r.input_digest) for r in stale] == [
+        ("2", "b1"),
+        ("3", None),
+    ]  # 3: of unknown input
     assert [json.loads(line)["id"] for line in path.read_text().splitlines()] == ["1", "9"]
 
 
 def mixed_data(tmp_path) -> list:
-    """A JSONL file of 7 items and a 3DSRBench TSV whose four twin rows may land on different shards."""
+    """A JSONL file of 7 items and a 3DSRBench TSV whose four twin rows may land on different
+    shards."""
     from test_benchmarks import tsv
 
     head = ["index", "qid", "question", "A", "B", "answer", "category"]
@@ -125,36 +152,47 @@ def comparable(summary: dict) -> dict:
     """The summary without what depends on timing and on which server and shard a run used."""
     out = {k: v for k, v in summary.items() if k != "settings"}
     out["stats"] = {
-        m: {k: v for k, v in s.items() if k != "seconds_per_item"} for m, s in summary["stats"].items()
+        m: {k: v for k, v in s.items() if k != "seconds_per_item"}
+        for m, s in summary["stats"].items()
     }
     return out
 
 
 def test_two_shards_merged_equal_one_unsharded_run(tmp_path, loopback):
-    data, flags = mixed_data(tmp_path), "--seeds 2 --rules base,verdict --max-steps 3 --judge-format text"
+    data, flags = (
+        mixed_data(tmp_path),
+        "--seeds 2 --rules base,verdict --max-steps 3 --judge-format text",
+    )
     one, node1, node2 = loopback(script), loopback(script), loopback(script)
     assert evaluate.main(argv(data, one.url, tmp_path / "all", flags)) == 0
     for i, node in ((1, node1), (2, node2)):  # one server per node
-        assert evaluate.main(argv(data, node.url, tmp_path / f"s{i}", f"{flags} --shard {i}/2")) == 0
+        assert (
+            evaluate.main(argv(data, node.url, tmp_path / f"s{i}", f"{flags} --shard {i}/2")) == 0
+        )
     shard_ids = [{r["id"] for r in rows_of(tmp_path / f"s{i}")} for i in (1, 2)]
     assert (
         shard_ids[0] and shard_ids[1] and not shard_ids[0] & shard_ids[1]
     )  # both shards hold items, none twice
     assert len(node1.chats) + len(node2.chats) == len(one.chats)
-    merged = run(["merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "m")])
+    merged = run(
+        ["merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "m")]
+    )
     assert merged.returncode == 0, merged.stderr
     want, got = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("all", "m"))
     assert comparable(got) == comparable(want)
-    assert got["settings"]["base_url"] == sorted([node1.url, node2.url]) and got["settings"]["shard"] is None
+    assert (
+        got["settings"]["base_url"] == sorted([node1.url, node2.url])
+        and got["settings"]["shard"] is None
+    )
     names = [
         f"default-{m}/seed{s}/default-{m}_{f}"
         for m in ("base", "verdict")
         for s in (0, 1)
         for f in ("q.tsv", "q_acc.csv", "3DSRBench.tsv", "3DSRBench_results.tsv")
     ]  # VLMEvalKit's files, one directory per (model, method, seed)
-    assert sorted(str(p.relative_to(tmp_path / "m")) for p in (tmp_path / "m").glob("*/seed*/*")) == sorted(
-        names
-    )
+    assert sorted(
+        str(p.relative_to(tmp_path / "m")) for p in (tmp_path / "m").glob("*/seed*/*")
+    ) == sorted(names)
     for name in names:
         assert (tmp_path / "m" / name).read_text() == (tmp_path / "all" / name).read_text(), name
     assert sorted(map(json.dumps, rows_of(tmp_path / "m"))) == sorted(
@@ -165,7 +203,9 @@ def test_two_shards_merged_equal_one_unsharded_run(tmp_path, loopback):
 def test_merge_refuses_what_is_not_one_run(tmp_path, loopback):
     srv = loopback(script)
     data = write_jsonl(tmp_path / "q.jsonl", n=3)
-    base = lambda out, flags="": argv(data, srv.url, tmp_path / out, "--seeds 1 --rules base " + flags)
+    base = lambda out, flags="": argv(
+        data, srv.url, tmp_path / out, "--seeds 1 --rules base " + flags
+    )
     for i in (1, 2):
         assert evaluate.main(base(f"s{i}", f"--shard {i}/2")) == 0
     assert evaluate.main(base("t2", "--shard 2/2 --max-steps 3")) == 0

@@ -1,8 +1,8 @@
-"""Tests for a run directory under faults: rows tied to their input (a changed item runs again,
-the summary says how many, merge refuses shards of different inputs), merge never replacing a finished run,
-judges that never score, a full disk, a first run that fails before it starts, damaged run directories,
-Ctrl-C and a shard resumed with a smaller --limit. Each error a user can cause is one line on stderr and a
-non-zero exit."""
+"""Tests for a run directory under faults: rows tied to their input (a changed item runs again, the
+summary says how many, merge refuses shards of different inputs), merge never replacing a finished
+run, judges that never score, a full disk, a first run that fails before it starts, damaged run
+directories, Ctrl-C and a shard resumed with a smaller --limit. Each error a user can cause is one
+line on stderr and a non-zero exit."""
 
 import errno
 import json
@@ -36,11 +36,13 @@ def rewrite(path, n=4, **changes):
 
 
 def one_line_error(p, exit=2) -> str:
-    assert p.returncode == exit and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr
+    assert p.returncode == exit and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, (
+        p.stderr
+    )
     return p.stderr
 
 
-# ----------------------------------------------------------------------------- rows tied to their input
+# ------------------------------------------------------------------------- rows tied to their input
 
 
 def test_changed_items_run_again_and_the_summary_says_how_many(tmp_path, loopback, capsys):
@@ -50,21 +52,30 @@ def test_changed_items_run_again_and_the_summary_says_how_many(tmp_path, loopbac
     assert evaluate.main(args) == 0
     first = {r["id"]: r for r in rows_of(out)}
     assert all(len(r["input_digest"]) == 32 for r in first.values())
-    rewrite(data, q1={"answer": "A"}, q2={"question": "Which is larger, 7 or 8?"})  # a key fixed, a question
+    rewrite(
+        data, q1={"answer": "A"}, q2={"question": "Which is larger, 7 or 8?"}
+    )  # a key fixed, a question
     capsys.readouterr()
     assert evaluate.main(args) == 0
     assert "2 item(s) changed since their rows were written; their 4 row(s) will run again" in (
         capsys.readouterr().err
     )
     rows = rows_of(out)
-    assert len(rows) == len({(r["id"], r["method"]) for r in rows}) == 8  # one row per key, none stale
+    assert (
+        len(rows) == len({(r["id"], r["method"]) for r in rows}) == 8
+    )  # one row per key, none stale
     assert {r["answer"] for r in rows if r["id"] == "q1"} == {"A"}
     assert any("7 or 8" in user_text(c) for c in srv.chats)
     assert {r["input_digest"] for r in rows if r["id"] in ("q1", "q2")}.isdisjoint(
         {first["q1"]["input_digest"], first["q2"]["input_digest"]}
     )
     s = summary_of(out)
-    assert s["reading"]["q"]["changed"] == 2 and set(s["reading"]["q"]["inputs"]) == {"q0", "q1", "q2", "q3"}
+    assert s["reading"]["q"]["changed"] == 2 and set(s["reading"]["q"]["inputs"]) == {
+        "q0",
+        "q1",
+        "q2",
+        "q3",
+    }
     assert "| 4 (2 changed) |" in (out / "summary.md").read_text()
     n = len(srv.chats)
     assert evaluate.main(args) == 0 and len(srv.chats) == n  # nothing changed: nothing runs
@@ -83,7 +94,10 @@ def test_rows_of_unknown_input_or_another_format_run_again(tmp_path, loopback, c
     assert evaluate.main(args) == 0
     err = capsys.readouterr().err
     assert "2 unfinished or failed row(s) will run again" in err  # the unreadable ones
-    assert "item(s) changed since their rows were written" in err and "; their 2 row(s) will run again" in err
+    assert (
+        "item(s) changed since their rows were written" in err
+        and "; their 2 row(s) will run again" in err
+    )
     assert [r["format"] for r in rows_of(out)] == ["verdict-eval-row/3"] * 4
     assert all(r["input_digest"] for r in rows_of(out))
 
@@ -110,11 +124,15 @@ def test_merge_never_replaces_a_finished_run(tmp_path, loopback):
         assert evaluate.main(common + ["--out", str(tmp_path / out), *shard]) == 0
     before = (tmp_path / "whole" / "results.jsonl").read_text()
     for target in ("whole", "s1"):
-        p = run(["merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / target)])
+        p = run(
+            ["merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / target)]
+        )
         assert "holds a run already" in one_line_error(p)
     assert (tmp_path / "whole" / "results.jsonl").read_text() == before
     assert (
-        run(["merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "m")]).returncode
+        run(
+            ["merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "m")]
+        ).returncode
         == 0
     )
 
@@ -125,7 +143,9 @@ def test_a_shard_resumed_with_a_smaller_limit_merges(tmp_path, loopback):
     shard = lambda i, limit: evaluate.main(
         common + ["--out", str(tmp_path / f"s{i}"), "--shard", f"{i}/2", "--limit", str(limit)]
     )
-    merge = lambda: run(["merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "m")])
+    merge = lambda: run(
+        ["merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "m")]
+    )
     assert shard(1, 6) == 0 and shard(2, 6) == 0 and shard(1, 3) == 0
     assert "the same file and --limit? Run them again with the same" in one_line_error(merge())
     assert shard(2, 3) == 0
@@ -140,7 +160,7 @@ def test_a_shard_resumed_with_a_smaller_limit_merges(tmp_path, loopback):
     assert len(rows_of(tmp_path / "m")) == 3 * 2
 
 
-# ----------------------------------------------------------------------------- judges that never score
+# -------------------------------------------------------------------------- judges that never score
 
 
 def test_judges_that_never_score_exit_3_with_one_line(tmp_path, loopback, capsys):
@@ -150,12 +170,21 @@ def test_judges_that_never_score_exit_3_with_one_line(tmp_path, loopback, capsys
         return script(body, path)
 
     srv, out = loopback(abstaining), tmp_path / "out"
-    args = ["--data", write_jsonl(tmp_path / "q.jsonl", n=2), "--base-url", srv.url, "--out", str(out), *BASE]
+    args = [
+        "--data",
+        write_jsonl(tmp_path / "q.jsonl", n=2),
+        "--base-url",
+        srv.url,
+        "--out",
+        str(out),
+        *BASE,
+    ]
     assert evaluate.main(args) == 3
     err = [line for line in capsys.readouterr().err.splitlines() if "judges" in line]
     assert err == [
-        "verdict_lab.evaluate: the judges never gave a score in verdict (every judge call abstained); check "
-        "the judge model and --judge-format: their rows equal the reasoner's alone"
+        "verdict_lab.evaluate: the judges never gave a score in verdict "
+        "(every judge call abstained); check the judge model and --judge-format: "
+        "their rows equal the reasoner's alone"
     ]
     assert summary_of(out)["silent_judges"] == ["verdict"]
     assert "**the judges never gave a score in verdict" in (out / "summary.md").read_text()
@@ -164,9 +193,19 @@ def test_judges_that_never_score_exit_3_with_one_line(tmp_path, loopback, capsys
 # ----------------------------------------------------------------------------- a full disk
 
 
-def test_a_full_disk_is_one_line_exit_2_and_leaves_whole_rows(tmp_path, loopback, monkeypatch, capsys):
+def test_a_full_disk_is_one_line_exit_2_and_leaves_whole_rows(
+    tmp_path, loopback, monkeypatch, capsys
+):
     srv, out = loopback(script), tmp_path / "out"
-    args = ["--data", write_jsonl(tmp_path / "q.jsonl", n=4), "--base-url", srv.url, "--out", str(out), *BASE]
+    args = [
+        "--data",
+        write_jsonl(tmp_path / "q.jsonl", n=4),
+        "--base-url",
+        srv.url,
+        "--out",
+        str(out),
+        *BASE,
+    ]
     args += ["--concurrency", "1"]
     real, results, writes = os.write, out / "results.jsonl", []
 
@@ -193,9 +232,19 @@ def test_a_full_disk_is_one_line_exit_2_and_leaves_whole_rows(tmp_path, loopback
     assert evaluate.main(args) == 0 and len(rows_of(out)) == 4 * 2
 
 
-def test_tables_on_a_full_disk_are_one_line_and_the_rows_kept(tmp_path, loopback, monkeypatch, capsys):
+def test_tables_on_a_full_disk_are_one_line_and_the_rows_kept(
+    tmp_path, loopback, monkeypatch, capsys
+):
     srv, out = loopback(script), tmp_path / "out"
-    args = ["--data", write_jsonl(tmp_path / "q.jsonl", n=2), "--base-url", srv.url, "--out", str(out), *BASE]
+    args = [
+        "--data",
+        write_jsonl(tmp_path / "q.jsonl", n=2),
+        "--base-url",
+        srv.url,
+        "--out",
+        str(out),
+        *BASE,
+    ]
 
     def full(*a, **kw):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -206,18 +255,29 @@ def test_tables_on_a_full_disk_are_one_line_and_the_rows_kept(tmp_path, loopback
     assert "cannot write the tables in" in capsys.readouterr().err and len(rows_of(out)) == 4
 
 
-# ----------------------------------------------------------------------------- a run that cannot start
+# -------------------------------------------------------------------------- a run that cannot start
 
 
 def test_a_run_that_fails_on_its_data_pins_no_settings(tmp_path, loopback):
     srv, data, out = loopback(script), write_jsonl(tmp_path / "q.jsonl", n=2), tmp_path / "out"
-    typo = ["--data", data.replace("q.jsonl", "qq.jsonl"), "--base-url", srv.url, "--out", str(out), *BASE]
+    typo = [
+        "--data",
+        data.replace("q.jsonl", "qq.jsonl"),
+        "--base-url",
+        srv.url,
+        "--out",
+        str(out),
+        *BASE,
+    ]
     assert "no such file" in one_line_error(run(typo))
     assert not (out / "run.json").exists()
-    assert evaluate.main(["--data", data, "--base-url", srv.url, "--out", str(out), *BASE, "--n", "2"]) == 0
+    assert (
+        evaluate.main(["--data", data, "--base-url", srv.url, "--out", str(out), *BASE, "--n", "2"])
+        == 0
+    )
 
 
-# ----------------------------------------------------------------------------- damaged run directories
+# -------------------------------------------------------------------------- damaged run directories
 
 
 def _damage_run_list(d):
@@ -248,7 +308,15 @@ def _damage_results_dir(d):
 )
 def test_a_damaged_run_directory_is_one_line(tmp_path, loopback, damage, said):
     srv, out = loopback(script), tmp_path / "out"
-    args = ["--data", write_jsonl(tmp_path / "q.jsonl", n=2), "--base-url", srv.url, "--out", str(out), *BASE]
+    args = [
+        "--data",
+        write_jsonl(tmp_path / "q.jsonl", n=2),
+        "--base-url",
+        srv.url,
+        "--out",
+        str(out),
+        *BASE,
+    ]
     assert evaluate.main(args) == 0
     damage(out)
     assert said in one_line_error(run(args))
@@ -256,7 +324,15 @@ def test_a_damaged_run_directory_is_one_line(tmp_path, loopback, damage, said):
 
 def test_rows_not_utf8_or_malformed_run_again(tmp_path, loopback):
     srv, out = loopback(script), tmp_path / "out"
-    args = ["--data", write_jsonl(tmp_path / "q.jsonl", n=2), "--base-url", srv.url, "--out", str(out), *BASE]
+    args = [
+        "--data",
+        write_jsonl(tmp_path / "q.jsonl", n=2),
+        "--base-url",
+        srv.url,
+        "--out",
+        str(out),
+        *BASE,
+    ]
     assert evaluate.main(args) == 0
     lines = (out / "results.jsonl").read_bytes().splitlines(keepends=True)
     lines[0] = lines[0].replace(b'"q"', b'"\xff"')
@@ -304,13 +380,23 @@ def test_ctrl_c_is_one_line_exit_130_and_keeps_the_rows(tmp_path, loopback):
     gate, reached = threading.Event(), threading.Event()
 
     def blocking(body, path):
-        if "2 or 3" in user_text(body) and not gate.is_set():  # the third item: held until the signal
+        if (
+            "2 or 3" in user_text(body) and not gate.is_set()
+        ):  # the third item: held until the signal
             reached.set()
             gate.wait(120)
         return script(body, path)
 
     srv, out = loopback(blocking), tmp_path / "out"
-    args = ["--data", write_jsonl(tmp_path / "q.jsonl", n=4), "--base-url", srv.url, "--out", str(out), *BASE]
+    args = [
+        "--data",
+        write_jsonl(tmp_path / "q.jsonl", n=4),
+        "--base-url",
+        srv.url,
+        "--out",
+        str(out),
+        *BASE,
+    ]
     proc = start_script("verdict_lab.evaluate", [*args, "--concurrency", "1"])
     try:
         assert reached.wait(120), "the run never reached the third item"

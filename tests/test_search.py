@@ -1,7 +1,8 @@
-"""Tests for search.py: golden values with their derivations (best-of-N with each aggregate and step score,
-weighted and majority answers, beam search with and without the dual filter, abstentions, the trace),
-prefix reuse and the memo's call counts in a sweep, the search-and-learn call shape through a stand-in of
-its own code, bad settings, and seeded property loops against verdict.select and verdict.run."""
+"""Tests for search.py: golden values with their derivations (best-of-N with each aggregate and step
+score, weighted and majority answers, beam search with and without the dual filter, abstentions, the
+trace), prefix reuse and the memo's call counts in a sweep, the search-and-learn call shape through
+a stand-in of its own code, bad settings, and seeded property loops against verdict.select and
+verdict.run."""
 
 import json
 import math
@@ -14,7 +15,8 @@ import pytest
 
 from verdict_lab import search as S
 import verdict as V
-from verdict import Config, Judgement, State, Stop
+from judges import Judgement
+from verdict import Config, State, Stop
 
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -22,8 +24,8 @@ NAN = float("nan")
 SEEDS = range(8)
 # Two equally stubborn judges make every consensus a hand calculation. The system 2 s_1 − s_2 = ŝ_1,
 # 2 s_2 − s_1 = ŝ_2 gives s* = ((2ŝ_1 + ŝ_2)/3, (ŝ_1 + 2ŝ_2)/3), so s̄* = (ŝ_1 + ŝ_2)/2 and
-# Δ* = |s*_1 − s̄*| = |ŝ_1 − ŝ_2|/6. A unanimous step (c, c) has s̄* = c, Δ* = 0: accepted iff c > τ = 0.6,
-# key = 1 + c if so, else c.
+# Δ* = |s*_1 − s̄*| = |ŝ_1 − ŝ_2|/6. A unanimous step (c, c) has s̄* = c, Δ* = 0: accepted iff
+# c > τ = 0.6, key = 1 + c if so, else c.
 TWO = Config(lam=(1.0, 1.0))
 
 
@@ -35,7 +37,8 @@ def test_two_equal_judges_are_a_hand_calculation():
 
 
 def table_judges(table, m=2, log=None):
-    """m judges; judge i scores a step table[step][i] (a number: every judge gives it). log gets each call."""
+    """m judges; judge i scores a step table[step][i] (a number: every judge gives it). log gets
+    each call."""
 
     def judge(i):
         def score(state, step):
@@ -50,7 +53,8 @@ def table_judges(table, m=2, log=None):
 
 
 def scripted_chains(scripts, log=None):
-    """chains(i): chain i proposes scripts[i][t] at step t. log gets (i, steps so far, n) for each call."""
+    """chains(i): chain i proposes scripts[i][t] at step t. log gets (i, steps so far, n) for each
+    call."""
 
     def chains(i):
         def propose(state, n):
@@ -74,9 +78,10 @@ def boom(*args):
 #   M: s̄* = 0.65, Δ* = 0.7/6 = 0.116667 ≥ ε: rejected. margin = key = 0.533333.
 #   R: s̄* = 0.6 (not > τ, strict), Δ* = 0: rejected. margin = key = 0.6.
 #   A: s̄* = 0.61 > τ, Δ* = 0.18/6 = 0.03 < ε: accepted. margin = 0.58, key = 1.61.
-# Raw: ŝ̄ = (0.65, 0.6, 0.61); min (0.3, 0.6, 0.52); max (1.0, 0.6, 0.7); judges above τ: (1, 0, 1), so
-# raw-majority = (k + ŝ̄)/3 = (0.55, 0.2, 0.536667); raw std (0.35, 0, 0.09): raw-variance = (0.65, 1.6, 1.61);
-# Δ̂ = |ŝ_1 − ŝ_2|/2 = (0.35, 0, 0.09): raw-dual accepts A alone: (0.65 − 0.35, 0.6 − 0, 1 + 0.61).
+# Raw: ŝ̄ = (0.65, 0.6, 0.61); min (0.3, 0.6, 0.52); max (1.0, 0.6, 0.7); judges above τ: (1, 0, 1),
+# so raw-majority = (k + ŝ̄)/3 = (0.55, 0.2, 0.536667); raw std (0.35, 0, 0.09):
+# raw-variance = (0.65, 1.6, 1.61); Δ̂ = |ŝ_1 − ŝ_2|/2 = (0.35, 0, 0.09): raw-dual accepts A alone:
+# (0.65 − 0.35, 0.6 − 0, 1 + 0.61).
 MRA = np.array([[1.0, 0.3], [0.6, 0.6], [0.7, 0.52]])
 MRA_SCORES = {
     "key": ([0.65 - 0.7 / 6, 0.6, 1.61], "A"),
@@ -100,7 +105,9 @@ def test_step_scores_golden(name):
 
 
 def test_every_rule_has_its_step_score_and_each_picks_as_select_does():
-    assert sorted(S.RULE_SCORE) == sorted(V.RULES) and set(S.RULE_SCORE.values()) <= set(S.STEP_SCORES)
+    assert sorted(S.RULE_SCORE) == sorted(V.RULES) and set(S.RULE_SCORE.values()) <= set(
+        S.STEP_SCORES
+    )
     for rule, name in S.RULE_SCORE.items():
         assert "MRA"[V.select(MRA, TWO.lam, rule=rule).index] == MRA_SCORES[name][1]
 
@@ -119,7 +126,8 @@ def test_best_of_n_picks_by_each_step_score(name):
     search = S.best_of_n(traces, name)
     assert search.answer == MRA_SCORES[name][1]
     np.testing.assert_allclose([c.score for c in search.chains], MRA_SCORES[name][0], atol=1e-12)
-    # every answer differs, so weighted is best; each answer once: majority ties, to the earliest (M)
+    # Every answer differs, so weighted is best; each answer once: majority ties, to the earliest
+    # (M).
     assert S.best_of_n(traces, name, answer="weighted").picked == search.picked
     assert S.best_of_n(traces, name, answer="majority").answer == "M"
 
@@ -127,10 +135,10 @@ def test_best_of_n_picks_by_each_step_score(name):
 # ----------------------------------------------------------------------------- aggregates
 
 
-# Three two-step chains, every step unanimous (s̄* = c, Δ* = 0):
-#   chain 0: (0.4, 0.8)  mean: last 0.8, min 0.4, prod 0.32;  key (0.4 rejected, 1.8): last 1.8, min 0.4
-#   chain 1: (0.7, 0.7)  mean: last 0.7, min 0.7, prod 0.49;  key (1.7, 1.7):          last 1.7, min 1.7
-#   chain 2: (1.0, 0.65) mean: last 0.65, min 0.65, prod 0.65; key (2.0, 1.65):        last 1.65, min 1.65
+# Three two-step chains (0, 1, 2), every step unanimous (s̄* = c, Δ* = 0):
+#  0: (0.4, 0.8)  mean: last 0.8, min 0.4, prod 0.32;   key (0.4 rejected, 1.8): last 1.8, min 0.4
+#  1: (0.7, 0.7)  mean: last 0.7, min 0.7, prod 0.49;   key (1.7, 1.7):          last 1.7, min 1.7
+#  2: (1.0, 0.65) mean: last 0.65, min 0.65, prod 0.65; key (2.0, 1.65):         last 1.65, min 1.65
 # so mean picks chain 0 by last, 1 by min, 2 by prod; key picks 0 by last, 1 by min.
 STEPS3 = [(0.4, 0.8), (0.7, 0.7), (1.0, 0.65)]
 AGGREGATES = [
@@ -156,7 +164,7 @@ def test_best_of_n_with_each_aggregate(step_score, aggregate, scores, picked):
     search = S.best_of_n(traces, step_score, aggregate)
     np.testing.assert_allclose([c.score for c in search.chains], scores, atol=1e-12)
     assert search.picked == picked and search.answer == "xyz"[picked]
-    # each step's chain_score is the aggregate of the chain cut there (chain 0 by prod: 0.4, 0.4 · 0.8)
+    # Each step's chain_score aggregates the chain cut there (chain 0 by prod: 0.4, 0.4 · 0.8).
     prod = S.best_of_n(traces, "mean", "prod").chains[0]
     np.testing.assert_allclose([x.chain_score for x in prod.steps], [0.4, 0.32], atol=1e-12)
 
@@ -172,10 +180,11 @@ def test_prefix_scores_and_nan():
 
 
 # Seven one-step chains by mean and last (unanimous, so the chain score is the step's c):
-#   x 0.9 | y 0.5 | y 0.5 | z 0.3 | z 0.3 | z 0.3 | a two-step chain of 0.99 that stops at max_steps = 2
+#   x 0.9 | y 0.5 | y 0.5 | z 0.3 | z 0.3 | z 0.3 | a two-step chain of 0.99 stopped at max_steps 2
 # The answers at each N (the 7th never ended at a final answer, so it is no candidate):
 #   N=1: x everywhere.  N=2: best x (0.9), weighted x (0.9 > 0.5), majority x (1 : 1, the earliest).
-#   N=3: best x, weighted y (0.5 + 0.5 = 1.0 > 0.9), majority y (2).  N=4: same, z has 0.3 and 1 chain.
+#   N=3: best x, weighted y (0.5 + 0.5 = 1.0 > 0.9), majority y (2).
+#   N=4: same, z has 0.3 and 1 chain.
 #   N=5: weighted y (1.0 > 0.9 > 0.6), majority y (2 : 2 with z, y appeared first).
 #   N=6: weighted y (x 0.9, y 1.0, z 0.9), majority z (3).  N=7: as N=6.
 VOTES = [("x", 0.9), ("y", 0.5), ("y", 0.5), ("z", 0.3), ("z", 0.3), ("z", 0.3)]
@@ -183,7 +192,9 @@ SWEEP = {1: "xxx", 2: "xxx", 3: "xyy", 4: "xyy", 5: "xyy", 6: "xyz", 7: "xyz"}
 
 
 def vote_chains(log=None):
-    scripts = [[f"{i}: Final answer: {a}"] for i, (a, _) in enumerate(VOTES)] + [["open", "still open"]]
+    scripts = [[f"{i}: Final answer: {a}"] for i, (a, _) in enumerate(VOTES)] + [
+        ["open", "still open"]
+    ]
     table = {f"{i}: Final answer: {a}": s for i, (a, s) in enumerate(VOTES)} | {
         "open": 0.99,
         "still open": 0.99,
@@ -205,8 +216,12 @@ def test_best_weighted_and_majority_over_a_sweep_of_n():
 def test_majority_needs_no_judge_and_ties_go_to_the_earliest():
     chains, _ = vote_chains()
     traces = S.sample_chains("q", chains, (), 6)
-    assert [S.best_of_n(traces[:n], answer="majority").answer for n in range(1, 7)] == list("xxyyyz")
-    with pytest.raises(ValueError, match=r"answer='best' needs judges, and these chains were not judged"):
+    assert [S.best_of_n(traces[:n], answer="majority").answer for n in range(1, 7)] == list(
+        "xxyyyz"
+    )
+    with pytest.raises(
+        ValueError, match=r"answer='best' needs judges, and these chains were not judged"
+    ):
         S.best_of_n(traces, answer="best")
     # equal scores: the lowest index, for chains and for answers
     chains, judges = final_chains({"p": 0.7, "q": 0.7})
@@ -215,26 +230,39 @@ def test_majority_needs_no_judge_and_ties_go_to_the_earliest():
 
 
 def test_no_finished_chain_picks_nothing():
-    traces = S.sample_chains("q", scripted_chains([["a", "b"]]), table_judges({"a": 0.9, "b": 0.9}), 1,
-                             Config(lam=(1.0, 1.0), max_steps=2))  # fmt: skip
+    judges = table_judges({"a": 0.9, "b": 0.9})
+    traces = S.sample_chains(
+        "q", scripted_chains([["a", "b"]]), judges, 1, Config(lam=(1.0, 1.0), max_steps=2)
+    )
     search = S.best_of_n(traces)
-    assert search.picked is None and search.answer is None and search.chains[0].stopped == "max_steps"
-    # what a reader is shown: the first chain with a step, as a budget-stopped chain shows its last step
+    assert (
+        search.picked is None and search.answer is None and search.chains[0].stopped == "max_steps"
+    )
+    # A reader is shown the first chain with a step, as a budget-stopped chain shows its last step.
     assert (search.shown, search.chain, search.stopped) == (0, ["a", "b"], "max_steps")
-    empty = S.Search("best-of-n", "q", {}, (S.Chain((), "budget", None, NAN), search.chains[0]), None, {})
+    empty = S.Search(
+        "best-of-n", "q", {}, (S.Chain((), "budget", None, NAN), search.chains[0]), None, {}
+    )
     assert (empty.shown, empty.chain, empty.stopped) == (1, ["a", "b"], "max_steps")
 
 
 def test_answers_compared_by_their_canonical_form():
-    # "A", "(A)" and "B": as strings, three answers (best and weighted take B's 0.9, majority the earliest);
-    # read as options, A has two chains: weighted A (0.5 + 0.5 > 0.9), majority A; best is still B.
+    # "A", "(A)" and "B": as strings, three answers (best and weighted take B's 0.9, majority the
+    # earliest); read as options, A has two chains: weighted A (0.5 + 0.5 > 0.9), majority A; best
+    # is still B.
     chains, judges = final_chains({"A": 0.5, "(A)": 0.5, "B": 0.9})
     traces = S.sample_chains("q", chains, judges, 3, TWO)
     canon = lambda a: a.strip("()")
     assert [S.best_of_n(traces, "mean", answer=a).answer for a in S.ANSWERS] == ["B", "B", "A"]
-    assert [S.best_of_n(traces, "mean", answer=a, canon=canon).picked for a in S.ANSWERS] == [2, 0, 0]
+    assert [S.best_of_n(traces, "mean", answer=a, canon=canon).picked for a in S.ANSWERS] == [
+        2,
+        0,
+        0,
+    ]
     propose = lambda state, n: ["Final answer: (A)", "Final answer: B", "Final answer: A"][:n]
-    beam = partial(S.beam_search, "q", propose, judges, 3, 1, TWO, step_score="mean", answer="weighted")
+    beam = partial(
+        S.beam_search, "q", propose, judges, 3, 1, TWO, step_score="mean", answer="weighted"
+    )
     beam = partial(beam, canon=canon)
     assert beam(dual_filter=False).answer == "(A)"  # all three kept; A's group sums 1.0 > 0.9
     assert beam().answer == "B"  # the filter keeps B alone (the only one accepted)
@@ -245,10 +273,11 @@ def test_answers_compared_by_their_canonical_form():
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_pick_is_its_definition(seed):
-    # Brute force: among the chains with an answer, best = max by (score, −index), NaN as −∞; weighted = the
-    # answer with the largest sum of its non-NaN scores (none: −∞), ties to the answer seen first; majority =
-    # the largest count, likewise; values rounded to verdict.DECIMALS (0.1 + 0.2 ties with 0.3). Long lists
-    # of ties check that the sort is stable (numpy's default sort is not, beyond 16 elements).
+    # Brute force: among the chains with an answer, best = max by (score, −index), NaN as −∞;
+    # weighted = the answer with the largest sum of its non-NaN scores (none: −∞), ties to the
+    # answer seen first; majority = the largest count, likewise; values rounded to verdict.DECIMALS
+    # (0.1 + 0.2 ties with 0.3). Long lists of ties check that the sort is stable (numpy's default
+    # sort is not, beyond 16 elements).
     rng = np.random.default_rng(seed)
     r = lambda v: -math.inf if v != v else round(v, V.DECIMALS)
     for _ in range(30):
@@ -266,7 +295,10 @@ def test_pick_is_its_definition(seed):
             groups.setdefault(answers[i], []).append(i)
         sums = {a: [scores[i] for i in g if scores[i] == scores[i]] for a, g in groups.items()}
         value = {a: r(math.fsum(v)) if v else -math.inf for a, v in sums.items()}
-        assert S.pick(chains, "weighted") == groups[max(groups, key=lambda a: (value[a], -groups[a][0]))][0]
+        assert (
+            S.pick(chains, "weighted")
+            == groups[max(groups, key=lambda a: (value[a], -groups[a][0]))][0]
+        )
         assert (
             S.pick(chains, "majority")
             == groups[max(groups, key=lambda a: (len(groups[a]), -groups[a][0]))][0]
@@ -274,7 +306,7 @@ def test_pick_is_its_definition(seed):
 
 
 def test_abstentions_golden():
-    # chain 0: (NaN, 0.9) then (0.8, 0.8) -> "p". The first step has one answer: unjudged, step score NaN.
+    # chain 0: (NaN, 0.9) then (0.8, 0.8) -> "p". Its first step has one answer: unjudged, NaN.
     # chain 1: (0.5, 0.5) twice -> "q": step scores 0.5, 0.5.
     # mean/last: chain 0 scores 0.8 (its last step is judged) > 0.5: p.
     # mean/min and mean/prod: chain 0 is NaN from its first step on, and ranks after chain 1: q
@@ -285,7 +317,9 @@ def test_abstentions_golden():
     last, by_min = S.best_of_n(traces, "mean", "last"), S.best_of_n(traces, "mean", "min")
     prod = S.best_of_n(traces, "mean", "prod")
     assert (last.answer, by_min.answer, prod.answer) == ("p", "q", "q")
-    assert last.chains[0].score == pytest.approx(0.8) and prod.chains[1].score == pytest.approx(0.25)
+    assert last.chains[0].score == pytest.approx(0.8) and prod.chains[1].score == pytest.approx(
+        0.25
+    )
     assert math.isnan(by_min.chains[0].score) and math.isnan(prod.chains[0].score)
     assert S.best_of_n(traces, "mean", "min", "weighted").answer == "q"
     assert last.counts == {"reasoner_calls": 4, "judge_calls": 8, "abstentions": 1}
@@ -294,14 +328,17 @@ def test_abstentions_golden():
     # alone, an unjudged chain is still picked: NaN ranks last, not out
     assert S.best_of_n(traces[:1], "mean", "min").answer == "p"
     # an unjudged answer ranks after one whose chains sum to 0 (q's judges both say 0: mean 0)
-    traces = S.sample_chains("q", chains, table_judges(table | {"q0": 0.0, "Final answer: q": 0.0}), 2, TWO)
+    traces = S.sample_chains(
+        "q", chains, table_judges(table | {"q0": 0.0, "Final answer: q": 0.0}), 2, TWO
+    )
     assert [S.best_of_n(traces, "mean", "min", a).answer for a in S.ANSWERS] == ["q", "q", "p"]
 
 
 def test_an_abstention_among_three_judges_leaves_a_game_of_two():
-    # paper λ, ŝ = (NaN, 0.7, 0.7): the two who answered agree, a fixed point: s̄* = 0.7, Δ* = 0, accepted.
-    traces = S.sample_chains("q", scripted_chains([["Final answer: A"]]),
-                             table_judges({"Final answer: A": (NAN, 0.7, 0.7)}, m=3), 1)  # fmt: skip
+    # paper λ, ŝ = (NaN, 0.7, 0.7): the two who answered agree, a fixed point:
+    # s̄* = 0.7, Δ* = 0, accepted.
+    judges = table_judges({"Final answer: A": (NAN, 0.7, 0.7)}, m=3)
+    traces = S.sample_chains("q", scripted_chains([["Final answer: A"]]), judges, 1)
     x = S.best_of_n(traces).chains[0].steps[0]
     assert x.accepted and x.step_score == pytest.approx(1.7) and np.isnan(x.s_star[0])
 
@@ -316,8 +353,10 @@ def test_an_abstention_among_three_judges_leaves_a_game_of_two():
 #   depth 2: ba -> "Final answer: B" 0.61 (1.61), bab 0.99 (1.99): keep both: B finishes with 1.61
 #   depth 3: bab -> "Thus Final answer: B" 0.4 (rejected: 0.4), "Final answer: D" 0.7 (1.7)
 #            filter on: only D is accepted, so only D is kept; off: both are kept, B again with 0.4.
-# Finished, filter on:  A 1.65, B 1.61, D 1.7 -> best D (chain 2), weighted D, majority A (1 each: earliest).
-# Finished, filter off: A 1.65, B 1.61, B 0.4, D 1.7 -> best D (chain 3), weighted B (2.01 > 1.7), majority B.
+# Finished, filter on:  A 1.65, B 1.61, D 1.7 -> best D (chain 2), weighted D,
+#                       majority A (1 each: earliest).
+# Finished, filter off: A 1.65, B 1.61, B 0.4, D 1.7 -> best D (chain 3), weighted B (2.01 > 1.7),
+#                       majority B.
 TREE = {
     (): ["a", "b", "c", "d"],
     ("a",): ["aa", "Final answer: A"],
@@ -325,7 +364,15 @@ TREE = {
     ("b", "ba"): ["Final answer: B", "bab"],
     ("b", "ba", "bab"): ["Thus Final answer: B", "Final answer: D"],
 }
-TREE_SCORES = {"a": 0.9, "b": 0.8, "c": 0.7, "d": 0.5, "aa": 0.3, "Final answer: A": 0.65, "ba": 0.95}
+TREE_SCORES = {
+    "a": 0.9,
+    "b": 0.8,
+    "c": 0.7,
+    "d": 0.5,
+    "aa": 0.3,
+    "Final answer: A": 0.65,
+    "ba": 0.95,
+}
 TREE_SCORES |= {"bb": 0.62, "Final answer: B": 0.61, "bab": 0.99, "Thus Final answer: B": 0.4}
 TREE_SCORES |= {"Final answer: D": 0.7}
 
@@ -358,16 +405,23 @@ def test_beam_search_golden(dual_filter, answers, picked):
         [True, True],
         [not dual_filter, True],
     ]
-    assert [x.beam for x in search.depths[1]] == [0, 0, 1, 1] and search.chains[1].steps[0].candidate == "b"
+    assert [x.beam for x in search.depths[1]] == [0, 0, 1, 1] and search.chains[1].steps[
+        0
+    ].candidate == "b"
     for a, i in picked.items():
         assert S.beam_search("q", *tree(), 2, 2, TWO, answer=a, dual_filter=dual_filter).picked == i
     assert log == [((), 4), (("a",), 2), (("b",), 2), (("b", "ba"), 2), (("b", "ba", "bab"), 2)]
-    assert search.counts == {"reasoner_calls": 5, "judge_calls": (4 + 4 + 2 + 2) * 2, "abstentions": 0}
+    assert search.counts == {
+        "reasoner_calls": 5,
+        "judge_calls": (4 + 4 + 2 + 2) * 2,
+        "abstentions": 0,
+    }
 
 
 def test_judge_calls_go_through_map_fn():
-    # beam search: one map_fn call per live beam, with its E·m (depth 0: W·E·m) calls, candidate-major;
-    # StepScorer: one map_fn call over every step of every output (each step's m calls run inside it).
+    # Beam search: one map_fn call per live beam, with its E·m (depth 0: W·E·m) calls,
+    # candidate-major. StepScorer: one map_fn call over every step of every output (each step's m
+    # calls run inside it).
     sizes = []
 
     def recording_map(f, items):
@@ -411,8 +465,8 @@ def test_beam_search_ends_at_max_steps_and_at_stop():
 
 def test_beam_of_one_under_min_is_not_verdicts_greedy_choice():
     # W = 1, E = 2. Depth 0: x 0.7 (key 1.7), y 0.5 -> x. Depth 1: "Final answer: 1" 0.8 (1.8),
-    # "Final answer: 2" 0.9 (1.9). verdict.run takes 2 (the higher s̄*); so does the beam by last; by min
-    # both chains score min(1.7, ·) = 1.7, a tie, which goes to the lower index: 1.
+    # "Final answer: 2" 0.9 (1.9). verdict.run takes 2 (the higher s̄*); so does the beam by last;
+    # by min both chains score min(1.7, ·) = 1.7, a tie, which goes to the lower index: 1.
     steps = {(): ["x", "y"], ("x",): ["Final answer: 1", "Final answer: 2"]}
     propose = lambda state, n: steps[state.steps]
     judges = table_judges({"x": 0.7, "y": 0.5, "Final answer: 1": 0.8, "Final answer: 2": 0.9})
@@ -461,9 +515,11 @@ def test_search_dict_golden():
     }
     assert [c["chosen"] for c in d["chains"]] == [False, False, True]
     assert (
-        d["chains"][2]["chain"] == ["b", "ba", "bab", "Final answer: D"] and d["chains"][2]["answer"] == "D"
+        d["chains"][2]["chain"] == ["b", "ba", "bab", "Final answer: D"]
+        and d["chains"][2]["answer"] == "D"
     )
-    # as a verdict trace has them, of the shown (the picked) chain; totals: 5 proposals, 4 + 4 + 2 + 2 scored
+    # As a verdict trace has them, of the shown (the picked) chain; totals: 5 proposals,
+    # 4 + 4 + 2 + 2 scored.
     assert d["chain"] == d["chains"][2]["chain"] and d["stopped"] == "final"
     assert d["totals"] == {
         "steps": 5,
@@ -487,22 +543,34 @@ def test_search_dict_golden():
         "beam",
         "kept",
     ]
-    assert x["s_hat"] == [0.4, 0.4] and x["accepted"] is False and x["final"] is True and x["kept"] is False
+    assert (
+        x["s_hat"] == [0.4, 0.4]
+        and x["accepted"] is False
+        and x["final"] is True
+        and x["kept"] is False
+    )
     assert x["step_score"] == pytest.approx(0.4) and x["s_star"] == pytest.approx([0.4, 0.4])
     assert json.loads(json.dumps(d, allow_nan=False)) == d
     b = S.best_of_n(S.sample_chains("q", *three_chains(), 3, TWO)).to_dict()
     assert b["method"] == "best-of-n" and b["depths"] == [] and b["settings"]["n"] == 3
-    assert b["totals"] == {"steps": 6, "judge_calls": 12, "abstentions": 0, "chains": 3, "finished": 3}
+    assert b["totals"] == {
+        "steps": 6,
+        "judge_calls": 12,
+        "abstentions": 0,
+        "chains": 3,
+        "finished": 3,
+    }
     assert json.loads(json.dumps(b, allow_nan=False)) == b
 
 
 class Reasoned:
-    """A judge with a judgement method: its score comes with a record, as judges.Judge's does."""
+    """A judge whose score comes with a record, a judges.Judgement, as judges.Judge's does."""
 
     def __init__(self, score):
-        self.score, self.calls = score, 0
+        self.score = score
+        self.calls = 0
 
-    def judgement(self, state, step):
+    def __call__(self, state, step):
         self.calls += 1
         return Judgement(self.score, {"reason": f"{step} ok"})
 
@@ -529,12 +597,14 @@ def test_a_memo_asks_a_key_once_across_threads_and_keeps_no_error():
     with pytest.raises(RuntimeError):
         memo(State("q"), "s")
     assert memo.calls == 0  # the error was not kept: the next call asks again
-    with ThreadPoolExecutor(4) as pool:  # each call finds the answer, or waits for the one being asked
+    with ThreadPoolExecutor(
+        4
+    ) as pool:  # each call finds the answer, or waits for the one being asked
         said = list(pool.map(lambda _: memo(State("q"), "s"), range(8)))
     assert said == [0.4] * 8 and calls == ["s", "s"] and memo.calls == 1
 
 
-# ----------------------------------------------------------------------------- prefix reuse and the memo
+# ------------------------------------------------------------------------ prefix reuse and the memo
 
 
 def test_chains_of_a_smaller_n_are_a_prefix_and_a_sweep_reuses_one_sample():
@@ -555,9 +625,10 @@ def test_chains_of_a_smaller_n_are_a_prefix_and_a_sweep_reuses_one_sample():
 
 
 def test_a_memo_makes_a_sweep_cost_its_distinct_calls():
-    # Three chains; chain 1 repeats chain 0's first step, so (state, step) = ((), "c0 first") is asked twice.
-    # A sweep N = 1, 2, 3 asks 2 + 4 + 6 = 12 steps of 2 judges = 24 calls. The distinct (state, step) are
-    # ((), c0 first), ((c0 first,), x), ((c0 first,), y), ((), c2 first), ((c2 first,), z): 5, so 10 calls.
+    # Three chains; chain 1 repeats chain 0's first step, so (state, step) = ((), "c0 first") is
+    # asked twice. A sweep N = 1, 2, 3 asks 2 + 4 + 6 = 12 steps of 2 judges = 24 calls. The
+    # distinct (state, step) are ((), c0 first), ((c0 first,), x), ((c0 first,), y), ((), c2 first),
+    # ((c2 first,), z): 5, so 10 calls.
     scripts = [
         ["c0 first", "Final answer: x"],
         ["c0 first", "Final answer: y"],
@@ -575,7 +646,11 @@ def test_a_memo_makes_a_sweep_cost_its_distinct_calls():
     # the same judges, without the memo, make every call
     log.clear()
     S.sample_chains(
-        "q", scripted_chains(scripts), table_judges(table | {"Final answer: z": 0.5}, log=log), 3, TWO
+        "q",
+        scripted_chains(scripts),
+        table_judges(table | {"Final answer: z": 0.5}, log=log),
+        3,
+        TWO,
     )
     assert len(log) == 12
 
@@ -585,7 +660,9 @@ def test_a_memo_keys_unhashable_images_by_identity():
     judges = S.memoise(table_judges({"Final answer: A": 0.7}, log=log))
     for _ in range(2):
         S.sample_chains("q", scripted_chains([["Final answer: A"]]), judges, 1, TWO, image=image)
-    S.sample_chains("q", scripted_chains([["Final answer: A"]]), judges, 1, TWO, image=np.zeros((2, 2)))
+    S.sample_chains(
+        "q", scripted_chains([["Final answer: A"]]), judges, 1, TWO, image=np.zeros((2, 2))
+    )
     assert len(log) == 4  # 2 judges for the first image, 2 more for the equal but distinct array
     assert repr(judges[0]).startswith("Memo(<function table_judges.")
 
@@ -593,15 +670,16 @@ def test_a_memo_keys_unhashable_images_by_identity():
 # ----------------------------------------------------------------------------- search-and-learn
 
 
-# A stand-in with search-and-learn's call shape and rules, as read at 6f81cac: an output's step scores are
-# aggregated by the last, the least or their product (src/sal/utils/score.py); best-of-N takes, per question,
-# the output whose aggregate is largest (src/sal/search/best_of_n.py); weighted best-of-N, the answer whose
-# outputs' aggregates sum highest (src/sal/utils/math.py).
+# A stand-in with search-and-learn's call shape and rules, as read at 6f81cac: an output's step
+# scores are aggregated by the last, the least or their product (src/sal/utils/score.py); best-of-N
+# takes, per question, the output whose aggregate is largest (src/sal/search/best_of_n.py); weighted
+# best-of-N, the answer whose outputs' aggregates sum highest (src/sal/utils/math.py).
 AGGREGATE = {"last": lambda steps: steps[-1], "min": min, "prod": math.prod}
 
 
 def stand_in_best_of_n(problems, completions, prm, agg_strategy):
-    """(step scores, aggregates, the picked output per question) from prm.score's [question][output][step]."""
+    """(step scores, aggregates, the picked output per question) from prm.score's
+    [question][output][step]."""
     scores = prm.score(problems, completions)
     aggregates = [[AGGREGATE[agg_strategy](steps) for steps in outs] for outs in scores]
     picked = [outs[int(np.argmax(a))] for outs, a in zip(completions, aggregates)]
@@ -628,7 +706,9 @@ def test_step_scorer_has_prm_scores_shape_and_search_and_learn_picks_with_it():
     prm = S.StepScorer(table_judges(SAL_TABLE, log=log), TWO, step_score="mean")
     scores = prm.score(["q1", "q2"], SAL_OUTPUTS)
     assert [[len(o) for o in q] for q in scores] == [[2, 2], [1]]  # [question][output][step]
-    np.testing.assert_allclose(sum(scores, [])[0] + sum(scores, [])[1], [0.9, 0.8, 0.5, 0.85], atol=1e-12)
+    np.testing.assert_allclose(
+        sum(scores, [])[0] + sum(scores, [])[1], [0.9, 0.8, 0.5, 0.85], atol=1e-12
+    )
     assert scores[1][0] == [pytest.approx(0.6)] and all(
         type(v) is float for q in scores for o in q for v in o
     )
@@ -641,15 +721,22 @@ def test_step_scorer_has_prm_scores_shape_and_search_and_learn_picks_with_it():
 
 
 def test_step_scorer_under_search_and_learns_beam_iterations_with_a_memo():
-    # beam_search.py scores [[current_text]] per beam and keeps score[0], the scores of every step so far;
-    # the text grows by one step (ending "\n\n") per iteration, so every prefix is scored again.
+    # beam_search.py scores [[current_text]] per beam and keeps score[0], the scores of every step
+    # so far; the text grows by one step (ending "\n\n") per iteration, so every prefix is scored
+    # again.
     log = []
-    prm = S.StepScorer(S.memoise(table_judges({"a": 0.9, "b": 0.7, "Final answer: 3": 0.8}, log=log)), TWO)
+    prm = S.StepScorer(
+        S.memoise(table_judges({"a": 0.9, "b": 0.7, "Final answer: 3": 0.8}, log=log)), TWO
+    )
     texts = ["a\n\n", "a\n\nb\n\n", "a\n\nb\n\nFinal answer: 3"]
     all_scores = [prm.score(["q"], [[t]])[0][0] for t in texts]
     np.testing.assert_allclose(all_scores[-1], [1.9, 1.7, 1.8], atol=1e-12)  # key: all accepted
     assert [len(s) for s in all_scores] == [1, 2, 3] and len(log) == 3 * 2  # not (1 + 2 + 3) · 2
-    assert S.split_steps("a\n\nb\n\n") == ["a", "b"] and "a\n\nb\n\n".split("\n\n") == ["a", "b", ""]
+    assert S.split_steps("a\n\nb\n\n") == ["a", "b"] and "a\n\nb\n\n".split("\n\n") == [
+        "a",
+        "b",
+        "",
+    ]
     assert (
         S.split_steps("") == [""]
         and S.split_steps("\n\n") == [""]
@@ -666,7 +753,10 @@ def test_step_scorer_never_returns_nan_and_passes_images():
 
     prm = S.StepScorer([judge, judge], TWO)
     scores = prm.score(["q1", "q2"], [["bad", "good"], []], images=["img.png", None])
-    assert scores == [[[-1.0], [pytest.approx(1.8)]], []] and int(np.argmax([s[-1] for s in scores[0]])) == 1
+    assert (
+        scores == [[[-1.0], [pytest.approx(1.8)]], []]
+        and int(np.argmax([s[-1] for s in scores[0]])) == 1
+    )
     assert set(seen) == {("img.png",)}
     assert S.StepScorer([judge, judge], TWO, unjudged=0.0).score(["q"], [["bad"]]) == [[[0.0]]]
     assert prm.score([], []) == []
@@ -678,29 +768,62 @@ def test_step_scorer_never_returns_nan_and_passes_images():
 BOOMS = [boom, boom]  # judges and proposers that fail the test if anything calls them
 BEAM = partial(S.beam_search, "q", boom, BOOMS, 2, 2, TWO)
 BAD = [  # (a search with bad settings, the ValueError's message)
-    (partial(S.sample_chains, "q", lambda i: boom, BOOMS, 0, TWO), "n must be an integer >= 1, got n=0"),
+    (
+        partial(S.sample_chains, "q", lambda i: boom, BOOMS, 0, TWO),
+        "n must be an integer >= 1, got n=0",
+    ),
     (
         partial(S.sample_chains, "q", lambda i: boom, BOOMS, True, TWO),
         "n must be an integer >= 1, got n=True",
     ),
-    (partial(S.sample_chains, "q", lambda i: boom, BOOMS, 2.0, TWO), "n must be an integer >= 1, got n=2.0"),
+    (
+        partial(S.sample_chains, "q", lambda i: boom, BOOMS, 2.0, TWO),
+        "n must be an integer >= 1, got n=2.0",
+    ),
     (partial(S.sample_chains, "q", 3, BOOMS, 1), "chains must be a callable i -> propose, got 3"),
-    (partial(S.sample_chains, "q", lambda i: boom, BOOMS, 1), "got 2 judges but 3 stubbornness values"),
-    (partial(S.beam_search, "q", boom, BOOMS, 0, 2, TWO), "width must be an integer >= 1, got width=0"),
-    (partial(S.beam_search, "q", boom, BOOMS, 2, 0, TWO), "expand must be an integer >= 1, got expand=0"),
-    (partial(S.beam_search, "q", boom, (), 2, 2, TWO), "beam search needs 2 judges (one per lam), got 0"),
-    (partial(BEAM, step_score="median"), "unknown step_score 'median'; expected one of key, mean, margin"),
+    (
+        partial(S.sample_chains, "q", lambda i: boom, BOOMS, 1),
+        "got 2 judges but 3 stubbornness values",
+    ),
+    (
+        partial(S.beam_search, "q", boom, BOOMS, 0, 2, TWO),
+        "width must be an integer >= 1, got width=0",
+    ),
+    (
+        partial(S.beam_search, "q", boom, BOOMS, 2, 0, TWO),
+        "expand must be an integer >= 1, got expand=0",
+    ),
+    (
+        partial(S.beam_search, "q", boom, (), 2, 2, TWO),
+        "beam search needs 2 judges (one per lam), got 0",
+    ),
+    (
+        partial(BEAM, step_score="median"),
+        "unknown step_score 'median'; expected one of key, mean, margin",
+    ),
     (partial(BEAM, aggregate="mean"), "unknown aggregate 'mean'; expected one of last, min, prod"),
-    (partial(BEAM, answer="vote"), "unknown answer rule 'vote'; expected one of best, weighted, majority"),
+    (
+        partial(BEAM, answer="vote"),
+        "unknown answer rule 'vote'; expected one of best, weighted, majority",
+    ),
     (
         partial(BEAM, aggregate="prod"),
         "aggregate 'prod' needs a step score in [0, 1] (mean, raw-mean, raw-min",
     ),
     (partial(BEAM, step_score="raw-dual", aggregate="prod"), "needs a step score in [0, 1]"),
     (partial(S.best_of_n, ()), "n must be an integer >= 1, got n=0"),
-    (lambda: S.best_of_n(S.sample_chains("q", *three_chains(), 1, TWO), "margin", "prod"), "got 'margin'"),
-    (lambda: S.best_of_n(S.sample_chains("q", *three_chains(), 1, TWO), "nope"), "unknown step_score 'nope'"),
-    (partial(S.pick, [], "naive"), "unknown answer rule 'naive'; expected one of best, weighted, majority"),
+    (
+        lambda: S.best_of_n(S.sample_chains("q", *three_chains(), 1, TWO), "margin", "prod"),
+        "got 'margin'",
+    ),
+    (
+        lambda: S.best_of_n(S.sample_chains("q", *three_chains(), 1, TWO), "nope"),
+        "unknown step_score 'nope'",
+    ),
+    (
+        partial(S.pick, [], "naive"),
+        "unknown answer rule 'naive'; expected one of best, weighted, majority",
+    ),
     (partial(S.StepScorer, BOOMS, TWO, "prm"), "unknown step_score 'prm'"),
     (partial(S.StepScorer, BOOMS), "StepScorer needs 3 judges (one per lam), got 2"),
     (partial(S.StepScorer(BOOMS, TWO).score, ["q"], []), "got 1 questions, 0 outputs, 1 images"),
@@ -725,19 +848,21 @@ def test_bad_judges_and_proposers_fail_as_in_verdict():
 
 
 def draw(*key) -> np.random.Generator:
-    """A generator fixed by the key, so a world's answers depend on what is asked, not on call order."""
+    """A generator fixed by the key, so a world's answers depend on what is asked, not on call
+    order."""
     return np.random.default_rng([zlib.crc32(repr(key).encode())])
 
 
 def world(seed, m=3, p_nan=0.0, p_final=0.25):
-    """A proposer (propose(state, n), or chains(i) seeded seed + i) and m judges, all deterministic."""
+    """A proposer (propose(state, n), or chains(i) seeded seed + i) and m judges, deterministic."""
 
     def proposer(salt):
         def propose(state, n):
             g = draw("p", salt, state.steps)
             t, ends = len(state.steps), g.random(n) < p_final  # [n] which candidates end the chain
             return [
-                f"{t}.{k}" + (f" Final answer: {'ABC'[g.integers(3)]}" if ends[k] else "") for k in range(n)
+                f"{t}.{k}" + (f" Final answer: {'ABC'[g.integers(3)]}" if ends[k] else "")
+                for k in range(n)
             ]
 
         return propose
@@ -745,7 +870,8 @@ def world(seed, m=3, p_nan=0.0, p_final=0.25):
     def judge(i):
         def score(state, step):
             g = draw("j", seed, i, state.steps, step)
-            return NAN if g.random() < p_nan else round(float(g.random()), 2)  # 2 decimals: ties happen
+            # Two decimals, so that ties happen.
+            return NAN if g.random() < p_nan else round(float(g.random()), 2)
 
         return score
 
@@ -759,14 +885,21 @@ def test_each_rules_step_score_picks_what_select_picks(seed):
         n, m = int(rng.integers(1, 6)), int(rng.integers(2, 5))
         s_hat = np.round(rng.random((n, m)), 1)  # ties
         s_hat[rng.random((n, m)) < 0.25] = NAN
-        lam, tau, eps = rng.uniform(0.2, 3, m), float(rng.uniform(0, 1)), float(rng.uniform(0.01, 0.5))
+        lam, tau, eps = (
+            rng.uniform(0.2, 3, m),
+            float(rng.uniform(0, 1)),
+            float(rng.uniform(0.01, 0.5)),
+        )
         verified = (~np.isnan(s_hat)).sum(1) >= 2
         selections = V.select_all(s_hat, lam, tau, eps)
         for rule, name in S.RULE_SCORE.items():
             want = selections[rule].index
-            x = np.round(np.nan_to_num(S.step_scores(s_hat, name, lam, tau, eps), nan=-np.inf), V.DECIMALS)
+            x = np.round(
+                np.nan_to_num(S.step_scores(s_hat, name, lam, tau, eps), nan=-np.inf), V.DECIMALS
+            )
             got = int(np.argmax(x))  # the first maximum: ties to the lowest index
-            # with no judged candidate, select ranks by the lone scores; every step score is NaN: index 0
+            # With no judged candidate, select ranks by the lone scores, while every step score is
+            # NaN: index 0.
             assert got == (want if verified.any() else 0), (rule, s_hat)
 
 
@@ -777,8 +910,12 @@ def test_best_of_one_is_the_single_chain(seed):
     search = S.best_of_n(S.sample_chains("q", chains, judges, 1, Config(max_steps=5)))
     (chain,) = search.chains
     assert [x.candidate for x in chain.steps] == single.chain and chain.stopped == single.stopped
-    assert search.answer == single.answer and search.picked == (0 if single.answer is not None else None)
-    np.testing.assert_array_equal([x.s_hat for x in chain.steps], [r.s_hat[0] for r in single.steps])
+    assert search.answer == single.answer and search.picked == (
+        0 if single.answer is not None else None
+    )
+    np.testing.assert_array_equal(
+        [x.s_hat for x in chain.steps], [r.s_hat[0] for r in single.steps]
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -789,24 +926,31 @@ def test_best_picks_the_highest_scored_finished_chain(seed):
         for aggregate in ("last", "min"):
             search = S.best_of_n(traces, step_score, aggregate)
             done = [i for i, c in enumerate(search.chains) if c.answer is not None]
-            key = lambda i: (-math.inf if math.isnan(search.chains[i].score) else search.chains[i].score, -i)
+            key = lambda i: (
+                -math.inf if math.isnan(search.chains[i].score) else search.chains[i].score,
+                -i,
+            )
             assert search.picked == (max(done, key=key) if done else None)
-            if len({search.chains[i].answer for i in done}) == len(
-                done
-            ):  # one chain an answer: weighted = best
-                assert S.best_of_n(traces, step_score, aggregate, "weighted").picked == search.picked
+            # With one chain per answer, weighted = best.
+            if len({search.chains[i].answer for i in done}) == len(done):
+                assert (
+                    S.best_of_n(traces, step_score, aggregate, "weighted").picked == search.picked
+                )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("dual_filter", [True, False])
 def test_a_beam_of_one_is_verdicts_greedy_chain_under_key_and_last(seed, dual_filter):
     # W = 1, E = n, key, last: each depth keeps the argmax of key over the n candidates, which is
-    # verdict's choice whenever one or more candidates is judged (m' >= 2). With none judged, verdict ranks
-    # them by their lone scores, while every key is NaN and the beam takes candidate 0: the chains part there.
+    # verdict's choice whenever one or more candidates is judged (m' >= 2). With none judged,
+    # verdict ranks them by their lone scores, while every key is NaN and the beam takes
+    # candidate 0: the chains part there.
     propose, _, judges = world(seed, p_nan=0.3)
     for n in (1, 2, 3):
         greedy = V.run("q", propose, judges, Config(n=n, max_steps=6))
-        search = S.beam_search("q", propose, judges, 1, n, Config(max_steps=6), dual_filter=dual_filter)
+        search = S.beam_search(
+            "q", propose, judges, 1, n, Config(max_steps=6), dual_filter=dual_filter
+        )
         (chain,) = search.chains
         for t, record in enumerate(greedy.steps):
             taken = [x.candidate for x in search.depths[t] if x.kept]
@@ -815,7 +959,9 @@ def test_a_beam_of_one_is_verdicts_greedy_chain_under_key_and_last(seed, dual_fi
                 break
             assert taken == [record.chosen] and chain.steps[t].candidate == record.chosen
         else:
-            assert [x.candidate for x in chain.steps] == greedy.chain and search.answer == greedy.answer
+            assert [
+                x.candidate for x in chain.steps
+            ] == greedy.chain and search.answer == greedy.answer
             assert chain.stopped == greedy.stopped
 
 

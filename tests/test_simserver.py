@@ -1,6 +1,6 @@
-"""Tests for perf/simserver.py: the latency model's arithmetic, the pseudo-tokens and block hashes of a
-prompt, the prefix cache as the two prompt layouts meet it, and the simulated replies.
-No timing is asserted."""
+"""Tests for perf/simserver.py: the latency model's arithmetic, the pseudo-tokens and block hashes
+of a prompt, the prefix cache as the two prompt layouts meet it, and the simulated replies. No
+timing is asserted."""
 
 import json
 
@@ -15,7 +15,13 @@ from verdict_lab import layouts
 from verdict_lab.formats import REPLIES
 from verdict_lab.layouts import LAYOUTS
 from verdict_lab.loopback import LoopbackServer
-from verdict_lab.perf.simserver import BLOCK, LatencyModel, SimulatedServer, block_hashes, prompt_units
+from verdict_lab.perf.simserver import (
+    BLOCK,
+    LatencyModel,
+    SimulatedServer,
+    block_hashes,
+    prompt_units,
+)
 
 
 def test_latency_model_seconds():
@@ -50,7 +56,13 @@ def test_prompt_units_count_image_tokens_where_the_message_puts_them():
     ]
     units = prompt_units(msgs, image_tokens=1280)
     # 2 role markers + "You", "judge", "." + 1280 image tokens + "Is", "it", "red", "?"
-    assert len(units) == 2 + 3 + 1280 + 4 and units[:5] == ["<system>", "You", "judge", ".", "<user>"]
+    assert len(units) == 2 + 3 + 1280 + 4 and units[:5] == [
+        "<system>",
+        "You",
+        "judge",
+        ".",
+        "<user>",
+    ]
     placed = prompt_units(
         [
             msgs[0],
@@ -79,11 +91,13 @@ def test_block_hashes_are_prefix_stable():
 
 @pytest.mark.parametrize("layout", ["shared", "per-role"])
 def test_the_prefix_cache_serves_what_the_layout_shares(layout):
-    # The reasoner's request, then a judge's of the same step, on a cold simulated server: the judge's cached
-    # tokens are the full blocks of the units both requests begin with. In the shared layout that is the
-    # system message, the image's 1,280 tokens, the question and the steps; in the per-role layout nothing
-    # (the system messages differ from their first word on).
-    state = verdict.State("Is the mug left of the laptop?", (Image.new("RGB", (32, 32), "red"),), ("A mug.",))
+    # The reasoner's request, then a judge's of the same step, on a cold simulated server: the
+    # judge's cached tokens are the full blocks of the units both requests begin with. In the shared
+    # layout that is the system message, the image's 1,280 tokens, the question and the steps; in
+    # the per-role layout nothing (the system messages differ from their first word on).
+    state = verdict.State(
+        "Is the mug left of the laptop?", (Image.new("RGB", (32, 32), "red"),), ("A mug.",)
+    )
     lay = layouts.layout(layout)
     reasoner = lay("reasoner", state)
     judge = lay("visual", state, step="The mug is left.", reply="Score: <a digit>")
@@ -96,15 +110,24 @@ def test_the_prefix_cache_serves_what_the_layout_shares(layout):
         "prompt_tokens"
     ] == len(a)
     assert second["usage"]["prompt_tokens_details"] == {"cached_tokens": common // BLOCK * BLOCK}
-    if layout == "shared":  # through the last previous step, and the first word of both roles' instructions
+    if (
+        layout == "shared"
+    ):  # through the last previous step, and the first word of both roles' instructions
         assert a[common - 4 : common] == ["A", "mug", ".", "You"] and common > 1280
     else:
-        assert a[:common] == ["<system>", "You"]  # then each role's own instructions: "You answer", "You are"
-    again = sim({"messages": judge}, "/v1/chat/completions")["usage"]  # everything but a last partial block
+        assert a[:common] == [
+            "<system>",
+            "You",
+        ]  # then each role's own instructions: "You answer", "You are"
+    again = sim({"messages": judge}, "/v1/chat/completions")[
+        "usage"
+    ]  # everything but a last partial block
     assert again["prompt_tokens_details"]["cached_tokens"] == len(b) // BLOCK * BLOCK
     sim.reset()
     assert (
-        sim({"messages": judge}, "/v1/chat/completions")["usage"]["prompt_tokens_details"]["cached_tokens"]
+        sim({"messages": judge}, "/v1/chat/completions")["usage"]["prompt_tokens_details"][
+            "cached_tokens"
+        ]
         == 0
     )
 
@@ -122,9 +145,11 @@ def test_simulated_replies_parse_in_every_format_and_agree_at_the_final_step():
         for fmt in ("json", "text", "digit"):
             for reasons in (True, False):
                 for j in judges.make_judges(client, reasons=reasons, reply=REPLIES[fmt]):
-                    judged = j.judgement(state, cands[0])
-                    assert 0.5 <= judged.score <= 1 and judged.record["replies"] == 1
-        schemas = [r.body["response_format"] for r in srv.requests if "response_format" in (r.body or {})]
+                    judged = j(state, cands[0])
+                    assert 0.5 <= judged <= 1 and judged.record["replies"] == 1
+        schemas = [
+            r.body["response_format"] for r in srv.requests if "response_format" in (r.body or {})
+        ]
         assert (
             len(schemas) == 3 * 2
         )  # the json format's calls, each answered under its schema (no retry above)
@@ -158,11 +183,11 @@ def lcp(a: list, b: list) -> int:
     "question", ["Is the mug left of the laptop?", "In <image 2>, is the mug left of <image 1>?"]
 )
 def test_the_prefix_cache_is_a_longest_common_prefix_in_whole_blocks(layout, question):
-    # Oracle: vLLM's chained block hashes make block i cached exactly when an earlier prompt began with the
-    # same (i + 1)·BLOCK units, so a request's cached tokens are BLOCK · max over earlier prompts p of
-    # lcp(p, it) // BLOCK. The requests are those of three steps (the reasoner's, then 3 judges × 3
-    # candidates), laid out by verdict_lab/layouts.py with two images, first or at the question's <image k>,
-    # as the server receives them in sequential mode.
+    # Oracle: vLLM's chained block hashes make block i cached exactly when an earlier prompt began
+    # with the same (i + 1)·BLOCK units, so a request's cached tokens are BLOCK · max over earlier
+    # prompts p of lcp(p, it) // BLOCK. The requests are those of three steps (the reasoner's, then
+    # 3 judges × 3 candidates), laid out by verdict_lab/layouts.py with two images, first or at the
+    # question's <image k>, as the server receives them in sequential mode.
     images = (Image.new("RGB", (32, 32), "red"), Image.new("RGB", (32, 32), "blue"))
     sim, seen, state = (
         SimulatedServer(LatencyModel(time_scale=0.0, image_tokens=64)),
@@ -171,7 +196,9 @@ def test_the_prefix_cache_is_a_longest_common_prefix_in_whole_blocks(layout, que
     )
     for t in range(3):
         candidates = [f"Candidate {t}.{i}: the mug is left." for i in range(3)]
-        lay = layouts.layout(layout)  # with MMMU's placement: each image at the question's <image k>
+        lay = layouts.layout(
+            layout
+        )  # with MMMU's placement: each image at the question's <image k>
         requests = [lay("reasoner", state)] + [
             lay(judge, state, step=c, reply="Score: <a digit>")
             for c in candidates
@@ -180,12 +207,12 @@ def test_the_prefix_cache_is_a_longest_common_prefix_in_whole_blocks(layout, que
         for k, msgs in enumerate(requests):
             units = prompt_units(msgs, 64)
             expected = BLOCK * max((lcp(p, units) // BLOCK for p in seen), default=0)
-            got = sim({"messages": msgs, **({"stop": ["\n\n"]} if k == 0 else {})}, "/v1/chat/completions")[
-                "usage"
-            ]
-            assert got["prompt_tokens_details"]["cached_tokens"] == expected and got["prompt_tokens"] == len(
-                units
-            )
+            got = sim(
+                {"messages": msgs, **({"stop": ["\n\n"]} if k == 0 else {})}, "/v1/chat/completions"
+            )["usage"]
+            assert got["prompt_tokens_details"]["cached_tokens"] == expected and got[
+                "prompt_tokens"
+            ] == len(units)
             if (
                 layout != "per-role" and k > 0
             ):  # a judge finds cached all the blocks its prompt shares with the reasoner's

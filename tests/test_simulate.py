@@ -1,6 +1,6 @@
-"""Tests for perf/simulation.py and its command (verdict_lab/simulate.py): the batched selection against
-verdict.select (oracle), the noise-free and symmetric cases, EVPV's gate, the intervals, and the
-reproducibility of the report."""
+"""Tests for perf/simulation.py and its command (verdict_lab/simulate.py): the batched selection
+against verdict.select (oracle), the noise-free and symmetric cases, EVPV's gate, the intervals, and
+the reproducibility of the report."""
 
 import math
 from dataclasses import replace
@@ -49,7 +49,11 @@ def test_lam_mean_equals_a_plain_loop():
         def key(i):  # (≥ 2 answers, λ-weighted mean of the answers, lowest index first)
             w = lam[answered[i]]
             val = float(np.sum(w * step[i][answered[i]]) / w.sum()) if w.size else -math.inf
-            return (answered[i].sum() >= 2, round(val, verdict.DECIMALS), -i)  # exact ties: lowest index
+            return (
+                answered[i].sum() >= 2,
+                round(val, verdict.DECIMALS),
+                -i,
+            )  # exact ties: lowest index
 
         assert got[t] == max(range(3), key=key), (t, step.tolist())
 
@@ -59,11 +63,15 @@ def test_lam_mean_equals_a_plain_loop():
 
 @pytest.mark.parametrize("seed", range(4))
 def test_zero_noise_every_rule_picks_a_correct_candidate(seed):
-    # Wrong steps at or below τ, correct ones above (as in the default world, 0.45 and 0.72): no-rank,
-    # which takes the first accepted candidate without ranking, needs the filter to separate them.
+    # Wrong steps at or below τ, correct ones above (as in the default world, 0.45 and 0.72):
+    # no-rank, which takes the first accepted candidate without ranking, needs the filter to
+    # separate them.
     rng = np.random.default_rng(seed)
     sc = Scenario(
-        sigma=0.0, mu0=rng.uniform(0.0, 0.6), mu1=rng.uniform(0.61, 1.0), lam=tuple(rng.uniform(0.2, 3.0, 3))
+        sigma=0.0,
+        mu0=rng.uniform(0.0, 0.6),
+        mu1=rng.uniform(0.61, 1.0),
+        lam=tuple(rng.uniform(0.2, 3.0, 3)),
     )
     d = draw(seeds=3, trials=400, seed=seed, n=int(rng.integers(1, 6)))
     for rule, r in measure(d, sc).items():
@@ -84,7 +92,8 @@ def test_identical_judges_equal_lam_verdict_chooses_as_the_mean():
 @pytest.mark.parametrize("seed", range(3))
 def test_exchangeable_judges_equal_lam_agree_whenever_the_means_choice_is_accepted(seed):
     # i.i.d. judges, equal λ: the plain mean is preserved (s̄* = raw mean), so VERDICT, which takes
-    # the accepted candidate with the highest s̄*, agrees with the mean whenever the mean's pick passes.
+    # the accepted candidate with the highest s̄*, agrees with the mean whenever the mean's pick
+    # passes.
     sc = Scenario(lam=(0.7, 0.7, 0.7), sigma=0.2)
     s_hat, _ = raw_scores(draw(3, 2000, seed=seed), sc)
     b = select_batch(s_hat, sc.lam, sc.tau, sc.eps)
@@ -98,32 +107,38 @@ def test_exchangeable_judges_equal_lam_agree_whenever_the_means_choice_is_accept
 
 
 def test_gate_golden_a_premise_that_fools_L_and_C():
-    # sigma = 0, every candidate wrong and built on a contradicted premise that fools L and C, always flagged:
-    # raw ŝ = (0.45, 0.9, 0.9); the visual gate makes it (0.5, 0.9, 0.9), the step gate (0.5, 0.5, 0.5).
-    # Rows of M sum to 1, so s* = 0.9 − (0.9 − ŝ_V) · M[:, 0], M[:, 0] = (0.7003, 0.2404, 0.2613), whose mean
-    # is 0.40067 and mean absolute deviation D = (0.29963 + 0.16027 + 0.13937) / 3 = 0.19976. Hence
+    # sigma = 0, every candidate wrong and built on a contradicted premise that fools L and C,
+    # always flagged: raw ŝ = (0.45, 0.9, 0.9); the visual gate makes it (0.5, 0.9, 0.9), the step
+    # gate (0.5, 0.5, 0.5). Rows of M sum to 1, so s* = 0.9 − (0.9 − ŝ_V) · M[:, 0], where
+    # M[:, 0] = (0.7003, 0.2404, 0.2613), whose mean is 0.40067 and mean absolute deviation
+    # D = (0.29963 + 0.16027 + 0.13937) / 3 = 0.19976. Hence
     #   none:   s̄* = 0.9 − 0.45 · 0.40067 = 0.7197,  Δ* = 0.45 · D = 0.0899
-    #   visual: s̄* = 0.9 − 0.40 · 0.40067 = 0.7397,  Δ* = 0.40 · D = 0.0799  (closer to V: less dispersion)
+    #   visual: s̄* = 0.9 − 0.40 · 0.40067 = 0.7397,  Δ* = 0.40 · D = 0.0799
+    #           (closer to V: less dispersion)
     #   step:   s̄* = 0.5, Δ* = 0 (a constant vector is a fixed point), rejected by τ = 0.6.
     d = draw(2, 50, seed=7)
     base = Scenario(sigma=0.0, p_correct=0.0, p_premise=1.0, premise_fools=(1, 2), p_detect=1.0)
-    want = {"none": (0.7197, 0.0899, True), "visual": (0.7397, 0.0799, True), "step": (0.5, 0.0, False)}
+    want = {
+        "none": (0.7197, 0.0899, True),
+        "visual": (0.7397, 0.0799, True),
+        "step": (0.5, 0.0, False),
+    }
     for gate, (s_bar, delta, accepted) in want.items():
         s_hat, _ = raw_scores(d, replace(base, gate=gate))
         b = select_batch(s_hat)["verdict"]
-        assert np.allclose(b.s_bar_star, s_bar, atol=1e-4) and np.allclose(b.delta_star, delta, atol=1e-4), (
-            gate
-        )
+        assert np.allclose(b.s_bar_star, s_bar, atol=1e-4) and np.allclose(
+            b.delta_star, delta, atol=1e-4
+        ), gate
         assert np.all(b.accepted == accepted), gate
 
 
 @pytest.mark.parametrize("seed, tau", [(0, 0.5), (1, 0.55), (2, 0.6), (3, 0.75), (4, 0.9)])
 def test_perfect_check_and_step_target_never_accept_a_contradicted_step(seed, tau):
-    # With p_detect = 1 every contradicted step is flagged (r = 0, α = 0), and the step target sets each
-    # answering judge's score to 0.5 exactly. The consensus of a constant vector is that constant, so
-    # s̄* = 0.5 (the raw mean too), and a filter that needs s̄* > τ rejects it for every τ ≥ 0.5, whatever
-    # the noise, λ, the fooled judges, the false alarms or the abstentions (fewer than 2
-    # answers: never accepted).
+    # With p_detect = 1 every contradicted step is flagged (r = 0, α = 0), and the step target sets
+    # each answering judge's score to 0.5 exactly. The consensus of a constant vector is that
+    # constant, so s̄* = 0.5 (the raw mean too), and a filter that needs s̄* > τ rejects it for
+    # every τ ≥ 0.5, whatever the noise, λ, the fooled judges, the false alarms or the abstentions
+    # (fewer than 2 answers: never accepted).
     rng = np.random.default_rng(seed)
     fools = tuple(int(j) for j in np.flatnonzero(rng.random(3) < 0.7))
     sc = Scenario(
@@ -141,12 +156,24 @@ def test_perfect_check_and_step_target_never_accept_a_contradicted_step(seed, ta
     d = draw(3, 1000, seed=seed)
     assert premises(d, sc)[0].sum() > 100  # the property is exercised
     r = measure(d, sc)
-    for rule in ("verdict", "no-rank", "raw-dual"):  # the rules whose filter asks for a mean above τ
+    for rule in (
+        "verdict",
+        "no-rank",
+        "raw-dual",
+    ):  # the rules whose filter asks for a mean above τ
         assert np.all(r[rule]["contradicted_accepted"] == 0.0), rule
     # The guarantee is the step target's: gating ŝ_V alone leaves a premise that fools
     # all three judges accepted.
     fooled_all = measure(
-        d, replace(sc, premise_fools=(0, 1, 2), mu_fool=0.9, tau=0.6, lam=verdict.STUBBORNNESS, gate="visual")
+        d,
+        replace(
+            sc,
+            premise_fools=(0, 1, 2),
+            mu_fool=0.9,
+            tau=0.6,
+            lam=verdict.STUBBORNNESS,
+            gate="visual",
+        ),
     )
     assert fooled_all["verdict"]["contradicted_accepted"].mean() > 0.5
 
@@ -199,8 +226,15 @@ def test_fixed_seed_gives_an_identical_report(tmp_path):
     for k, seed in enumerate((11, 11, 12)):
         out = tmp_path / str(k)
         out.mkdir()
-        assert simulate.main(["--trials", "60", "--seeds", "3", "--seed", str(seed), "--out", str(out)]) == 0
-        outs.append(((out / "simulation_report.md").read_bytes(), (out / "simulation.png").read_bytes()))
+        assert (
+            simulate.main(
+                ["--trials", "60", "--seeds", "3", "--seed", str(seed), "--out", str(out)]
+            )
+            == 0
+        )
+        outs.append(
+            ((out / "simulation_report.md").read_bytes(), (out / "simulation.png").read_bytes())
+        )
     assert outs[0] == outs[1]
     assert outs[0][0] != outs[2][0]  # and the seed matters
     text = outs[0][0].decode()

@@ -1,9 +1,9 @@
-"""Speculative proposing (verdict_lab/speculate.py): the same decisions as a plain run, step for step, and its
-cost recorded.
+"""Speculative proposing (verdict_lab/speculate.py): the same decisions as a plain run, step for
+step, and its cost recorded.
 
-A deterministic scripted server answers every role as a function of its request (a hash of the messages
-and the seed), so a plain run and a speculative one must produce the same trace in every judge mode and
-with revise on reject, whatever order the requests arrive in."""
+A deterministic scripted server answers every role as a function of its request (a hash of the
+messages and the seed), so a plain run and a speculative one must produce the same trace in every
+judge mode and with revise on reject, whatever order the requests arrive in."""
 
 from __future__ import annotations
 
@@ -19,11 +19,14 @@ from PIL import Image
 import judges
 from verdict_lab import speculate
 import verdict
+from verdict_lab import loop
+from verdict_lab.revise import Reviser
 from verdict_lab.cache import Cache
 from verdict_lab.client import Client
 from verdict_lab.formats import JudgeFormat
 from verdict_lab.modes import JudgeMode
 from verdict_lab.modes.judge import ModeChain
+from verdict_lab import verifier
 from verdict_lab.verifier import Settings, judges_of, thread_map
 from verdict_lab.loopback import LoopbackServer, chat_response
 from verdict_lab.layouts import role_of
@@ -54,11 +57,18 @@ class Deterministic:
             ]
             return chat_response(texts, completion_tokens=7 * len(texts))
         if role == "reviser":
-            return chat_response("Final answer: B" if depth >= 2 and h % 2 else f"The cube is at {h % 13}.")
+            return chat_response(
+                "Final answer: B" if depth >= 2 and h % 2 else f"The cube is at {h % 13}."
+            )
         if role == "prior":
             return chat_response("- Find the cube first.")
         if role == "premises":
-            facts = {"objects": [{"fact": "a cube"}], "numbers": [], "structure": [], "relations": []}
+            facts = {
+                "objects": [{"fact": "a cube"}],
+                "numbers": [],
+                "structure": [],
+                "relations": [],
+            }
             return chat_response(json.dumps(facts))
         if role == "premise_check":
             label = ("supported", "contradicted", "uncertain")[h % 3]
@@ -85,20 +95,20 @@ def run(url, mode: JudgeMode, spec: bool, revise: bool, tmp_path, cache=None, sc
     config = verdict.Config(n=3, max_steps=5)
     propose = judges.Reasoner(c, seed=7)
     propose = speculate.Speculator(propose, config) if spec else propose
-    trace = verdict.run(
+    trace = loop.run(
         "Where is the cube?",
         propose,
         js,
         config,
         image=str(image),
         map_fn=thread_map(4),
-        revise=judges.Reviser(c, js) if revise else None,
+        revise=Reviser(c, js) if revise else None,
     )
     return trace, (propose.finish(len(trace.steps)) if spec else None), c
 
 
 def decisions(trace) -> dict:
-    """The trace without its usage counters (speculation changes what the meter sees, not the decisions)."""
+    """The trace without usage counters: speculation changes what the meter sees, not decisions."""
     drop = lambda x: (
         {k: drop(v) for k, v in x.items() if k != "usage"}
         if isinstance(x, dict)
@@ -109,7 +119,14 @@ def decisions(trace) -> dict:
     return drop(trace.to_dict())
 
 
-MODES = ["plain", "prior", "premises+gate", "premises+gate-visual", "zoom", "prior+premises+gate+zoom"]
+MODES = [
+    "plain",
+    "prior",
+    "premises+gate",
+    "premises+gate-visual",
+    "zoom",
+    "prior+premises+gate+zoom",
+]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -129,9 +146,10 @@ def test_speculation_never_changes_a_decision(tmp_path, mode, revise):
 
 
 def test_the_record_per_step_and_no_request_twice(tmp_path):
-    """Each step: one proposal per distinct candidate that is not a final answer (none at the last step
-    allowed), taken = whether the next step's candidates came from one; every reasoner request the plain run
-    sends, the speculative run sends exactly once (the taken proposal is reused, not asked again)."""
+    """Each step: one proposal per distinct candidate that is not a final answer (none at the last
+    step allowed), taken = whether the next step's candidates came from one; every reasoner request
+    the plain run sends, the speculative run sends exactly once (the taken proposal is reused, not
+    asked again)."""
     server = Deterministic()
     with LoopbackServer(server) as srv:
         plain, _, _ = run(srv.url, JudgeMode(), False, False, tmp_path)
@@ -139,13 +157,15 @@ def test_the_record_per_step_and_no_request_twice(tmp_path):
         fast, spent, _ = run(srv.url, JudgeMode(), True, False, tmp_path)
     sent = [body for role, body in server.seen[n_plain:] if role == "reasoner"]
     wanted = [body for role, body in server.seen[:n_plain] if role == "reasoner"]
-    assert len(set(sent)) == len(sent) and set(wanted) <= set(sent)  # no request twice; every one sent
+    # No request is sent twice, and every one is sent.
+    assert len(set(sent)) == len(sent) and set(wanted) <= set(sent)
     for i, (record, counts) in enumerate(zip(fast.steps, spent["steps"])):
         last = i + 1 == fast.config.max_steps
         expected = 0 if last else len({c for c in record.candidates if "Final answer" not in c})
         assert counts["made"] == expected
         assert counts["taken"] == (1 if i + 1 < len(fast.steps) and counts["made"] else 0)
-    assert len(sent) == 1 + spent["totals"]["made"]  # the first step's proposal, then the speculative ones
+    # The first step's proposal, then the speculative ones.
+    assert len(sent) == 1 + spent["totals"]["made"]
     assert spent["totals"]["dropped"] == len(sent) - len(wanted)
 
 
@@ -157,7 +177,8 @@ def test_with_the_response_cache_a_speculative_request_is_not_sent_again(tmp_pat
         replies = c.usage["replies"]
         again, _, c2 = run(srv.url, JudgeMode(), False, False, tmp_path, cache=cache)
     assert decisions(again) == decisions(fast)
-    assert c2.usage["replies"] == 0 and c2.usage["cache_hits"] == c2.usage["calls"]  # all from the cache
+    # All of them come from the cache.
+    assert c2.usage["replies"] == 0 and c2.usage["cache_hits"] == c2.usage["calls"]
     assert replies == len(server.seen)
 
 
@@ -172,19 +193,22 @@ def test_a_failed_speculative_proposal_raises_only_when_taken():
         return ["a", "b"] if not state.steps else ["Final answer: A", "Final answer: B"]
 
     s = speculate.Speculator(propose, config)
-    trace = verdict.run("q", s, [lambda st, c: 0.9 if c == "b" else 0.1] * 3, config)
+    trace = loop.run("q", s, [lambda st, c: 0.9 if c == "b" else 0.1] * 3, config)
     spent = s.finish(len(trace.steps))
-    assert trace.chain == ["b", "Final answer: A"] and trace.stopped == "final"  # "a"'s Stop was dropped
+    # "a"'s Stop was dropped.
+    assert trace.chain == ["b", "Final answer: A"] and trace.stopped == "final"
     assert spent["totals"] == dict(made=2, taken=1, dropped=1, tokens=0, dropped_tokens=0)
     s = speculate.Speculator(propose, config)
-    trace = verdict.run("q", s, [lambda st, c: 0.9 if c == "a" else 0.1] * 3, config)
+    trace = loop.run("q", s, [lambda st, c: 0.9 if c == "a" else 0.1] * 3, config)
     s.finish()
-    assert trace.stopped == "budget" and trace.chain == ["a"]  # the taken proposal's Stop, as a plain run
+    # The taken proposal's Stop ends the chain, as in a plain run.
+    assert trace.stopped == "budget" and trace.chain == ["a"]
 
 
 def test_a_dropped_proposal_still_running_never_delays_the_next_steps_proposals():
-    # "slow…" proposals hang until released; they are always dropped. With n threads, step 1's dropped
-    # "slow1" and step 2's "slow2" would hold both and "fast2"'s proposal would wait for a thread.
+    # "slow…" proposals hang until released; they are always dropped. With n threads, step 1's
+    # dropped "slow1" and step 2's "slow2" would hold both and "fast2"'s proposal would wait for a
+    # thread.
     config, release = verdict.Config(n=2, max_steps=5), threading.Event()
 
     def propose(state, n):
@@ -200,28 +224,29 @@ def test_a_dropped_proposal_still_running_never_delays_the_next_steps_proposals(
         assert s(root, 2) == ["slow1", "fast1"]
         assert s(root.extend("fast1"), 2) == ["slow2", "fast2"]  # "slow1" dropped, still running
         taken = []
-        worker = threading.Thread(target=lambda: taken.append(s(root.extend("fast1").extend("fast2"), 2)))
+        worker = threading.Thread(
+            target=lambda: taken.append(s(root.extend("fast1").extend("fast2"), 2))
+        )
         worker.start()
-        worker.join(timeout=30)  # with a free thread it returns at once; without one it waits for release
+        # With a free thread it returns at once; without one it waits for release.
+        worker.join(timeout=30)
         assert taken == [["slow3", "fast3"]]
     finally:
         release.set()
         s.finish()
 
 
-def test_demo_and_evaluate_take_speculate(tmp_path, monkeypatch, capsys):
-    import demo
+def test_the_verifier_and_evaluate_take_speculate():
     from verdict_lab import evaluate
 
-    monkeypatch.chdir(tmp_path)
     with LoopbackServer(Deterministic()) as srv:
-        assert (
-            demo.main(["--base-url", srv.url, "--question", "Where?", "--max-steps", "4", "--speculate"]) == 0
-        )
-    d = json.loads((tmp_path / "verdict_trace.json").read_text())
+        settings = Settings(speculate=True, max_steps=4)
+        trace = verifier.run(verifier.build(settings, Client(srv.url, "m")), "Where?")
+    d = trace.to_dict()
     assert len(d["meta"]["speculation"]["steps"]) == len(d["steps"])
-    assert "speculation: " in capsys.readouterr().out
-    args = evaluate.parse_args(["--data", "x.jsonl", "--base-url", "http://127.0.0.1:1/v1", "--speculate"])
+    args = evaluate.parse_args(
+        ["--data", "x.jsonl", "--base-url", "http://127.0.0.1:1/v1", "--speculate"]
+    )
     assert evaluate.check_args(args)[1].speculate is True
 
 
@@ -229,7 +254,9 @@ def test_the_simulated_measurement_runs():
     from verdict_lab.perf.speculation import measure
 
     ratios = measure(reps=1, time_scale=0.0, steps=3, questions=1)
-    assert set(ratios) == {"verdict", "speculate"} and all(len(r) == 1 and r[0] > 0 for r in ratios.values())
+    assert set(ratios) == {"verdict", "speculate"} and all(
+        len(r) == 1 and r[0] > 0 for r in ratios.values()
+    )
 
 
 def test_the_measurement_runs_on_any_server_text_only_and_resets_before_each_kind():
@@ -247,7 +274,8 @@ def test_the_measurement_runs_on_any_server_text_only_and_resets_before_each_kin
             lambda: resets.append(1),
             48,
         )
-    assert len(resets) == 6 and all(len(r) == 2 and r[0] > 0 for r in out.values())  # 3 kinds × 2 repetitions
+    # 3 kinds × 2 repetitions.
+    assert len(resets) == 6 and all(len(r) == 2 and r[0] > 0 for r in out.values())
     roles = {role for role, _ in server.seen}
     assert roles == {"reasoner", *verdict.JUDGES} and all(
         '"max_tokens": 48' in b for r, b in server.seen if r == "reasoner"

@@ -1,7 +1,7 @@
-"""Tests for verdict_lab.evaluate's sweeps (verdict_lab/harness/sweep.py): τ sweeps whose settings agree
-everywhere cost one run, sweeps whose decisions differ cost less than separate runs, by counts derived from
-the scripted replies; a resumed sweep sends nothing twice; judge and reasoner lists; the flags' checks; the
-tables and picture."""
+"""Tests for verdict_lab.evaluate's sweeps (verdict_lab/harness/sweep.py): τ sweeps whose settings
+agree everywhere cost one run, sweeps whose decisions differ cost less than separate runs, by counts
+derived from the scripted replies; a resumed sweep sends nothing twice; judge and reasoner lists;
+the flags' checks; the tables and picture."""
 
 import csv
 import json
@@ -24,8 +24,8 @@ TAUS = (0.1, 0.3, 0.6, 0.7, 0.9)
 
 
 def scripted(step1: dict):
-    """A server: step 1 offers "Idea j for seed s." (j < n), which judge k scores step1[j][k]; step 2 offers
-    n distinct final answers ("Thus. Final answer: A", ...), every judge 0.7."""
+    """A server: step 1 offers "Idea j for seed s." (j < n), which judge k scores step1[j][k]; step
+    2 offers n distinct final answers ("Thus. Final answer: A", ...), every judge 0.7."""
 
     def handler(body, path):
         role, text = role_of(body["messages"]), user_text(body)
@@ -33,10 +33,13 @@ def scripted(step1: dict):
             n, seed = body.get("n", 1), body["seed"]
             if re.search(r"(?m)^Step 1:", text):
                 finals = [
-                    f"{w} Final answer: {'AB'[j % 2]}" for j, w in enumerate(("Thus.", "Hence.", "So."))
+                    f"{w} Final answer: {'AB'[j % 2]}"
+                    for j, w in enumerate(("Thus.", "Hence.", "So."))
                 ]
                 return 200, chat_response(finals[:n], prompt_tokens=20)
-            return 200, chat_response([f"Idea {j} for seed {seed}." for j in range(n)], prompt_tokens=20)
+            return 200, chat_response(
+                [f"Idea {j} for seed {seed}." for j in range(n)], prompt_tokens=20
+            )
         step = re.search(r"<step>\n(.*?)\n</step>", text, re.S).group(1)
         j = re.match(r"Idea (\d)", step)
         score = step1[int(j.group(1))][verdict.JUDGES.index(role)] if j else 0.7
@@ -45,17 +48,21 @@ def scripted(step1: dict):
     return handler
 
 
-AGREE = {j: (0.7, 0.7, 0.7) for j in range(N)}  # every τ takes candidate 0 (a tie, or the fallback's tie)
-# Candidate 0 conflicts (Δ* = 0.109 > ε: never accepted) but ranks first in the fallback (s̄* − Δ* = 0.70);
-# 1 passes for τ < 0.65 (s̄* = 0.65, Δ* = 0); 2 for τ < 0.5. So τ < 0.65 takes 1, τ >= 0.65 falls back to 0.
+AGREE = {
+    j: (0.7, 0.7, 0.7) for j in range(N)
+}  # every τ takes candidate 0 (a tie, or the fallback's tie)
+# Candidate 0 conflicts (Δ* = 0.109 > ε: never accepted) but ranks first in the fallback (s̄* − Δ* =
+# 0.70); 1 passes for τ < 0.65 (s̄* = 0.65, Δ* = 0); 2 for τ < 0.5. So τ < 0.65 takes 1, τ >= 0.65
+# falls back to 0.
 DIFFER = {0: (1.0, 0.4, 1.0), 1: (0.65, 0.65, 0.65), 2: (0.5, 0.5, 0.5)}
 
 
 def expected(step1: dict, taus, chains: int) -> dict:
-    """The requests of a τ sweep of base and verdict over `chains` (item, seed) pairs, from the script. Per
-    chain: base sends 2 (n = 1 at each of its two steps); verdict's step 1 (1 reasoner call + n·m judge calls)
-    is the same request for every τ; its step 2 (1 + n·m) depends only on the candidate step 1 chose, so
-    the sweep sends one step 2 per distinct choice, and a run of one τ alone sends one."""
+    """The requests of a τ sweep of base and verdict over `chains` (item, seed) pairs, from the
+    script. Per chain: base sends 2 (n = 1 at each of its two steps); verdict's step 1 (1 reasoner
+    call + n·m judge calls) is the same request for every τ; its step 2 (1 + n·m) depends only on
+    the candidate step 1 chose, so the sweep sends one step 2 per distinct choice, and a run of one
+    τ alone sends one."""
     s_hat = np.array([step1[j] for j in range(N)])  # [n, m]
     choices = [verdict.select(s_hat, tau=t).index for t in taus]
     one_run = 2 + 2 * (1 + N * M)
@@ -111,14 +118,18 @@ def test_a_sweep_whose_decisions_differ_costs_less_than_separate_runs(tmp_path, 
     assert want["sweep"] > want["one_run"]
     s = json.loads((out / "summary.json").read_text())
     assert (
-        s["cost"]["needed"]["calls"] == want["sweep"] and s["cost"]["separate"]["calls"] == want["separate"]
+        s["cost"]["needed"]["calls"] == want["sweep"]
+        and s["cost"]["separate"]["calls"] == want["separate"]
     )
-    for t, c in zip(TAUS, want["choices"]):  # each setting's chains took the candidate verdict.select says
+    for t, c in zip(
+        TAUS, want["choices"]
+    ):  # each setting's chains took the candidate verdict.select says
         with open(out / f"tau={t:g}" / "results.jsonl") as fh:
             rows = [json.loads(line) for line in fh]
         assert {r["trace"]["steps"][0]["index"] for r in rows if r["method"] == "verdict"} == {c}
         assert (out / f"tau={t:g}" / "summary.md").exists()
-    # the tables: the paper's form, one table per setting, a column per setting in the CSV, the picture
+    # The tables: the paper's form, one table per setting, a column per setting in the CSV, and
+    # the picture.
     md = (out / "summary.md").read_text()
     assert "| τ | base | verdict | fallback |" in md and s["margin"] == {}  # no Mean: no margin
     assert all(f"Setting tau={t:g}" in md for t in TAUS) and "separate runs" in md
@@ -131,7 +142,9 @@ def test_a_sweep_whose_decisions_differ_costs_less_than_separate_runs(tmp_path, 
 def test_a_resumed_sweep_makes_no_call_twice(tmp_path, loopback):
     srv, data = loopback(scripted(DIFFER)), write_jsonl(tmp_path / "q.jsonl", n=3)
     want, out = expected(DIFFER, TAUS, chains=3 * 2), tmp_path / "out"
-    assert evaluate.main(sweep_argv(data, srv.url, out, TAUS[:2])) == 0  # stopped after two settings
+    assert (
+        evaluate.main(sweep_argv(data, srv.url, out, TAUS[:2])) == 0
+    )  # stopped after two settings
     results = out / "tau=0.7" / "results.jsonl"
     assert evaluate.main(sweep_argv(data, srv.url, out)) == 0
     lines = results.read_text().splitlines(keepends=True)
@@ -153,13 +166,25 @@ def test_judge_models_share_the_reasoner_and_reasoners_the_judge(tmp_path, loopb
     assert evaluate.main(argv(data, srv.url, out, f"{flags} --model r --judge-model j7,j2")) == 0
     chats = srv.chats
     reasoner = [c for c in chats if role_of(c["messages"]) == "reasoner"]
-    assert {c["model"] for c in reasoner} == {"r"} and {c["model"] for c in chats} == {"r", "j7", "j2"}
-    # every setting's chains agree: base 2 and judged 2 reasoner calls per chain, sent once for both judges
+    assert {c["model"] for c in reasoner} == {"r"} and {c["model"] for c in chats} == {
+        "r",
+        "j7",
+        "j2",
+    }
+    # Every setting's chains agree: base 2 and judged 2 reasoner calls per chain, sent once for
+    # both judges.
     assert len(reasoner) == 2 * (2 + 2)
-    assert sum(c["model"] == "j7" for c in chats) == sum(c["model"] == "j2" for c in chats) == 2 * 2 * N * M
+    assert (
+        sum(c["model"] == "j7" for c in chats)
+        == sum(c["model"] == "j2" for c in chats)
+        == 2 * 2 * N * M
+    )
     s = json.loads((out / "summary.json").read_text())
     assert s["axis"] == "judge_model" and s["ticks"] == ["j7", "j2"]
-    assert set(s["margin"]) == {"judge=j7", "judge=j2"} and "judge model" in (out / "summary.md").read_text()
+    assert (
+        set(s["margin"]) == {"judge=j7", "judge=j2"}
+        and "judge model" in (out / "summary.md").read_text()
+    )
     assert os.path.isdir(out / "judge=j7") and (out / "summary.png").exists()
     out = tmp_path / "reasoners"
     assert evaluate.main(argv(data, srv.url, out, f"{flags} --model r1,r2 --judge-model j")) == 0
@@ -191,7 +216,11 @@ def test_the_simulator_draws_the_same_curves(tmp_path):
     from verdict_lab import simulate
 
     s = simulate.curve("tau=0.01,0.6,0.95", trials=300, seeds=3)
-    assert s["format"] == sweep.SWEEP_FORMAT and s["settings"] == ["tau=0.01", "tau=0.6", "tau=0.95"]
+    assert s["format"] == sweep.SWEEP_FORMAT and s["settings"] == [
+        "tau=0.01",
+        "tau=0.6",
+        "tau=0.95",
+    ]
     assert set(s["accuracy"]["tau=0.6"]) == {"base", "mean", "verdict"}
     # nothing but selection changes with τ: the base (candidate 0) and Mean do not move
     for m in ("base", "mean"):
@@ -199,9 +228,11 @@ def test_the_simulator_draws_the_same_curves(tmp_path):
     lam = simulate.curve("lam_C=0.5,2", trials=300, seeds=3)
     assert lam["axis"] == "lam_C" and lam["margin"]["lam_C=2"]["Avg"] is not None
     assert (
-        simulate.main(["--sweep", "eps=0.05,0.1", "--trials", "100", "--seeds", "2", "--out", str(tmp_path)])
+        simulate.main(
+            ["--sweep", "eps=0.05,0.1", "--trials", "100", "--seeds", "2", "--out", str(tmp_path)]
+        )
         == 0
     )
-    assert (tmp_path / "sim_eps.png").exists() and json.loads((tmp_path / "sim_eps.json").read_text())[
-        "axis"
-    ] == "eps"
+    assert (tmp_path / "sim_eps.png").exists() and json.loads(
+        (tmp_path / "sim_eps.json").read_text()
+    )["axis"] == "eps"

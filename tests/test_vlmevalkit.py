@@ -1,7 +1,7 @@
-"""The paper's six benchmarks (3DSRBench, CV-Bench-2D, CV-Bench-3D, BLINK, MMStar, AI2D_TEST), then MMMU and
-MathVista, as small synthetic TSVs that follow VLMEvalKit's conventions for each dataset, run end to end by
-verdict_lab.evaluate against the loopback server: every request carries the item's images (in place, for
-MMMU), and the files a VLMEvalKit user expects are written."""
+"""The paper's six benchmarks (3DSRBench, CV-Bench-2D, CV-Bench-3D, BLINK, MMStar, AI2D_TEST), then
+MMMU and MathVista, as small synthetic TSVs that follow VLMEvalKit's conventions for each dataset,
+run end to end by verdict_lab.evaluate against the loopback server: every request carries the item's
+images (in place, for MMMU), and the files a VLMEvalKit user expects are written."""
 
 import csv
 import io
@@ -11,7 +11,7 @@ import re
 from PIL import Image
 
 from verdict_lab import evaluate
-from judges import encode_image
+from verdict_lab.images import encode as encode_image
 from verdict_lab.harness.items import vlmeval_resave
 from verdict_lab.loopback import chat_response, user_text
 from verdict_lab.layouts import role_of
@@ -48,7 +48,8 @@ def benchmarks_dir(tmp):
         want.setdefault(file, {})[tag] = ims
         return b64(ims[0]) if n == 1 else repr([b64(i) for i in ims])
 
-    # 3DSRBench: qid X, its rotation X-1, its flip X-flip and X-flip-1; full base64 on every row; no split.
+    # 3DSRBench: qid X, its rotation X-1, its flip X-flip and X-flip-1; full base64 on every row;
+    # no split.
     head = [
         "index",
         "qid",
@@ -144,7 +145,8 @@ def benchmarks_dir(tmp):
         for i in range(3)
     ]
     files.append(tsv(tmp / "MMStar.tsv", head, rows))
-    # AI2D_TEST: a row that reuses another row's image by its index, and one without an image (dropped).
+    # AI2D_TEST: a row that reuses another row's image by its index, and one without an image
+    # (dropped).
     head = ["index", "image", "question", "A", "B", "C", "D", "answer", "category"]
     rows = [
         [
@@ -180,11 +182,18 @@ def test_the_six_benchmarks_run_with_the_right_images_in_every_request(tmp_path,
     srv, out = loopback(script), tmp_path / "out"
     assert (
         evaluate.main(
-            argv(files, srv.url, out, "--seeds 1 --rules base,verdict --max-steps 2 --judge-format text")
+            argv(
+                files,
+                srv.url,
+                out,
+                "--seeds 1 --rules base,verdict --max-steps 2 --judge-format text",
+            )
         )
         == 0
     )
-    urls = {tag: [encode_image(im) for im in ims] for tags in want.values() for tag, ims in tags.items()}
+    urls = {
+        tag: [encode_image(im) for im in ims] for tags in want.values() for tag, ims in tags.items()
+    }
     seen = set()
     for chat in srv.chats:
         tag = re.search(r"\[([\w-]+)\]", user_text(chat)).group(1)
@@ -192,7 +201,14 @@ def test_the_six_benchmarks_run_with_the_right_images_in_every_request(tmp_path,
         seen.add(tag)
     assert seen == set(urls)  # every item ran; AI-2 (no image) never did
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["files"] == ["3DSRBench", "CV-Bench-2D", "CV-Bench-3D", "BLINK", "MMStar", "AI2D_TEST"]
+    assert summary["files"] == [
+        "3DSRBench",
+        "CV-Bench-2D",
+        "CV-Bench-3D",
+        "BLINK",
+        "MMStar",
+        "AI2D_TEST",
+    ]
     assert {f: r["items"] for f, r in summary["reading"].items()} == {
         "3DSRBench": 4,
         "CV-Bench-2D": 3,
@@ -208,31 +224,64 @@ def test_the_six_benchmarks_run_with_the_right_images_in_every_request(tmp_path,
     )
     run = out / "default-verdict" / "seed0"  # VLMEvalKit's work_dir/<model>/<eval_id>/
     for f in summary["files"]:
-        name = f"default-verdict_{f}_results.tsv" if f == "3DSRBench" else f"default-verdict_{f}_acc.csv"
-        head = {"3DSRBench": '"setting"\t"Overall"', "CV-Bench-2D": '"split","ADE20K","COCO","Overall"\n'}
+        name = (
+            f"default-verdict_{f}_results.tsv"
+            if f == "3DSRBench"
+            else f"default-verdict_{f}_acc.csv"
+        )
+        head = {
+            "3DSRBench": '"setting"\t"Overall"',
+            "CV-Bench-2D": '"split","ADE20K","COCO","Overall"\n',
+        }
         head = head.get(f, '"split","Overall"')  # CVBench.report_accuracy: sources, then Overall
         assert (run / name).read_text().startswith(head), f
     with open(run / "default-verdict_BLINK.tsv", newline="") as fh:
         table = list(csv.reader(fh, delimiter="\t"))
-    head = ["index", "question", "A", "B", "C", "D", "answer", "category", "prediction", "verdict_chain"]
+    head = [
+        "index",
+        "question",
+        "A",
+        "B",
+        "C",
+        "D",
+        "answer",
+        "category",
+        "prediction",
+        "verdict_chain",
+    ]
     assert table[0] == head
     assert [r[0] for r in table[1:]] == ["val_0", "val_1", "val_2"]
     rows = {(r["id"], r["method"]): r for r in map(json.loads, open(out / "results.jsonl"))}
-    for r in table[1:]:  # prediction: the text scored; verdict_chain: the chosen steps, one per line
+    for r in table[
+        1:
+    ]:  # prediction: the text scored; verdict_chain: the chosen steps, one per line
         row = rows[r[0], "verdict"]
         assert r[-2] == row["prediction"] and "Final answer:" not in r[-2]
-        assert r[-1] == "\n".join(row["trace"]["chain"]) and r[-1].endswith("Final answer: " + r[-2])
+        assert r[-1] == "\n".join(row["trace"]["chain"]) and r[-1].endswith(
+            "Final answer: " + r[-2]
+        )
     assert "3DSRBench: VLMEvalKit's four settings" in (out / "summary.md").read_text()
 
 
 def test_mmmu_images_in_place_and_mathvista_values(tmp_path, loopback):
-    """MMMU: a two-image row whose text names <image 2> before <image 1>: every request carries the text up to
-    each placeholder, then that image, with no image first. MathVista: a free-form row scored by its value."""
+    """MMMU: a two-image row whose text names <image 2> before <image 1>: every request carries the
+    text up to each placeholder, then that image, with no image first. MathVista: a free-form row
+    scored by its value."""
     red, blue = png("red"), png("blue")
     mmmu = tsv(
         tmp_path / "MMMU_DEV_VAL.tsv",
         ["index", "image", "question", "A", "B", "answer", "split"],
-        [["1", repr([b64(red), b64(blue)]), "Is <image 2> darker than <image 1>?", "yes", "no", "A", "dev"]],
+        [
+            [
+                "1",
+                repr([b64(red), b64(blue)]),
+                "Is <image 2> darker than <image 1>?",
+                "yes",
+                "no",
+                "A",
+                "dev",
+            ]
+        ],
     )
     math = tsv(
         tmp_path / "MathVista_MINI.tsv",
@@ -245,8 +294,14 @@ def test_mmmu_images_in_place_and_mathvista_values(tmp_path, loopback):
             return 200, chat_response(["Final answer: 14.0"] * body.get("n", 1))
         content = body["messages"][1]["content"]
         if isinstance(content, list):  # the script reads one text part: join the placed pieces
-            text = {"type": "text", "text": "".join(p["text"] for p in content if p["type"] == "text")}
-            body = {**body, "messages": [body["messages"][0], {**body["messages"][1], "content": [text]}]}
+            text = {
+                "type": "text",
+                "text": "".join(p["text"] for p in content if p["type"] == "text"),
+            }
+            body = {
+                **body,
+                "messages": [body["messages"][0], {**body["messages"][1], "content": [text]}],
+            }
         return script(body, path)
 
     srv = loopback(answer_14)  # its judges reply in text
@@ -262,8 +317,11 @@ def test_mmmu_images_in_place_and_mathvista_values(tmp_path, loopback):
         assert parts[0]["text"].endswith("Question: Is ") and parts[2]["text"] == " darker than "
     rows = [json.loads(line) for line in open(tmp_path / "o" / "results.jsonl")]
     math_rows = [row for row in rows if row["data"] == "MathVista_MINI"]
-    assert {(row["method"], row["pred"], row["extracted"], row["correct"]) for row in math_rows} == {
-        # VLMEvalKit's rule: int("14.0") fails, so the row is not prefetched (its judge would be asked)
+    assert {
+        (row["method"], row["pred"], row["extracted"], row["correct"]) for row in math_rows
+    } == {
+        # VLMEvalKit's rule: int("14.0") fails, so the row is not prefetched (its judge would
+        # be asked).
         ("base", None, "unanswered", False),
         ("verdict", None, "unanswered", False),
     }
@@ -272,20 +330,24 @@ def test_mmmu_images_in_place_and_mathvista_values(tmp_path, loopback):
 
 
 def rgba(colour=(200, 30, 30, 0)) -> bytes:
-    """An 8×6 RGBA PNG, fully transparent: VLMEvalKit's re-save drops the alpha (the colour shows), the
-    project's own reading composites it on white."""
+    """An 8×6 RGBA PNG, fully transparent: VLMEvalKit's re-save drops the alpha (the colour shows),
+    the project's own reading composites it on white."""
     buf = io.BytesIO()
     Image.new("RGBA", (8, 6), colour).save(buf, "PNG")
     return buf.getvalue()
 
 
-def test_requests_carry_vlmevalkits_pixels_and_prompt_and_the_flags_the_files_own(tmp_path, loopback):
-    """By default an image reaches the model as dump_image leaves it (an RGBA PNG re-saved as RGB; a BLINK
-    image named .jpg by image_path re-encoded as JPEG) and the text as build_prompt writes it ("above. \\n");
-    each is a quirk the summary counts. --original-images and --stripped-prompts send the TSV's own bytes
-    and the stripped text, and run.json records which."""
+def test_requests_carry_vlmevalkits_pixels_and_prompt_and_the_flags_the_files_own(
+    tmp_path, loopback
+):
+    """By default an image reaches the model as dump_image leaves it (an RGBA PNG re-saved as RGB; a
+    BLINK image named .jpg by image_path re-encoded as JPEG) and the text as build_prompt writes it
+    ("above. \\n"); each is a quirk the summary counts. --original-images and --stripped-prompts
+    send the TSV's own bytes and the stripped text, and run.json records which."""
     head = ["index", "image", "question", "A", "B", "answer", "category"]
-    ms = tsv(tmp_path / "MMStar.tsv", head, [["1", b64(rgba()), "[MS-0] Clear?", "yes", "no", "A", "c"]])
+    ms = tsv(
+        tmp_path / "MMStar.tsv", head, [["1", b64(rgba()), "[MS-0] Clear?", "yes", "no", "A", "c"]]
+    )
     bl_head = ["index", "image", "image_path", "question", "A", "B", "answer", "category"]
     bl = tsv(
         tmp_path / "BLINK.tsv",

@@ -1,7 +1,8 @@
-"""VerdictVLM (verdict_lab/vlmevalkit.py), VERDICT with VLMEvalKit's model interface, against a scripted
-loopback server, with messages in VLMEvalKit's format: text only, one image, several images first (BLINK),
-images interleaved with text (MMMU after split_MMMU). Each test checks the requests sent (roles, images and
-their order, the question) and the output returned (the chain's final output)."""
+"""VerdictVLM (verdict_lab/vlmevalkit.py), VERDICT with VLMEvalKit's model interface, against a
+scripted loopback server, with messages in VLMEvalKit's format: text only, one image, several images
+first (BLINK), images interleaved with text (MMMU after split_MMMU). Each test checks the requests
+sent (roles, images and their order, the question) and the output returned (the chain's final
+output)."""
 
 import dataclasses
 import json
@@ -14,16 +15,21 @@ import pytest
 from PIL import Image
 
 import verdict
-from judges import encode_image
+from verdict_lab.images import encode as encode_image
 from verdict_lab.loopback import chat_response
 from verdict_lab.layouts import role_of
 from verdict_lab import search
 from verdict_lab.vlmevalkit import FAIL_MSG, VerdictVLM, entry, entry_name, question_and_images
 from verdict_lab.verifier import Settings
 
-# Step 2's candidates and their judges' digits (ŝ = d / 9). A: the raw mean's choice (0.741), judges that
-# conflict (Δ* > ε: rejected); B: agreement at 6/9 = 0.667 > τ, Δ* = 0: accepted. VERDICT answers B.
-DIGITS = {"Final answer: A": (9, 2, 9), "Final answer: B": (6, 6, 6), "Final answer: B, surely.": (3, 3, 3)}
+# Step 2's candidates and their judges' digits (ŝ = d / 9). A: the raw mean's choice (0.741), judges
+# that conflict (Δ* > ε: rejected); B: agreement at 6/9 = 0.667 > τ, Δ* = 0: accepted. VERDICT
+# answers B.
+DIGITS = {
+    "Final answer: A": (9, 2, 9),
+    "Final answer: B": (6, 6, 6),
+    "Final answer: B, surely.": (3, 3, 3),
+}
 MCQ = (
     "Question: Which shape is on the left?\nOptions:\nA. ball\nB. cube\n"
     "Please select the correct answer from the options above. \n"
@@ -39,7 +45,8 @@ def texts(body) -> str:
 
 
 def script(body, path):
-    """The reasoner writes one observation, then final answers; the judges reply in the json format."""
+    """The reasoner writes one observation, then final answers; the judges reply in the json
+    format."""
     role, text = role_of(body["messages"]), texts(body)
     if role == "reasoner":
         first = "The cube is drawn on the left." not in text
@@ -62,7 +69,8 @@ def parts(body) -> list:
     if isinstance(content, str):
         return [("text", content)]
     return [
-        ("image", p["image_url"]["url"]) if p["type"] == "image_url" else ("text", p["text"]) for p in content
+        ("image", p["image_url"]["url"]) if p["type"] == "image_url" else ("text", p["text"])
+        for p in content
     ]
 
 
@@ -75,8 +83,9 @@ def test_text_only_runs_the_chain_and_answers_with_verdicts_choice(loopback):
     out = model(srv).generate([{"type": "text", "value": MCQ}], dataset="MMStar")
     assert out == "B"  # the raw mean would take A; the dual test rejects it and accepts B
     chats = srv.chats
-    # 2 steps, each 1 reasoner request (n = 3 choices) and 3 candidates × 3 judges; step 1's three candidates
-    # are the same step, judged once by each judge (search.Memo), with no cache: 1 + 3, then 1 + 9
+    # 2 steps, each 1 reasoner request (n = 3 choices) and 3 candidates × 3 judges; step 1's three
+    # candidates are the same step, judged once by each judge (search.Memo), with no cache: 1 + 3,
+    # then 1 + 9
     assert len(chats) == (1 + 3) + (1 + 3 * 3)
     assert [role_of(c["messages"]) for c in chats].count("reasoner") == 2
     for c in chats:
@@ -84,7 +93,12 @@ def test_text_only_runs_the_chain_and_answers_with_verdicts_choice(loopback):
         assert "Which shape is on the left?" in c["messages"][1]["content"]
         assert c["model"] == "qwen-loopback"
     reasoner = next(c for c in chats if role_of(c["messages"]) == "reasoner")
-    assert (reasoner["n"], reasoner["temperature"], reasoner["top_p"], reasoner["top_k"]) == (3, 0.8, 0.6, -1)
+    assert (reasoner["n"], reasoner["temperature"], reasoner["top_p"], reasoner["top_k"]) == (
+        3,
+        0.8,
+        0.6,
+        -1,
+    )
 
 
 def test_one_image_goes_first_in_every_request(loopback, tmp_path):
@@ -103,7 +117,8 @@ def test_one_image_goes_first_in_every_request(loopback, tmp_path):
 def test_several_images_before_the_text_keep_their_order(loopback, tmp_path):
     srv = loopback(script)
     paths = [
-        image_file(tmp_path, f"{k}.png", c, (20 + k, 20)) for k, c in enumerate(["red", "green", "blue"])
+        image_file(tmp_path, f"{k}.png", c, (20 + k, 20))
+        for k, c in enumerate(["red", "green", "blue"])
     ]
     msg = [{"type": "image", "value": p} for p in paths] + [{"type": "text", "value": MCQ}]
     assert model(srv).generate(msg, dataset="BLINK") == "B"
@@ -178,21 +193,27 @@ def test_a_failing_endpoint_answers_vlmevalkits_failure_message(loopback):
 
 
 def test_a_config_entry_built_like_vlmevalkits_runs_items_on_threads(loopback, tmp_path):
-    """supported_VLM's partial, called with use_vllm as infer_data does for a "Qwen2.5-VL" name; then
-    generate(message=..., dataset=...) on 4 threads, as infer_data_api runs an is_api model."""
+    """supported_VLM's partial, called with use_vllm as infer_data does for a "Qwen2.5-VL" name;
+    then generate(message=..., dataset=...) on 4 threads, as infer_data_api runs an is_api model."""
     srv = loopback(script)
-    entry = partial(VerdictVLM, base_url=srv.url, model="qwen-loopback", cache=str(tmp_path / "c.sqlite"))
+    entry = partial(
+        VerdictVLM, base_url=srv.url, model="qwen-loopback", cache=str(tmp_path / "c.sqlite")
+    )
     vlm = entry(use_vllm=False)
     assert vlm.is_api and vlm.INTERLEAVE and not vlm.use_custom_prompt("MMStar")
     paths = [image_file(tmp_path, f"{k}.png", (20 * k, 0, 0)) for k in range(8)]
     msgs = [
-        dict(message=[{"type": "image", "value": p}, {"type": "text", "value": MCQ}], dataset="MMStar")
+        dict(
+            message=[{"type": "image", "value": p}, {"type": "text", "value": MCQ}],
+            dataset="MMStar",
+        )
         for p in paths
     ]
     with ThreadPoolExecutor(4) as pool:
         outs = list(pool.map(lambda kw: vlm.generate(**kw), msgs))
     assert outs == ["B"] * 8
-    # step 1's three identical candidates cost each judge one call (search.Memo): 14 calls an item, all sent
+    # Step 1's three identical candidates cost each judge one call (search.Memo): 14 calls an
+    # item, all sent.
     assert len(srv.chats) == 8 * 14 and vlm.totals["items"] == 8 and vlm.totals["calls"] == 8 * 14
     assert {encode_image(p) for p in paths} == {parts(c)[0][1] for c in srv.chats}
     before = len(srv.chats)  # the same items again: every call from the response cache
@@ -201,16 +222,20 @@ def test_a_config_entry_built_like_vlmevalkits_runs_items_on_threads(loopback, t
 
 
 def test_the_verifiers_settings_are_keywords_and_an_unknown_one_is_refused(loopback):
-    """VerdictVLM's other keywords are verifier.Settings' fields, the old ones among them (n, tau, max_tokens,
-    judge_format, judge_max_tokens, judge_mode, revise, ...): they reach the requests. A keyword that names
-    no setting (the old score_only, say) or a bad value is a ValueError naming it, before any call."""
+    """VerdictVLM's other keywords are verifier.Settings' fields, the old ones among them (n, tau,
+    max_tokens, judge_format, judge_max_tokens, judge_mode, revise, ...): they reach the requests. A
+    keyword that names no setting (the old score_only, say) or a bad value is a ValueError naming
+    it, before any call."""
     srv = loopback(script)
-    kw = dict(n=2, tau=0.6, eps=0.1, max_steps=3, max_tokens=64, judge_format="json", judge_max_tokens=32)
+    kw = dict(
+        n=2, tau=0.6, eps=0.1, max_steps=3, max_tokens=64, judge_format="json", judge_max_tokens=32
+    )
     vlm = model(srv, **kw, judge_mode="plain", revise=False)
     assert vlm.settings == Settings(**kw)
     assert vlm.generate([{"type": "text", "value": MCQ}], dataset="MMStar") == "B"
     chats = srv.chats
-    # 2 steps: 1 reasoner request (n = 2), 2 candidates × 3 judges (step 1's two are one step, judged once)
+    # 2 steps: 1 reasoner request (n = 2), 2 candidates × 3 judges (step 1's two are one step,
+    # judged once).
     assert len(chats) == (1 + 3) + (1 + 2 * 3)
     reasoner = [c for c in chats if role_of(c["messages"]) == "reasoner"]
     assert [(c["n"], c["max_tokens"]) for c in reasoner] == [(2, 64)] * 2
@@ -238,8 +263,9 @@ def test_base_runs_the_reasoner_alone(loopback):
 
 @pytest.mark.parametrize("concurrency", [1, 3])
 def test_identical_candidates_are_judged_once_without_a_cache(loopback, concurrency):
-    """Step 1's three candidates are one step: each judge is asked once (search.Memo), on threads too;
-    step 2's three distinct candidates are judged 3 × 3 times. Without the memo: 2 × (1 + 9) = 20 requests."""
+    """Step 1's three candidates are one step: each judge is asked once (search.Memo), on threads
+    too; step 2's three distinct candidates are judged 3 × 3 times. Without the memo: 2 × (1 + 9) =
+    20 requests."""
     srv = loopback(script)
     vlm = model(srv, concurrency=concurrency)
     assert vlm.generate([{"type": "text", "value": MCQ}], dataset="MMStar") == "B"
@@ -258,9 +284,9 @@ def test_identical_candidates_are_judged_once_without_a_cache(loopback, concurre
 
 
 def test_entry_names_carry_the_settings_and_a_changed_setting_is_refused(loopback, tmp_path):
-    """entry_name: the same name whatever the endpoint, timeout, retries, cache or threads; another for
-    other settings or models. A model whose name ends in another digest than its settings' (a --config JSON
-    changed them) is refused at construction, before any call."""
+    """entry_name: the same name whatever the endpoint, timeout, retries, cache or threads; another
+    for other settings or models. A model whose name ends in another digest than its settings' (a
+    --config JSON changed them) is refused at construction, before any call."""
     same = entry_name("V", model="m", base_url="http://a/v1")
     assert same == entry_name(
         "V", model="m", base_url="http://b/v1", timeout=5, retry=2, cache="c", concurrency=4
@@ -280,15 +306,17 @@ def test_entry_names_carry_the_settings_and_a_changed_setting_is_refused(loopbac
     )
     with pytest.raises(ValueError, match=rf"{re.escape(name)}.*digest.*--reuse"):
         vlm(tau=0.7)  # build_model_from_config: supported_VLM[name](**config)
-    assert vlm(timeout=30).reasoner.endpoint.timeout == 30  # no prediction changes: the name still holds
+    assert (
+        vlm(timeout=30).reasoner.endpoint.timeout == 30
+    )  # no prediction changes: the name still holds
     with pytest.raises(ValueError, match="unknown setting 'tua'"):
         entry("VERDICT-x", base_url=srv.url, model="m", tua=0.7)
     assert srv.chats == []
 
 
 def test_the_sidecar_holds_each_runs_settings_and_counts(loopback, tmp_path, capsys):
-    """<work_dir>/<name>/<name>_<dataset>_verdict.json: one record per run (a new instance is a new run),
-    its settings and counts; a run under the same name with other settings is warned about."""
+    """<work_dir>/<name>/<name>_<dataset>_verdict.json: one record per run (a new instance is a new
+    run), its settings and counts; a run under the same name with other settings is warned about."""
     srv = loopback(script)
     name, vlm = entry("VERDICT-x", base_url=srv.url, model="qwen-loopback", work_dir=str(tmp_path))
     first = vlm()
@@ -297,11 +325,16 @@ def test_the_sidecar_holds_each_runs_settings_and_counts(loopback, tmp_path, cap
     first.generate([{"type": "text", "value": MCQ}], dataset="BLINK")
     path = tmp_path / name / f"{name}_MMStar_verdict.json"
     body = json.loads(path.read_text())
-    assert (body["format"], body["entry"], body["dataset"]) == ("verdict-vlmeval-run/1", name, "MMStar")
+    assert (body["format"], body["entry"], body["dataset"]) == (
+        "verdict-vlmeval-run/1",
+        name,
+        "MMStar",
+    )
     [run] = body["runs"]
     assert (
         run["settings"]
-        == {"model": "qwen-loopback", "judge_model": "qwen-loopback", "seed": 0} | Settings().record()
+        == {"model": "qwen-loopback", "judge_model": "qwen-loopback", "seed": 0}
+        | Settings().record()
     )
     assert run["digest"] == name[-8:] and run["pid"] > 0 and len(run["run"]) == 12
     assert {k: run["counts"][k] for k in ("items", "failed", "steps", "calls", "requests")} == {
@@ -312,7 +345,9 @@ def test_the_sidecar_holds_each_runs_settings_and_counts(loopback, tmp_path, cap
         "requests": 28,
     }
     assert (
-        json.loads((tmp_path / name / f"{name}_BLINK_verdict.json").read_text())["runs"][0]["counts"]["items"]
+        json.loads((tmp_path / name / f"{name}_BLINK_verdict.json").read_text())["runs"][0][
+            "counts"
+        ]["items"]
         == 1
     )
     second = vlm()
@@ -332,8 +367,8 @@ def test_the_sidecar_holds_each_runs_settings_and_counts(loopback, tmp_path, cap
 
 def test_every_verifier_setting_is_a_checked_keyword(loopback):
     """Each field of verifier.Settings is a keyword of VerdictVLM (evaluate's --lam, --max-calls,
-    --max-pixels, --reasons, --speculate, --mode-max-tokens among them), taken as given; a bad value of
-    each is a ValueError naming it, at construction."""
+    --max-pixels, --reasons, --speculate, --mode-max-tokens among them), taken as given; a bad value
+    of each is a ValueError naming it, at construction."""
     srv = loopback(script)
     given = dict(
         rule="mean",
@@ -359,7 +394,9 @@ def test_every_verifier_setting_is_a_checked_keyword(loopback):
     for k, v in given.items():
         assert getattr(model(srv, **{k: v}).settings, k) == v, k
         assert getattr(Settings(), k) != v, k  # not a default: the keyword did it
-    bad = dict(rule="best", n=0, tau=2, eps=0, lam=(1, 1), max_steps=0, max_tokens=0, judge_format="xml")
+    bad = dict(
+        rule="best", n=0, tau=2, eps=0, lam=(1, 1), max_steps=0, max_tokens=0, judge_format="xml"
+    )
     bad |= dict(judge_max_tokens=0, reasons="yes", weighted=1, judge_mode="sgv", mode_max_tokens=0)
     bad |= dict(revise=None, speculate="no", max_calls=0, max_pixels=0, layout="diagonal")
     assert set(bad) == set(given)
@@ -371,15 +408,18 @@ def test_every_verifier_setting_is_a_checked_keyword(loopback):
 
 
 def test_vlmevalkits_retry_and_timeout_reach_the_clients(loopback):
-    """run.py's --retry sets `retry` when the entry has it (apply_supported_vlm_cli_overrides); `retries` it
-    leaves alone; both at once is refused. timeout is the clients' own."""
+    """run.py's --retry sets `retry` when the entry has it (apply_supported_vlm_cli_overrides);
+    `retries` it leaves alone; both at once is refused. timeout is the clients' own."""
     srv = loopback(script)
     entry_ = partial(VerdictVLM, base_url=srv.url, model="m", judge_model="j", retry=3, timeout=7)
     if "retry" in entry_.keywords:  # what run.py does with --retry 2
         entry_.keywords["retry"] = 2
     vlm = entry_()
     assert {(c.endpoint.retries, c.endpoint.timeout) for c in (vlm.reasoner, vlm.judge)} == {(2, 7)}
-    assert model(srv, retries=5).reasoner.endpoint.retries == 5 and model(srv).reasoner.endpoint.retries == 4
+    assert (
+        model(srv, retries=5).reasoner.endpoint.retries == 5
+        and model(srv).reasoner.endpoint.retries == 4
+    )
     with pytest.raises(ValueError, match="retry .* or retries, not both"):
         model(srv, retry=1, retries=1)
     assert model(srv, max_tokens=77).settings.max_tokens == 77
@@ -396,4 +436,4 @@ def test_interleaved_texts_keep_vlmevalkits_whitespace():
     ]
     text, images = question_and_images(msg)
     assert text.endswith("options above. \n") and text.startswith("Question: Is <image 1> odd?")
-    assert search.Memo(lambda state, step: 0.5).judgement(verdict.State("q"), "s").score == 0.5
+    assert search.Memo(lambda state, step: 0.5)(verdict.State("q"), "s") == 0.5

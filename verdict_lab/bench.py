@@ -4,21 +4,22 @@ Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reaso
 Disagreement-Aware Consensus", ECCV 2026 (the closed-form consensus; the step-wise loop with
 n = 3 candidates and m = 3 judges; the 3.80× sequential wall-clock overhead of the limitations).
 
-    python bench.py                      # sections 1, 2a, 3 and 4; writes docs/bench_report.md
-    python bench.py --live-url URL       # also 2b, against a running server (default: $VERDICT_LIVE_URL)
-    python bench.py --serve              # also 2b and 2c, on llama-servers it starts with serve_tiny.sh
-    python bench.py --quick              # a smoke run: small sizes, fast simulated clock, 5 items
+    python bench.py                 # sections 1, 2a, 3 and 4; writes docs/bench_report.md
+    python bench.py --live-url URL  # also 2b, against a running server (default: $VERDICT_LIVE_URL)
+    python bench.py --serve         # also 2b and 2c, on llama-servers it starts with serve_tiny.sh
+    python bench.py --quick         # a smoke run: small sizes, fast simulated clock, 5 items
 
 1. Consensus throughput of the closed form against np.linalg.solve and the mean floor (here).
-2. Step overhead (perf/overhead.py): wall time of one VERDICT step / wall time of one base step, and the
-   prompt tokens the server computed, in five modes and the prompt layouts (prompting.py), (a) on a
-   SIMULATED continuous-batching server (here; the server is perf/simserver.py), (b) on a real llama-server,
-   (c) with llama-server's flags (both perf/llama_server.py).
+2. Step overhead (perf/overhead.py): wall time of one VERDICT step / wall time of one base step, and
+   the prompt tokens the server computed, in five modes and the prompt layouts (prompting.py), (a)
+   on a SIMULATED continuous-batching server (here; the server is perf/simserver.py), (b) on a real
+   llama-server, (c) with llama-server's flags (both perf/llama_server.py).
 3. Memory: peak RSS of a 100-item evaluate.py run against the simulated server (perf/footprint.py).
-4. The response cache: Cache.put in a file and in memory; the same evaluate.py run with either (likewise).
+4. The response cache: Cache.put in a file and in memory; the same evaluate.py run with either
+   (likewise).
 
-The report's targets, and what sets the figures they compare, are judged here. Every ratio is measured
-within one run, so the machine's speed cancels out.
+The report's targets, and what sets the figures they compare, are judged here. Every ratio is
+measured within one run, so the machine's speed cancels out.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import numpy as np
 
 import verdict
 from verdict_lab.client import Client
-from verdict_lab.flags import Parser
+from verdict_lab.cli import Parser
 from verdict_lab.perf.footprint import cache_section, memory_section
 from verdict_lab.perf.llama_server import LIVE_MODES, LIVE_QUESTIONS, flags_section, live_section
 from verdict_lab.perf import speculation
@@ -62,7 +63,7 @@ from verdict_lab.perf.simserver import SOURCES, LatencyModel, SimulatedServer
 from verdict_lab.layouts import DEFAULT_LAYOUT
 
 
-# ----------------------------------------------------------------------------- 1. consensus throughput
+# -------------------------------------------------------------------------- 1. consensus throughput
 
 
 def best_of(f, repeat: int = 5) -> float:
@@ -87,8 +88,8 @@ def consensus_throughput(sizes=(10**3, 10**4, 10**5, 10**6), loop_max: int = 10*
     lam = np.array(verdict.STUBBORNNESS)
     A = system_matrix(lam)
     rows = [
-        "| N | closed form | loop of solve | batched solve | mean (floor) | loop / closed | batched / closed "
-        "| closed / mean |",
+        "| N | closed form | loop of solve | batched solve | mean (floor) | loop / closed | "
+        "batched / closed | closed / mean |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     ratios = {}
@@ -100,28 +101,37 @@ def consensus_throughput(sizes=(10**3, 10**4, 10**5, 10**6), loop_max: int = 10*
         A_b = np.broadcast_to(A, (N, 3, 3))
         t_batched = best_of(lambda: np.linalg.solve(A_b, rhs[..., None]), repeat=3)
         t_loop = (
-            best_of(lambda: [np.linalg.solve(A, r) for r in rhs], repeat=1) if N <= loop_max else float("nan")
+            best_of(lambda: [np.linalg.solve(A, r) for r in rhs], repeat=1)
+            if N <= loop_max
+            else float("nan")
         )
         ratios[N] = {"loop": t_loop / t_closed, "mean": t_closed / t_mean}
         ms = lambda t: "—" if t != t else f"{t * 1e3:.2f} ms"
         ratio = lambda a, b: "—" if a != a else f"{a / b:.1f}×"
         rows.append(
             f"| {N:,} | {ms(t_closed)} | {ms(t_loop)} | {ms(t_batched)} | {ms(t_mean)} | "
-            f"{ratio(t_loop, t_closed)} | {ratio(t_batched, t_closed)} | {ratio(t_closed, t_mean)} |"
+            f"{ratio(t_loop, t_closed)} | {ratio(t_batched, t_closed)} | "
+            f"{ratio(t_closed, t_mean)} |"
         )
-    rows.append(f"\nThe loop of np.linalg.solve is timed up to N = {loop_max:,} only (it grows linearly).")
+    rows.append(
+        f"\nThe loop of np.linalg.solve is timed up to N = {loop_max:,} only (it grows linearly)."
+    )
     return rows, ratios
 
 
-# ----------------------------------------------------------------------------- 2a. the simulated server
+# ------------------------------------------------------------------------- 2a. the simulated server
 
 
 def simulated_section(lm: LatencyModel, questions: int, steps: int, reps: int) -> tuple:
-    """Section 2a: (markdown lines, {mode: Result}, {"verdict": [ratio per repetition], "speculate": [...]}
-    of perf/speculation.py in the default layout)."""
+    """Section 2a: (markdown lines, {mode: Result},
+    {"verdict": [ratio per repetition], "speculate": [...]} of perf/speculation.py in the default
+    layout)."""
     qs, limits = [speculation.QUESTION.format(k=k) for k in range(questions)], (256, None, None)
     images = speculation.images(questions)
-    sim, zero = SimulatedServer(lm, steps - 1), SimulatedServer(replace(lm, time_scale=0.0), steps - 1)
+    sim, zero = (
+        SimulatedServer(lm, steps - 1),
+        SimulatedServer(replace(lm, time_scale=0.0), steps - 1),
+    )
     with LoopbackServer(sim, model="sim") as srv, LoopbackServer(zero, model="sim") as srv0:
         result = overhead(
             Client(srv.url, "sim"),
@@ -134,7 +144,9 @@ def simulated_section(lm: LatencyModel, questions: int, steps: int, reps: int) -
             sim.reset,
             count=tokenizer(srv.url),
         )
-        harness = float(np.mean(run_chains(Client(srv0.url, "sim"), BASE, qs, steps, limits, images).seconds))
+        harness = float(
+            np.mean(run_chains(Client(srv0.url, "sim"), BASE, qs, steps, limits, images).seconds)
+        )
     lines = simulated_description(lm, questions, steps, reps, harness)
     lines += time_table(result, lm.time_scale or 1.0) + [
         "",
@@ -143,34 +155,42 @@ def simulated_section(lm: LatencyModel, questions: int, steps: int, reps: int) -
         "",
     ]
     lines += (
-        token_table(result) + ["", FLOOR, ""] + adaptive_lines(result) + [""] + sequential_explanation(lm)
+        token_table(result)
+        + ["", FLOOR, ""]
+        + adaptive_lines(result)
+        + [""]
+        + sequential_explanation(lm)
     )
     spec = speculation.measure(reps, lm.time_scale, steps, questions, DEFAULT_LAYOUT)
     lines += [
         "",
-        "`--speculate` (verdict_lab/perf/speculation.py: verdict.run's whole chains, json score-only judges "
-        f"overlapped, the {DEFAULT_LAYOUT} layout, against the base reasoner's chains; {reps} repetition(s), "
-        f"interleaved, the same questions, steps and clock): {speculation.said(spec)}.",
+        "`--speculate` (verdict_lab/perf/speculation.py: verdict.run's whole chains, json "
+        f"score-only judges overlapped, the {DEFAULT_LAYOUT} layout, against the base reasoner's "
+        f"chains; {reps} repetition(s), interleaved, the same questions, steps and clock): "
+        f"{speculation.said(spec)}.",
     ]
     return lines, result, spec
 
 
-def simulated_description(lm: LatencyModel, questions: int, steps: int, reps: int, harness: float) -> list:
+def simulated_description(
+    lm: LatencyModel, questions: int, steps: int, reps: int, harness: float
+) -> list:
     """What section 2a simulates: the latency model and its sources, the workload, the clock and the
     harness's own overhead (`harness` seconds per request at zero latency)."""
     scale = lm.time_scale or 1.0
     return (
         [
-            "**This is a simulation**: a loopback server that sleeps as a latency model says; no GPU and no "
-            "model.",
+            "**This is a simulation**: a loopback server that sleeps as a latency model says; no "
+            "GPU and no model.",
             "",
-            f"Latency model: prefill {lm.prefill_tps:,.0f} tokens/s, decode {lm.decode_tps} tokens/s per "
-            f"sequence, batch capacity {lm.capacity} sequences, {lm.image_tokens} tokens per image, prefix "
-            f"cache {'on' if lm.prefix_cache else 'off'} (blocks of 16 pseudo-tokens, hashed in the order "
-            "the request lays them out: the system message, each image where the message puts it, the "
-            f"text). Replies: a step {lm.step_tokens} tokens, a final answer {lm.final_tokens}, a judge's "
-            f"reason and score {lm.rationale_tokens}, a short judge's score {lm.score_tokens}. Sources of "
-            "the defaults:",
+            f"Latency model: prefill {lm.prefill_tps:,.0f} tokens/s, decode {lm.decode_tps} "
+            f"tokens/s per sequence, batch capacity {lm.capacity} sequences, {lm.image_tokens} "
+            f"tokens per image, prefix cache {'on' if lm.prefix_cache else 'off'} (blocks of 16 "
+            "pseudo-tokens, hashed in the order the request lays them out: the system message, "
+            f"each image where the message puts it, the text). Replies: a step {lm.step_tokens} "
+            f"tokens, a final answer {lm.final_tokens}, a judge's reason and score "
+            f"{lm.rationale_tokens}, a short judge's score {lm.score_tokens}. Sources of the "
+            "defaults:",
             "",
         ]
         + [f"- {s}" for s in SOURCES]
@@ -178,74 +198,96 @@ def simulated_description(lm: LatencyModel, questions: int, steps: int, reps: in
             "",
             f"Workload: {questions} question(s), each with its own image, {steps} steps per chain, "
             "the last a final answer on which the n candidates agree; n = 3, m = 3, json judges; "
-            f"median of {reps} repetition(s), the modes interleaved. The cache is cleared before each "
-            "mode's chains, so each chain's first step finds nothing cached. Times are model seconds: "
-            "wall time ÷ the clock scale "
+            f"median of {reps} repetition(s), the modes interleaved. The cache is cleared before "
+            "each mode's chains, so each chain's first step finds nothing cached. Times are model "
+            "seconds: wall time ÷ the clock scale "
             f"{scale}. Harness overhead (client, HTTP, simulator) measured at zero latency: "
-            f"{harness * 1e3:.1f} ms per request = {harness / scale:.3f} model seconds; it inflates the "
-            "modes that send more requests. Every ratio is to the base step in the per-role layout (the "
-            "reasoner's own system message, as a base model alone is run).",
+            f"{harness * 1e3:.1f} ms per request = {harness / scale:.3f} model seconds; it "
+            "inflates the modes that send more requests. Every ratio is to the base step in the "
+            "per-role layout (the reasoner's own system message, as a base model alone is run).",
             "",
         ]
     )
 
 
 FLOOR = (
-    "The floor of a step's computed prompt tokens, per step after each chain's first: what the base step "
-    "computes (the base reasoner, one request, per-role layout) plus, for each of the step's n·m judge "
-    "requests, the tokens of its own task, the candidate and the reply line (the prompt's [task], "
-    "Judge.task), counted alone by the server's POST /tokenize. No earlier request holds a judge's task, so "
-    "no prefix cache can serve it; everything before it (system message, images, question, steps, the "
-    "role's instructions) could be served. Steps that adaptive judging does not judge have the base's floor. "
-    "Computed vs floor: the server's computed tokens over this floor (1.00× is a perfect prefix cache)."
+    "The floor of a step's computed prompt tokens, per step after each chain's first: what the "
+    "base step computes (the base reasoner, one request, per-role layout) plus, for each of the "
+    "step's n·m judge requests, the tokens of its own task, the candidate and the reply line (the "
+    "prompt's [task], Judge.task), counted alone by the server's POST /tokenize. No earlier "
+    "request holds a judge's task, so no prefix cache can serve it; everything before it (system "
+    "message, images, question, steps, the role's instructions) could be served. Steps that "
+    "adaptive judging does not judge have the base's floor. Computed vs floor: the server's "
+    "computed tokens over this floor (1.00× is a perfect prefix cache)."
 )
 
 
 def sequential_explanation(lm: LatencyModel, n: int = 3, m: int = 3) -> list:
-    """Why sequential lands where it does. With warm caches every request is decode-bound, so one step
-    costs n candidate calls and n·m judge calls of L_judge tokens, against one call of L_step tokens:
-    sequential ≈ n + n·m·L_judge / L_step (1 + n·m·L_judge / L_step when the n come from one request)."""
+    """Why sequential lands where it does. With warm caches every request is decode-bound, so one
+    step costs n candidate calls and n·m judge calls of L_judge tokens, against one call of L_step
+    tokens:
+
+        sequential ≈ n + n·m·L_judge / L_step
+
+    (1 + n·m·L_judge / L_step when the n come from one request)."""
     ratio = lambda judge_tokens: n + n * m * judge_tokens / lm.step_tokens
-    at = lambda base: (PAPER_OVERHEAD - base) * lm.step_tokens / (n * m)  # the L_judge that gives 3.80×
+    # The judges' reply length L_judge at which the ratio is 3.80×.
+    at = lambda base: (PAPER_OVERHEAD - base) * lm.step_tokens / (n * m)
     return [
-        "Does sequential land near the paper's 3.80×? With warm caches every request is bound by decoding, "
-        f"so sequential ≈ n + n·m·L_judge / L_step = {n} + {n * m}·L_judge / {lm.step_tokens}: "
-        f"{ratio(lm.rationale_tokens):.1f}× with {lm.rationale_tokens}-token rationales, "
-        f"{ratio(lm.score_tokens):.1f}× with {lm.score_tokens}-token score-only replies. The measured "
-        "chains move away from these: their first step pays for cold image prefixes, and the final answer "
-        "is a short step that is still judged in full. The ratio is set by the judges' reply length "
-        f"relative to the step length: 3.80× corresponds to judges replying with about {at(n):.0f} tokens "
-        f"({at(n) / lm.step_tokens:.0%} of a step) when the n candidates are sampled one after another, or "
-        f"about {at(1):.0f} tokens when they come from one request, i.e. a bare score or a very short "
-        "justification, which fits the paper's agents that return a single scalar. Judges that explain "
-        "themselves cost several times more when run one after another."
+        "Does sequential land near the paper's 3.80×? With warm caches every request is bound by "
+        f"decoding, so sequential ≈ n + n·m·L_judge / L_step = {n} + {n * m}·L_judge / "
+        f"{lm.step_tokens}: {ratio(lm.rationale_tokens):.1f}× with {lm.rationale_tokens}-token "
+        f"rationales, {ratio(lm.score_tokens):.1f}× with {lm.score_tokens}-token score-only "
+        "replies. The measured chains move away from these: their first step pays for cold image "
+        "prefixes, and the final answer is a short step that is still judged in full. The ratio is "
+        "set by the judges' reply length relative to the step length: 3.80× corresponds to judges "
+        f"replying with about {at(n):.0f} tokens ({at(n) / lm.step_tokens:.0%} of a step) when the "
+        f"n candidates are sampled one after another, or about {at(1):.0f} tokens when they come "
+        "from one request, i.e. a bare score or a very short justification, which fits the paper's "
+        "agents that return a single scalar. Judges that explain themselves cost several times "
+        "more when run one after another."
     ]
 
 
 # ----------------------------------------------------------------------------- report
 
 
+def _target_row(what: str, values: list, ok, unit: str = "×") -> str:
+    """One row of the targets table: the figure in each layout given, then met, missed or not
+    measured, judged on the default layout's figure (the only one when a single value is given)."""
+    cells = [
+        "—" if v is None or v != v else f"{v:,.0f} B" if unit == " B" else f"{v:.2f}×"
+        for v in values
+    ]
+    judged = values[ORDER.index(DEFAULT_LAYOUT)] if len(values) > 1 else values[0]
+    said = (
+        "not measured" if judged is None or judged != judged else "met" if ok(judged) else "missed"
+    )
+    return f"| {what} | {' | '.join(cells + ['—'] * (len(ORDER) - len(cells)))} | {said} |"
+
+
 def targets(
-    ratios: dict, sim: dict, live: dict | None, per_judge: float | None = None, spec: dict | None = None
+    ratios: dict,
+    sim: dict,
+    live: dict | None,
+    per_judge: float | None = None,
+    spec: dict | None = None,
 ) -> list:
-    """The targets, each with its measured figure in every layout (ORDER); met or missed is judged on
-    the default layout (layouts.DEFAULT_LAYOUT). per_judge: the response cache's stored bytes per judge
-    reply (section 4); spec: perf/speculation.py's ratios (section 2a), measured in the default layout."""
-
-    def row(what, values, ok, unit="×"):
-        cells = [
-            "—" if v is None or v != v else f"{v:,.0f} B" if unit == " B" else f"{v:.2f}×" for v in values
-        ]
-        judged = values[ORDER.index(DEFAULT_LAYOUT)] if len(values) > 1 else values[0]
-        said = "not measured" if judged is None or judged != judged else "met" if ok(judged) else "missed"
-        return f"| {what} | {' | '.join(cells + ['—'] * (len(ORDER) - len(cells)))} | {said} |"
-
-    each = lambda result, m, f: [f(result, replace(m, layout=lay)) if result else None for lay in ORDER]
-    measured = [row(what, each(res, m, f), ok) for what, res, m, f, ok in overhead_checks(sim, live)]
+    """The targets, each with its measured figure in every layout (ORDER); met or missed is judged
+    on the default layout (layouts.DEFAULT_LAYOUT). per_judge: the response cache's stored bytes per
+    judge reply (section 4); spec: perf/speculation.py's ratios (section 2a), measured in the
+    default layout."""
+    each = lambda result, m, f: [
+        f(result, replace(m, layout=lay)) if result else None for lay in ORDER
+    ]
+    measured = [
+        _target_row(what, each(res, m, f), ok) for what, res, m, f, ok in overhead_checks(sim, live)
+    ]
     speculate = statistics.median(spec["speculate"]) if spec else None
-    measured.insert(  # after the simulated rows; measured in the default layout only
+    # The speculation row goes after the simulated rows, measured in the default layout only.
+    measured.insert(
         2,
-        row(
+        _target_row(
             "simulated server: `--speculate` ≤ 1.25× base, whole chains (median)",
             [speculate if lay == DEFAULT_LAYOUT else None for lay in ORDER],
             at_most(1.25),
@@ -257,9 +299,13 @@ def targets(
         "",
         "| target | " + " | ".join(f"measured, {lay} layout" for lay in ORDER) + " | |",
         "|---|" + "---:|" * len(ORDER) + "---|",
-        row("closed form ≥ 50× faster than a loop of np.linalg.solve at N = 10⁵", [loop], lambda v: v >= 50),
-        row("closed form ≤ 10× the time of mean at N = 10⁶", [mean], at_most(10)),
-        row(
+        _target_row(
+            "closed form ≥ 50× faster than a loop of np.linalg.solve at N = 10⁵",
+            [loop],
+            lambda v: v >= 50,
+        ),
+        _target_row("closed form ≤ 10× the time of mean at N = 10⁶", [mean], at_most(10)),
+        _target_row(
             "response cache: ≤ 2 KB per judge reply, stored bytes (section 4)",
             [per_judge],
             at_most(2000),
@@ -286,16 +332,16 @@ def overhead_checks(sim: dict, live: dict | None) -> tuple:
             at_most(1.6),
         ),
         (
-            f"simulated server: the paper's sequential setting ({SEQ_SCORE.name}) within ±25% of 3.80×, "
-            "whole chains",
+            f"simulated server: the paper's sequential setting ({SEQ_SCORE.name}) within ±25% of "
+            "3.80×, whole chains",
             sim,
             SEQ_SCORE,
             ratio,
             near,
         ),
         (
-            f"real llama-server: default settings ({CONC_SCORE.name}), computed prompt tokens per step "
-            "≤ 1.5× the floor",
+            f"real llama-server: default settings ({CONC_SCORE.name}), computed prompt tokens per "
+            "step ≤ 1.5× the floor",
             live,
             CONC_SCORE,
             to_floor,
@@ -305,10 +351,10 @@ def overhead_checks(sim: dict, live: dict | None) -> tuple:
 
 
 def causes(sim: dict, live: dict | None) -> list:
-    """What sets the figures the targets compare, measured in this run: the prompt tokens computed per step
-    against the floor (Result.floor) in each layout, on the simulator (a prefix cache that keeps every block
-    it saw) and on llama-server, and where the real server's time goes (its own timings: computing prompts
-    against generating)."""
+    """What sets the figures the targets compare, measured in this run: the prompt tokens computed
+    per step against the floor (Result.floor) in each layout, on the simulator (a prefix cache that
+    keeps every block it saw) and on llama-server, and where the real server's time goes (its own
+    timings: computing prompts against generating)."""
     multiple = lambda res, m: (
         f"{res[m].to_floor:.2f}×" if res and m in res and res[m].to_floor is not None else "—"
     )
@@ -323,33 +369,34 @@ def causes(sim: dict, live: dict | None) -> list:
         for m in [replace(CONC_SCORE, layout=lay)]
     )
     lines = [
-        "- Prompt tokens computed per step after the first, against the floor (section 2a): each of a "
-        "VERDICT step's n·m judge requests ends with its own candidate and task, which no earlier request "
-        "holds, so any prefix cache computes them; the rest of a request could be served from the cache. "
-        "What a layout computes beyond the floor is what its cache could not serve: in the shared layout "
-        "the role's instructions follow the previous steps, so they are computed again at every step. "
-        "Concurrent, "
-        f"short judges: the simulated server (whose cache keeps every block it has seen) computes "
+        "- Prompt tokens computed per step after the first, against the floor (section 2a): each "
+        "of a VERDICT step's n·m judge requests ends with its own candidate and task, which no "
+        "earlier request holds, so any prefix cache computes them; the rest of a request could be "
+        "served from the cache. What a layout computes beyond the floor is what its cache could "
+        "not serve: in the shared layout the role's instructions follow the previous steps, so "
+        "they are computed again at every step. Concurrent, "
+        "short judges: the simulated server (whose cache keeps every block it has seen) computes "
         f"{per_layout(sim)}; the real llama-server {per_layout(live)}.",
-        "- Prompt tokens computed per whole chain, its cold first step too (concurrent, short judges): "
-        f"the simulated server {per_chain(sim)}; the real llama-server {per_chain(live)}. A layout whose "
-        "requests differ from the first token (per-role) computes each item's image once per role.",
+        "- Prompt tokens computed per whole chain, its cold first step too (concurrent, short "
+        f"judges): the simulated server {per_chain(sim)}; the real llama-server {per_chain(live)}. "
+        "A layout whose requests differ from the first token (per-role) computes each item's image "
+        "once per role.",
     ]
     if live and live[BASE].server_ms:
         ms = lambda m: live[m].server_ms or (math.nan, math.nan)
         at_default = lambda m: replace(m, layout=DEFAULT_LAYOUT)
         lines.append(
-            "- Time on the real llama-server, from its own timings (per step, all steps; a request's "
-            "milliseconds, so parallel requests overlap): "
+            "- Time on the real llama-server, from its own timings (per step, all steps; a "
+            "request's milliseconds, so parallel requests overlap): "
             + "; ".join(
-                f"{m.name} ({m.layout}) {ms(m)[0]:,.0f} ms computing prompts and {ms(m)[1]:,.0f} ms "
-                f"generating ({ms(m)[1] / sum(ms(m)):.0%} generating)"
+                f"{m.name} ({m.layout}) {ms(m)[0]:,.0f} ms computing prompts and {ms(m)[1]:,.0f} "
+                f"ms generating ({ms(m)[1] / sum(ms(m)):.0%} generating)"
                 for m in (BASE, at_default(CONC), at_default(CONC_SCORE))
                 if m in live
             )
             + ". On 2 CPU cores the slots share "
-            "the same cores, so generation is not batched into free capacity as on a GPU: the judges' "
-            "generated tokens cost time one after another."
+            "the same cores, so generation is not batched into free capacity as on a GPU: the "
+            "judges' generated tokens cost time one after another."
         )
     return lines
 
@@ -358,19 +405,26 @@ def parse_args(argv) -> argparse.Namespace:
     """The command's flags; a bad value is one line and exit 2."""
     p = Parser(prog="verdict_lab.bench", description=__doc__.splitlines()[0])
     p.add_argument(
-        "--out", default="docs/bench_report.md", help="where to write the report (its picture beside it)"
+        "--out",
+        default="docs/bench_report.md",
+        help="where to write the report (its picture beside it)",
     )
     p.add_argument(
-        "--quick", action="store_true", help="a fast smoke run (small sizes; targets partly unmeasured)"
+        "--quick",
+        action="store_true",
+        help="a fast smoke run (small sizes; targets partly unmeasured)",
     )
     p.add_argument(
-        "--live-url", default=os.environ.get("VERDICT_LIVE_URL"), help="a real server for section 2b"
+        "--live-url",
+        default=os.environ.get("VERDICT_LIVE_URL"),
+        help="a real server for section 2b",
     )
     p.add_argument(
         "--serve",
         action="store_true",
         help="start llama-servers with serve_tiny.sh for 2b and 2c "
-        "(SmolLM2-135M-Instruct), each flag set of 2c in turn, and stop them; --live-url is then unused",
+        "(SmolLM2-135M-Instruct), each flag set of 2c in turn, and stop them; "
+        "--live-url is then unused",
     )
     p.add_argument("--live-model", default="smollm2", help="the model name sent to the real server")
     p.add_argument("--live-reps", type=int, default=3, help="repetitions of section 2b (3)")
@@ -378,7 +432,9 @@ def parse_args(argv) -> argparse.Namespace:
         "--flag-reps", type=int, help="repetitions of section 2c's flag sets (default: --live-reps)"
     )
     p.add_argument("--sim-reps", type=int, default=3, help="repetitions of section 2a (3)")
-    p.add_argument("--live-steps", type=int, default=3, help="steps per chain in sections 2b and 2c (3)")
+    p.add_argument(
+        "--live-steps", type=int, default=3, help="steps per chain in sections 2b and 2c (3)"
+    )
     p.add_argument(
         "--live-questions",
         type=int,
@@ -387,15 +443,18 @@ def parse_args(argv) -> argparse.Namespace:
         help=f"questions in sections 2b and 2c (2; at most {len(LIVE_QUESTIONS)})",
     )
     p.add_argument(
-        "--time-scale", type=float, help="wall seconds per simulated second (0.5; 0.02 with --quick)"
+        "--time-scale",
+        type=float,
+        help="wall seconds per simulated second (0.5; 0.02 with --quick)",
     )
     args = p.parse_args(argv)
     flag_reps = 1 if args.flag_reps is None else args.flag_reps
     scale_ok = args.time_scale is None or (math.isfinite(args.time_scale) and args.time_scale > 0)
     if min(args.live_reps, args.sim_reps, flag_reps) < 1 or args.live_steps < 2 or not scale_ok:
         p.error(
-            "need --live-reps, --flag-reps, --sim-reps >= 1, --live-steps >= 2, a finite --time-scale > 0; "
-            f"got {args.live_reps}, {args.flag_reps}, {args.sim_reps}, {args.live_steps}, {args.time_scale}"
+            "need --live-reps, --flag-reps, --sim-reps >= 1, --live-steps >= 2, a finite "
+            f"--time-scale > 0; got {args.live_reps}, {args.flag_reps}, {args.sim_reps}, "
+            f"{args.live_steps}, {args.time_scale}"
         )
     return args
 
@@ -408,8 +467,9 @@ def header(args, argv) -> list:
     return [
         "# VERDICT benchmark report",
         "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, NumPy "
-        f"{np.__version__}; load average {load} at the start (the machine may be shared).{smoke}",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}, NumPy {np.__version__}; load average {load} at the start "
+        f"(the machine may be shared).{smoke}",
         "",
         f"Command: `python -m verdict_lab.bench {shown}`",
         "",
@@ -430,7 +490,10 @@ def real_server_sections(args) -> tuple:
             args.live_url, args.live_model, reps, args.live_steps, LIVE_MODES, args.live_questions
         )
         return lines, skipped, live
-    none = "skipped: no live server (pass --serve, or --live-url URL or set VERDICT_LIVE_URL; serve_tiny.sh "
+    none = (
+        "skipped: no live server (pass --serve, or --live-url URL or set "
+        "VERDICT_LIVE_URL; serve_tiny.sh "
+    )
     return [none + "starts one)."], skipped, None
 
 
@@ -468,7 +531,9 @@ def main(argv=None) -> int:
     lines += ["", "## 4. The response cache", ""] + cache_lines
     lines += ["", "## Targets", ""] + targets(ratios, sim, live, per_judge, spec)
     lines += ["", "What sets the figures the targets compare:", ""] + causes(sim, live)
-    report = "\n".join(lines + ["", f"The whole run took {time.perf_counter() - t0:,.0f} s."]) + "\n"
+    report = (
+        "\n".join(lines + ["", f"The whole run took {time.perf_counter() - t0:,.0f} s."]) + "\n"
+    )
     print(report)
     with open(args.out, "w", encoding="utf-8") as fh:
         fh.write(report)

@@ -1,5 +1,5 @@
-"""The one plotting helper of VERDICT's pictures (pillow only): one palette, and text that is measured
-before it is drawn, so that no label overlaps another and none is cut at the image's edge.
+"""The one plotting helper of VERDICT's pictures (pillow only): one palette, and text that is
+measured before it is drawn, so that no label overlaps another and none is cut at the image's edge.
 
 Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
 Disagreement-Aware Consensus", ECCV 2026. The decision plane (demo.plot), the simulation
@@ -7,11 +7,12 @@ Disagreement-Aware Consensus", ECCV 2026. The decision plane (demo.plot), the si
 (perf/overhead.picture) draw with:
 
 - PALETTE: Tableau's ten colours, named; INK, GRID and tint for the rest;
-- Canvas: an image, its ImageDraw (`draw`, for lines and shapes) and `texts`, every text drawn with its box.
-  Canvas.text wraps a text to a width, shrinks it when its widest word or its line count does not fit,
-  keeps it inside the image, and tries the offsets it is given in turn until it overlaps no text drawn
-  before (nor a shape given to Canvas.avoid); when none works it leaves the text out (so tick and value
-  labels thin themselves). Draw what matters first: a later text gives way;
+- Canvas: an image, its ImageDraw (`draw`, for lines and shapes) and `texts`, every text drawn
+  with its box.
+  Canvas.text wraps a text to a width, shrinks it when its widest word or its line count does not
+  fit, keeps it inside the image, and tries the offsets it is given in turn until it overlaps no
+  text drawn before (nor a shape given to Canvas.avoid); when none works it leaves the text out (so
+  tick and value labels thin themselves). Draw what matters first: a later text gives way;
 - legend: swatches and their labels in a column or a row, each label wrapped to the legend's width;
 - nice: an axis's ends and tick step, round numbers.
 
@@ -26,8 +27,8 @@ from PIL import Image, ImageDraw, ImageFont
 
 
 def font(size: int):
-    """pillow's default font at `size` points (its one small bitmap size before Pillow 10.1). It has no
-    Greek letters, so pictures label τ, ε and Δ* in ASCII."""
+    """pillow's default font at `size` points (its one small bitmap size before Pillow 10.1). It has
+    no Greek letters, so pictures label τ, ε and Δ* in ASCII."""
     try:
         return ImageFont.load_default(size=size)
     except TypeError:  # Pillow < 10.1 has one bitmap size only
@@ -57,7 +58,8 @@ def tint(colour: tuple, amount: float) -> tuple:
 
 
 def wrap(text: str, fnt, width: float) -> list:
-    """Greedy word wrap of each line of `text` to `width` pixels; a wider word has a line of its own."""
+    """Greedy word wrap of each line of `text` to `width` pixels; a wider word has a line of its
+    own."""
     lines = []
     for paragraph in text.split("\n"):
         line = ""
@@ -72,8 +74,8 @@ def wrap(text: str, fnt, width: float) -> list:
 
 
 def layout(text: str, size: int, width: float, lines: int | None = None) -> tuple:
-    """(font, lines, w, h, pitch): `text` wrapped to `width`, at `size` points or smaller, down to MIN_SIZE,
-    until every line fits the width and there are at most `lines` of them."""
+    """(font, lines, w, h, pitch): `text` wrapped to `width`, at `size` points or smaller, down to
+    MIN_SIZE, until every line fits the width and there are at most `lines` of them."""
     while True:
         fnt = font(size)
         rows = wrap(text, fnt, width)
@@ -91,12 +93,14 @@ def intersects(a: tuple, b: tuple, gap: float = 0) -> bool:
 
 
 class Canvas:
-    """A white image, its ImageDraw and the boxes of the texts drawn on it; see the module's docstring."""
+    """A white image, its ImageDraw and the boxes of the texts drawn on it; see the module's
+    docstring."""
 
     def __init__(self, size: tuple):
         self.img = Image.new("RGB", tuple(int(v) for v in size), "white")
         self.draw = ImageDraw.Draw(self.img)
-        self.texts, self.shapes = [], []  # (text, box) of every text drawn; the shapes texts keep off (avoid)
+        # The (text, box) of every text drawn, and the shapes that texts keep off (avoid).
+        self.texts, self.shapes = [], []
 
     @property
     def boxes(self) -> list:
@@ -124,15 +128,16 @@ class Canvas:
         lines: int | None = None,
         moves=((0, 0),),
     ) -> tuple | None:
-        """Draws `text` at xy (see Canvas.box), wrapped to `width` pixels (the image's by default) in at most
-        `lines` lines, at the first offset of `moves` where it overlaps no text drawn before. Returns its box,
-        or None when every offset overlaps and the text is left out."""
+        """Draws `text` at xy (see Canvas.box), wrapped to `width` pixels (the image's by default)
+        in at most `lines` lines, at the first offset of `moves` where it overlaps no text drawn
+        before. Returns its box, or None when every offset overlaps and the text is left out."""
         W, H = self.img.size
         width = min(width or W, W - 2 * GAP)
         fnt, rows, w, h, pitch = layout(str(text), size, width, lines)
         for mx, my in moves:
             b = self.box((xy[0] + mx, xy[1] + my), w, h, anchor)
-            fits = b[2] <= W and b[3] <= H  # else even MIN_SIZE is too large for the image: left out
+            # Otherwise even MIN_SIZE is too large for the image, and the text is left out.
+            fits = b[2] <= W and b[3] <= H
             if fits and not any(intersects(b, o, GAP) for o in self.boxes + self.shapes):
                 for i, row in enumerate(rows):  # each line aligned in the block as the anchor says
                     x = b[0] + {"l": 0, "m": 0.5, "r": 1}[anchor[0]] * (w - fnt.getlength(row))
@@ -159,10 +164,11 @@ def legend(
     frame: bool = False,
     across: bool = False,
 ) -> float:
-    """(label, colour) items from xy, the top left, in a column (in a row if `across`): a 10-pixel swatch (a
-    24-pixel line if `line`) and the label, wrapped to the rest of `width`; a row that would pass `width`
-    goes on below. A colour None makes the label a heading, a callable colour draws its own swatch, given
-    (draw, swatch box). A frame is drawn on white beneath a column. Returns the y below the items."""
+    """(label, colour) items from xy, the top left, in a column (in a row if `across`): a 10-pixel
+    swatch (a 24-pixel line if `line`) and the label, wrapped to the rest of `width`; a row that
+    would pass `width` goes on below. A colour None makes the label a heading, a callable colour
+    draws its own swatch, given (draw, swatch box). A frame is drawn on white beneath a column.
+    Returns the y below the items."""
     (x, y), left = xy, xy[0]
     indent = 32 if line else 16
     sizes = [layout(label, size, width - indent)[2:4] for label, _ in items]  # (w, h) each
@@ -170,7 +176,8 @@ def legend(
     if frame:
         c.draw.rectangle(box, fill="white", outline=tint(INK, 0.7))
     for (label, colour), (w, h) in zip(items, sizes):
-        if across and x > left and x + indent + w > left + width:  # the row is full: a new one below
+        # When the row is full, a new one starts below.
+        if across and x > left and x + indent + w > left + width:
             x, y = left, y + max(h for _, h in sizes) + 3
         mid = y + min(h, sum(font(size).getmetrics())) / 2  # the first line's middle
         if callable(colour):
@@ -188,8 +195,9 @@ def legend(
 
 
 def nice(lo: float, hi: float, most: int = 6) -> tuple:
-    """(low, high, step) of an axis that holds [lo, hi]: a step of 1, 2, 2.5 or 5 times a power of ten, at
-    most `most` steps from low to high, both ends whole steps. An empty span (lo == hi) gets one step."""
+    """(low, high, step) of an axis that holds [lo, hi]: a step of 1, 2, 2.5 or 5 times a power of
+    ten, at most `most` steps from low to high, both ends whole steps. An empty span (lo == hi) gets
+    one step."""
     if not hi > lo:  # one value, or none: a span of one unit around it
         lo, hi = lo - 0.5 if lo else 0.0, hi + 0.5 if hi else 1.0
     mag = 10 ** math.floor(math.log10((hi - lo) / most))

@@ -1,17 +1,19 @@
-"""The client long runs need: judges.Endpoint's POST with a wall-clock deadline, identical requests in flight
-merged into one, the on-disk response cache, replica pinning and usage counters.
+"""The client long runs need: judges.Endpoint's POST with a wall-clock deadline, identical requests
+in flight merged into one, the on-disk response cache, replica pinning and usage counters.
 
 Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
-Disagreement-Aware Consensus", ECCV 2026: the reasoner and the agents are model calls, and a benchmark run
-makes hundreds of thousands of them. judges.py makes one call with bounded retries; Client plugs into its
-seam (a `client` with chat(messages, **params)) and adds what a run of many chains needs:
+Disagreement-Aware Consensus", ECCV 2026: the reasoner and the agents are model calls, and a
+benchmark run makes hundreds of thousands of them. judges.py makes one call with bounded retries;
+Client plugs into its seam (a `client` with chat(messages, **params)) and adds what a run of many
+chains needs:
 
-- a deadline: `timeout` bounds each attempt from sending it to the reply's last byte, however slowly the
-  server trickles it (requests' own timeout bounds each socket read, not the request);
+- a deadline: `timeout` bounds each attempt from sending it to the reply's last byte, however
+  slowly the server trickles it (requests' own timeout bounds each socket read, not the request);
 - merging: identical calls in flight at once (on a client and its forks) send one request;
 - the response cache (cache.py), keyed on the endpoint and the request;
 - pinning: each chain's requests to one data-parallel replica (vLLM's X-data-parallel-rank header);
-- counters: requests, calls, cache hits, tokens and the prefix-cache reuse the replies report (usage).
+- counters: requests, calls, cache hits, tokens and the prefix-cache reuse the replies report
+  (usage).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from typing import Callable
 import requests
 import urllib3
 
-from judges import DEFAULT_KEY_ENV, Endpoint, EndpointError, one_line, shape_problem, shown_url
+from judges import DEFAULT_KEY_ENV, Endpoint, EndpointError, shape_problem, shown_url
+from verdict_lab.text import one_line
 from verdict_lab.cache import Cache, CacheError, cache_key
 from verdict_lab.formats import reported_cache, reported_usage, whole_text
 
@@ -36,34 +39,38 @@ RANK_HEADER = "X-data-parallel-rank"  # vLLM's request header: the data-parallel
 
 
 def check_base_url(url) -> str:
-    """url without its trailing "/", if it is http(s)://HOST[:PORT][/PATH]; else ValueError naming it: such a
-    URL is wrong for good, so it fails before any request rather than after a round of retries."""
+    """url without its trailing "/", if it is http(s)://HOST[:PORT][/PATH]; else ValueError naming
+    it: such a URL is wrong for good, so it fails before any request rather than after a round of
+    retries."""
     try:
         parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
-        port_ok = parts is None or parts.port is None or parts.port > 0  # .port raises on a malformed port
+        # Reading .port raises ValueError on a malformed port, hence the try.
+        port_ok = parts is None or parts.port is None or parts.port > 0
     except ValueError:
         parts, port_ok = None, False
     if not (parts and parts.scheme in ("http", "https") and parts.hostname and port_ok) or any(
         c.isspace() for c in parts.netloc
     ):
         raise ValueError(
-            f"the endpoint URL must be http:// or https:// with a host, e.g. http://127.0.0.1:8000/v1; "
-            f"got {url!r}"
+            "the endpoint URL must be http:// or https:// with a host, e.g. "
+            f"http://127.0.0.1:8000/v1; got {url!r}"
         )
     return url.rstrip("/")
 
 
 # ----------------------------------------------------------------------------- the deadline
 
-_current = threading.local()  # .deadline: the _Deadline of the request this thread is making, if any
+# Its attribute .deadline is the _Deadline of the request this thread is making, if any.
+_current = threading.local()
 
 
 class _Deadline:
-    """The wall-clock bound of one request: a watchdog thread that, `seconds` after the request starts, shuts
-    the socket of its connection down, so that no read outlasts it. The connection is the one _Pool hands
-    this thread while the deadline is current, and its socket the last one it had (a reply the server will
-    close after, HTTP/1.0 or "Connection: close", takes the socket from its connection: the deadline still
-    holds it). `expired` tells that a failure, or a reply cut short, was the deadline's doing."""
+    """The wall-clock bound of one request: a watchdog thread that, `seconds` after the request
+    starts, shuts the socket of its connection down, so that no read outlasts it. The connection is
+    the one _Pool hands this thread while the deadline is current, and its socket the last one it
+    had (a reply the server will close after, HTTP/1.0 or "Connection: close", takes the socket from
+    its connection: the deadline still holds it). `expired` tells that a failure, or a reply cut
+    short, was the deadline's doing."""
 
     def __init__(self, seconds: float):
         self.seconds, self.expired, self.conn, self.sock = seconds, False, None, None
@@ -80,7 +87,8 @@ class _Deadline:
             self._over.set()
 
     def connection(self, conn) -> None:
-        """Called by _Pool: this request's connection (None: back in the pool) and its socket, if any."""
+        """Called by _Pool: this request's connection (None: back in the pool) and its socket, if
+        any."""
         with self._lock:
             self.conn, self.sock = conn, getattr(conn, "sock", None)
 
@@ -98,13 +106,16 @@ class _Deadline:
                     return
                 sock = getattr(self.conn, "sock", None) or self.sock
                 if sock is not None:
-                    self.expired = True  # before the shutdown: the request's thread reads it on waking
+                    # Set before the shutdown, since the request's thread reads it on waking.
+                    self.expired = True
                     try:
                         sock.shutdown(socket.SHUT_RDWR)  # the blocked read returns at once
                     except OSError:  # already closed
                         pass
                     return
-            if self._over.wait(0.01):  # connecting (the connect timeout bounds it), or the reply is read
+            # No socket yet: the request is connecting (the connect timeout bounds that), or its
+            # reply has been read.
+            if self._over.wait(0.01):
                 return
 
 
@@ -140,7 +151,8 @@ class _Pool(urllib3.HTTPConnectionPool):
 
     def _put_conn(self, conn) -> None:
         deadline = getattr(_current, "deadline", None)
-        if deadline is not None:  # the reply is read: the connection goes back to the pool, not ours to shut
+        # The reply has been read, so the connection goes back to the pool, no longer ours to shut.
+        if deadline is not None:
             deadline.connection(None)
         super()._put_conn(conn)
 
@@ -163,8 +175,9 @@ class _Adapter(requests.adapters.HTTPAdapter):
 
 
 class _Session(requests.Session):
-    """The session Client gives its Endpoint: every request within a _Deadline of `timeout` seconds (an
-    expired one raises requests.Timeout, a reply cut short by it included), counted by on_request()."""
+    """The session Client gives its Endpoint: every request within a _Deadline of `timeout` seconds
+    (an expired one raises requests.Timeout, a reply cut short by it included), counted by
+    on_request()."""
 
     def __init__(self, timeout: float, on_request: Callable[[], None]):
         super().__init__()
@@ -172,7 +185,18 @@ class _Session(requests.Session):
         self.mount("http://", _Adapter(pool_maxsize=64))  # one connection per thread
         self.mount("https://", _Adapter(pool_maxsize=64))
 
-    def request(self, *args, **kwargs):
+    def request(self, method, url, **kwargs):
+        response = self._within_deadline(method, url, **kwargs)
+        payload = kwargs.get("json")
+        if response.status_code == 500 and "Chunk not found" in response.text and payload:
+            # llama-server's multimodal prompt cache can cut inside an image, and then every
+            # request that reuses the slot's cache fails; the same request without the prompt
+            # cache does not.
+            kwargs["json"] = {**payload, "cache_prompt": False}
+            response = self._within_deadline(method, url, **kwargs)
+        return response
+
+    def _within_deadline(self, *args, **kwargs):
         self.on_request()
         deadline = _Deadline(self.deadline)
         try:
@@ -197,21 +221,23 @@ class _Flight:
         self.done = threading.Event()
         self.response, self.source, self.error = None, None, None  # source: "server" or "cache"
 
-    def finish(self, response: dict | None, source: str | None, error: BaseException | None = None) -> None:
+    def finish(
+        self, response: dict | None, source: str | None, error: BaseException | None = None
+    ) -> None:
         self.response, self.source, self.error = response, source, error
         self.done.set()
 
 
 class InFlight:
-    """The requests a client and its forks have in flight, by cache key. An identical call made meanwhile
-    waits for the first one's outcome instead of sending a request of its own."""
+    """The requests a client and its forks have in flight, by cache key. An identical call made
+    meanwhile waits for the first one's outcome instead of sending a request of its own."""
 
     def __init__(self):
         self._lock, self._flights = threading.Lock(), {}
 
     def join(self, key: str) -> tuple:
-        """(flight, True) for the first call of `key`, which must end it with leave(); (flight, False) for a
-        follower."""
+        """(flight, True) for the first call of `key`, which must end it with leave();
+        (flight, False) for a follower."""
         with self._lock:
             flight = self._flights.get(key)
             if flight is None:
@@ -225,20 +251,21 @@ class InFlight:
 
 
 USAGE = (  # Client.usage's counters, in order
-    "requests calls cache_hits merged replies prompt_tokens completion_tokens call_tokens cache_reports "
-    "cached_tokens computed_prompt_tokens timings_reports timings_cache_n timings_prompt_n timings_prompt_ms "
-    "timings_predicted_ms"
+    "requests calls cache_hits merged replies prompt_tokens completion_tokens call_tokens "
+    "cache_reports cached_tokens computed_prompt_tokens timings_reports timings_cache_n "
+    "timings_prompt_n timings_prompt_ms timings_predicted_ms"
 ).split()
 
 
 class Client:
-    """chat(messages, **params) -> a chat completion, for judges.py's roles: judges.Endpoint's POST with
-    bounded retries (at most `retries`; connection errors, timeouts, 429 with Retry-After, 5xx and malformed
-    replies), each attempt within `timeout` seconds of wall-clock time, its replies' lone surrogates
-    replaced (whole_text). Identical calls in flight at the same time (the same cache key, on this client or
-    its forks) send one request and share its response (or its error); `cache` (a Cache) serves a request
-    made before. on_chat(), when given, is called before every call, merged ones included; an exception it
-    raises refuses the call (the harness's call budget). `headers` go with every request (pin)."""
+    """chat(messages, **params) -> a chat completion, for judges.py's roles: judges.Endpoint's POST
+    with bounded retries (at most `retries`; connection errors, timeouts, 429 with Retry-After, 5xx
+    and malformed replies), each attempt within `timeout` seconds of wall-clock time, its replies'
+    lone surrogates replaced (whole_text). Identical calls in flight at the same time (the same
+    cache key, on this client or its forks) send one request and share its response (or its error);
+    `cache` (a Cache) serves a request made before. on_chat(), when given, is called before every
+    call, merged ones included; an exception it raises refuses the call (the harness's call budget).
+    `headers` go with every request (pin)."""
 
     def __init__(
         self,
@@ -253,11 +280,16 @@ class Client:
         on_chat: Callable[[], None] | None = None,
         in_flight: InFlight | None = None,
     ):
-        if not backoff >= 0:  # NaN fails too
-            raise ValueError(f"backoff must be >= 0 seconds, got backoff={backoff!r}")
-        self.endpoint = Endpoint(check_base_url(base_url), model, api_key_env, timeout, retries)
-        self.endpoint.session = _Session(timeout, lambda: self._count(requests=1))
-        self.endpoint.backoff, self.endpoint.sleep = backoff, sleep
+        self.endpoint = Endpoint(
+            check_base_url(base_url),
+            model,
+            api_key_env,
+            timeout,
+            retries,
+            session=_Session(timeout, lambda: self._count(requests=1)),
+            backoff=backoff,
+            sleep=sleep,
+        )
         self.cache, self.on_chat, self.in_flight = cache, on_chat, in_flight or InFlight()
         self.replicas = 1  # data-parallel replicas behind the endpoint (--dp-replicas); see pin
         self._lock, self._usage = threading.Lock(), dict.fromkeys(USAGE, 0)
@@ -270,8 +302,8 @@ class Client:
         return f"Client(base_url={shown_url(self.base_url)!r}, model={self.model!r})"
 
     def fork(self, on_chat: Callable[[], None] | None = None) -> "Client":
-        """A client for the same endpoint, model, settings, cache, replica count and requests in flight, with
-        its own session, counters and pinning (none)."""
+        """A client for the same endpoint, model, settings, cache, replica count and requests in
+        flight, with its own session, counters and pinning (none)."""
         e = self.endpoint
         forked = Client(
             e.base_url,
@@ -293,18 +325,20 @@ class Client:
 
     @property
     def usage(self) -> dict:
-        """requests: HTTP attempts; calls: chat calls (each one answered, merged or failed); cache_hits: calls
-        answered by the cache; merged: calls answered by an identical call in flight at the same time (they
-        send nothing); replies: valid responses from the server; prompt_tokens, completion_tokens: what the
-        server reported for those replies (what this process paid for); call_tokens: prompt + completion
-        tokens of every response returned, cached and merged ones too (what the calls cost, had nothing been
-        cached or merged). A successful call is exactly one of a reply, a cache hit or a merged call.
-        What the server's own prefix cache reused, measured on the replies (reported_cache): cache_reports:
-        the replies that reported cached_tokens; cached_tokens: their sum; computed_prompt_tokens:
-        Σ (prompt_tokens − cached_tokens) over those replies, the prompt tokens the server computed;
-        timings_reports: the replies with llama-server's timings; timings_cache_n, timings_prompt_n: their
-        sums of cache_n and prompt_n; timings_prompt_ms, timings_predicted_ms: their sums of prompt_ms and
-        predicted_ms (server time computing prompts and generating replies)."""
+        """requests: HTTP attempts; calls: chat calls (each one answered, merged or failed);
+        cache_hits: calls answered by the cache; merged: calls answered by an identical call in
+        flight at the same time (they send nothing); replies: valid responses from the server;
+        prompt_tokens, completion_tokens: what the server reported for those replies (what this
+        process paid for); call_tokens: prompt + completion tokens of every response returned,
+        cached and merged ones too (what the calls cost, had nothing been cached or merged). A
+        successful call is exactly one of a reply, a cache hit or a merged call.
+        What the server's own prefix cache reused, measured on the replies (reported_cache):
+        cache_reports: the replies that reported cached_tokens; cached_tokens: their sum;
+        computed_prompt_tokens: Σ (prompt_tokens − cached_tokens) over those replies, the prompt
+        tokens the server computed; timings_reports: the replies with llama-server's timings;
+        timings_cache_n, timings_prompt_n: their sums of cache_n and prompt_n; timings_prompt_ms,
+        timings_predicted_ms: their sums of prompt_ms and predicted_ms (server time computing
+        prompts and generating replies)."""
         with self._lock:
             return dict(self._usage)
 
@@ -338,19 +372,24 @@ class Client:
             return response
         except BaseException as e:
             why = "the identical call this one waited for was interrupted"
-            flight.finish(None, None, e if isinstance(e, Exception) else self.endpoint.error(None, why))
+            flight.finish(
+                None, None, e if isinstance(e, Exception) else self.endpoint.error(None, why)
+            )
             raise
         finally:
             self.in_flight.leave(key)
 
     def _answer(self, key: str, payload: dict) -> tuple:
-        """(response, "cache") from the cache, else (response, "server") from the endpoint, then cached."""
+        """(response, "cache") from the cache, else (response, "server") from the endpoint, then
+        cached."""
         hit = self.cache.get(key) if self.cache is not None else None
         if hit is not None:
-            if problem := shape_problem(hit):  # valid JSON, but not what put() stores: a damaged entry
+            # The entry is valid JSON but not what put() stores, so the cache is damaged.
+            if problem := shape_problem(hit):
                 raise CacheError(
                     f"{self.cache.path}: entry {key[:16]} is not a chat completion "
-                    f"({one_line(problem, 80)}); the cache is damaged: delete it or choose another file"
+                    f"({one_line(problem, 80)}); the cache is damaged: delete it or choose "
+                    "another file"
                 )
             hit = whole_text(hit)
             self._count(cache_hits=1, call_tokens=sum(reported_usage(hit).values()))
@@ -358,9 +397,12 @@ class Client:
         try:
             response = whole_text(self.endpoint.post(payload))
         except EndpointError as e:
-            raise explained(e) from None
+            # A server's message may hold a terminal's escape sequences: they are never shown.
+            raise explained(EndpointError(e.url, e.status, one_line(e.message))) from None
         tokens, reuse = reported_usage(response), reported_cache(response)
-        self._count(replies=1, call_tokens=sum(tokens.values()), **tokens, **_reuse_counts(tokens, reuse))
+        self._count(
+            replies=1, call_tokens=sum(tokens.values()), **tokens, **_reuse_counts(tokens, reuse)
+        )
         if self.cache is not None:
             self.cache.put(key, response)
         return response, "server"
@@ -372,13 +414,17 @@ HINTS = (  # what a server's refusal means, for messages its words alone leave u
         "the server samples at most {0} choices at once "
         "(llama-server: its -np slots); ask for fewer candidates (--n) or serve with more slots",
     ),
-    (r"image input is not supported", "this server has no vision encoder (llama-server needs --mmproj)"),
+    (
+        r"image input is not supported",
+        "this server has no vision encoder (llama-server needs --mmproj)",
+    ),
     (r"Failed to load image", "the server could not decode an image this request sent"),
 )
 
 
 def explained(e: EndpointError) -> EndpointError:
-    """e with what a known refusal means (HINTS) added to its message, one line still; else e itself."""
+    """e with what a known refusal means (HINTS) added to its message, one line still; else e
+    itself."""
     for pattern, hint in HINTS:
         if m := re.search(pattern, e.message):
             return EndpointError(e.url, e.status, f"{e.message} ({hint.format(*m.groups())})")
@@ -395,37 +441,47 @@ def _reuse_counts(tokens: dict, reuse: dict) -> dict:
             computed_prompt_tokens=tokens["prompt_tokens"] - reuse["cached_tokens"],
         )
     if reuse["cache_n"] is not None and reuse["prompt_n"] is not None:
-        counts.update(timings_reports=1, timings_cache_n=reuse["cache_n"], timings_prompt_n=reuse["prompt_n"])
         counts.update(
-            {f"timings_{k}": reuse[k] for k in ("prompt_ms", "predicted_ms") if reuse[k] is not None}
+            timings_reports=1, timings_cache_n=reuse["cache_n"], timings_prompt_n=reuse["prompt_n"]
+        )
+        counts.update(
+            {
+                f"timings_{k}": reuse[k]
+                for k in ("prompt_ms", "predicted_ms")
+                if reuse[k] is not None
+            }
         )
     return counts
 
 
 def usage_change(before: dict, after: dict) -> dict:
-    """after − before, counter by counter (Client.usage read twice around some calls; a counter missing from
-    `before` counts from 0): what those calls cost."""
+    """after − before, counter by counter (Client.usage read twice around some calls; a counter
+    missing from `before` counts from 0): what those calls cost."""
     return {k: v - before.get(k, 0) for k, v in after.items()}
 
 
 def total_usage(clients) -> dict:
-    """The usage counters of the distinct clients among `clients`, summed (a client listed twice counts
-    once)."""
+    """The usage counters of the distinct clients among `clients`, summed (a client listed twice
+    counts once)."""
     distinct = list({id(c): c for c in clients}.values())
     return {k: sum(c.usage[k] for c in distinct) for k in distinct[0].usage}
 
 
 def dp_rank(key: str, seed: int, replicas: int) -> int:
-    """The replica a chain is pinned to: sha256 of its item's key and seed, modulo the replica count (stable
-    across runs and processes, unlike hash())."""
-    return int(hashlib.sha256(f"{key}\x1f{seed}".encode("utf-8", "surrogatepass")).hexdigest(), 16) % replicas
+    """The replica a chain is pinned to: sha256 of its item's key and seed, modulo the replica count
+    (stable across runs and processes, unlike hash())."""
+    return (
+        int(hashlib.sha256(f"{key}\x1f{seed}".encode("utf-8", "surrogatepass")).hexdigest(), 16)
+        % replicas
+    )
 
 
 def pin(clients, key: str, seed: int) -> None:
-    """Send every request of `clients` (one chain's) to one data-parallel replica, dp_rank(key, seed), in the
-    X-data-parallel-rank header, so the chain's requests find its prefixes in that replica's cache; nothing
-    when a client has one replica. vLLM's front end (--data-parallel-size K) otherwise routes by load and a
-    step's requests scatter over the replicas' caches."""
+    """Send every request of `clients` (one chain's) to one data-parallel replica,
+    dp_rank(key, seed), in the X-data-parallel-rank header, so the chain's requests find its
+    prefixes in that replica's cache; nothing when a client has one replica. vLLM's front end
+    (--data-parallel-size K) otherwise routes by load and a step's requests scatter over the
+    replicas' caches."""
     for c in {id(c): c for c in clients}.values():
         c.headers.pop(RANK_HEADER, None)
         if c.replicas > 1:

@@ -1,5 +1,5 @@
-"""An OpenAI-compatible chat server on loopback, scripted by a handler: the simulated servers of the studies
-(perf/) run on it, and the tests script it (tests/scripted.py).
+"""An OpenAI-compatible chat server on loopback, scripted by a handler: the simulated servers of the
+studies (perf/) run on it, and the tests script it (tests/scripted.py).
 
 VERDICT's reasoner and judges (judges.py) talk to any OpenAI-compatible /chat/completions
 endpoint. This module stands one up on 127.0.0.1 at a free port, with no model behind it: a
@@ -32,7 +32,10 @@ from typing import Any, Callable, NamedTuple
 
 
 class Request(NamedTuple):
-    """One request as the server saw it. Indexable: r[0] is the path, r[1] the body, r[2] the headers."""
+    """One request as the server saw it.
+
+    Indexable: r[0] is the path, r[1] the body, r[2] the headers.
+    """
 
     path: str
     body: Any  # parsed JSON, or None
@@ -82,8 +85,8 @@ def chat_response(
 
 
 def user_text(body) -> str:
-    """The text of a chat request's user message (the second message), with or without images: its text
-    parts joined."""
+    """The text of a chat request's user message (the second message), with or without images: its
+    text parts joined."""
     content = body["messages"][1]["content"]
     if isinstance(content, str):
         return content
@@ -93,7 +96,8 @@ def user_text(body) -> str:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False  # a handler still blocked in a test must not hang shutdown
-    request_queue_size = 64  # the listen backlog: the default 5 stalls many concurrent clients for about 1 s
+    # The listen backlog: the default of 5 stalls many concurrent clients for about 1 s.
+    request_queue_size = 64
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -120,7 +124,8 @@ class _Handler(BaseHTTPRequestHandler):
             status, payload, headers = owner._get(self.path)
         else:
             try:
-                with owner._slots:  # a handler with takes_headers is also given the request's headers
+                # A handler with takes_headers is also given the request's headers.
+                with owner._slots:
                     result = (
                         owner.handler(body, self.path, dict(self.headers))
                         if getattr(owner.handler, "takes_headers", False)
@@ -161,12 +166,16 @@ class _Handler(BaseHTTPRequestHandler):
 class LoopbackServer:
     """A context manager running `handler` behind an OpenAI-compatible server on 127.0.0.1:PORT."""
 
-    def __init__(self, handler: Callable, model: str = "loopback", max_concurrent: int | None = None):
+    def __init__(
+        self, handler: Callable, model: str = "loopback", max_concurrent: int | None = None
+    ):
         self.handler, self.model = handler, model
         self.requests: list = []  # every Request, in arrival order
         self._lock = threading.Lock()
         self._slots = (
-            threading.BoundedSemaphore(max_concurrent) if max_concurrent else contextlib.nullcontext()
+            threading.BoundedSemaphore(max_concurrent)
+            if max_concurrent
+            else contextlib.nullcontext()
         )
         self._httpd: _Server | None = None
 
@@ -202,7 +211,9 @@ class LoopbackServer:
         """The JSON bodies of the POSTs to /v1/chat/completions, in arrival order."""
         with self._lock:
             return [
-                r.body for r in self.requests if r.method == "POST" and r.path.endswith("/chat/completions")
+                r.body
+                for r in self.requests
+                if r.method == "POST" and r.path.endswith("/chat/completions")
             ]
 
     def _record(self, request: Request) -> None:
@@ -213,7 +224,10 @@ class LoopbackServer:
         if path.rstrip("/").endswith("/models"):
             return (
                 200,
-                {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "loopback"}]},
+                {
+                    "object": "list",
+                    "data": [{"id": self.model, "object": "model", "owned_by": "loopback"}],
+                },
                 {},
             )
         if path.rstrip("/") == "/health":

@@ -1,14 +1,18 @@
 """A vision projector with random weights, so the tiny text server accepts images (docs/serving.md).
 
-llama-server gives a text model eyes with `--mmproj FILE`. No vision weights can be downloaded here, so
-this writes a LLaVA-1.5 style (`mlp`) projector for SmolLM2-135M-Instruct with random weights: a ViT on
-64-pixel images (patch 16, so 16 image tokens), 2 blocks of width 64, and an MLP to SmolLM2's width 576.
-The model does not see: the file proves the plumbing, the request shapes and the cost of images.
+llama-server gives a text model eyes with `--mmproj FILE`. No vision weights can be downloaded here,
+so this writes a LLaVA-1.5 style (`mlp`) projector for SmolLM2-135M-Instruct with random weights: a
+ViT on 64-pixel images (patch 16, so 16 image tokens), 2 blocks of width 64, and an MLP to SmolLM2's
+width 576. The model does not see: the file proves the plumbing, the request shapes and the cost of
+images.
 
-    python -m verdict_lab.mmproj OUT.gguf    # writes OUT.gguf (934,784 bytes) after checking its sha256
+    python -m verdict_lab.mmproj OUT.gguf
 
-Weights: SHAKE-256 of (SEED, tensor name), made floats with + - * / sqrt only (exactly rounded by IEEE),
-so the bytes are the same on every machine and numpy version. The GGUF v3 writer below needs only numpy.
+The command writes OUT.gguf (934,784 bytes) after checking its sha256.
+
+Weights: SHAKE-256 of (SEED, tensor name), made floats with + - * / sqrt only (exactly rounded by
+IEEE), so the bytes are the same on every machine and numpy version. The GGUF v3 writer below needs
+only numpy.
 """
 
 import hashlib
@@ -44,13 +48,19 @@ GGML_TYPE_F32 = 0  # tensor type tag
 
 def uniform(name, shape, std):
     """Uniform floats with mean 0 and standard deviation `std`, from SHAKE-256(SEED/name)."""
-    u = np.frombuffer(hashlib.shake_256(f"{SEED}/{name}".encode()).digest(4 * math.prod(shape)), "<u4")
+    u = np.frombuffer(
+        hashlib.shake_256(f"{SEED}/{name}".encode()).digest(4 * math.prod(shape)), "<u4"
+    )
     unit = ((u >> 8).astype(np.float64) + 0.5) / 2**23 - 1.0  # 24 bits -> exact, in (-1, 1)
-    return (unit * (std * math.sqrt(3))).astype(np.float32).reshape(shape)  # var of U(-a, a) = a^2 / 3
+    # The variance of U(-a, a) is a^2 / 3.
+    return (unit * (std * math.sqrt(3))).astype(np.float32).reshape(shape)
 
 
 def projector_tensors():
-    """Tensor name -> float32 array, in numpy shapes (the GGUF stores them reversed). Biases are 0."""
+    """Tensor name -> float32 array, in numpy shapes (the GGUF stores them reversed).
+
+    Biases are 0.
+    """
     E, P, t = WIDTH, PATCH_SIZE, {}
 
     def linear(name, shape, std, key=None):  # weight [out, in...] and bias [out]
@@ -74,7 +84,8 @@ def projector_tensors():
     # mm.0 keeps unit variance, gelu leaves E[g^2] = 0.4252, mm.2 scales to TARGET_STD.
     layer_norm("v.post_ln")
     linear("mm.0", (HIDDEN, E), 1 / math.sqrt(E))  # [H, E]
-    linear("mm.2", (TEXT_WIDTH, HIDDEN), TARGET_STD / math.sqrt(HIDDEN * GELU_SECOND_MOMENT))  # [576, H]
+    # The weight of mm.2 is [576, H].
+    linear("mm.2", (TEXT_WIDTH, HIDDEN), TARGET_STD / math.sqrt(HIDDEN * GELU_SECOND_MOMENT))
     return t
 
 
@@ -104,7 +115,10 @@ def _string(s):
 
 
 def _value(key, v):
-    """GGUF type tag + value. bool -> BOOL, int -> UINT32, float -> FLOAT32, list -> FLOAT32 ARRAY."""
+    """GGUF type tag + value.
+
+    bool -> BOOL, int -> UINT32, float -> FLOAT32, list -> FLOAT32 ARRAY.
+    """
     if isinstance(v, bool):
         return struct.pack("<I?", GGUF_BOOL, v)
     if isinstance(v, int):
@@ -114,7 +128,9 @@ def _value(key, v):
     if isinstance(v, str):
         return struct.pack("<I", GGUF_STRING) + _string(v)
     if isinstance(v, list) and all(isinstance(x, float) for x in v):
-        return struct.pack("<IIQ", GGUF_ARRAY, GGUF_FLOAT32, len(v)) + struct.pack(f"<{len(v)}f", *v)
+        return struct.pack("<IIQ", GGUF_ARRAY, GGUF_FLOAT32, len(v)) + struct.pack(
+            f"<{len(v)}f", *v
+        )
     raise TypeError(f"GGUF key {key!r}: no encoding for value {v!r} of type {type(v).__name__}")
 
 
@@ -127,7 +143,10 @@ def gguf_bytes(metadata, tensors):
         if a.dtype != np.float32:
             raise TypeError(f"tensor {name!r} is {a.dtype}, only float32 is written")
         dims = a.shape[::-1]  # GGUF/ggml lists dimensions fastest-first
-        out.append(_string(name) + struct.pack(f"<I{len(dims)}QIQ", len(dims), *dims, GGML_TYPE_F32, offset))
+        out.append(
+            _string(name)
+            + struct.pack(f"<I{len(dims)}QIQ", len(dims), *dims, GGML_TYPE_F32, offset)
+        )
         raw = a.astype("<f4").tobytes()
         data.append(raw + bytes(-len(raw) % GGUF_ALIGNMENT))
         offset += len(data[-1])

@@ -1,10 +1,10 @@
-"""The Monte-Carlo study of VERDICT's selection, as a command: its report (docs/simulation_report.md and
-docs/simulation.png), or with --sweep the τ, ε or λ curve its noise model predicts, in the form of evaluate's
-sweeps.
+"""The Monte-Carlo study of VERDICT's selection, as a command: its report (docs/simulation_report.md
+and docs/simulation.png), or with --sweep the τ, ε or λ curve its noise model predicts, in the form
+of evaluate's sweeps.
 
 Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
-Disagreement-Aware Consensus", ECCV 2026: when does the coupled consensus beat plain averaging? The study
-is perf/simulation.py, its report perf/simulation_report.py.
+Disagreement-Aware Consensus", ECCV 2026: when does the coupled consensus beat plain averaging? The
+study is perf/simulation.py, its report perf/simulation_report.py.
 
     python -m verdict_lab.simulate [--trials 2500] [--seeds 20] [--seed 0] [--out docs]
     python -m verdict_lab.simulate --sweep tau=0.01,0.1,0.6 [--out DIR]
@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 from verdict import STUBBORNNESS, Config
-from verdict_lab.flags import Parser
+from verdict_lab.cli import Parser
 from verdict_lab.harness.sweep import parse_sweep, picture
 from verdict_lab.perf.simulation import curve, run
 from verdict_lab.perf.simulation_report import markdown, plot
@@ -30,7 +30,9 @@ def parse_args(argv) -> argparse.Namespace:
         prog="verdict_lab.simulate",
         description="Monte-Carlo study: when does VERDICT's consensus beat the mean?",
     )
-    p.add_argument("--trials", type=int, default=2500, help="steps per seed and setting (default 2500)")
+    p.add_argument(
+        "--trials", type=int, default=2500, help="steps per seed and setting (default 2500)"
+    )
     p.add_argument(
         "--seeds",
         type=int,
@@ -44,13 +46,16 @@ def parse_args(argv) -> argparse.Namespace:
     p.add_argument(
         "--sweep",
         action="append",
-        help="NAME=V1,V2,... as evaluate's (tau, eps, lam_V, lam_L, lam_C): instead of the report, the "
-        "curve this noise model predicts, as OUT/sim_NAME.json and .png in the form of evaluate's sweeps "
-        "(repeat the flag for more)",
+        help="NAME=V1,V2,... as evaluate's (tau, eps, lam_V, lam_L, lam_C): instead of the report, "
+        "the curve this noise model predicts, as OUT/sim_NAME.json and .png in the form of "
+        "evaluate's sweeps (repeat the flag for more)",
     )
     a = p.parse_args(argv)
     if a.trials < 1 or a.seeds < 2 or a.seed < 0:
-        p.error(f"need --trials >= 1, --seeds >= 2 and --seed >= 0, got {a.trials}, {a.seeds} and {a.seed}")
+        p.error(
+            f"need --trials >= 1, --seeds >= 2 and --seed >= 0, "
+            f"got {a.trials}, {a.seeds} and {a.seed}"
+        )
     if os.path.exists(a.out) and not os.path.isdir(a.out):
         p.error(f"--out {a.out!r} is a file, not a directory")
     try:

@@ -1,26 +1,28 @@
 """Speculative proposing: the reasoner proposes step t+1 while the judges are still scoring step t.
 
 Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
-Disagreement-Aware Consensus", ECCV 2026 (the step-wise loop: n candidates, m judges, one chosen step; the
-3.80× sequential wall-clock overhead the limitations call "non-trivial"). Not in the paper: a way to hide
-the reasoner's next request behind the judges' calls on a server with spare parallel capacity.
+Disagreement-Aware Consensus", ECCV 2026 (the step-wise loop: n candidates, m judges, one chosen
+step; the 3.80× sequential wall-clock overhead the limitations call "non-trivial"). Not in the
+paper: a way to hide the reasoner's next request behind the judges' calls on a server with spare
+parallel capacity.
 
-Speculator wraps a proposer for verdict.run, which it does not change. When step t's n candidates are
-proposed, it starts, on its own threads, the proposal of step t+1 after each candidate c: propose(state
-extended by c, n), the very request a plain run sends once c is chosen (same messages, same seed). When
-step t+1 asks for its candidates, the chosen candidate's proposal is taken (waited for if still running)
-and the others are dropped. A candidate that is a final answer (config.final) ends the chain and needs no
-proposal, nor does any candidate of the last step (config.max_steps).
+Speculator wraps a proposer for verdict.run, which it does not change. When step t's n candidates
+are proposed, it starts, on its own threads, the proposal of step t+1 after each candidate c:
+propose(state extended by c, n), the very request a plain run sends once c is chosen (same messages,
+same seed). When step t+1 asks for its candidates, the chosen candidate's proposal is taken (waited
+for if still running) and the others are dropped. A candidate that is a final answer (config.final)
+ends the chain and needs no proposal, nor does any candidate of the last step (config.max_steps).
 
-Decisions never change when the proposer's reply is a function of its request (a deterministic server,
-fixed seeds: judges.Reasoner sends byte-identical requests for the same state): step t+1's candidates are
-what propose(state, n) returns either way. A chosen revision (verdict.run's revise) matches no candidate:
-every proposal is dropped and the proposer is called as in a plain run. A proposal that raised (an
-EndpointError, a budget's verdict.Stop) raises when it is taken, as the plain call would; a dropped one's
-error is ignored. What speculation costs is not hidden: record() gives, per step of the trace and in
-totals, the proposals made, taken and dropped, and their tokens (as the server reported them).
-Speculative requests go through the same client: its response cache stores them, its usage counts them,
-and a --max-calls budget spends on them too (so a chain stopped by its budget may stop earlier).
+Decisions never change when the proposer's reply is a function of its request (a deterministic
+server, fixed seeds: judges.Reasoner sends byte-identical requests for the same state): step t+1's
+candidates are what propose(state, n) returns either way. A chosen revision (verdict.run's revise)
+matches no candidate: every proposal is dropped and the proposer is called as in a plain run. A
+proposal that raised (an EndpointError, a budget's verdict.Stop) raises when it is taken, as the
+plain call would; a dropped one's error is ignored. What speculation costs is not hidden: record()
+gives, per step of the trace and in totals, the proposals made, taken and dropped, and their tokens
+(as the server reported them). Speculative requests go through the same client: its response cache
+stores them, its usage counts them, and a --max-calls budget spends on them too (so a chain stopped
+by its budget may stop earlier).
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ COUNTS = ("made", "taken", "dropped", "tokens", "dropped_tokens")  # record()'s 
 
 
 class _Tally:
-    """A client that counts the tokens of the responses it returns (reported_usage), for one proposal."""
+    """A client that counts the tokens of the responses it returns (reported_usage), for one
+    proposal."""
 
     def __init__(self, client):
         self.client, self.tokens = client, 0
@@ -50,17 +53,20 @@ class _Tally:
 
 
 class Speculator:
-    """propose(state, n) -> candidates, as the wrapped `propose`, with step t+1 proposed while t is judged.
+    """propose(state, n) -> candidates, as the wrapped `propose`, with step t+1 proposed while t is
+    judged.
 
-    `propose` is any proposer; one with a `client` attribute (judges.Reasoner) is copied per speculative
-    proposal with a client that counts its tokens. Call finish() when the chain is over (it waits for
-    proposals still running, so that their tokens are counted, and stops the threads); record() is what the
-    trace keeps."""
+    `propose` is any proposer; one with a `client` attribute (judges.Reasoner) is copied per
+    speculative proposal with a client that counts its tokens. Call finish() when the chain is over
+    (it waits for proposals still running, so that their tokens are counted, and stops the threads);
+    record() is what the trace keeps."""
 
-    def __init__(self, propose: Callable[[verdict.State, int], Sequence[str]], config: verdict.Config):
+    def __init__(
+        self, propose: Callable[[verdict.State, int], Sequence[str]], config: verdict.Config
+    ):
         self.propose, self.config = propose, config
-        # a step's n proposals, beside up to n - 1 dropped ones of the step before that may still be running:
-        # a new proposal never waits for a thread
+        # Room for a step's n proposals beside up to n - 1 dropped ones of the step before that may
+        # still be running, so that a new proposal never waits for a thread.
         self._pool = ThreadPoolExecutor(max_workers=2 * config.n, thread_name_prefix="speculate")
         self._lock = threading.Lock()
         self._parent: verdict.State | None = None  # the state whose candidates were speculated on
@@ -78,8 +84,8 @@ class Speculator:
                 self._steps[t][k] += v
 
     def _take(self, state: verdict.State) -> Future | None:
-        """The proposal made for `state`, if its parent's candidates were speculated on; the others are
-        dropped (their tokens counted when they finish)."""
+        """The proposal made for `state`, if its parent's candidates were speculated on; the others
+        are dropped (their tokens counted when they finish)."""
         parent, pending, self._parent, self._pending = self._parent, self._pending, None, {}
         if parent is None:
             return None
@@ -94,7 +100,9 @@ class Speculator:
             self._count(t, taken=1)
         for future, tally in pending.values():
             self._count(t, dropped=1)
-            future.add_done_callback(lambda f, tally=tally: self._count(t, dropped_tokens=_tokens(tally)))
+            future.add_done_callback(
+                lambda f, tally=tally: self._count(t, dropped_tokens=_tokens(tally))
+            )
         return None if hit is None else hit[0]
 
     def _speculate(self, state: verdict.State, candidates: Sequence[str], n: int) -> None:
@@ -122,16 +130,17 @@ class Speculator:
         return candidates
 
     def finish(self, steps: int = 0) -> dict:
-        """Drop what is still pending, wait for every proposal to end, stop the threads; record(steps)."""
+        """Drop what is still pending, wait for every proposal to end, stop the threads;
+        record(steps)."""
         self._take(verdict.State(""))  # matches nothing: every pending proposal is dropped
         self._pool.shutdown(wait=True)
         return self.record(steps)
 
     def record(self, steps_wanted: int = 0) -> dict:
-        """{"steps": [per step of the chain, COUNTS of the proposals made while it was judged (for the next
-        step after each of its candidates), "taken" 1 when the next step's candidates came from one of them],
-        "totals": COUNTS summed}, the steps padded with zeros to `steps_wanted`; tokens are prompt +
-        completion tokens as the server reported them."""
+        """{"steps": [per step of the chain, COUNTS of the proposals made while it was judged (for
+        the next step after each of its candidates), "taken" 1 when the next step's candidates came
+        from one of them], "totals": COUNTS summed}, the steps padded with zeros to `steps_wanted`;
+        tokens are prompt + completion tokens as the server reported them."""
         with self._lock:
             steps = [dict(s) for s in self._steps]
             steps += [dict.fromkeys(COUNTS, 0) for _ in range(steps_wanted - len(steps))]
@@ -140,12 +149,3 @@ class Speculator:
 
 def _tokens(tally: _Tally | None) -> int:
     return 0 if tally is None else tally.tokens
-
-
-def summary(record: dict) -> str:
-    """One line of what speculation cost, from record()."""
-    t = record["totals"]
-    return (
-        f"speculation: {t['made']} proposals made, {t['taken']} taken, {t['dropped']} dropped; "
-        f"{t['tokens']} tokens, {t['dropped_tokens']} of them dropped"
-    )

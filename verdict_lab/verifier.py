@@ -1,19 +1,21 @@
-"""The live verifier, built in one place from its settings: the reasoner, the judges in their judge mode and
-reply format, the reviser, the speculative proposer and verdict.Config, for demo.py, the harness and the
-VLMEvalKit model.
+"""The live verifier, built in one place from its settings: the reasoner, the judges in their judge
+mode and reply format, the reviser, the speculative proposer and verdict.Config, for evaluate's
+harness, the studies and the VLMEvalKit model (demo.py uses judges.py alone).
 
 Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
-Disagreement-Aware Consensus", ECCV 2026: n, τ, ε, λ and max_steps are the paper's knobs (verdict.Config
-checks their ranges); the judge modes are the related papers' (modes.JudgeMode), revise on reject is
-ReVISE's (judges.Reviser).
+Disagreement-Aware Consensus", ECCV 2026: n, τ, ε, λ and max_steps are the paper's knobs
+(verdict.Config checks their ranges); the judge modes are the related papers' (modes.JudgeMode),
+revise on reject is ReVISE's (revise.Reviser).
 
-- Settings: every setting of a live chain, checked once, here: a bad value is a ValueError naming it,
-  before any call. flags.py maps each command-line flag to one field; VerdictVLM takes the fields as
-  keywords;
-- build(settings, reasoner, judge, seed, fmt) -> Verifier: one chain's parts, on two clients (the same object
-  when the reasoner and the judges share an endpoint and model);
-- run(verifier, question, images, map_fn, meter) -> verdict.Trace, with what the parts recorded in its meta;
-- CallBudget: at most max_calls model calls per chain; thread_map: a step's judge calls on k threads.
+- Settings: every setting of a live chain, checked once, here: a bad value is a ValueError naming
+  it, before any call. flags.py maps each command-line flag to one field; VerdictVLM takes the
+  fields as keywords;
+- build(settings, reasoner, judge, seed, fmt) -> Verifier: one chain's parts, on two clients (the
+  same object when the reasoner and the judges share an endpoint and model);
+- run(verifier, question, images, map_fn, meter) -> verdict.Trace, with what the parts recorded in
+  its meta;
+- CallBudget: at most max_calls model calls per chain; thread_map: a step's judge calls on k
+  threads.
 """
 
 from __future__ import annotations
@@ -24,12 +26,14 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Callable
 
 import verdict
-from judges import MAX_PIXELS, SEED_STRIDE, Judge, Reasoner, Reviser
+from judges import MAX_PIXELS, SEED_STRIDE, Judge, Reasoner
+from verdict_lab import loop
 from verdict_lab.client import total_usage
 from verdict_lab.formats import FORMATS, REPLIES, FormatJudge, JudgeFormat
 from verdict_lab.layouts import DEFAULT_LAYOUT, check_layout, layout
 from verdict_lab.modes import MODE_MAX_TOKENS, JudgeMode
 from verdict_lab.modes.judge import ModeChain, ModeJudge
+from verdict_lab.revise import Reviser
 from verdict_lab.speculate import Speculator
 
 _PAPER = verdict.Config()  # the paper's n, τ, ε, λ and max_steps
@@ -43,9 +47,9 @@ def _count(v, low: int = 1) -> bool:
 
 @dataclass(frozen=True)
 class Settings:
-    """The settings of a live chain, with the paper's values and the commands' defaults. ValueError names a
-    bad field ("max_tokens must be an integer >= 1, got 0"); verdict.Config checks n, tau, eps, lam and
-    max_steps (its message starts with the field's name)."""
+    """The settings of a live chain, with the paper's values and the commands' defaults. ValueError
+    names a bad field ("max_tokens must be an integer >= 1, got 0"); verdict.Config checks n, tau,
+    eps, lam and max_steps (its message starts with the field's name)."""
 
     rule: str = "verdict"  # "base", or a rule of verdict.RULES
     n: int = _PAPER.n  # candidates per step
@@ -58,7 +62,9 @@ class Settings:
     judge_max_tokens: int | None = None  # per judge reply (None: the reply format's own)
     reasons: bool = False  # judges write a reason before their score
     weighted: bool = False  # ŝ is the probability-weighted score where the server sent logprobs
-    judge_mode: str = "plain"  # modes.JudgeMode.parse's words: prior, premises, gate, zoom, joined by +
+    judge_mode: str = (
+        "plain"  # modes.JudgeMode.parse's words: prior, premises, gate, zoom, joined by +
+    )
     mode_max_tokens: int = MODE_MAX_TOKENS  # per judge-mode reply
     revise: bool = False  # revise on reject
     speculate: bool = False  # propose step t+1 while step t is judged (speculate.Speculator)
@@ -69,18 +75,27 @@ class Settings:
     def __post_init__(self):
         if self.rule not in RULES:
             raise ValueError(f"rule must be one of {', '.join(RULES)}, got rule={self.rule!r}")
-        object.__setattr__(self, "lam", tuple(self.lam) if isinstance(self.lam, (list, tuple)) else self.lam)
+        object.__setattr__(
+            self, "lam", tuple(self.lam) if isinstance(self.lam, (list, tuple)) else self.lam
+        )
         self.config  # n, tau, eps, lam, max_steps: verdict.Config's checks
-        if len(self.lam) != len(verdict.JUDGES):  # one stubbornness per judge: visual, logical, contextual
+        # There is one stubbornness per judge: visual, logical, contextual.
+        if len(self.lam) != len(verdict.JUDGES):
             raise ValueError(
                 f"lam must hold {len(verdict.JUDGES)} values (λ_V, λ_L, λ_C), got lam={self.lam!r}"
             )
-        if (1 + self.n) * self.n > SEED_STRIDE:  # a step and its top-ups: n + 1 requests of n seeds each
+        if (
+            1 + self.n
+        ) * self.n > SEED_STRIDE:  # a step and its top-ups: n + 1 requests of n seeds each
             most = max(k for k in range(1, SEED_STRIDE) if (1 + k) * k <= SEED_STRIDE)
-            raise ValueError(f"n must be at most {most} ((1 + n)·n sampling seeds a step), got n={self.n}")
+            raise ValueError(
+                f"n must be at most {most} ((1 + n)·n sampling seeds a step), got n={self.n}"
+            )
         for name, low in (("max_tokens", 1), ("mode_max_tokens", 1), ("max_pixels", 1)):
             if not _count(getattr(self, name), low):
-                raise ValueError(f"{name} must be an integer >= {low}, got {name}={getattr(self, name)!r}")
+                raise ValueError(
+                    f"{name} must be an integer >= {low}, got {name}={getattr(self, name)!r}"
+                )
         for name in ("judge_max_tokens", "max_calls"):
             if getattr(self, name) is not None and not _count(getattr(self, name)):
                 raise ValueError(
@@ -88,11 +103,17 @@ class Settings:
                 )
         for name in ("reasons", "weighted", "revise", "speculate"):
             if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False, got {name}={getattr(self, name)!r}")
+                raise ValueError(
+                    f"{name} must be True or False, got {name}={getattr(self, name)!r}"
+                )
         if self.judge_format not in FORMATS:
-            raise ValueError(f"judge_format must be one of {', '.join(FORMATS)}, got {self.judge_format!r}")
+            raise ValueError(
+                f"judge_format must be one of {', '.join(FORMATS)}, got {self.judge_format!r}"
+            )
         if self.weighted and self.judge_format == "text":  # a decimal spreads over several tokens
-            raise ValueError("a weighted score needs a one-digit score: judge_format json or digit, not text")
+            raise ValueError(
+                "a weighted score needs a one-digit score: judge_format json or digit, not text"
+            )
         self.mode  # JudgeMode.parse's checks
         check_layout(self.layout)
         if self.rule == "base" and (self.mode.active or self.revise or self.speculate):
@@ -116,7 +137,8 @@ class Settings:
 
     @classmethod
     def of(cls, **kw) -> "Settings":
-        """Settings(**kw); a keyword that names no setting is a ValueError naming it and the settings."""
+        """Settings(**kw); a keyword that names no setting is a ValueError naming it and the
+        settings."""
         unknown = sorted(set(kw) - {f.name for f in fields(cls)})
         if unknown:
             names = ", ".join(f.name for f in fields(cls))
@@ -125,12 +147,16 @@ class Settings:
 
     def record(self) -> dict:
         """The settings, JSON-ready (what a run directory or a sidecar file pins)."""
-        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in fields(self)}
+        return {
+            f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
+            for f in fields(self)
+        }
 
 
 class CallBudget:
-    """At most `limit` model calls per chain (Settings.max_calls; None: no limit), shared by the chain's
-    clients, whose on_chat hook is `spend`. Past the limit, verdict.Stop("budget") ends the chain."""
+    """At most `limit` model calls per chain (Settings.max_calls; None: no limit), shared by the
+    chain's clients, whose on_chat hook is `spend`. Past the limit, verdict.Stop("budget") ends the
+    chain."""
 
     def __init__(self, limit: int | None):
         self.limit, self.spent = limit, 0
@@ -143,8 +169,9 @@ class CallBudget:
 
 @dataclass(frozen=True)
 class Verifier:
-    """One chain's parts: the proposer, the judges, the reviser (or None), verdict.Config, the judge mode's
-    calls (None in plain VERDICT), the run's reply format, the clients and the settings they came from."""
+    """One chain's parts: the proposer, the judges, the reviser (or None), verdict.Config, the judge
+    mode's calls (None in plain VERDICT), the run's reply format, the clients and the settings they
+    came from."""
 
     settings: Settings
     config: verdict.Config
@@ -156,14 +183,17 @@ class Verifier:
     clients: tuple
 
 
-def judges_of(settings: Settings, client, fmt: JudgeFormat, chain: ModeChain | None = None) -> tuple:
-    """The three judges of a chain in the run's reply format `fmt` (json judges fall back to text with it) and
-    in the chain's judge mode (ModeJudge, when `chain` is given)."""
+def judges_of(
+    settings: Settings, client, fmt: JudgeFormat, chain: ModeChain | None = None
+) -> tuple:
+    """The three judges of a chain in the run's reply format `fmt` (json judges fall back to text
+    with it) and in the chain's judge mode (ModeJudge, when `chain` is given)."""
     lay = layout(settings.layout, settings.max_pixels)
 
     def judge(name: str, fmt_name: str):
         reply = REPLIES[fmt_name]
-        weighted = settings.weighted and reply.digit_at is not None  # text, the fallback, has no digit
+        # Text, the fallback format, has no score digit to weight.
+        weighted = settings.weighted and reply.digit_at is not None
         j = Judge(
             client,
             name,
@@ -177,15 +207,18 @@ def judges_of(settings: Settings, client, fmt: JudgeFormat, chain: ModeChain | N
 
     if fmt.requested != "json":
         return tuple(judge(name, fmt.requested) for name in verdict.JUDGES)
-    return tuple(FormatJudge({f: judge(name, f) for f in ("json", "text")}, fmt) for name in verdict.JUDGES)
+    return tuple(
+        FormatJudge({f: judge(name, f) for f in ("json", "text")}, fmt) for name in verdict.JUDGES
+    )
 
 
 def build(
     settings: Settings, reasoner, judge=None, seed: int = 0, fmt: JudgeFormat | None = None
 ) -> Verifier:
-    """A chain's Verifier: the reasoner of reasoner seed `seed` on client `reasoner`, the judges, their judge
-    mode and the reviser on `judge` (default: the reasoner's client), in the run's reply format `fmt` (one per
-    run, so that a fallback to text holds for every chain; default: a new one of settings.judge_format)."""
+    """A chain's Verifier: the reasoner of reasoner seed `seed` on client `reasoner`, the judges,
+    their judge mode and the reviser on `judge` (default: the reasoner's client), in the run's reply
+    format `fmt` (one per run, so that a fallback to text holds for every chain; default: a new one
+    of settings.judge_format)."""
     judge, fmt = judge or reasoner, fmt or JudgeFormat(settings.judge_format)
     lay, config = layout(settings.layout, settings.max_pixels), settings.config
     propose = Reasoner(reasoner, settings.max_tokens, seed, layout=lay)
@@ -194,22 +227,34 @@ def build(
         mode = settings.mode
         if mode.active:
             chain = ModeChain(
-                judge, mode, settings.mode_max_tokens, fmt=fmt, layout=lay, max_pixels=settings.max_pixels
+                judge,
+                mode,
+                settings.mode_max_tokens,
+                fmt=fmt,
+                layout=lay,
+                max_pixels=settings.max_pixels,
             )
         judges = judges_of(settings, judge, fmt, chain)
-        revise = Reviser(reasoner, judges, settings.max_tokens, seed, layout=lay) if settings.revise else None
+        revise = (
+            Reviser(reasoner, judges, settings.max_tokens, seed, layout=lay)
+            if settings.revise
+            else None
+        )
         propose = Speculator(propose, config) if settings.speculate else propose
     return Verifier(settings, config, propose, judges, revise, chain, fmt, (reasoner, judge))
 
 
-def run(v: Verifier, question: str, images: Any = None, map_fn: Callable = map, meter=None) -> verdict.Trace:
-    """verdict.run with the Verifier's parts; meter: the clients' usage, summed (total_usage), by default.
-    The trace's meta: "judge_mode" (ModeChain.record, in a judge mode), "judges" (the reply format asked for
-    and used, the fallback, which score fed ŝ), "speculation" (with speculate: what it cost). Speculative
+def run(
+    v: Verifier, question: str, images: Any = None, map_fn: Callable = map, meter=None
+) -> loop.Trace:
+    """loop.run (verdict.run's loop, with records, usage and revisions) with the Verifier's parts;
+    meter: the clients' usage, summed (total_usage), by default. The trace's meta: "judge_mode"
+    (ModeChain.record, in a judge mode), "judges" (the reply format asked for and used, the
+    fallback, which score fed ŝ), "speculation" (with speculate: what it cost). Speculative
     proposals still running when the chain ends are waited for, so they are counted."""
     meter = meter or (lambda: total_usage(v.clients))
     try:
-        trace = verdict.run(question, v.propose, v.judges, v.config, images, map_fn, meter, v.revise)
+        trace = loop.run(question, v.propose, v.judges, v.config, images, map_fn, meter, v.revise)
     finally:
         speculated = v.propose.finish() if isinstance(v.propose, Speculator) else None
     meta = {"judge_mode": v.chain.record()} if v.chain is not None else {}

@@ -5,16 +5,16 @@ Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reaso
 Disagreement-Aware Consensus", ECCV 2026, reports accuracy on six multiple-choice benchmarks
 (3DSRBench, CV-Bench-3D, CV-Bench-2D, BLINK, MMStar, AI2D_TEST) in VLMEvalKit's file format.
 
-A VLMEvalKit TSV (tsv.py) is read as VLMEvalKit reads it, by the conventions its name selects (tsv.kind);
-3DSRBench (its qid column), circular files (a name with mmbench, ccbench, circular or mmcr) and CV-Bench-2D
-(per-source accuracy) differ only in scoring: `scoring` tells accuracy.py.
+A VLMEvalKit TSV (tsv.py) is read as VLMEvalKit reads it, by the conventions its name selects
+(tsv.kind); 3DSRBench (its qid column), circular files (a name with mmbench, ccbench, circular or
+mmcr) and CV-Bench-2D (per-source accuracy) differ only in scoring: `scoring` tells accuracy.py.
 
 A JSONL file holds one {"id", "question", "options": {"A": ...}, "answer", "hint"?, "image"?: path |
 base64 | [...]} per line. Image paths are relative to the data file and may not leave its directory
 unless allow_any_path. Files are streamed: with a limit, reading stops at the limit. A malformed row
-(no question, no answer, fewer than two options, an answer that is no option, an image that is missing
-or does not decode, bytes that are not UTF-8, a repeated id) is reported with its line, skipped and
-counted: it is never run and never scored.
+(no question, no answer, fewer than two options, an answer that is no option, an image that is
+missing or does not decode, bytes that are not UTF-8, a repeated id) is reported with its line,
+skipped and counted: it is never run and never scored.
 """
 
 from __future__ import annotations
@@ -52,9 +52,12 @@ class Loaded:
     skipped: list  # [Skipped]
     dropped: int  # rows without an image, dropped as VLMEvalKit drops them
     warnings: list  # [str]
-    scoring: dict  # {"setting": "vanilla" | "circular" | "3dsr", "macro": a column to average over, or None}
+    # How accuracy.py scores the rows (scoring()):
+    # {"setting": "vanilla" | "circular" | "3dsr", "macro": a column to average over, or None}
+    scoring: dict
     limited: bool  # reading stopped at the limit
-    # what reached the model (Inputs.record) and "resaved": the ids whose pixels dump_image's re-save changed
+    # what reached the model (Inputs.record) and "resaved": the ids whose pixels dump_image's
+    # re-save changed
     as_vlmevalkit: dict = field(default_factory=lambda: {**Inputs().record(), "resaved": []})
 
     def reading(self) -> dict:
@@ -74,11 +77,11 @@ class Loaded:
 
 
 def scoring(name: str, columns, splits=frozenset()) -> dict:
-    """How accuracy.py scores a file's rows, as VLMEvalKit does for that dataset: 3DSRBench's four settings
-    from qid, circular groups (every rotation right) from g_index, or one row one question. A CV-Bench file
-    whose rows' `split` cells are all "2D" (`splits`: the set of them) is scored as VLMEvalKit's
-    CVBench.evaluate scores it, by that test and not by name: its Overall is the unweighted mean over its
-    `source` values ("macro"); any other is report_acc's."""
+    """How accuracy.py scores a file's rows, as VLMEvalKit does for that dataset: 3DSRBench's four
+    settings from qid, circular groups (every rotation right) from g_index, or one row one question.
+    A CV-Bench file whose rows' `split` cells are all "2D" (`splits`: the set of them) is scored as
+    VLMEvalKit's CVBench.evaluate scores it, by that test and not by name: its Overall is the
+    unweighted mean over its `source` values ("macro"); any other is report_acc's."""
     low = name.lower()
     setting = (
         "3dsr"
@@ -100,8 +103,9 @@ def scoring(name: str, columns, splits=frozenset()) -> dict:
 
 
 def _jsonl_image(base: str, s, allow_any_path: bool):
-    """A JSONL image: a file path (it has a "." or exists; base64 never holds a ".") or base64. A short name
-    (64 characters or fewer) that is neither a file nor an image in base64 is said to be a missing file."""
+    """A JSONL image: a file path (it has a "." or exists; base64 never holds a ".") or base64. A
+    short name (64 characters or fewer) that is neither a file nor an image in base64 is said to be
+    a missing file."""
     if not isinstance(s, str) or not s:
         raise ValueError(f"an image must be a path or base64 string, got {s!r}")
     if "." in s or os.path.isabs(s) or os.path.isfile(os.path.join(base, s)):
@@ -116,7 +120,9 @@ def _jsonl_image(base: str, s, allow_any_path: bool):
         ) from None
 
 
-def _jsonl_item(name: str, line: int, text: str, base: str, allow_any_path: bool, stripped: bool) -> Item:
+def _jsonl_item(
+    name: str, line: int, text: str, base: str, allow_any_path: bool, stripped: bool
+) -> Item:
     try:
         d = json.loads(text)
     except ValueError:
@@ -124,11 +130,17 @@ def _jsonl_item(name: str, line: int, text: str, base: str, allow_any_path: bool
     except RecursionError:  # a line nested 100,000 deep: one row's error, not a crash
         raise ValueError("not valid JSON here: nested too deep to read") from None
     check_utf8(text)
-    d = whole_text(d)  # a lone surrogate ("\\ud800" in the JSON) is no text: U+FFFD, as in a server's reply
+    d = whole_text(
+        d
+    )  # a lone surrogate ("\\ud800" in the JSON) is no text: U+FFFD, as in a server's reply
     given = d.get("options") if isinstance(d, dict) else None
-    if not isinstance(given, dict) or not all(isinstance(k, str) and LETTER.fullmatch(k) for k in given):
+    if not isinstance(given, dict) or not all(
+        isinstance(k, str) and LETTER.fullmatch(k) for k in given
+    ):
         raise ValueError('"options" must be an object with letter keys, like {"A": "..."}')
-    options = sorted((k, str(v).strip()) for k, v in given.items() if v is not None and str(v).strip())
+    options = sorted(
+        (k, str(v).strip()) for k, v in given.items() if v is not None and str(v).strip()
+    )
     ims = d.get("image")
     ims = [] if ims in (None, "", []) else ims if isinstance(ims, list) else [ims]
     scalars = {
@@ -136,7 +148,9 @@ def _jsonl_item(name: str, line: int, text: str, base: str, allow_any_path: bool
         for k, v in d.items()
         if k != "image" and not isinstance(v, (dict, list))  # "options" is a dict
     }
-    fields = tuple((k, "" if v is None else str(v)) for k, v in {**scalars, **dict(options)}.items())
+    fields = tuple(
+        (k, "" if v is None else str(v)) for k, v in {**scalars, **dict(options)}.items()
+    )
     return make_item(
         name,
         d.get("id", line),
@@ -169,12 +183,16 @@ def _jsonl(path: str, name: str, keep, allow_any_path: bool, warnings: list, inf
 
 
 def load(
-    path: str, limit: int | None = None, keep=None, allow_any_path: bool = False, inputs: Inputs = Inputs()
+    path: str,
+    limit: int | None = None,
+    keep=None,
+    allow_any_path: bool = False,
+    inputs: Inputs = Inputs(),
 ) -> Loaded:
-    """A .tsv or .jsonl file, streamed: the first `limit` valid items (all if None), of which those whose id
-    keep(id) accepts (all if None) are returned. A repeated id is skipped like any malformed row. `inputs`:
-    what reaches the model (VLMEvalKit's images and prompt text by default; a JSONL file's images are its
-    own)."""
+    """A .tsv or .jsonl file, streamed: the first `limit` valid items (all if None), of which those
+    whose id keep(id) accepts (all if None) are returned. A repeated id is skipped like any
+    malformed row. `inputs`: what reaches the model (VLMEvalKit's images and prompt text by default;
+    a JSONL file's images are its own)."""
     file = os.path.basename(path)
     name, ext = os.path.splitext(file)
     readers = {".tsv": tsv.read, ".jsonl": _jsonl}
@@ -183,7 +201,14 @@ def load(
     if not os.path.isfile(path):
         raise ValueError(f"{path}: no such file")
     keep = keep or (lambda id: True)
-    warnings, items, skipped, first, read, dropped, limited, columns = [], [], [], {}, 0, 0, False, []
+    warnings = []
+    items = []
+    skipped = []
+    columns = []  # the first valid row's fields
+    first = {}  # id -> the row it was first read at
+    read = 0
+    dropped = 0
+    limited = False
     splits = set()  # the valid rows' split cells (CV-Bench-2D's test)
     info: dict = {"limit": limit, "inputs": inputs}
     rows = readers[ext.lower()](path, name, keep, allow_any_path, warnings, info)
@@ -195,7 +220,9 @@ def load(
             elif isinstance(got, Skipped):
                 skipped.append(got)
             elif got.id in first:
-                skipped.append(Skipped(file, line, f"repeated id {got.id!r} (first at row {first[got.id]})"))
+                skipped.append(
+                    Skipped(file, line, f"repeated id {got.id!r} (first at row {first[got.id]})")
+                )
             else:
                 first[got.id], columns = line, columns or [k for k, _ in got.fields]
                 splits.add(dict(got.fields).get("split"))
@@ -205,11 +232,12 @@ def load(
                     break
     finally:
         rows.close()
-    how = {
-        **scoring(name, columns, splits),
-        "dtypes": info.get("dtypes", {}),
-    }  # dtypes: the TSV's, for the quirks
+    # The TSV's dtypes go with the scoring, for the quirks.
+    how = {**scoring(name, columns, splits), "dtypes": info.get("dtypes", {})}
     sent = {**inputs.record(), "resaved": list(dict.fromkeys(info.get("resaved", [])))}
     if ext.lower() == ".jsonl":
-        sent["images"] = "original"  # VLMEvalKit does not read JSONL: its images are sent as they are
-    return Loaded(name, file, items, len(first), read, skipped, dropped, warnings, how, limited, sent)
+        # VLMEvalKit does not read JSONL: its images are sent as they are.
+        sent["images"] = "original"
+    return Loaded(
+        name, file, items, len(first), read, skipped, dropped, warnings, how, limited, sent
+    )

@@ -1,13 +1,17 @@
-"""TSV cells as VLMEvalKit reads them: pandas.read_csv(f, sep='\\t') with its defaults, without pandas.
+"""TSV cells as VLMEvalKit reads them: pandas.read_csv(f, sep='\\t') with its defaults, without
+pandas.
 
 Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
-Disagreement-Aware Consensus", ECCV 2026, scores its benchmarks with VLMEvalKit, which reads a TSV with
-pandas' defaults (vlmeval/smp/file.py at e8e78f05). docs/parity.md writes the rules down; here they are:
+Disagreement-Aware Consensus", ECCV 2026, scores its benchmarks with VLMEvalKit, which reads a TSV
+with pandas' defaults (vlmeval/smp/file.py at e8e78f05). docs/parity.md writes the rules down; here
+they are:
 
-- a cell in NA_VALUES (exactly, not stripped) is a missing value: no option, no hint, "nan" when printed;
-- a column whose other cells all parse as integers is int64 ("01" prints "1"), and float64 if it also holds
-  a missing value ("1" prints "1.0"); all numbers with one float among them: float64; every cell missing:
-  float64; all True/TRUE/true/False/FALSE/false: bool ("true" prints "True"), object if one is missing;
+- a cell in NA_VALUES (exactly, not stripped) is a missing value: no option, no hint, "nan" when
+  printed;
+- a column whose other cells all parse as integers is int64 ("01" prints "1"), and float64 if it
+  also holds a missing value ("1" prints "1.0"); all numbers with one float among them: float64;
+  every cell missing: float64; all True/TRUE/true/False/FALSE/false: bool ("true" prints "True"),
+  object if one is missing;
 - a number may have spaces around it; any other cell is kept as written, never stripped.
 """
 
@@ -17,7 +21,8 @@ import re
 
 NA_VALUES = frozenset(
     (
-        "|#N/A|#N/A N/A|#NA|-1.#IND|-1.#QNAN|-NaN|-nan|1.#IND|1.#QNAN|<NA>|N/A|NA|NULL|NaN|None|n/a|nan|null"
+        "|#N/A|#N/A N/A|#NA|-1.#IND|-1.#QNAN|-NaN|-nan|1.#IND|1.#QNAN|<NA>|N/A|NA|NULL|NaN|None"
+        "|n/a|nan|null"
     ).split("|")
 )
 _INT = re.compile(r"\s*[+-]?\d+\s*")
@@ -32,7 +37,9 @@ class Column:
     def __init__(self):
         self.na = self.n = 0
         self.ints = self.floats = self.bools = True
-        self.big = False  # an integer outside int64 (pandas keeps it as text, or uint64 up to 2**64 - 1)
+        self.big = (
+            False  # an integer outside int64 (pandas keeps it as text, or uint64 up to 2**64 - 1)
+        )
 
     def note(self, cell: str) -> None:
         self.n += 1
@@ -48,7 +55,8 @@ class Column:
 
     @property
     def dtype(self) -> str:
-        """ "int", "float", "bool" or "object" (text; a bool column with a missing value is object too)."""
+        """ "int", "float", "bool" or "object" (text; a bool column with a missing value is object
+        too)."""
         if self.na == self.n:
             return "float"
         if self.ints and not self.big:
@@ -61,7 +69,8 @@ class Column:
 
 
 def value(cell: str, dtype: str):
-    """The value pandas holds for a cell of a column of `dtype`: None (missing), int, float, bool or str."""
+    """The value pandas holds for a cell of a column of `dtype`: None (missing), int, float, bool or
+    str."""
     if cell in NA_VALUES:
         return None
     if dtype == "int":
@@ -74,13 +83,15 @@ def value(cell: str, dtype: str):
 
 
 def shown(cell: str, dtype: str) -> str | None:
-    """The cell as VLMEvalKit prints it (str() of pandas' value: "1.0", "True"); None when missing."""
+    """The cell as VLMEvalKit prints it (str() of pandas' value: "1.0", "True"); None when
+    missing."""
     v = value(cell, dtype)
     return None if v is None else str(v)
 
 
 def mangle(names: list) -> list:
-    """pandas' names for a header with repeats: the second "A" is "A.1" (or "A.2" if "A.1" is taken)."""
+    """pandas' names for a header with repeats: the second "A" is "A.1" (or "A.2" if "A.1" is
+    taken)."""
     out, seen = [], set(names)
     for n in names:
         if n in out:

@@ -1,26 +1,29 @@
-"""The chains of VERDICT's harness: one (item, seed, method) run into a row, every item run across threads,
-and the progress line.
+"""The chains of VERDICT's harness: one (item, seed, method) run into a row, every item run across
+threads, and the progress line.
 
 Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
 Disagreement-Aware Consensus", ECCV 2026: "same agents, different aggregation". Every method runs
 verdict.run with the same reasoner and judges and only verdict.select's rule differs; `base` is one
-sampled chain (n = 1, no judges). The searches (search.py: best-of-N, weighted best-of-N, majority vote,
-beam search) run the same reasoner and plain judges. evaluate.py checks the flags, reads the files and
-writes the tables; this module runs the chains between:
+sampled chain (n = 1, no judges). The searches (search.py: best-of-N, weighted best-of-N, majority
+vote, beam search) run the same reasoner and plain judges. evaluate.py checks the flags, reads the
+files and writes the tables; this module runs the chains between:
 
-- input_digest: what a row records of the item it ran (question, options, answer, columns, image bytes);
-- run_chain: one chain (verifier.build and verifier.run), or one search (run_search), its answer read
-  (answers.score, then the extraction model if any), as a rows.Row with its cost (calls, tokens, seconds;
-  the reasoner's calls and tokens, the judges' calls), its judge mode's record and its revisions;
-- the seed scheme of the searches (chain_seed, check_method): chain i of seed s is sampled by the reasoner
-  of seed s + CHAIN_SEEDS·i, one candidate a step, so chain 0 is the base chain of seed s and chains
-  0..N−1 of every N are the same chains: through the response cache, a larger N pays only for the chains
-  a smaller one did not sample, and every method for the judge calls another already made;
-- ChainClients: one item's clients, forks of the run's that share its response cache, and the --max-calls
-  budget their calls spend (verifier.CallBudget);
-- Harness: each item's chains one after another in one thread, --concurrency items at once, every row
-  appended to results.jsonl as it finishes; it stops every thread when the endpoint refuses us before
-  any reply, or the response cache cannot be used;
+- input_digest: what a row records of the item it ran (question, options, answer, columns, image
+  bytes);
+- run_chain: one chain (verifier.build and verifier.run), or one search (run_search), its answer
+  read (answers.score, then the extraction model if any), as a rows.Row with its cost (calls,
+  tokens, seconds; the reasoner's calls and tokens, the judges' calls), its judge mode's record and
+  its revisions;
+- the seed scheme of the searches (chain_seed, check_method): chain i of seed s is sampled by the
+  reasoner of seed s + CHAIN_SEEDS·i, one candidate a step, so chain 0 is the base chain of seed s
+  and chains 0..N−1 of every N are the same chains: through the response cache, a larger N pays only
+  for the chains a smaller one did not sample, and every method for the judge calls another already
+  made;
+- ChainClients: one item's clients, forks of the run's that share its response cache, and the
+  --max-calls budget their calls spend (verifier.CallBudget);
+- Harness: each item's chains one after another in one thread, --concurrency items at once, every
+  row appended to results.jsonl as it finishes; it stops every thread when the endpoint refuses us
+  before any reply, or the response cache cannot be used;
 - Progress: one line on stderr, items finished, running accuracy and an ETA.
 
 It makes requests (through verifier): the harness readers never import it.
@@ -51,9 +54,10 @@ from verdict_lab.verifier import CallBudget, Settings
 
 @dataclass
 class ChainClients:
-    """One item's clients, used by one thread: the reasoner's and the judges' (two forks even when they
-    share an endpoint and model, so that each counts its own calls), forks of the run's clients that share
-    its cache, its requests in flight and one call budget, and the extraction model's (no budget), if any."""
+    """One item's clients, used by one thread: the reasoner's and the judges' (two forks even when
+    they share an endpoint and model, so that each counts its own calls), forks of the run's clients
+    that share its cache, its requests in flight and one call budget, and the extraction model's (no
+    budget), if any."""
 
     reasoner: client.Client
     judges: client.Client
@@ -86,16 +90,16 @@ class ChainClients:
 
 
 def final_text(trace) -> str | None:
-    """The text an answer is read from: after "Final answer:" if the chain ended there, else its last
-    chosen step (a chain stopped by a budget); None without a step."""
+    """The text an answer is read from: after "Final answer:" if the chain ended there, else its
+    last chosen step (a chain stopped by a budget); None without a step."""
     if trace is None or not trace.steps:
         return None
     return trace.answer if trace.stopped == "final" else trace.chain[-1]
 
 
 def read_answer(item: Item, text: str | None, extractor: client.Client | None) -> tuple:
-    """(prediction, how, correct, extraction calls, extraction tokens): answers.score, then the extraction
-    model when the rules found nothing in a final answer."""
+    """(prediction, how, correct, extraction calls, extraction tokens): answers.score, then the
+    extraction model when the rules found nothing in a final answer."""
     pred, how, correct = answers.score(item, text)
     if how != "unanswered" or not text or extractor is None:
         return pred, how, correct, 0, 0
@@ -106,12 +110,18 @@ def read_answer(item: Item, text: str | None, extractor: client.Client | None) -
 
 
 def input_digest(item: Item) -> str:
-    """The digest of everything a chain of `item` reads or is scored against: its question, options, answer,
-    how a value is compared, its input columns and the bytes of its images (a path's file is read). Two
-    items with the same digest run the same chains; a row records it (Row.input_digest). OSError if an
-    image file cannot be read."""
+    """The digest of everything a chain of `item` reads or is scored against: its question, options,
+    answer, how a value is compared, its input columns and the bytes of its images (a path's file is
+    read). Two items with the same digest run the same chains; a row records it (Row.input_digest).
+    OSError if an image file cannot be read."""
     h = hashlib.sha256()
-    text = [item.question, item.options, item.answer, asdict(item.value) if item.value else None, item.fields]
+    text = [
+        item.question,
+        item.options,
+        item.answer,
+        asdict(item.value) if item.value else None,
+        item.fields,
+    ]
     h.update(json.dumps(text).encode("ascii") + b"\n")  # ensure_ascii: a lone surrogate is escaped
     for image in item.images:
         if isinstance(image, (bytes, bytearray)):
@@ -131,18 +141,22 @@ def file_sha256(path: str) -> str:
 
 
 def chain_settings(settings: Settings, method: Method) -> Settings:
-    """The settings of one method's chains: its rule, judge mode and revising (base: none of them, and no
-    speculation)."""
+    """The settings of one method's chains: its rule, judge mode and revising (base: none of them,
+    and no speculation)."""
     speculate = settings.speculate and method.judged
     return replace(
-        settings, rule=method.rule, judge_mode=method.mode.name, revise=method.revise, speculate=speculate
+        settings,
+        rule=method.rule,
+        judge_mode=method.mode.name,
+        revise=method.revise,
+        speculate=speculate,
     )
 
 
 @dataclass
 class Ran:
-    """What a method's chain (or search) leaves for its row, filled as it runs: its trace as a dict, the text
-    its answer is read from, how it stopped, its judge mode's record and its revisions."""
+    """What a method's chain (or search) leaves for its row, filled as it runs: its trace as a dict,
+    the text its answer is read from, how it stopped, its judge mode's record and its revisions."""
 
     trace: dict | None = None
     text: str | None = None
@@ -160,17 +174,20 @@ def run_chain(
     fmt: JudgeFormat,
     digest: str | None = None,
 ) -> tuple:
-    """(row of results.jsonl, None), or (error row, the exception) on EndpointError or ValueError: the
-    chain of `method` (verifier.build; a search: run_search) in the run's reply format `fmt`. The row records
-    `digest`, input_digest(item) when it is None, and its compute from the clients' usage counters: all
-    calls, requests and tokens, and apart the reasoner's calls and tokens and the judges' calls."""
+    """(row of results.jsonl, None), or (error row, the exception) on EndpointError or ValueError:
+    the chain of `method` (verifier.build; a search: run_search) in the run's reply format `fmt`.
+    The row records `digest`, input_digest(item) when it is None, and its compute from the clients'
+    usage counters: all calls, requests and tokens, and apart the reasoner's calls and tokens and
+    the judges' calls."""
     digest = digest or input_digest(item)
     before, clients.budget.spent = clients.usage(), 0
     split = (clients.reasoner.usage, clients.judges.usage)
     t0, ran, error = time.perf_counter(), Ran(), None
     pred, how, correct, ex_calls, ex_tokens = None, "unanswered", False, 0, 0
     try:
-        (run_search if method.search else run_verdict)(item, seed, method, clients, settings, fmt, ran)
+        (run_search if method.search else run_verdict)(
+            item, seed, method, clients, settings, fmt, ran
+        )
         pred, how, correct, ex_calls, ex_tokens = read_answer(item, ran.text, clients.extractor)
     except (EndpointError, ValueError) as e:
         error = e
@@ -184,8 +201,11 @@ def run_chain(
     return Row(**fields, judge_calls=judged["calls"]), error
 
 
-def _row(item: Item, seed: int, method: Method, digest: str, ran: Ran, error, used: dict, seconds: float):
-    """A Row's fields but its answer and the compute run_chain adds, as a dict (run_chain builds the Row)."""
+def _row(
+    item: Item, seed: int, method: Method, digest: str, ran: Ran, error, used: dict, seconds: float
+):
+    """A Row's fields but its answer and the compute run_chain adds, as a dict (run_chain builds the
+    Row)."""
     record = ran.record
     return dict(
         data=item.data,
@@ -216,9 +236,14 @@ def _row(item: Item, seed: int, method: Method, digest: str, ran: Ran, error, us
     )
 
 
-def run_verdict(item: Item, seed: int, method: Method, clients, settings: Settings, fmt, ran: Ran) -> None:
-    """One chain of a rule (base, verdict.RULES) in its judge mode, into `ran`: verifier.build and run."""
-    v = verifier.build(chain_settings(settings, method), clients.reasoner, clients.judges, seed, fmt)
+def run_verdict(
+    item: Item, seed: int, method: Method, clients, settings: Settings, fmt, ran: Ran
+) -> None:
+    """One chain of a rule (base, verdict.RULES) in its judge mode, into `ran`: verifier.build and
+    run."""
+    v = verifier.build(
+        chain_settings(settings, method), clients.reasoner, clients.judges, seed, fmt
+    )
     try:
         trace = verifier.run(v, item.question, item.images or None, meter=clients.usage)
     finally:  # the judge mode's record, also of a chain that ended in an error
@@ -230,21 +255,26 @@ def run_verdict(item: Item, seed: int, method: Method, clients, settings: Settin
 
 # ----------------------------------------------------------------------------- one search
 
-CHAIN_SEEDS = 1000  # chain i of seed s: the reasoner of seed s + CHAIN_SEEDS·i (so at most 1000 seeds)
-MAX_CHAINS = 1000  # N at most: every sampling seed, (s + CHAIN_SEEDS·i)·SEED_STRIDE + j, stays below 2^31
+CHAIN_SEEDS = (
+    1000  # chain i of seed s: the reasoner of seed s + CHAIN_SEEDS·i (so at most 1000 seeds)
+)
+MAX_CHAINS = (
+    1000  # N at most: every sampling seed, (s + CHAIN_SEEDS·i)·SEED_STRIDE + j, stays below 2^31
+)
 
 
 def chain_seed(seed: int, i: int) -> int:
-    """The reasoner seed of chain i of a search at row seed `seed`: seed + CHAIN_SEEDS·i. Chain 0 is the base
-    chain of that seed (the same requests), and no two (seed, i) with seed < CHAIN_SEEDS share a seed, nor
-    any sampling seed (judges.Reasoner keeps each reasoner seed's within its own block)."""
+    """The reasoner seed of chain i of a search at row seed `seed`: seed + CHAIN_SEEDS·i. Chain 0 is
+    the base chain of that seed (the same requests), and no two (seed, i) with seed < CHAIN_SEEDS
+    share a seed, nor any sampling seed (judges.Reasoner keeps each reasoner seed's within its own
+    block)."""
     return seed + CHAIN_SEEDS * i
 
 
 def check_method(method: Method, settings: Settings, seeds: int) -> None:
-    """ValueError, before any call, for a search the seed scheme cannot run: N over MAX_CHAINS, more than
-    CHAIN_SEEDS seeds, or a beam whose first step, W·E candidates and their top-ups, needs more sampling
-    seeds than a reasoner seed has ((1 + W·E)·W·E over judges.SEED_STRIDE)."""
+    """ValueError, before any call, for a search the seed scheme cannot run: N over MAX_CHAINS, more
+    than CHAIN_SEEDS seeds, or a beam whose first step, W·E candidates and their top-ups, needs more
+    sampling seeds than a reasoner seed has ((1 + W·E)·W·E over judges.SEED_STRIDE)."""
     if not method.search:
         return
     if method.n is not None and method.n > MAX_CHAINS:
@@ -254,16 +284,20 @@ def check_method(method: Method, settings: Settings, seeds: int) -> None:
     k = (method.width or 0) * (method.expand or 0)
     if (1 + k) * k > SEED_STRIDE:
         most = max(j for j in range(1, SEED_STRIDE) if (1 + j) * j <= SEED_STRIDE)
-        raise ValueError(f"{method}: W·E must be at most {most} ((1 + W·E)·W·E sampling seeds), got {k}")
+        raise ValueError(
+            f"{method}: W·E must be at most {most} ((1 + W·E)·W·E sampling seeds), got {k}"
+        )
 
 
-def run_search(item: Item, seed: int, method: Method, clients, settings: Settings, fmt, ran: Ran) -> None:
-    """One search (search.py) into `ran`: the reasoner of verifier.build (as base's), one candidate a step
-    for chain i of best-of-N and majority at reasoner seed chain_seed(seed, i), beam search's at `seed`;
-    the plain judges of the run's reply format (none for majority); τ, ε, λ and max_steps of the settings.
-    Answers are compared as the option or value answers.score reads (an answer it cannot read, as its
-    text), never by the extraction model, which reads the picked answer alone. The trace is the search's
-    record (search.Search.to_dict) with its meta."""
+def run_search(
+    item: Item, seed: int, method: Method, clients, settings: Settings, fmt, ran: Ran
+) -> None:
+    """One search (search.py) into `ran`: the reasoner of verifier.build (as base's), one candidate
+    a step for chain i of best-of-N and majority at reasoner seed chain_seed(seed, i), beam search's
+    at `seed`; the plain judges of the run's reply format (none for majority); τ, ε, λ and max_steps
+    of the settings. Answers are compared as the option or value answers.score reads (an answer it
+    cannot read, as its text), never by the extraction model, which reads the picked answer alone.
+    The trace is the search's record (search.Search.to_dict) with its meta."""
     plain = dict(judge_mode="plain", revise=False, speculate=False)
     propose = lambda k: (
         verifier.build(replace(settings, rule="base", **plain), clients.reasoner, seed=k).propose
@@ -274,12 +308,25 @@ def run_search(item: Item, seed: int, method: Method, clients, settings: Setting
         judges = verifier.build(judged, clients.reasoner, clients.judges, seed, fmt).judges
     config = replace(settings.config, rule="verdict")
     canon = lambda a: answers.score(item, a)[0] or a
-    images, scored = item.images or None, dict(step_score=method.step_score, aggregate=method.aggregate)
+    images, scored = (
+        item.images or None,
+        dict(step_score=method.step_score, aggregate=method.aggregate),
+    )
     meta = {"method": str(method), "seed": seed}
     if method.rule == "beam":
         w, e = method.width, method.expand
-        found = search.beam_search(item.question, propose(seed), judges, w, e, config, images, **scored,
-                                   dual_filter=method.dual_filter, canon=canon)  # fmt: skip
+        found = search.beam_search(
+            item.question,
+            propose(seed),
+            judges,
+            w,
+            e,
+            config,
+            images,
+            **scored,
+            dual_filter=method.dual_filter,
+            canon=canon,
+        )
         meta["reasoner_seeds"] = [seed]
     else:
         chains = lambda i: propose(chain_seed(seed, i))
@@ -290,13 +337,15 @@ def run_search(item: Item, seed: int, method: Method, clients, settings: Setting
     if judges:
         meta["judges"] = {**fmt.record(), "s_hat": "weighted" if settings.weighted else "sampled"}
     ran.trace = {**found.to_dict(), "meta": meta}
-    ran.text = found.answer if found.picked is not None else (found.chain[-1] if found.chain else None)
+    ran.text = (
+        found.answer if found.picked is not None else (found.chain[-1] if found.chain else None)
+    )
     ran.stopped = found.stopped
 
 
 def revisions(trace: verdict.Trace | None) -> dict:
-    """A row's revisions: how many were written and taken, and what they cost (calls and tokens: the reviser's
-    call and the revisions' judgements, with any judge-mode call a judgement made)."""
+    """A row's revisions: how many were written and taken, and what they cost (calls and tokens: the
+    reviser's call and the revisions' judgements, with any judge-mode call a judgement made)."""
     vs = [r.revision for r in trace.steps if r.revision is not None] if trace else []
     return {
         "revisions": len(vs),
@@ -310,8 +359,8 @@ def revisions(trace: verdict.Trace | None) -> dict:
 
 
 class Progress:
-    """One line on stderr: items finished, the running accuracy of base and verdict, an ETA. Not thread-safe:
-    the Harness calls it under its lock."""
+    """One line on stderr: items finished, the running accuracy of base and verdict, an ETA. Not
+    thread-safe: the Harness calls it under its lock."""
 
     def __init__(self, total: int, todo: int, rows):
         self.total, self.todo, self.finished = total, todo, total - todo
@@ -346,11 +395,11 @@ class Progress:
 
 class Harness:
     """Runs each item's chains in one thread, --concurrency items at once, appending every row to
-    results.jsonl (and to `done`) as it finishes, each row recording its item's digest (`digests`). Fail
-    fast: every thread stops, and run() returns why, if a row cannot be written (a full disk: the file
-    keeps the rows before, whole), if the response cache cannot be used (CacheError, never one
-    item's error), or if, before any reply came, the endpoint could not be reached or refused us (401,
-    403, 404); the chain that met it leaves no row."""
+    results.jsonl (and to `done`) as it finishes, each row recording its item's digest (`digests`).
+    Fail fast: every thread stops, and run() returns why, if a row cannot be written (a full disk:
+    the file keeps the rows before, whole), if the response cache cannot be used (CacheError, never
+    one item's error), or if, before any reply came, the endpoint could not be reached or refused us
+    (401, 403, 404); the chain that met it leaves no row."""
 
     def __init__(
         self,
@@ -365,25 +414,31 @@ class Harness:
     ):
         self.reasoner, self.judge, self.extractor = reasoner, judge, extractor
         self.settings, self.results, self.done, self.progress = settings, results, done, progress
-        self.format = JudgeFormat(settings.judge_format)  # one for the run: a fallback holds for every chain
+        # One format for the whole run, so that a fallback to text holds for every chain.
+        self.format = JudgeFormat(settings.judge_format)
         self.digests = digests or {}  # {(data, id): input_digest(item)}, computed once per item
         self.lock, self.stop, self.reached = threading.Lock(), threading.Event(), threading.Event()
         self.fatal: str | None = None
 
     def run(self, todo: list, concurrency: int) -> str | None:
-        with open(self.results, "ab", buffering=0) as self.fh:  # unbuffered: a row is on disk, or not at all
+        # Unbuffered, so that a row is on disk whole or not at all.
+        with open(self.results, "ab", buffering=0) as self.fh:
             pool = ThreadPoolExecutor(max_workers=concurrency)
             try:
                 for f in [pool.submit(self.item, it, chains) for it, chains in todo]:
                     f.result()  # a bug in a task surfaces here, with its traceback
-            finally:  # also on Ctrl-C: no new chain starts; the chains in flight finish and are kept
+            finally:
+                # This runs on Ctrl-C too: no new chain starts, and the chains in flight finish and
+                # are kept.
                 self.stop.set()
                 pool.shutdown(cancel_futures=True)
                 self.progress.close()
         return self.fatal
 
     def item(self, item: Item, chains: list) -> None:
-        clients = ChainClients.fork(self.reasoner, self.judge, self.settings.max_calls, self.extractor)
+        clients = ChainClients.fork(
+            self.reasoner, self.judge, self.settings.max_calls, self.extractor
+        )
         try:
             for seed, method in chains:
                 if self.stop.is_set():
@@ -391,7 +446,9 @@ class Harness:
                 try:
                     digest = self.digests.get((item.data, item.id))
                     client.pin((clients.reasoner, clients.judges), f"{item.data}/{item.id}", seed)
-                    row, error = run_chain(item, seed, method, clients, self.settings, self.format, digest)
+                    row, error = run_chain(
+                        item, seed, method, clients, self.settings, self.format, digest
+                    )
                 except CacheError as e:
                     return self.halt(f"the response cache cannot be used: {e}")
                 if row.replies:
@@ -412,7 +469,8 @@ class Harness:
         self.stop.set()
 
     def refused(self, error) -> bool:
-        """The endpoint never answered and this error says it will not: unreachable, or 401, 403, 404."""
+        """The endpoint never answered and this error says it will not: unreachable, or 401, 403,
+        404."""
         return (
             isinstance(error, EndpointError)
             and error.status in (None, 401, 403, 404)
@@ -420,8 +478,8 @@ class Harness:
         )
 
     def write(self, row: Row) -> bool:
-        """Append the row to results.jsonl, whole (rundir.append); False, with every thread stopped, if it
-        cannot be written (a full disk): the file ends with the last row written."""
+        """Append the row to results.jsonl, whole (rundir.append); False, with every thread stopped,
+        if it cannot be written (a full disk): the file ends with the last row written."""
         with self.lock:
             try:
                 rundir.append(self.fh, json.dumps(row.to_json(), allow_nan=False) + "\n")

@@ -2,23 +2,25 @@
 results file, and shard directories merged into one.
 
 Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
-Disagreement-Aware Consensus", ECCV 2026: its table is mean ± std over seeds of several methods on six
-benchmarks, a long run that is resumed after a kill and split over machines. A run directory OUT holds:
+Disagreement-Aware Consensus", ECCV 2026: its table is mean ± std over seeds of several methods on
+six benchmarks, a long run that is resumed after a kill and split over machines. A run directory OUT
+holds:
 
-- .lock: held (flock) by the run using OUT, released when its process ends, even by SIGKILL; a second run
-  on the same OUT stops at once;
-- run.json ("verdict-eval-run/3"): the settings a resumed run must share, the endpoints included (answers
-  from another server are never mixed into a table), and the shard "i/k" if any; written whole (a
-  temporary file renamed), once the run's inputs are read; a damaged one is a ValueError, never a traceback;
-- results.jsonl: one row (rows.Row) per (item, seed, method), appended whole as each finishes (append: a
-  full disk leaves the rows before, and no partial line); a row records its item's input digest, and
-  load_rows drops the rows of an item whose input changed, so that they run again;
+- .lock: held (flock) by the run using OUT, released when its process ends, even by SIGKILL; a
+  second run on the same OUT stops at once;
+- run.json ("verdict-eval-run/3"): the settings a resumed run must share, the endpoints included
+  (answers from another server are never mixed into a table), and the shard "i/k" if any; written
+  whole (a temporary file renamed), once the run's inputs are read; a damaged one is a ValueError,
+  never a traceback;
+- results.jsonl: one row (rows.Row) per (item, seed, method), appended whole as each finishes
+  (append: a full disk leaves the rows before, and no partial line); a row records its item's input
+  digest, and load_rows drops the rows of an item whose input changed, so that they run again;
 - the tables (tables.py).
 
-merge: shard directories of one run (same settings, same files by sha256, shards 1/k..k/k, each finished)
-become one directory whose tables equal those of the same run unsharded; of each shard, the rows of the
-items its last run ran (its summary's inputs). Shards may differ in their endpoints only. The merged
-directory must hold no run: a finished run's rows are never replaced.
+merge: shard directories of one run (same settings, same files by sha256, shards 1/k..k/k, each
+finished) become one directory whose tables equal those of the same run unsharded; of each shard,
+the rows of the items its last run ran (its summary's inputs). Shards may differ in their endpoints
+only. The merged directory must hold no run: a finished run's rows are never replaced.
 """
 
 from __future__ import annotations
@@ -30,8 +32,14 @@ from dataclasses import replace
 from verdict_lab.harness import tables
 from verdict_lab.harness.rows import Row
 
-RUN_FORMAT = "verdict-eval-run/3"  # the verifier's settings are one dict, verifier.Settings.record()
-ENDPOINTS = ("base_url", "judge_base_url", "extract_base_url")  # may differ between shards of one run
+RUN_FORMAT = (
+    "verdict-eval-run/3"  # the verifier's settings are one dict, verifier.Settings.record()
+)
+ENDPOINTS = (
+    "base_url",
+    "judge_base_url",
+    "extract_base_url",
+)  # may differ between shards of one run
 
 try:
     import fcntl
@@ -41,8 +49,8 @@ except ImportError:  # Windows
 
 
 def lock(out: str):
-    """Create OUT and hold its lock (the open file; closing it releases the lock). ValueError if another
-    process holds it."""
+    """Create OUT and hold its lock (the open file; closing it releases the lock). ValueError if
+    another process holds it."""
     os.makedirs(out, exist_ok=True)
     fh = open(os.path.join(out, ".lock"), "a+")
     try:
@@ -55,7 +63,8 @@ def lock(out: str):
         holder = fh.read().strip()
         fh.close()
         raise ValueError(
-            f"another run is using {out} (process {holder or 'unknown'}); wait for it or use another --out"
+            f"another run is using {out} (process {holder or 'unknown'}); wait for it or use "
+            "another --out"
         ) from None
     fh.seek(0)
     fh.truncate()
@@ -74,8 +83,8 @@ def _json(path: str):
 
 
 def read_run(out: str) -> dict | None:
-    """OUT/run.json, or None if OUT holds no run; ValueError if it is of another format or damaged (not a
-    JSON object of this format with its settings)."""
+    """OUT/run.json, or None if OUT holds no run; ValueError if it is of another format or damaged
+    (not a JSON object of this format with its settings)."""
     path = os.path.join(out, "run.json")
     if not os.path.exists(path):
         return None
@@ -89,8 +98,8 @@ def read_run(out: str) -> dict | None:
 
 
 def check(out: str, settings: dict) -> None:
-    """ValueError if OUT holds a run with other settings (or a damaged run.json): two runs never share a
-    table."""
+    """ValueError if OUT holds a run with other settings (or a damaged run.json): two runs never
+    share a table."""
     old = read_run(out)
     diff = [k for k in settings if old is not None and old["settings"].get(k) != settings[k]]
     if diff:
@@ -104,16 +113,18 @@ def check(out: str, settings: dict) -> None:
 
 
 def claim(out: str, settings: dict) -> None:
-    """check, then record the settings in OUT/run.json (atomically: a full disk leaves the old one)."""
+    """check, then record the settings in OUT/run.json (atomically: a full disk leaves the old
+    one)."""
     check(out, settings)
     _write_atomic(
-        os.path.join(out, "run.json"), json.dumps({"format": RUN_FORMAT, "settings": settings}, indent=1)
+        os.path.join(out, "run.json"),
+        json.dumps({"format": RUN_FORMAT, "settings": settings}, indent=1),
     )
 
 
 def _write_atomic(path: str, text: str) -> None:
-    """Write a file whole or not at all: a temporary file, then renamed over it; the temporary file is removed
-    if writing it fails (OSError raised)."""
+    """Write a file whole or not at all: a temporary file, then renamed over it; the temporary file
+    is removed if writing it fails (OSError raised)."""
     try:
         with open(path + ".tmp", "w", encoding="utf-8") as fh:
             fh.write(text)
@@ -125,8 +136,9 @@ def _write_atomic(path: str, text: str) -> None:
 
 
 def append(fh, line: str) -> None:
-    """Append a line to results.jsonl, open unbuffered ("ab", buffering=0), whole or not at all: if writing
-    fails (OSError: a full disk), the file is cut back to where it ended, and the error raised."""
+    """Append a line to results.jsonl, open unbuffered ("ab", buffering=0), whole or not at all: if
+    writing fails (OSError: a full disk), the file is cut back to where it ended, and the error
+    raised."""
     data = memoryview(line.encode("utf-8"))
     end = fh.seek(0, os.SEEK_END)
     try:
@@ -138,9 +150,9 @@ def append(fh, line: str) -> None:
 
 
 def read_rows(path: str) -> tuple:
-    """(the rows of results.jsonl in file order, the file's bytes). A truncated or unreadable line (a run
-    killed mid-write, a byte that is not UTF-8), a row of an unknown format and a malformed one
-    (Row.from_json) are left out. OSError if the file cannot be read (a directory)."""
+    """(the rows of results.jsonl in file order, the file's bytes). A truncated or unreadable line
+    (a run killed mid-write, a byte that is not UTF-8), a row of an unknown format and a malformed
+    one (Row.from_json) are left out. OSError if the file cannot be read (a directory)."""
     if not os.path.exists(path):
         return [], b""
     with open(path, "rb") as fh:
@@ -155,13 +167,13 @@ def read_rows(path: str) -> tuple:
 
 
 def load_rows(path: str, inputs: dict | None = None, lines: dict | None = None) -> tuple:
-    """({key: row} of finished rows, how many lines were dropped, [the rows dropped as made from another
-    input]), for a resumed run. Besides what read_rows leaves out, a repeated key, a row that ended in an
-    error, and, with inputs ({(data, id): chains.input_digest of the item this run reads}), a row of one of
-    those items whose digest differs are dropped, and the file is rewritten without them (atomically), so
-    they run again. Rows of items not in inputs are kept. With lines ({(data, id): the item's line in the
-    file this run reads}), a kept row takes its item's line now (the file's rows may have moved), and the
-    file is rewritten with it."""
+    """({key: row} of finished rows, how many lines were dropped, [the rows dropped as made from
+    another input]), for a resumed run. Besides what read_rows leaves out, a repeated key, a row
+    that ended in an error, and, with inputs ({(data, id): chains.input_digest of the item this run
+    reads}), a row of one of those items whose digest differs are dropped, and the file is rewritten
+    without them (atomically), so they run again. Rows of items not in inputs are kept. With lines
+    ({(data, id): the item's line in the file this run reads}), a kept row takes its item's line now
+    (the file's rows may have moved), and the file is rewritten with it."""
     found, raw = read_rows(path)
     rows: dict = {}
     stale, moved = [], 0
@@ -177,7 +189,9 @@ def load_rows(path: str, inputs: dict | None = None, lines: dict | None = None) 
         rows[row.key] = row if line == row.row else replace(row, row=line)
     dropped = sum(bool(line.strip()) for line in raw.splitlines()) - len(rows)
     if dropped or moved or (raw and not raw.endswith(b"\n")):
-        _write_atomic(path, "".join(json.dumps(r.to_json(), allow_nan=False) + "\n" for r in rows.values()))
+        _write_atomic(
+            path, "".join(json.dumps(r.to_json(), allow_nan=False) + "\n" for r in rows.values())
+        )
     return rows, dropped, stale
 
 
@@ -185,8 +199,9 @@ def load_rows(path: str, inputs: dict | None = None, lines: dict | None = None) 
 
 
 def _summary_shaped(s: dict) -> bool:
-    """A summary has what merge reads: its context (tables.CONTEXT), files and methods as names, seeds as
-    ints, and per file its reading with the items it ran (inputs: {id: digest}) and their counts."""
+    """A summary has what merge reads: its context (tables.CONTEXT), files and methods as names,
+    seeds as ints, and per file its reading with the items it ran (inputs: {id: digest}) and their
+    counts."""
     names = lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)
     if not (all(k in s for k in tables.CONTEXT) and names(s["files"]) and names(s["methods"])):
         return False
@@ -200,8 +215,8 @@ def _summary_shaped(s: dict) -> bool:
 
 
 def read_summary(d: str) -> dict:
-    """The summary.json of a finished run in `d`; ValueError if it has none (its run has not finished), or
-    one of another format or shape."""
+    """The summary.json of a finished run in `d`; ValueError if it has none (its run has not
+    finished), or one of another format or shape."""
     path = os.path.join(d, "summary.json")
     if not os.path.exists(path):
         raise ValueError(f"{d} has no summary.json: its run has not finished")
@@ -209,7 +224,8 @@ def read_summary(d: str) -> dict:
     form = s.get("format") if isinstance(s, dict) else f"a JSON {type(s).__name__}"
     if form != tables.SUMMARY_FORMAT:
         raise ValueError(
-            f"{path} is of format {form!r}, not {tables.SUMMARY_FORMAT!r}; run that shard again to write it"
+            f"{path} is of format {form!r}, not {tables.SUMMARY_FORMAT!r}; run that shard again to "
+            "write it"
         )
     if not _summary_shaped(s):
         raise ValueError(
@@ -219,9 +235,9 @@ def read_summary(d: str) -> dict:
 
 
 def _shard(d: str) -> tuple:
-    """(settings, summary, rows) of a finished shard directory: the rows of the items its last run ran, made
-    from the input it read (a row of an item beyond a smaller --limit of a later resume is left out);
-    ValueError says why it is not one."""
+    """(settings, summary, rows) of a finished shard directory: the rows of the items its last run
+    ran, made from the input it read (a row of an item beyond a smaller --limit of a later resume is
+    left out); ValueError says why it is not one."""
     run = read_run(d)
     if run is None:
         raise ValueError(f"{d} holds no run (no run.json)")
@@ -229,18 +245,25 @@ def _shard(d: str) -> tuple:
         raise ValueError(f"{d} is not a shard (it ran without --shard)")
     summary = read_summary(d)
     inputs = {
-        (f, id): digest for f in summary["files"] for id, digest in summary["reading"][f]["inputs"].items()
+        (f, id): digest
+        for f in summary["files"]
+        for id, digest in summary["reading"][f]["inputs"].items()
     }
     methods, seeds = set(summary["methods"]), set(summary["seeds"])
     rows = {}
     for r in read_rows(os.path.join(d, "results.jsonl"))[0]:  # a later row replaces an earlier
-        if inputs.get((r.data, r.id)) == r.input_digest and str(r.method) in methods and r.seed in seeds:
+        if (
+            inputs.get((r.data, r.id)) == r.input_digest
+            and str(r.method) in methods
+            and r.seed in seeds
+        ):
             rows[r.key] = r
     missing = len(inputs) * len(methods) * len(seeds) - len(rows)
     if missing:
         raise ValueError(
-            f"{d}/results.jsonl lacks {missing} row(s) of the items its summary.json ran (its input or its "
-            "rows changed since); run that shard again, with the command of its last run, to finish it"
+            f"{d}/results.jsonl lacks {missing} row(s) of the items its summary.json ran (its "
+            "input or its rows changed since); run that shard again, with the command of its last "
+            "run, to finish it"
         )
     return run["settings"], summary, list(rows.values())
 
@@ -249,9 +272,10 @@ PER_SHARD = ("items", "inputs", "changed")  # what the reading of one file diffe
 
 
 def merge(dirs: list, out: str, max_error_rate: float) -> tuple:
-    """(summary, rows) of the shards in `dirs` merged into `out` (written there). ValueError if `out` holds
-    a run already (its rows are never replaced), or if they are not the shards 1/k..k/k of one run: other
-    settings, other files or other contents of them (sha256), read otherwise, missing or repeated shards."""
+    """(summary, rows) of the shards in `dirs` merged into `out` (written there). ValueError if
+    `out` holds a run already (its rows are never replaced), or if they are not the shards 1/k..k/k
+    of one run: other settings, other files or other contents of them (sha256), read otherwise,
+    missing or repeated shards."""
     if read_run(out) is not None:
         raise ValueError(f"{out} holds a run already (run.json); merge into a new --out")
     shards = [_shard(d) for d in dirs]
@@ -267,7 +291,11 @@ def merge(dirs: list, out: str, max_error_rate: float) -> tuple:
         )
     rows = [r for _, _, rs in shards for r in rs]
     urls = {key: sorted({s.get(key) for s, _, _ in shards if s.get(key)}) for key in ENDPOINTS}
-    settings = {**ref, **{key: v[0] if len(v) == 1 else v for key, v in urls.items() if v}, "shard": None}
+    settings = {
+        **ref,
+        **{key: v[0] if len(v) == 1 else v for key, v in urls.items() if v},
+        "shard": None,
+    }
     ctx = {
         **{key: ref_summary[key] for key in tables.CONTEXT},
         "settings": settings,
@@ -276,12 +304,15 @@ def merge(dirs: list, out: str, max_error_rate: float) -> tuple:
     }
     text = "".join(json.dumps(r.to_json(), allow_nan=False) + "\n" for r in rows)
     _write_atomic(os.path.join(out, "results.jsonl"), text)
-    claim(out, settings)  # last: a merge that failed before leaves no run in `out`, and may be run again
+    claim(
+        out, settings
+    )  # last: a merge that failed before leaves no run in `out`, and may be run again
     return tables.summarize(rows, ctx), rows
 
 
 def _check_same_run(d: str, shard: tuple, first: str, ref: tuple, k: str) -> None:
-    """ValueError unless the shard in d, (settings, summary), is of the run of ref, the one in first."""
+    """ValueError unless the shard in d, (settings, summary), is of the run of ref, the one in
+    first."""
     (settings, summary), (ref_settings, ref_summary) = shard, ref
     same = lambda s: {key: v for key, v in s.items() if key not in ENDPOINTS + ("shard",)}
     diff = sorted(
@@ -296,10 +327,13 @@ def _check_same_run(d: str, shard: tuple, first: str, ref: tuple, k: str) -> Non
         )
     for key in ("files", "methods", "seeds"):
         if summary[key] != ref_summary[key]:
-            raise ValueError(f"{d} ran other {key} than {first}: {summary[key]} against {ref_summary[key]}")
+            raise ValueError(
+                f"{d} ran other {key} than {first}: {summary[key]} against {ref_summary[key]}"
+            )
     for f in summary["files"]:
         a, b = (
-            {x: v for x, v in r["reading"][f].items() if x not in PER_SHARD} for r in (summary, ref_summary)
+            {x: v for x, v in r["reading"][f].items() if x not in PER_SHARD}
+            for r in (summary, ref_summary)
         )
         if a.get("sha256") != b.get("sha256"):
             raise ValueError(
@@ -315,7 +349,8 @@ def _check_same_run(d: str, shard: tuple, first: str, ref: tuple, k: str) -> Non
 
 
 def _merged_reading(shards: list, ref_summary: dict) -> dict:
-    """Per file, the first shard's reading with the items, inputs and changed counts of all shards."""
+    """Per file, the first shard's reading with the items, inputs and changed counts of all
+    shards."""
     return {
         f: {
             **ref_summary["reading"][f],

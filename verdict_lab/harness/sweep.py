@@ -1,27 +1,31 @@
-"""Sweeps of VERDICT's harness: the paper's analyses (τ, ε and λ sensitivity, judges of another size or
-family) for a served model, at the price of the requests that differ.
+"""Sweeps of VERDICT's harness: the paper's analyses (τ, ε and λ sensitivity, judges of another size
+or family) for a served model, at the price of the requests that differ.
 
 Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
-Disagreement-Aware Consensus", ECCV 2026, analyses: stubbornness sensitivity (one λ at a time), the τ
-regimes (ε = 0.1), the ε plateau (τ = 0.6), and judge quality (7B against 2B judges, VERDICT's margin over
-Mean). This module runs one such axis as settings, each a run of evaluate.py of its own:
+Disagreement-Aware Consensus", ECCV 2026, analyses: stubbornness sensitivity (one λ at a time), the
+τ regimes (ε = 0.1), the ε plateau (τ = 0.6), and judge quality (7B against 2B judges, VERDICT's
+margin over Mean). This module runs one such axis as settings, each a run of evaluate.py of its own:
 
-- `--sweep NAME=V1,V2,...` for NAME in tau, eps, lam_V, lam_L, lam_C; `--judge-model A,B` (judges compared
-  on one reasoner); `--model A,B` with one `--judge-model` (reasoners compared under one judge model);
-- every setting runs the same items, seeds and methods in OUT/<setting>/ (its own summary.md, tables and
-  results.jsonl) against one response cache, OUT/cache.sqlite. No request depends on τ, ε or λ (they only
-  select), so two settings send byte-identical requests until their first differing decision, and every
-  request a setting shares with an earlier one is answered by the cache: a sweep asks for each distinct
-  request once. Resumed, it makes no call twice (finished rows are kept, the rest come from the cache);
-- Tally: the cache as one setting sees it, recording every distinct request (key and tokens) that setting
-  asks for in OUT/<setting>/requests.tsv, so that the summary compares what the sweep needs (the distinct
-  requests of all settings) with what separate runs would make (each setting's distinct requests, summed);
-- OUT/summary.md and summary.json ("verdict-sweep/1"): the paper's form (base, Mean, VERDICT, VERDICT − Mean,
-  per setting), each setting's table, the cost; OUT/sweep_acc.csv, a column per setting; OUT/summary.png
-  (picture): Avg accuracy against the swept value, a line per method, ± the std over seeds.
+- `--sweep NAME=V1,V2,...` for NAME in tau, eps, lam_V, lam_L, lam_C; `--judge-model A,B` (judges
+  compared on one reasoner); `--model A,B` with one `--judge-model` (reasoners compared under one
+  judge model);
+- every setting runs the same items, seeds and methods in OUT/<setting>/ (its own summary.md, tables
+  and results.jsonl) against one response cache, OUT/cache.sqlite. No request depends on τ, ε or λ
+  (they only select), so two settings send byte-identical requests until their first differing
+  decision, and every request a setting shares with an earlier one is answered by the cache: a sweep
+  asks for each distinct request once. Resumed, it makes no call twice (finished rows are kept, the
+  rest come from the cache);
+- Tally: the cache as one setting sees it, recording every distinct request (key and tokens) that
+  setting asks for in OUT/<setting>/requests.tsv, so that the summary compares what the sweep needs
+  (the distinct requests of all settings) with what separate runs would make (each setting's
+  distinct requests, summed);
+- OUT/summary.md and summary.json ("verdict-sweep/1"): the paper's form (base, Mean, VERDICT,
+  VERDICT − Mean, per setting), each setting's table, the cost; OUT/sweep_acc.csv, a column per
+  setting; OUT/summary.png (picture): Avg accuracy against the swept value, a line per method, ± the
+  std over seeds.
 
-simulate.py draws the same curves from its noise model with `picture` and the same summary format. This
-module makes no request: evaluate.py hands it the run of one setting (`run_one`).
+simulate.py draws the same curves from its noise model with `picture` and the same summary format.
+This module makes no request: evaluate.py hands it the run of one setting (`run_one`).
 """
 
 from __future__ import annotations
@@ -65,7 +69,8 @@ class Setting:
 
     @property
     def folder(self) -> str:
-        """Its directory's name in OUT: the label with anything but letters, digits, . _ = - as _."""
+        """Its directory's name in OUT: the label with anything but letters, digits, . _ = -
+        as _."""
         return re.sub(r"[^A-Za-z0-9._=-]", "_", self.label)
 
     @property
@@ -75,17 +80,22 @@ class Setting:
 
 
 def parse_sweep(text: str) -> list:
-    """ "tau=0.01,0.1,0.6" -> [Setting("tau", 0.01), ...]; ValueError names an unknown knob, a value that is
-    not a finite number, a repeated value, or fewer than two values. Config checks the ranges later."""
+    """ "tau=0.01,0.1,0.6" -> [Setting("tau", 0.01), ...]; ValueError names an unknown knob, a
+    value that is not a finite number, a repeated value, or fewer than two values. Config checks the
+    ranges later."""
     name, eq, values = (text or "").partition("=")
     name = name.strip()
     if name not in KNOBS or not eq:
-        raise ValueError(f"--sweep must be NAME=V1,V2,... with NAME one of {', '.join(KNOBS)}, got {text!r}")
+        raise ValueError(
+            f"--sweep must be NAME=V1,V2,... with NAME one of {', '.join(KNOBS)}, got {text!r}"
+        )
     try:
         xs = [float(v) for v in values.split(",") if v.strip()]
     except ValueError:
         raise ValueError(f"--sweep {name}: every value must be a number, got {values!r}") from None
-    if len(xs) < 2 or len(set(xs)) != len(xs) or not all(map(math.isfinite, xs)):  # one point is no curve
+    if (
+        len(xs) < 2 or len(set(xs)) != len(xs) or not all(map(math.isfinite, xs))
+    ):  # one point is no curve
         raise ValueError(f"--sweep {name}: give two or more distinct finite values, got {values!r}")
     return [Setting(name, x) for x in xs]
 
@@ -104,12 +114,14 @@ def wanted(args) -> bool:
 
 
 def settings_of(args) -> list:
-    """The settings of the flags: --sweep, or several --judge-model, or several --model; [] for none (a plain
-    run). ValueError for two axes at once (one at a time, as the paper varies them) or a model list with no
-    single judge model."""
+    """The settings of the flags: --sweep, or several --judge-model, or several --model; [] for none
+    (a plain run). ValueError for two axes at once (one at a time, as the paper varies them) or a
+    model list with no single judge model."""
     models = _names("--model", args.model)
     if len(models) > 1 and not args.judge_model:  # else each reasoner would judge itself
-        raise ValueError("several --model reasoners are compared under one judge model: give --judge-model")
+        raise ValueError(
+            "several --model reasoners are compared under one judge model: give --judge-model"
+        )
     judges = _names("--judge-model", args.judge_model or args.model)
     axes = [a for a, on in (("--sweep", args.sweep), ("--judge-model", len(judges) > 1)) if on]
     axes += ["--model"] if len(models) > 1 else []
@@ -127,17 +139,24 @@ def floats(text: str) -> tuple:
     try:
         return tuple(float(v) for v in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected numbers separated by commas, got {text!r}"
+        ) from None
 
 
 def args_for(args, s: Setting) -> argparse.Namespace:
-    """The flags of one setting's run: OUT/<setting>, the sweep's one cache, the axis set to its value."""
+    """The flags of one setting's run: OUT/<setting>, the sweep's one cache, the axis set to its
+    value."""
     a = argparse.Namespace(**vars(args))
     a.sweep, a.out = None, os.path.join(args.out, s.folder)
-    a.cache = args.cache or os.path.join(args.out, "cache.sqlite")  # one cache: the settings share calls
+    a.cache = args.cache or os.path.join(
+        args.out, "cache.sqlite"
+    )  # one cache: the settings share calls
     if s.axis.startswith("lam_"):  # one λ at a time, the others as given
         lam = list(args.lam or verdict.STUBBORNNESS)
-        lam[verdict.JUDGES.index({"V": "visual", "L": "logical", "C": "contextual"}[s.axis[-1]])] = s.value
+        lam[
+            verdict.JUDGES.index({"V": "visual", "L": "logical", "C": "contextual"}[s.axis[-1]])
+        ] = s.value
         a.lam = tuple(lam)
     else:
         setattr(a, s.axis, s.value)
@@ -148,12 +167,14 @@ def args_for(args, s: Setting) -> argparse.Namespace:
 
 
 def _tokens(response: dict) -> int:
-    """prompt + completion tokens a response reports, each bounded as formats.reported_usage reads it."""
+    """prompt + completion tokens a response reports, each bounded as formats.reported_usage reads
+    it."""
     return sum(reported_usage(response).values())
 
 
 def read_tally(path: str) -> dict:
-    """OUT/<setting>/requests.tsv -> {cache key: tokens}; {} when absent. A torn last line is left out."""
+    """OUT/<setting>/requests.tsv -> {cache key: tokens}; {} when absent. A torn last line is left
+    out."""
     if not os.path.exists(path):
         return {}
     out = {}
@@ -166,9 +187,10 @@ def read_tally(path: str) -> dict:
 
 
 class Tally:
-    """A response cache (cache.Cache) as one setting sees it: every get and put passes through, and each
-    distinct request it is asked for (its key and its reply's tokens) is appended to `path` once. `sent`
-    and `sent_tokens` count the replies put, i.e. the requests this setting sent in this process."""
+    """A response cache (cache.Cache) as one setting sees it: every get and put passes through, and
+    each distinct request it is asked for (its key and its reply's tokens) is appended to `path`
+    once. `sent` and `sent_tokens` count the replies put, i.e. the requests this setting sent in
+    this process."""
 
     def __init__(self, cache, path: str):
         self.cache, self.path, self.lock = cache, path, threading.Lock()
@@ -198,10 +220,10 @@ class Tally:
 
 
 def cost(tallies: dict, sent: tuple, uncached: tuple) -> dict:
-    """What the sweep needs against separate runs. tallies: setting -> {key: tokens}. needed: the distinct
-    requests of all settings (what the sweep sends from an empty cache); separate: each setting's distinct
-    requests, summed (separate runs, each with its own cache); sent: what this process sent; uncached: the
-    chains' calls with no cache at all."""
+    """What the sweep needs against separate runs. tallies: setting -> {key: tokens}. needed: the
+    distinct requests of all settings (what the sweep sends from an empty cache); separate: each
+    setting's distinct requests, summed (separate runs, each with its own cache); sent: what this
+    process sent; uncached: the chains' calls with no cache at all."""
     union = {k: t for seen in tallies.values() for k, t in seen.items()}
     return {
         "needed": {"calls": len(union), "tokens": sum(union.values())},
@@ -211,7 +233,9 @@ def cost(tallies: dict, sent: tuple, uncached: tuple) -> dict:
         },
         "sent": {"calls": sent[0], "tokens": sent[1]},
         "uncached": {"calls": uncached[0], "tokens": uncached[1]},
-        "per_setting": {k: {"calls": len(s), "tokens": sum(s.values())} for k, s in tallies.items()},
+        "per_setting": {
+            k: {"calls": len(s), "tokens": sum(s.values())} for k, s in tallies.items()
+        },
     }
 
 
@@ -219,10 +243,10 @@ def cost(tallies: dict, sent: tuple, uncached: tuple) -> dict:
 
 
 def main(args, run_one, check) -> int:
-    """evaluate.py's sweep: every setting's flags checked by check(flags) (evaluate.check_args) before any
-    call, then each setting run by run_one(flags, tap) (evaluate.one_run: its status 0, 2 or 3), one after
-    another, then the sweep's tables and picture. Status: 2 as soon as a setting cannot run, else 3 if any
-    setting's error rate was too high, else 0."""
+    """evaluate.py's sweep: every setting's flags checked by check(flags) (evaluate.check_args)
+    before any call, then each setting run by run_one(flags, tap) (evaluate.one_run: its status 0, 2
+    or 3), one after another, then the sweep's tables and picture. Status: 2 as soon as a setting
+    cannot run, else 3 if any setting's error rate was too high, else 0."""
     try:
         settings = settings_of(args)
         if len({s.folder for s in settings}) != len(settings):
@@ -240,7 +264,9 @@ def main(args, run_one, check) -> int:
             os.makedirs(a.out, exist_ok=True)
             tallies[s.label] = Tally(None, os.path.join(a.out, "requests.tsv"))
 
-            def tap(reasoner, judge, t=tallies[s.label]):  # the setting's clients: their one cache, counted
+            def tap(
+                reasoner, judge, t=tallies[s.label]
+            ):  # the setting's clients: their one cache, counted
                 t.cache = reasoner.cache
                 reasoner.cache = judge.cache = t
 
@@ -248,7 +274,9 @@ def main(args, run_one, check) -> int:
                 f"verdict_lab.evaluate: setting {s.label} ({i + 1}/{len(settings)}) in {a.out}",
                 file=sys.stderr,
             )
-            with contextlib.redirect_stdout(io.StringIO()):  # each setting's table is in its summary.md
+            with contextlib.redirect_stdout(
+                io.StringIO()
+            ):  # each setting's table is in its summary.md
                 code = run_one(a, tap)
             if code == 2:
                 return 2
@@ -281,14 +309,16 @@ def summarize(args, settings: list, tallies: dict) -> dict:
         "evaluate.py " + " ".join(f"--data {d}" for d in args.data),
         accuracy=acc,
         margin=margins(acc),
-        fallback_rate={k: v["stats"].get("verdict", {}).get("fallback_rate") for k, v in subs.items()},
+        fallback_rate={
+            k: v["stats"].get("verdict", {}).get("fallback_rate") for k, v in subs.items()
+        },
         cost=cost({k: t.seen for k, t in tallies.items()}, sent, tuple(uncached)),
     )
 
 
 def head(settings: list, methods: list, columns: list, seeds: list, source: str, **rest) -> dict:
-    """A sweep summary (SWEEP_FORMAT), evaluate's or simulate.py's: the axis, its settings, the methods,
-    columns and seeds, what produced it, then `rest` (accuracy, margin, ...)."""
+    """A sweep summary (SWEEP_FORMAT), evaluate's or simulate.py's: the axis, its settings, the
+    methods, columns and seeds, what produced it, then `rest` (accuracy, margin, ...)."""
     return {
         "format": SWEEP_FORMAT,
         "axis": settings[0].axis,
@@ -304,13 +334,15 @@ def head(settings: list, methods: list, columns: list, seeds: list, source: str,
 
 
 def margins(acc: dict) -> dict:
-    """VERDICT − Mean per setting and column (points, of the means); None where either is missing."""
+    """VERDICT − Mean per setting and column (points, of the means); None where either is
+    missing."""
     out = {}
     for k, table in acc.items():
         if "verdict" in table and "mean" in table:
             v, m = table["verdict"], table["mean"]
             out[k] = {
-                c: None if None in (v[c]["mean"], m[c]["mean"]) else v[c]["mean"] - m[c]["mean"] for c in v
+                c: None if None in (v[c]["mean"], m[c]["mean"]) else v[c]["mean"] - m[c]["mean"]
+                for c in v
             }
     return out
 
@@ -329,7 +361,9 @@ def _signed(x) -> str:
 
 
 def axis_name(axis: str) -> str:
-    return {"model": "reasoner model", "judge_model": "judge model"}.get(axis, SYMBOLS.get(axis, axis))
+    return {"model": "reasoner model", "judge_model": "judge model"}.get(
+        axis, SYMBOLS.get(axis, axis)
+    )
 
 
 def render(s: dict) -> str:
@@ -339,13 +373,13 @@ def render(s: dict) -> str:
     out = [
         f"# Sweep of {axis_name(s['axis'])}: {', '.join(s['ticks'])}",
         "",
-        f"Format: `{s['format']}`. Every setting ran the same items, seeds ({len(s['seeds'])}) and methods, "
-        f"each in its own directory (its summary.md, tables and results.jsonl), against one response cache. "
-        f"From `{s['source']}`.",
+        f"Format: `{s['format']}`. Every setting ran the same items, seeds ({len(s['seeds'])}) and "
+        "methods, each in its own directory (its summary.md, tables and results.jsonl), against "
+        f"one response cache. From `{s['source']}`.",
         "",
-        "Avg accuracy (%), mean ± sample std over seeds, in the paper's form: VERDICT − Mean is the margin "
-        "of VERDICT over the Mean baseline (points); fallback is VERDICT's share of steps where no candidate "
-        "passed.",
+        "Avg accuracy (%), mean ± sample std over seeds, in the paper's form: VERDICT − Mean is "
+        "the margin of VERDICT over the Mean baseline (points); fallback is VERDICT's share of "
+        "steps where no candidate passed.",
         "",
     ]
     margin = ["VERDICT − Mean"] if s["margin"] else []  # with both methods run
@@ -359,10 +393,10 @@ def render(s: dict) -> str:
     ratio = lambda a, b: f"{a / b:.2f}" if b else "—"
     out += [
         "",
-        "Cost. Needed: the distinct requests of all settings, what this sweep sends from an empty cache. "
-        "Separate runs: each setting's distinct requests, summed (a run of each setting alone, with its own "
-        "cache). Sent: what this invocation sent (a resumed sweep sends only what it lacks). No cache: every "
-        "chain's calls.",
+        "Cost. Needed: the distinct requests of all settings, what this sweep sends from an empty "
+        "cache. Separate runs: each setting's distinct requests, summed (a run of each setting "
+        "alone, with its own cache). Sent: what this invocation sent (a resumed sweep sends only "
+        "what it lacks). No cache: every chain's calls.",
         "",
     ]
     out += head("", ["calls", "tokens", "calls / separate runs"])
@@ -386,8 +420,8 @@ def render(s: dict) -> str:
 
 
 def write_csv(path: str, s: dict) -> None:
-    """sweep_acc.csv: a row per method and column, a column per setting, mean accuracy as a fraction (as
-    VLMEvalKit's _acc.csv), every field quoted, empty for none."""
+    """sweep_acc.csv: a row per method and column, a column per setting, mean accuracy as a fraction
+    (as VLMEvalKit's _acc.csv), every field quoted, empty for none."""
     with open(path, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh, quoting=csv.QUOTE_ALL)
         w.writerow(["method", "column"] + s["settings"])
@@ -410,9 +444,10 @@ def write(out: str, s: dict) -> str:
 
 
 def picture(s: dict, path: str, title: str | None = None, column: str = "Avg") -> list:
-    """Accuracy (%) in `column` against the swept value (the settings evenly spaced, in the order given): a
-    line per method, base grey, VERDICT red and thick, each point with a whisker of ± its std over seeds;
-    under each value, VERDICT − Mean. Returns the points drawn as (method, setting, (x, y))."""
+    """Accuracy (%) in `column` against the swept value (the settings evenly spaced, in the order
+    given): a line per method, base grey, VERDICT red and thick, each point with a whisker of ± its
+    std over seeds; under each value, VERDICT − Mean. Returns the points drawn as
+    (method, setting, (x, y))."""
     W, H, x0, x1, y0, y1 = 760, 440, 62, 560, 50, 350  # the image; the plot box, pixels
     keys, methods = s["settings"], s["methods"]
     lo, hi, step = _y_range([s["accuracy"][k][m][column] for k in keys for m in methods])
@@ -422,7 +457,10 @@ def picture(s: dict, path: str, title: str | None = None, column: str = "Avg") -
     c.text(
         (10, 8),
         title
-        or f"Accuracy ({column}, %) against {ASCII.get(s['axis'], axis_name(s['axis']))}, ± std over seeds",
+        or (
+            f"Accuracy ({column}, %) against {ASCII.get(s['axis'], axis_name(s['axis']))}, "
+            "± std over seeds"
+        ),
         13,
         width=W - 20,
         lines=2,
@@ -441,7 +479,8 @@ def picture(s: dict, path: str, title: str | None = None, column: str = "Avg") -
         c.text((x0, y1 + 46), "red: VERDICT - Mean (points)", 11, fill=charts.RED)
     c.text(
         (x0, H - 22),
-        f"x: {s.get('xlabel') or ASCII.get(s['axis'], axis_name(s['axis']))}; {s.get('note') or s['source']}",
+        f"x: {s.get('xlabel') or ASCII.get(s['axis'], axis_name(s['axis']))}; "
+        f"{s.get('note') or s['source']}",
         11,
         width=W - x0 - 10,
         lines=1,
@@ -450,16 +489,23 @@ def picture(s: dict, path: str, title: str | None = None, column: str = "Avg") -
     points = _draw_methods(c, s, column, colours, (px, py))
     names = {"base": "base (the reasoner alone)", "verdict": "VERDICT"}
     charts.legend(
-        c, (x1 + 20, y0), [(names.get(m, m), colours[m]) for m in methods], width=W - x1 - 30, line=True
+        c,
+        (x1 + 20, y0),
+        [(names.get(m, m), colours[m]) for m in methods],
+        width=W - x1 - 30,
+        line=True,
     )
     c.save(path)
     return points
 
 
 def _y_range(cells: list) -> tuple:
-    """(low, high, tick step) of a y axis (%) holding every cell's mean ± std, at most ~7 round ticks."""
+    """(low, high, tick step) of a y axis (%) holding every cell's mean ± std, at most ~7 round
+    ticks."""
     spans = [
-        (c["mean"] - (c["std"] or 0), c["mean"] + (c["std"] or 0)) for c in cells if c["mean"] is not None
+        (c["mean"] - (c["std"] or 0), c["mean"] + (c["std"] or 0))
+        for c in cells
+        if c["mean"] is not None
     ]
     lo, hi = (min(a for a, _ in spans), max(b for _, b in spans)) if spans else (0, 100)
     step = next(t for t in (0.5, 1, 2, 5, 10, 20, 25) if (hi - lo) / t <= 6)  # at most ~7 ticks
@@ -468,7 +514,8 @@ def _y_range(cells: list) -> tuple:
 
 
 def _colours(methods: list) -> dict:
-    """{method: its colour}: base grey, VERDICT red, the others the palette's other colours in turn."""
+    """{method: its colour}: base grey, VERDICT red, the others the palette's other colours in
+    turn."""
     colours, others = (
         {"base": charts.GREY, "verdict": charts.RED},
         [p for p in charts.PALETTE if p not in (charts.GREY, charts.RED)],
@@ -479,10 +526,13 @@ def _colours(methods: list) -> dict:
 
 
 def _draw_methods(c, s: dict, column: str, colours: dict, scale: tuple) -> list:
-    """Each method's line, points and ± std whiskers, base first, VERDICT on top; the points drawn."""
+    """Each method's line, points and ± std whiskers, base first, VERDICT on top; the points
+    drawn."""
     (px, py), keys, methods = scale, s["settings"], s["methods"]
     points = []
-    for m in sorted(methods, key=lambda m: (m == "verdict", m == "base")):  # base, then VERDICT, on top
+    for m in sorted(
+        methods, key=lambda m: (m == "verdict", m == "base")
+    ):  # base, then VERDICT, on top
         pts = [(i, s["accuracy"][k][m][column]) for i, k in enumerate(keys)]
         xy = [(px(i), py(cell["mean"])) for i, cell in pts if cell["mean"] is not None]
         if len(xy) > 1:
@@ -490,7 +540,10 @@ def _draw_methods(c, s: dict, column: str, colours: dict, scale: tuple) -> list:
         dx = 4 * (methods.index(m) - (len(methods) - 1) / 2)  # whiskers side by side
         for (i, cell), (x, y) in zip([p for p in pts if p[1]["mean"] is not None], xy):
             if cell["std"]:
-                hi_, lo_ = py(min(100, cell["mean"] + cell["std"])), py(max(0, cell["mean"] - cell["std"]))
+                hi_, lo_ = (
+                    py(min(100, cell["mean"] + cell["std"])),
+                    py(max(0, cell["mean"] - cell["std"])),
+                )
                 c.draw.line((x + dx, hi_, x + dx, lo_), fill=colours[m])
             c.draw.ellipse((x - 3, y - 3, x + 3, y + 3), fill=colours[m])
             points.append((m, keys[i], (x, y)))

@@ -1,10 +1,10 @@
 """The judge modes of the related papers, by name (JudgeMode).
 
-A judge mode changes what VERDICT's judges see, never the consensus: SGV's prior ("prior"), EVPV's fact
-sheet ("premises") and reliability gate ("gate", "gate-visual"), ReVISE's look again ("zoom"). JudgeMode
-names a combination; modes/judge.py makes its calls for a chain (ModeChain) and wraps each judge in it
-(ModeJudge); modes/evpv.py and modes/zoom.py hold its pure parts, modes/rewards.py ReVISE's training
-rewards. Nothing here makes a request.
+A judge mode changes what VERDICT's judges see, never the consensus: SGV's prior ("prior"), EVPV's
+fact sheet ("premises") and reliability gate ("gate", "gate-visual"), ReVISE's look again ("zoom").
+JudgeMode names a combination; modes/judge.py makes its calls for a chain (ModeChain) and wraps each
+judge in it (ModeJudge); modes/evpv.py and modes/zoom.py hold its pure parts, modes/rewards.py
+ReVISE's training rewards. Nothing here makes a request.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ MODE_MAX_TOKENS = 512  # tokens per prior, fact-sheet, premise-check and region-
 
 @dataclass(frozen=True)
 class JudgeMode:
-    """Which modes are on. JudgeMode() is plain VERDICT. `name` is "plain", "prior", "premises+gate", ...;
-    the gate's word is "gate" for the default target (GATE_TARGET), else "gate-<target>"."""
+    """Which modes are on. JudgeMode() is plain VERDICT. `name` is "plain", "prior",
+    "premises+gate", ...; the gate's word is "gate" for the default target (GATE_TARGET), else
+    "gate-<target>"."""
 
     prior: bool = False
     premises: bool = False
@@ -36,9 +37,11 @@ class JudgeMode:
             )
         if self.gate_target not in GATE_TARGETS:
             raise ValueError(
-                f"gate_target must be one of {', '.join(GATE_TARGETS)}, got gate_target={self.gate_target!r}"
+                f"gate_target must be one of {', '.join(GATE_TARGETS)}, "
+                f"got gate_target={self.gate_target!r}"
             )
-        if self.gate_target != GATE_TARGET and not self.gate:  # a target without its gate: a name that lies
+        # A target without its gate would give the mode a name that lies.
+        if self.gate_target != GATE_TARGET and not self.gate:
             raise ValueError(f"gate_target={self.gate_target!r} needs the gate, got gate=False")
 
     @property
@@ -56,12 +59,16 @@ class JudgeMode:
 
     @classmethod
     def parse(cls, text: str) -> "JudgeMode":
-        """ "prior,premises,gate", "premises+gate-visual" (any order); "" or "plain" is plain VERDICT.
-        parse(mode.name) == mode for every mode."""
+        """ "prior,premises,gate", "premises+gate-visual" (any order); "" or "plain" is plain
+        VERDICT. parse(mode.name) == mode for every mode."""
         vocabulary = MODES + tuple(f"gate-{t}" for t in GATE_TARGETS)
         words = [w.strip() for w in re.split(r"[,+]", text or "") if w.strip() not in ("", "plain")]
         gates = [w for w in words if w.startswith("gate")]
-        if any(w not in vocabulary for w in words) or len(set(words)) != len(words) or len(gates) > 1:
+        if (
+            any(w not in vocabulary for w in words)
+            or len(set(words)) != len(words)
+            or len(gates) > 1
+        ):
             raise ValueError(
                 f"judge mode {text!r}: expected distinct words from {', '.join(vocabulary)}, "
                 "one gate word at most"

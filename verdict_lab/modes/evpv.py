@@ -1,14 +1,15 @@
-"""EVPV's explicit visual premises and reliability gate, as pure functions: the fact sheet and the premise
-check (their JSON schemas and readers), the reliability r of a step's claims and the gate that pulls a
-score toward neutral as r falls. modes/judge.py makes the calls; nothing here makes a request.
+"""EVPV's explicit visual premises and reliability gate, as pure functions: the fact sheet and the
+premise check (their JSON schemas and readers), the reliability r of a step's claims and the gate
+that pulls a score toward neutral as r falls. modes/judge.py makes the calls; nothing here makes a
+request.
 
-"Grounding the Score: Explicit Visual Premise Verification for Reliable Vision-Language Process Reward
-Models" (EVPV), methodology 2 to 4. One call per question extracts a JSON fact sheet C (objects, numbers,
-relations, structure, uncertain facts marked); one text-only call per candidate labels each visual claim
-of the step against C. r = (Π_j p_j)^(1/J), the geometric mean of the claims' agreement p_j (AGREEMENT),
-so one contradicted premise gives r = 0; a step with no claim keeps its scores. EVPV's R_t = α(r)·R_base
-shrinks a signed reward toward its neutral 0; on a judge's [0, 1] scale, whose neutral is 0.5
-(R = 2ŝ − 1), it reads ŝ ← 0.5 + α(r)·(ŝ − 0.5).
+"Grounding the Score: Explicit Visual Premise Verification for Reliable Vision-Language Process
+Reward Models" (EVPV), methodology 2 to 4. One call per question extracts a JSON fact sheet C
+(objects, numbers, relations, structure, uncertain facts marked); one text-only call per candidate
+labels each visual claim of the step against C. r = (Π_j p_j)^(1/J), the geometric mean of the
+claims' agreement p_j (AGREEMENT), so one contradicted premise gives r = 0; a step with no claim
+keeps its scores. EVPV's R_t = α(r)·R_base shrinks a signed reward toward its neutral 0; on a
+judge's [0, 1] scale, whose neutral is 0.5 (R = 2ŝ − 1), it reads ŝ ← 0.5 + α(r)·(ŝ − 0.5).
 """
 
 from __future__ import annotations
@@ -18,25 +19,26 @@ import math
 
 import numpy as np
 
-from judges import one_line
+from verdict_lab.text import one_line
 from verdict_lab.formats import json_object
 
-GATE_TARGETS = ("step", "visual")  # whose scores the gate pulls toward neutral: every judge's, or ŝ_V only
+# Whose scores the gate pulls toward neutral: every judge's ("step"), or ŝ_V's only ("visual").
+GATE_TARGETS = ("step", "visual")
 GATE_TARGET = "step"  # the default: EVPV gates the step's reward R_t, not one judge's view of it
 FACT_KINDS = ("objects", "numbers", "relations", "structure")
-AGREEMENT = {"supported": 1.0, "uncertain": 0.5, "contradicted": 0.0}  # p_j of a claim's label; a claim the
-# sheet lacks or doubts is a coin flip
-GATE_K, GATE_R0 = 10.0, 0.5  # α's steepness and midpoint: α(0) = 0, α(0.5) = 0.5, α(0.8) = 0.959, α(1) = 1
-FACTS_PER_KIND, CLAIMS_PER_STEP = (
-    3,
-    6,
-)  # the schemas' list bounds (EVPV's sheets hold 3 to 8 key facts in all)
+# The agreement p_j of a claim, by its label; a claim the sheet lacks or doubts is a coin flip.
+AGREEMENT = {"supported": 1.0, "uncertain": 0.5, "contradicted": 0.0}
+# The steepness and midpoint of α: α(0) = 0, α(0.5) = 0.5, α(0.8) = 0.959, α(1) = 1.
+GATE_K, GATE_R0 = 10.0, 0.5
+# The schemas' list bounds (EVPV's sheets hold 3 to 8 key facts in all).
+FACTS_PER_KIND, CLAIMS_PER_STEP = 3, 6
 TEXT_CHARS = 80  # the longest fact or claim the schemas allow
 
 
 def reliability(p) -> float:
     """r = (Π_j p_j)^(1/J), the geometric mean of the per-claim agreement p_j in [0, 1] (EVPV,
-    methodology 3): one contradicted claim (p_j = 0) gives r = 0. No claim (no visual premise): r = 1."""
+    methodology 3): one contradicted claim (p_j = 0) gives r = 0. No claim (no visual premise):
+    r = 1."""
     p = np.asarray(p, dtype=float)  # [J]
     if p.ndim != 1 or not np.all((p >= 0) & (p <= 1)):  # NaN or out of range: a bug in the caller
         raise ValueError(f"agreements must be a list of numbers in [0, 1], got {p.tolist()}")
@@ -57,12 +59,14 @@ def alpha(r: float, k: float = GATE_K, r0: float = GATE_R0) -> float:
 
 
 def gate(s: float, r: float) -> float:
-    """ŝ ← 0.5 + α(r)·(ŝ − 0.5): a judge's score pulled toward neutral as the premises' reliability r falls.
+    """ŝ ← 0.5 + α(r)·(ŝ − 0.5): a judge's score pulled toward neutral as the premises' reliability
+    r falls.
 
-    EVPV (methodology 4) gates a signed step reward, R_t = α(r)·R_base, whose neutral is 0. A judge's score
-    here lies in [0, 1], where 0.5 is "cannot tell" and every τ > 0.5 rejects it; with R = 2ŝ − 1 the same
-    gate reads ŝ_t = 0.5 + α(r)(ŝ − 0.5). Multiplying ŝ itself by α would drag it toward 0, "certainly
-    wrong": a penalty for the premise, where EVPV withholds both reward and penalty. NaN stays NaN."""
+    EVPV (methodology 4) gates a signed step reward, R_t = α(r)·R_base, whose neutral is 0. A
+    judge's score here lies in [0, 1], where 0.5 is "cannot tell" and every τ > 0.5 rejects it; with
+    R = 2ŝ − 1 the same gate reads ŝ_t = 0.5 + α(r)(ŝ − 0.5). Multiplying ŝ itself by α would drag
+    it toward 0, "certainly wrong": a penalty for the premise, where EVPV withholds both reward and
+    penalty. NaN stays NaN."""
     if math.isnan(s):
         return s
     if not 0 <= s <= 1:  # out of range is a bug in the judge, never clamped
@@ -71,10 +75,10 @@ def gate(s: float, r: float) -> float:
 
 
 def fact_sheet_schema() -> dict:
-    """The fact sheet's JSON schema: each kind of FACT_KINDS a list of at most FACTS_PER_KIND entries
-    {"fact": 1..TEXT_CHARS characters, "uncertain": true or false}, every key required. The bounds end a reply
-    however a model loops (a tiny one fills every list to the brim): 12 entries, indented, of 80 characters
-    each, are about 500 tokens, within the default max_tokens (512)."""
+    """The fact sheet's JSON schema: each kind of FACT_KINDS a list of at most FACTS_PER_KIND
+    entries {"fact": 1..TEXT_CHARS characters, "uncertain": true or false}, every key required. The
+    bounds end a reply however a model loops (a tiny one fills every list to the brim): 12 entries,
+    indented, of 80 characters each, are about 500 tokens, within the default max_tokens (512)."""
     entry = {
         "type": "object",
         "properties": {
@@ -94,8 +98,8 @@ def fact_sheet_schema() -> dict:
 
 
 def claims_schema() -> dict:
-    """The premise check's JSON schema: {"claims": at most CLAIMS_PER_STEP entries {"claim": 1..TEXT_CHARS
-    characters, "label": a key of AGREEMENT}}, every key required."""
+    """The premise check's JSON schema: {"claims": at most CLAIMS_PER_STEP entries
+    {"claim": 1..TEXT_CHARS characters, "label": a key of AGREEMENT}}, every key required."""
     claim = {
         "type": "object",
         "properties": {
@@ -136,7 +140,9 @@ def parse_fact_sheet(text: str) -> dict:
                     f'a {kind} entry needs a non-empty "fact" and a true/false "uncertain", '
                     f"got {one_line(json.dumps(e), 80)}"
                 )
-        sheet[kind] = [{"fact": e["fact"].strip(), "uncertain": e.get("uncertain", False)} for e in entries]
+        sheet[kind] = [
+            {"fact": e["fact"].strip(), "uncertain": e.get("uncertain", False)} for e in entries
+        ]
     if not any(sheet.values()):  # valid, but no evidence at all
         raise ValueError("the fact sheet holds no fact")
     return sheet
@@ -153,7 +159,8 @@ def fact_lines(sheet: dict) -> str:
 
 def parse_claims(text: str) -> list:
     """[{"claim": str, "label": a key of AGREEMENT}, ...] from a premise-check reply
-    {"claims": [...]}; [] when the step makes no visual claim. ValueError names what is malformed."""
+    {"claims": [...]}; [] when the step makes no visual claim. ValueError names what is
+    malformed."""
     claims = json_object(text).get("claims")
     if not isinstance(claims, list):
         raise ValueError(f'"claims" must be a list, got {one_line(json.dumps(claims), 60)}')

@@ -1,16 +1,18 @@
 """ReVISE's GRPO rewards as plain functions, ready for any GRPO trainer.
 
-Cheng, Goel and Bilen, "Think, Look, and Revise: Inconsistency-Aware Visual Self-Correction in MLLMs"
-(ReVISE), §3.3: format (1 for the prescribed tags, −1 otherwise), self-correction (−1 when the model
-emits "re-examine" but answers incorrectly, else 0), grounding (mean IoU against reference boxes plus the
-positive localisation improvement, 0 when no box is produced or updated) and answer accuracy.
+Cheng, Goel and Bilen, "Think, Look, and Revise: Inconsistency-Aware Visual Self-Correction in
+MLLMs" (ReVISE), §3.3: format (1 for the prescribed tags, −1 otherwise), self-correction (−1 when
+the model emits "re-examine" but answers incorrectly, else 0), grounding (mean IoU against reference
+boxes plus the positive localisation improvement, 0 when no box is produced or updated) and answer
+accuracy.
 
-TRL's GRPOTrainer calls a reward as reward(prompts=..., completions=..., completion_ids=..., **columns),
-every other dataset column a keyword argument. So a reward's only named parameters are `completions` and
-the one column it reads (`solution` or `ref_boxes`); everything else lands in **kwargs and is ignored. The
-patterns are bound by factories (make_accuracy_reward, make_format_reward, make_self_correction_reward),
-never taken from a column; accuracy_reward, format_reward and self_correction_reward are their defaults.
-docs/rewards.md shows them as a GRPOTrainer's reward_funcs. Left out: the training itself.
+TRL's GRPOTrainer calls a reward as reward(prompts=..., completions=..., completion_ids=...,
+**columns), every other dataset column a keyword argument. So a reward's only named parameters are
+`completions` and the one column it reads (`solution` or `ref_boxes`); everything else lands in
+**kwargs and is ignored. The patterns are bound by factories (make_accuracy_reward,
+make_format_reward, make_self_correction_reward), never taken from a column; accuracy_reward,
+format_reward and self_correction_reward are their defaults. docs/rewards.md shows them as a
+GRPOTrainer's reward_funcs. Left out: the training itself.
 """
 
 from __future__ import annotations
@@ -24,26 +26,30 @@ import numpy as np
 
 from verdict_lab.modes.zoom import check_box, iou
 
-FORMAT = re.compile(r"\s*<think>.*?</think>\s*(?:<tool_call>.*?</tool_call>|<answer>.*?</answer>)\s*", re.S)
+FORMAT = re.compile(
+    r"\s*<think>.*?</think>\s*(?:<tool_call>.*?</tool_call>|<answer>.*?</answer>)\s*", re.S
+)
 REEXAMINE = re.compile(r"(?i)\bre-?examin")  # "re-examine", "Re-examining", "reexamined", ...
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
 _BOXED = re.compile(r"\\boxed\{((?:[^{}]|\{[^{}]*\})*)\}")
 _NUM = r"\s*(-?\d+(?:\.\d+)?)\s*"
-_BOX = re.compile(r"\[" + ",".join([_NUM] * 4) + r"\]")  # [x1, y1, x2, y2]: four plain decimal numbers
+# A box [x1, y1, x2, y2] is four plain decimal numbers.
+_BOX = re.compile(r"\[" + ",".join([_NUM] * 4) + r"\]")
 
 
 def turns(completion) -> list:
-    """The assistant's text, one string per assistant turn, from either completion format TRL passes:
+    """The assistant's text, one string per assistant turn, from either completion format TRL
+    passes:
 
     - standard: a string, which is one turn;
-    - conversational: a list of messages. Each message whose role is "assistant" (or that has no role)
-      is a turn; "tool", "user" and "system" messages are not the model's words and are skipped. Its
-      text is the content (a string, or the "text" parts of a list), followed by each structured tool
-      call written as Qwen2.5's chat template writes it:
+    - conversational: a list of messages. Each message whose role is "assistant" (or that has no
+      role) is a turn; "tool", "user" and "system" messages are not the model's words and are
+      skipped. Its text is the content (a string, or the "text" parts of a list), followed by each
+      structured tool call written as Qwen2.5's chat template writes it:
       <tool_call>{"name": ..., "arguments": ...}</tool_call>.
-    What a model's message holds is its output, malformed or not: content that is no text adds no text,
-    tool calls that are not a list of objects add none, and arguments no JSON can write (nested too deep,
-    an integer of more digits than Python writes) are written as null."""
+    What a model's message holds is its output, malformed or not: content that is no text adds no
+    text, tool calls that are not a list of objects add none, and arguments no JSON can write
+    (nested too deep, an integer of more digits than Python writes) are written as null."""
     if isinstance(completion, str):
         return [completion]
     if not isinstance(completion, (list, tuple)):
@@ -58,7 +64,11 @@ def turns(completion) -> list:
             continue
         c, calls = m.get("content"), m.get("tool_calls")
         parts = c if isinstance(c, list) else []
-        text = c if isinstance(c, str) else "".join(p.get("text", "") for p in parts if isinstance(p, dict))
+        text = (
+            c
+            if isinstance(c, str)
+            else "".join(p.get("text", "") for p in parts if isinstance(p, dict))
+        )
         calls = [t for t in calls if isinstance(t, dict)] if isinstance(calls, list) else []
         out.append(text + "".join(_tool_call_text(t) for t in calls))
     return out
@@ -80,8 +90,8 @@ def _tool_call_text(call: dict) -> str:
 
 
 def final_answer(texts: Sequence[str], answer_pattern=ANSWER) -> str | None:
-    """The last <answer>…</answer> over the turns (the content of a \\boxed{…} inside it, if any); None
-    when there is none."""
+    """The last <answer>…</answer> over the turns (the content of a \\boxed{…} inside it, if any);
+    None when there is none."""
     found = [m for t in texts for m in re.findall(answer_pattern, t)]
     if not found:
         return None
@@ -117,9 +127,12 @@ def _column(values, n: int, name: str) -> list:
 
 
 def _pattern(pattern, name: str) -> re.Pattern:
-    """A regular expression given as a string or compiled; anything else raises ValueError naming it."""
+    """A regular expression given as a string or compiled; anything else raises ValueError naming
+    it."""
     if not isinstance(pattern, (str, re.Pattern)):
-        raise ValueError(f"{name} must be a regular expression (str or re.Pattern), got {name}={pattern!r}")
+        raise ValueError(
+            f"{name} must be a regular expression (str or re.Pattern), got {name}={pattern!r}"
+        )
     try:
         return re.compile(pattern)
     except re.error as e:
@@ -127,10 +140,12 @@ def _pattern(pattern, name: str) -> re.Pattern:
 
 
 def make_accuracy_reward(answer_pattern=ANSWER) -> Callable:
-    """The answer-accuracy reward, reading the final answer with `answer_pattern` (its group 1 is the answer):
+    """The answer-accuracy reward, reading the final answer with `answer_pattern` (its group 1 is
+    the answer):
 
-    accuracy_reward(completions, solution, **kwargs): 1.0 when the final answer (final_answer) is correct
-    (is_correct), else 0.0; None where the solution is None (TRL then leaves this reward out for that sample).
+    accuracy_reward(completions, solution, **kwargs): 1.0 when the final answer (final_answer) is
+    correct (is_correct), else 0.0; None where the solution is None (TRL then leaves this reward out
+    for that sample).
     """
     answer = _pattern(answer_pattern, "answer_pattern")
 
@@ -147,8 +162,8 @@ def make_accuracy_reward(answer_pattern=ANSWER) -> Callable:
 def make_format_reward(format_pattern=FORMAT) -> Callable:
     """The format reward for the prescribed tags `format_pattern`:
 
-    format_reward(completions, **kwargs): 1.0 when every assistant turn fully matches the pattern (and there
-    is one), else −1.0.
+    format_reward(completions, **kwargs): 1.0 when every assistant turn fully matches the pattern
+    (and there is one), else −1.0.
 
     ReVISE does not list its prescribed tags. The default is <think>…</think> followed by either
     <tool_call>…</tool_call> or <answer>…</answer>, with nothing but whitespace around them.
@@ -166,12 +181,13 @@ def make_format_reward(format_pattern=FORMAT) -> Callable:
 
 
 def make_self_correction_reward(reexamine_pattern=REEXAMINE, answer_pattern=ANSWER) -> Callable:
-    """The self-correction reward, `reexamine_pattern` saying "re-examine", `answer_pattern` the answer:
+    """The self-correction reward, `reexamine_pattern` saying "re-examine", `answer_pattern` the
+    answer:
 
-    self_correction_reward(completions, solution, **kwargs): −1.0 when an assistant turn says "re-examine"
-    and the final answer is wrong, else 0.0; None where the solution is None. As written in §3.3 there is
-    no bonus for a re-examination that ends right: "reflection is rewarded only when the final answer is
-    correct" through the accuracy reward.
+    self_correction_reward(completions, solution, **kwargs): −1.0 when an assistant turn says
+    "re-examine" and the final answer is wrong, else 0.0; None where the solution is None. As
+    written in §3.3 there is no bonus for a re-examination that ends right: "reflection is rewarded
+    only when the final answer is correct" through the accuracy reward.
     """
     reexamine = _pattern(reexamine_pattern, "reexamine_pattern")
     answer = _pattern(answer_pattern, "answer_pattern")
@@ -184,7 +200,10 @@ def make_self_correction_reward(reexamine_pattern=REEXAMINE, answer_pattern=ANSW
             wrong = not is_correct(final_answer(t, answer), s)
             return -1.0 if wrong and any(reexamine.search(x) for x in t) else 0.0
 
-        return [reward(c, s) for c, s in zip(completions, _column(solution, len(completions), "solution"))]
+        return [
+            reward(c, s)
+            for c, s in zip(completions, _column(solution, len(completions), "solution"))
+        ]
 
     return self_correction_reward
 
@@ -195,9 +214,10 @@ self_correction_reward = make_self_correction_reward()
 
 
 def matched_iou(pred, ref) -> float:
-    """Mean IoU of predicted boxes against reference boxes, matched one to one: repeatedly take the pair
-    with the highest IoU (lowest indices on ties) and remove both. m = Σ matched IoU / max(|pred|, |ref|),
-    so a missed reference and a spare prediction each count as 0, and spraying boxes does not pay."""
+    """Mean IoU of predicted boxes against reference boxes, matched one to one: repeatedly take the
+    pair with the highest IoU (lowest indices on ties) and remove both.
+    m = Σ matched IoU / max(|pred|, |ref|), so a missed reference and a spare prediction each count
+    as 0, and spraying boxes does not pay."""
     m = iou(pred, ref)  # [p, r]
     total, k = 0.0, min(m.shape)
     for _ in range(k):
@@ -208,20 +228,21 @@ def matched_iou(pred, ref) -> float:
 
 
 def grounding_reward(completions, ref_boxes=None, **kwargs) -> list:
-    """Grounding (§3.3): mean IoU against the reference boxes, plus the positive localisation improvement.
+    """Grounding (§3.3): mean IoU against the reference boxes, plus the positive localisation
+    improvement.
 
     The boxes a turn produces are the [x1, y1, x2, y2] lists of four numbers in its text (tool calls
-    included, see `turns`). Let B_first and B_last be the boxes of the first and of the last assistant
-    turn that produces any, and m = matched_iou. Then
+    included, see `turns`). Let B_first and B_last be the boxes of the first and of the last
+    assistant turn that produces any, and m = matched_iou. Then
 
       R = m(B_last, ref) + max(0, m(B_last, ref) − m(B_first, ref))      in [0, 2]
 
     R = 0 when no box is produced; the improvement term is 0 when the boxes are never updated (one
     turn with boxes; a string completion is one turn). ref_boxes: one list of reference boxes per
     completion, in the same convention as the model's boxes (ReVISE asks for [0, 1000]; IoU does not
-    change when both are rescaled per axis, so de-normalising both to pixels gives the same R). None or
-    [] for a sample means no grounding for it (e.g. a math question): its reward is None, which TRL
-    leaves out. A reference box that is not a valid box raises ValueError naming it.
+    change when both are rescaled per axis, so de-normalising both to pixels gives the same R). None
+    or [] for a sample means no grounding for it (e.g. a math question): its reward is None, which
+    TRL leaves out. A reference box that is not a valid box raises ValueError naming it.
     """
     out = []
     for k, (c, r) in enumerate(zip(completions, _column(ref_boxes, len(completions), "ref_boxes"))):
@@ -230,7 +251,9 @@ def grounding_reward(completions, ref_boxes=None, **kwargs) -> list:
             continue
         r = [r] if np.ndim(r[0]) == 0 else r  # one box given flat
         ref = [check_box(b, f"ref_boxes[{k}][{i}]") for i, b in enumerate(r)]
-        rounds = [b for b in ([[float(v) for v in m] for m in _BOX.findall(t)] for t in turns(c)) if b]
+        rounds = [
+            b for b in ([[float(v) for v in m] for m in _BOX.findall(t)] for t in turns(c)) if b
+        ]
         if not rounds:
             out.append(0.0)
             continue

@@ -1,30 +1,32 @@
-"""ReVISE's ZoomIn tool, and the zoom judge mode built on it: the visual judge names regions, each is
-checked, and it scores the step from their close-ups.
+"""ReVISE's ZoomIn tool, and the zoom judge mode built on it: the visual judge names regions, each
+is checked, and it scores the step from their close-ups.
 
-Cheng, Goel and Bilen, "Think, Look, and Revise: Inconsistency-Aware Visual Self-Correction in MLLMs"
-(ReVISE), appendix B: a model calls ZoomIn on a box of its choice and looks at the crop; a tool's output
-is verified, and when it is unreliable the model falls back to its own perception of the whole image.
+Cheng, Goel and Bilen, "Think, Look, and Revise: Inconsistency-Aware Visual Self-Correction in
+MLLMs" (ReVISE), appendix B: a model calls ZoomIn on a box of its choice and looks at the crop; a
+tool's output is verified, and when it is unreliable the model falls back to its own perception of
+the whole image.
 
 zoom_in   App. B: "returning high-resolution crops centered on the box. The crop is clipped to image
           boundaries, adjusted to keep aspect ratio within 4:1, and upsampled with Lanczos
           interpolation; zoom is capped at 4.0, with optional scaling for minimum resolution."
 the mode  before it scores a candidate, the visual judge names at most K regions of the image
-          (prompts/zoom.txt, a JSON request under regions_schema); every box is checked (check_region:
-          inside the image, not degenerate, not a copy of the whole image); when all pass, zoom_in's crops
-          are attached to the judge's request, just before its task, and the judge scores from the image
-          and the close-ups. When the judge names none, a box fails its check, or the reply is unreadable
-          twice, the judge scores from the full image alone, as plain VERDICT does, and the record says
-          which path was taken and why (modes/judge.py makes the calls).
+          (prompts/zoom.txt, a JSON request under regions_schema); every box is checked
+          (check_region: inside the image, not degenerate, not a copy of the whole image); when all
+          pass, zoom_in's crops are attached to the judge's request, just before its task, and the
+          judge scores from the image and the close-ups. When the judge names none, a box fails its
+          check, or the reply is unreadable twice, the judge scores from the full image alone, as
+          plain VERDICT does, and the record says which path was taken and why (modes/judge.py
+          makes the calls).
 
 Box conventions (a box is [x1, y1, x2, y2], x to the right, y down, x2 > x1 and y2 > y1):
   "source"    pixels of the source image, after its EXIF orientation (what the model is shown);
   "sent"      pixels of the image as judges.encode_image sends it: downscaled to the pixel budget
               (max_pixels), aspect ratio kept;
   "norm1000"  ReVISE's normalised coordinates: 0..1000 across the width and across the height.
-The judge names boxes in "norm1000". They are relative to the image, so they mean the same region of the
-image as sent and of the source image; to_source maps them to source pixels (x·W/1000, y·H/1000) and the
-crop is cut from the source, at its full resolution. A question with several images: the boxes name
-regions of the first.
+The judge names boxes in "norm1000". They are relative to the image, so they mean the same region of
+the image as sent and of the source image; to_source maps them to source pixels (x·W/1000, y·H/1000)
+and the crop is cut from the source, at its full resolution. A question with several images: the
+boxes name regions of the first.
 
 Nothing here makes a request: this module is geometry and pillow.
 """
@@ -41,13 +43,16 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-from judges import MAX_PIXELS, encode_image, load, one_line, to_rgb
+from judges import MAX_PIXELS
+from verdict_lab.images import encode as encode_image, load, to_rgb
+from verdict_lab.text import one_line
 from verdict_lab.formats import json_object
 
 COORDS = ("source", "sent", "norm1000")
 MAX_ZOOM = 4.0  # App. B: "zoom is capped at 4.0"
 MAX_RATIO = 4  # App. B: "aspect ratio within 4:1"
-EPS = 1e-6  # pixels: a coordinate this close to a whole pixel is that pixel (x·W/1000 is rarely exact)
+# In pixels: a coordinate this close to a whole pixel is that pixel, since x·W/1000 is rarely exact.
+EPS = 1e-6
 MIN_SIDE = 28  # the optional minimum resolution: one Qwen2.5-VL patch is 28×28 pixels
 
 
@@ -55,8 +60,8 @@ MIN_SIDE = 28  # the optional minimum resolution: one Qwen2.5-VL patch is 28×28
 
 
 def check_box(box, name: str = "box") -> tuple:
-    """(x1, y1, x2, y2) as floats; ValueError naming the box if it is not 4 finite numbers with x2 > x1
-    and y2 > y1 (a degenerate box has no area to look at)."""
+    """(x1, y1, x2, y2) as floats; ValueError naming the box if it is not 4 finite numbers with
+    x2 > x1 and y2 > y1 (a degenerate box has no area to look at)."""
     try:
         b = tuple(float(v) for v in box)
     except (TypeError, ValueError, OverflowError):  # OverflowError: an int no float holds
@@ -71,8 +76,8 @@ def check_box(box, name: str = "box") -> tuple:
 
 
 def sent_size(image, max_pixels: int = MAX_PIXELS) -> tuple:
-    """(width, height) of `image` as judges.encode_image sends it at `max_pixels` (read from the PNG it
-    encodes, which is memoised, so a judge that already sent the image pays nothing)."""
+    """(width, height) of `image` as judges.encode_image sends it at `max_pixels` (read from the PNG
+    it encodes, which is memoised, so a judge that already sent the image pays nothing)."""
     png = base64.b64decode(encode_image(image, max_pixels).split(",", 1)[1])
     return Image.open(io.BytesIO(png)).size
 
@@ -80,10 +85,13 @@ def sent_size(image, max_pixels: int = MAX_PIXELS) -> tuple:
 def to_source(box, coords: str, source: tuple, sent: tuple | None = None) -> tuple:
     """A box in `coords` ("source", "sent" or "norm1000") as floats in source pixels.
 
-    source = (W, H) of the source image; sent = (w, h) of the image the model saw (needed for "sent").
-      sent:      x ← x·W/w, y ← y·H/h (each axis on its own: the budget's rounding makes them differ);
+    source = (W, H) of the source image; sent = (w, h) of the image the model saw (needed for
+    "sent").
+      sent:      x ← x·W/w, y ← y·H/h (each axis on its own: the budget's rounding makes them
+                 differ);
       norm1000:  x ← x·W/1000, y ← y·H/1000.
-    Raises ValueError naming the box when it is not a valid box (check_box) or the convention is unknown.
+    Raises ValueError naming the box when it is not a valid box (check_box) or the convention is
+    unknown.
     """
     x1, y1, x2, y2 = check_box(box)
     W, H = source
@@ -113,16 +121,18 @@ def _span(c: float, n: int, limit: int) -> tuple:
 
 
 def crop_box(box, size: tuple) -> tuple:
-    """The integer crop (x1, y1, x2, y2) that ZoomIn takes for a box in source pixels on an image of `size`.
+    """The integer crop (x1, y1, x2, y2) that ZoomIn takes for a box in source pixels on an image of
+    `size`.
 
-    1. Clip to the image, then round outwards to whole pixels (a box overlapping the image keeps ≥ 1 px;
-       a coordinate within EPS of a whole pixel is that pixel, so a box survives a round trip through
-       [0, 1000]).
-    2. Keep the ratio long/short ≤ 4 (App. B's 4:1): widen the short side to ⌈long/4⌉ about the box's
-       centre, shifted back inside the image at a border. Only when the image itself is too thin for that
-       (short side of the image < long/4) is the long side narrowed to 4 × short about the centre.
-    The crop then contains the clipped box, except in that last case. ValueError if the box (check_box)
-    is invalid or does not overlap the image.
+    1. Clip to the image, then round outwards to whole pixels (a box overlapping the image keeps
+       ≥ 1 px; a coordinate within EPS of a whole pixel is that pixel, so a box survives a round
+       trip through [0, 1000]).
+    2. Keep the ratio long/short ≤ 4 (App. B's 4:1): widen the short side to ⌈long/4⌉ about the
+       box's centre, shifted back inside the image at a border. Only when the image itself is too
+       thin for that (short side of the image < long/4) is the long side narrowed to 4 × short
+       about the centre.
+    The crop then contains the clipped box, except in that last case. ValueError if the box
+    (check_box) is invalid or does not overlap the image.
     """
     x1, y1, x2, y2 = check_box(box)
     W, H = size
@@ -153,14 +163,17 @@ def _fit_wide(c: tuple, size: tuple) -> tuple:
 
 @dataclass(frozen=True)
 class Crop:
-    """What zoom_in returns: the upsampled crop, the crop box in source pixels, and the scale applied."""
+    """What zoom_in returns: the upsampled crop, the crop box in source pixels, and the scale
+    applied."""
 
     image: Image.Image
     box: tuple  # (x1, y1, x2, y2), integers, source pixels (after EXIF orientation)
     zoom: float  # output pixels per source pixel, before rounding to whole pixels
 
 
-def out_size(w: int, h: int, zoom: float, min_side: int = MIN_SIDE, max_pixels: int = MAX_PIXELS) -> tuple:
+def out_size(
+    w: int, h: int, zoom: float, min_side: int = MIN_SIDE, max_pixels: int = MAX_PIXELS
+) -> tuple:
     """The (width, height) a w×h crop is resampled to, and the scale s:
 
       s = min(zoom, 4.0)                    App. B's cap
@@ -172,7 +185,8 @@ def out_size(w: int, h: int, zoom: float, min_side: int = MIN_SIDE, max_pixels: 
     """
     if not (isinstance(zoom, numbers.Real) and math.isfinite(zoom) and zoom >= 1.0):
         raise ValueError(
-            f"ZoomIn upsamples: zoom must be a number >= 1 (capped at {MAX_ZOOM}), got zoom={zoom!r}"
+            f"ZoomIn upsamples: zoom must be a number >= 1 (capped at {MAX_ZOOM}), "
+            f"got zoom={zoom!r}"
         )
     s = min(float(zoom), MAX_ZOOM)
     if min_side:
@@ -184,7 +198,13 @@ def out_size(w: int, h: int, zoom: float, min_side: int = MIN_SIDE, max_pixels: 
 
 
 def zoom_in(
-    image, box, zoom: float = 1.0, *, coords: str, min_side: int = MIN_SIDE, max_pixels: int = MAX_PIXELS
+    image,
+    box,
+    zoom: float = 1.0,
+    *,
+    coords: str,
+    min_side: int = MIN_SIDE,
+    max_pixels: int = MAX_PIXELS,
 ) -> Crop:
     """ReVISE's ZoomIn (App. B): a high-resolution crop of `image` centred on `box`.
 
@@ -192,7 +212,8 @@ def zoom_in(
     judges.encode_image does, so "source" pixels are those of the image the model was shown.
     box: [x1, y1, x2, y2] in the convention `coords` names (required, as a box alone is ambiguous):
       "source"   source pixels;
-      "sent"     pixels of the image as sent at `max_pixels` (a model answering in the pixels it saw);
+      "sent"     pixels of the image as sent at `max_pixels` (a model answering in the pixels it
+                 saw);
       "norm1000" ReVISE's [0, 1000] normalised coordinates.
     The crop is crop_box's (clipped, ratio ≤ 4 about the box's centre), resampled with Lanczos to
     out_size's size (zoom capped at 4.0; scaled up so its short side is at least `min_side`; no more
@@ -203,17 +224,25 @@ def zoom_in(
     sent = sent_size(image, max_pixels) if coords == "sent" else None
     x1, y1, x2, y2 = crop_box(to_source(box, coords, img.size, sent), img.size)
     size, s = out_size(x2 - x1, y2 - y1, zoom, min_side, max_pixels)
-    return Crop(img.crop((x1, y1, x2, y2)).resize(size, Image.Resampling.LANCZOS), (x1, y1, x2, y2), s)
+    return Crop(
+        img.crop((x1, y1, x2, y2)).resize(size, Image.Resampling.LANCZOS), (x1, y1, x2, y2), s
+    )
 
 
 def iou(a, b) -> np.ndarray:
-    """IoU = |a ∩ b| / |a ∪ b| of every box in a [p, 4] against every box in b [r, 4] -> [p, r]. A box with
-    x2 ≤ x1 or y2 ≤ y1 has no area, so its IoU is 0; so is that of two such boxes (empty union)."""
+    """IoU = |a ∩ b| / |a ∪ b| of every box in a [p, 4] against every box in b [r, 4] -> [p, r].
+
+    A box with x2 ≤ x1 or y2 ≤ y1 has no area, so its IoU is 0; so is that of two such boxes
+    (empty union).
+    """
     a = np.asarray(a, dtype=np.float64)[:, None, :]  # [p, 4] -> [p, 1, 4]
     b = np.asarray(b, dtype=np.float64)[None, :, :]  # [r, 4] -> [1, r, 4]
-    iw = np.clip(np.minimum(a[..., 2], b[..., 2]) - np.maximum(a[..., 0], b[..., 0]), 0, None)  # [p, r]
-    ih = np.clip(np.minimum(a[..., 3], b[..., 3]) - np.maximum(a[..., 1], b[..., 1]), 0, None)  # [p, r]
-    area = lambda z: np.clip(z[..., 2] - z[..., 0], 0, None) * np.clip(z[..., 3] - z[..., 1], 0, None)
+    # The width and the height of each intersection, both [p, r].
+    iw = np.clip(np.minimum(a[..., 2], b[..., 2]) - np.maximum(a[..., 0], b[..., 0]), 0, None)
+    ih = np.clip(np.minimum(a[..., 3], b[..., 3]) - np.maximum(a[..., 1], b[..., 1]), 0, None)
+    area = lambda z: (
+        np.clip(z[..., 2] - z[..., 0], 0, None) * np.clip(z[..., 3] - z[..., 1], 0, None)
+    )
     inter, union = iw * ih, area(a) + area(b) - iw * ih  # [p, r]
     return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)  # [p, r]
 
@@ -222,11 +251,13 @@ def iou(a, b) -> np.ndarray:
 
 K = 3  # the most regions the judge may name per candidate
 ZOOM = 2.0  # the crops' upsampling (zoom_in caps it at 4.0)
-COPY_IOU = 0.9  # a box whose IoU with the whole image exceeds this is a copy of the image, not a region
+# A box whose IoU with the whole image exceeds this is a copy of the image, not a region.
+COPY_IOU = 0.9
 SCALE = 1000  # the boxes' coordinates: 0..SCALE across the width and the height
 LOOKS = (
-    "Close-ups of the regions named for this step follow, in this order (boxes in 0-1000 coordinates "
-    "across the image's width and height): {boxes}. Check the step against them and the image.\n\n"
+    "Close-ups of the regions named for this step follow, in this order (boxes in 0-1000 "
+    "coordinates across the image's width and height): {boxes}. Check the step against them and "
+    "the image.\n\n"
 )
 
 
@@ -243,9 +274,10 @@ def regions_schema(k: int = K) -> dict:
 
 
 def parse_regions(text: str, k: int = K) -> list:
-    """The boxes of a region reply {"boxes": [[x1, y1, x2, y2], ...]}, as lists of floats; [] for none.
-    ValueError (the reply is asked for again) when it is not that shape: not a JSON object, "boxes" not a
-    list of at most k entries, or an entry not 4 real numbers. Whether a box is usable is check_region's."""
+    """The boxes of a region reply {"boxes": [[x1, y1, x2, y2], ...]}, as lists of floats; [] for
+    none. ValueError (the reply is asked for again) when it is not that shape: not a JSON object,
+    "boxes" not a list of at most k entries, or an entry not 4 real numbers. Whether a box is usable
+    is check_region's."""
     try:
         boxes = json_object(text).get("boxes")
     except (ValueError, AttributeError):
@@ -254,21 +286,22 @@ def parse_regions(text: str, k: int = K) -> list:
         raise ValueError(f'no JSON object with a "boxes" list in {one_line(text, 60)!r}')
     if len(boxes) > k:
         raise ValueError(f"at most {k} boxes, got {len(boxes)}")
-    real = lambda v: (
-        isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
-    )  # 1e309 is inf
+    # A number too large for a float, such as 1e309, reads as inf, so it is not finite.
+    real = lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
     for b in boxes:
         if not (isinstance(b, list) and len(b) == 4 and all(real(v) for v in b)):
             raise ValueError(
-                f"a box must be 4 finite numbers [x1, y1, x2, y2], got {one_line(json.dumps(b), 60)}"
+                "a box must be 4 finite numbers [x1, y1, x2, y2], "
+                f"got {one_line(json.dumps(b), 60)}"
             )
     return [[float(v) for v in b] for b in boxes]
 
 
 def check_region(box) -> str | None:
     """None if `box` (0..SCALE coordinates) is a usable region, else why not: not finite, degenerate
-    (x2 ≤ x1 or y2 ≤ y1), not inside the image (a coordinate outside 0..SCALE), or a copy of the whole
-    image (IoU with [0, 0, SCALE, SCALE] above COPY_IOU: a close-up of everything shows nothing new)."""
+    (x2 ≤ x1 or y2 ≤ y1), not inside the image (a coordinate outside 0..SCALE), or a copy of the
+    whole image (IoU with [0, 0, SCALE, SCALE] above COPY_IOU: a close-up of everything shows
+    nothing new)."""
     try:
         b = check_box(box)
     except ValueError as e:
@@ -291,14 +324,16 @@ def looks_note(boxes: list) -> str:
     """What the judge reads before the close-ups: the boxes, in order."""
     return LOOKS.format(
         boxes=", ".join(
-            f"{i} {[int(v) if float(v).is_integer() else v for v in b]}" for i, b in enumerate(boxes, 1)
+            f"{i} {[int(v) if float(v).is_integer() else v for v in b]}"
+            for i, b in enumerate(boxes, 1)
         )
     )
 
 
 def decide(boxes: list | None, has_image: bool) -> tuple:
-    """(path, why, each box's error or None): "zoom" when there is an image and every named box passes
-    check_region; else "full" with why: "no image", "unreadable" (boxes None), "none named" or "invalid"."""
+    """(path, why, each box's error or None): "zoom" when there is an image and every named box
+    passes check_region; else "full" with why: "no image", "unreadable" (boxes None), "none named"
+    or "invalid"."""
     if not has_image:
         return "full", "no image", []
     if boxes is None:

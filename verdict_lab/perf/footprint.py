@@ -1,11 +1,11 @@
 """Sections 3 and 4 of bench.py: what an evaluate.py run costs besides its model calls.
 
-- run_evaluate: `python evaluate.py` on generated items (write_items), every method, against the simulated
-  server (perf/simserver.py) with no sleeping;
+- run_evaluate: `python evaluate.py` on generated items (write_items), every method, against the
+  simulated server (perf/simserver.py) with no sleeping;
 - memory_section (3): the peak RSS of that run;
-- cache_section (4): the response cache, Cache.put in a file and in memory (put_seconds), the same run
-  with either, and what the file holds per item and per judge reply (cache_bytes) against what the server
-  sent.
+- cache_section (4): the response cache, Cache.put in a file and in memory (put_seconds), the same
+  run with either, and what the file holds per item and per judge reply (cache_bytes) against what
+  the server sent.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 EVALUATE = (sys.executable, "-m", "verdict_lab.evaluate")  # the command, run in ROOT
 
 
-# ----------------------------------------------------------------------------- evaluate.py on generated items
+# ------------------------------------------------------------------- evaluate.py on generated items
 
 
 def write_items(folder: str, k: int) -> str:
@@ -51,8 +51,8 @@ def write_items(folder: str, k: int) -> str:
 
 
 class Sized:
-    """A loopback handler around another, keeping the JSON size in bytes of each response it sends, with
-    whether it carries logprobs (a judge's reply): [(logprobs, bytes), ...] in `sent`."""
+    """A loopback handler around another, keeping the JSON size in bytes of each response it sends,
+    with whether it carries logprobs (a judge's reply): [(logprobs, bytes), ...] in `sent`."""
 
     def __init__(self, handler):
         self.handler, self.sent, self._lock = handler, [], threading.Lock()
@@ -66,8 +66,8 @@ class Sized:
 
 
 def cache_bytes(path: str) -> dict:
-    """What a response cache file holds: {"file": its bytes on disk, "entries", "judge_entries": those
-    holding logprobs, "bytes", "judge_bytes": their stored JSON's bytes}."""
+    """What a response cache file holds: {"file": its bytes on disk, "entries", "judge_entries":
+    those holding logprobs, "bytes", "judge_bytes": their stored JSON's bytes}."""
     with contextlib.closing(sqlite3.connect(path)) as db:
         rows = [r[0] for r in db.execute("SELECT response FROM responses")]
     judge = [len(r) for r in rows if '"logprobs"' in r]
@@ -81,9 +81,9 @@ def cache_bytes(path: str) -> dict:
 
 
 def run_evaluate(k: int, extra: tuple = (), timeout: float = 1800.0, look=None) -> tuple | None:
-    """`python -m verdict_lab.evaluate` on k generated items, every method, against the simulated server
-    with no sleeping. Returns (its exit code, its seconds, one sentence saying what ran and how it ended);
-    with `look`, a fourth value: look(the run's output folder, the Sized handler),
+    """`python -m verdict_lab.evaluate` on k generated items, every method, against the simulated
+    server with no sleeping. Returns (its exit code, its seconds, one sentence saying what ran and
+    how it ended); with `look`, a fourth value: look(the run's output folder, the Sized handler),
     called before the folder is removed."""
     sized = Sized(SimulatedServer(LatencyModel(time_scale=0.0), 2))
     with tempfile.TemporaryDirectory() as tmp, LoopbackServer(sized) as srv:
@@ -91,14 +91,23 @@ def run_evaluate(k: int, extra: tuple = (), timeout: float = 1800.0, look=None) 
         cmd = [*EVALUATE, "--data", write_items(tmp, k), "--base-url", url, "--model", "sim"]
         cmd += ["--seeds", "1", "--out", os.path.join(tmp, "out"), *extra]
         run = subprocess.run(
-            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=timeout, cwd=ROOT
+            cmd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=timeout,
+            cwd=ROOT,
         )
         seconds, calls = time.perf_counter() - t0, len(srv.chats)
         seen = () if look is None else (look(os.path.join(tmp, "out"), sized),)
-    shown = " ".join(["python -m verdict_lab.evaluate"] + cmd[3:]).replace(url, "SIM_URL").replace(tmp, "TMP")
+    shown = (
+        " ".join(["python -m verdict_lab.evaluate"] + cmd[3:])
+        .replace(url, "SIM_URL")
+        .replace(tmp, "TMP")
+    )
     said = (
-        f"`{shown}` on {k} generated items (one 448×448 PNG each), every method, against the simulated "
-        "server with no sleeping"
+        f"`{shown}` on {k} generated items (one 448×448 PNG each), every method, against the "
+        "simulated server with no sleeping"
     )
     if run.returncode != 0:
         return (
@@ -116,8 +125,9 @@ def run_evaluate(k: int, extra: tuple = (), timeout: float = 1800.0, look=None) 
 
 
 def memory_section(k: int) -> list:
-    """Section 3: peak RSS of run_evaluate's evaluate.py: resource's RUSAGE_CHILDREN maximum, which is that
-    child's, as bench.py starts no other process before it. A failed run reports no figure."""
+    """Section 3: peak RSS of run_evaluate's evaluate.py: resource's RUSAGE_CHILDREN maximum, which
+    is that child's, as bench.py starts no other process before it. A failed run reports no figure.
+    """
     run = run_evaluate(k)
     if run is None:
         return ["skipped: verdict_lab.evaluate not found"]
@@ -132,7 +142,7 @@ def memory_section(k: int) -> list:
     ]
 
 
-# ----------------------------------------------------------------------------- 4. the response cache
+# ---------------------------------------------------------------------------- 4. the response cache
 
 
 def put_seconds(path: str, puts: int, threads: int) -> float:
@@ -146,13 +156,16 @@ def put_seconds(path: str, puts: int, threads: int) -> float:
 
 
 def cache_section(k: int, puts: int) -> tuple:
-    """Section 4: (markdown lines, the stored bytes per judge reply or None): what the response cache costs:
-    Cache.put in a file against in memory, then run_evaluate with evaluate.py's default cache file
-    (OUT/cache.sqlite) against --cache :memory:, and what that file holds (bytes_lines)."""
+    """Section 4: (markdown lines, the stored bytes per judge reply or None): what the response
+    cache costs: Cache.put in a file against in memory, then run_evaluate with evaluate.py's default
+    cache file (OUT/cache.sqlite) against --cache :memory:, and what that file holds (bytes_lines).
+    """
     with tempfile.TemporaryDirectory() as tmp:
         us = {
             (where, t): 1e6
-            * put_seconds(os.path.join(tmp, f"{t}.sqlite") if where == "file" else ":memory:", puts, t)
+            * put_seconds(
+                os.path.join(tmp, f"{t}.sqlite") if where == "file" else ":memory:", puts, t
+            )
             for where in ("file", "memory")
             for t in (1, 4)
         }
@@ -162,16 +175,22 @@ def cache_section(k: int, puts: int) -> tuple:
         else None,
         list(sized.sent),
     )
-    runs = {"file": run_evaluate(k, (), look=look), "memory": run_evaluate(k, ("--cache", ":memory:"))}
+    runs = {
+        "file": run_evaluate(k, (), look=look),
+        "memory": run_evaluate(k, ("--cache", ":memory:")),
+    }
     lines = (
         [
-            f"Cache.put of {puts:,} replies (a 48-token step each), in a file in a temporary folder and in "
-            "memory:",
+            f"Cache.put of {puts:,} replies (a 48-token step each), in a file in a temporary "
+            "folder and in memory:",
             "",
             "| cache | 1 thread | 4 threads at once |",
             "|---|---:|---:|",
         ]
-        + [f"| {w} | {us[w, 1]:,.0f} µs per put | {us[w, 4]:,.0f} µs per put |" for w in ("file", "memory")]
+        + [
+            f"| {w} | {us[w, 1]:,.0f} µs per put | {us[w, 4]:,.0f} µs per put |"
+            for w in ("file", "memory")
+        ]
         + [""]
     )
     if runs["file"] is None:
@@ -181,8 +200,8 @@ def cache_section(k: int, puts: int) -> tuple:
         slower = runs["file"][1] / runs["memory"][1]
         lines += [
             "",
-            f"With the cache in a file, verdict_lab.evaluate takes {slower:.2f}× its time with the cache in "
-            "memory.",
+            f"With the cache in a file, verdict_lab.evaluate takes {slower:.2f}× its time with the "
+            "cache in memory.",
         ]
     held = runs["file"][3][0] if runs["file"][0] == 0 else None
     if not held:
@@ -193,24 +212,26 @@ def cache_section(k: int, puts: int) -> tuple:
 
 
 def bytes_lines(k: int, held: dict, sent: list) -> list:
-    """What the cache file of run_evaluate's run holds per item and per judge reply, against the bytes the
-    simulated server sent (llama-server's logprobs shape: every generated token with its top_logprobs)."""
+    """What the cache file of run_evaluate's run holds per item and per judge reply, against the
+    bytes the simulated server sent (llama-server's logprobs shape: every generated token with its
+    top_logprobs)."""
     judge_sent = [b for lp, b in sent if lp]
     per_judge = held["judge_bytes"] / max(held["judge_entries"], 1)
     sent_judge = sum(judge_sent) / max(len(judge_sent), 1)
     return [
-        "What the cache file holds (verdict_lab.cache.stored keeps each reply's text, finish reason, usage, "
-        "and of its logprobs the tokens' text and the top_logprobs a score digit is read from):",
+        "What the cache file holds (verdict_lab.cache.stored keeps each reply's text, finish "
+        "reason, usage, and of its logprobs the tokens' text and the top_logprobs a score digit is "
+        "read from):",
         "",
         "| | entries | stored JSON | per entry | per item |",
         "|---|---:|---:|---:|---:|",
         f"| every reply | {held['entries']:,} | {held['bytes']:,} B | "
         f"{held['bytes'] / max(held['entries'], 1):,.0f} B | {held['bytes'] / k:,.0f} B |",
-        f"| judge replies (with logprobs) | {held['judge_entries']:,} | {held['judge_bytes']:,} B | "
-        f"**{per_judge:,.0f} B** | {held['judge_bytes'] / k:,.0f} B |",
+        f"| judge replies (with logprobs) | {held['judge_entries']:,} | {held['judge_bytes']:,} B "
+        f"| **{per_judge:,.0f} B** | {held['judge_bytes'] / k:,.0f} B |",
         f"| the file on disk | | {held['file']:,} B | | **{held['file'] / k:,.0f} B** |",
         "",
-        f"The server sent {len(judge_sent):,} judge replies of {sent_judge:,.0f} B on average (top_logprobs "
-        f"= 20 at every generated token): the cache keeps {per_judge / sent_judge:.1%} of a judge reply, "
-        f"{sent_judge / per_judge:,.0f}× less.",
+        f"The server sent {len(judge_sent):,} judge replies of {sent_judge:,.0f} B on average "
+        "(top_logprobs = 20 at every generated token): the cache keeps "
+        f"{per_judge / sent_judge:.1%} of a judge reply, {sent_judge / per_judge:,.0f}× less.",
     ]

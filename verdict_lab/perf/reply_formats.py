@@ -1,7 +1,8 @@
-"""How the judges' reply formats fare on a real server: parse rate, follow-ups and tokens per judge call.
+"""How the judges' reply formats fare on a real server: parse rate, follow-ups and tokens per judge
+call.
 
-A measurement of the reply formats (formats.FORMATS) with verifier.judges_of, not of the quality of the
-judgements; docs/results.md gives its figures on SmolLM2:
+A measurement of the reply formats (formats.FORMATS) with verifier.judges_of, not of the quality of
+the judgements; docs/results.md gives its figures on SmolLM2:
 
     python -m verdict_lab.perf.reply_formats URL [URL ...]   # one markdown table
 """
@@ -17,18 +18,21 @@ import numpy as np
 import verdict
 from judges import EndpointError
 from verdict_lab.client import Client, usage_change
-from verdict_lab.flags import Parser
+from verdict_lab.cli import Parser
 from verdict_lab.formats import FORMATS, JudgeFormat
 from verdict_lab.verifier import Settings, judges_of, thread_map
 
 
-def survey(client: Client, fmt: str, k: int = 10, concurrency: int = 4, reasons: bool = False) -> dict:
-    """The three judges in format fmt on k arithmetic questions, each with a right and a wrong step (6k
-    calls): the share of calls that gave a score ("scored", after the follow-up) and that needed no follow-up
-    ("first"), judge tokens per call (prompt + completion; completion alone), the mean ŝ of right and of
-    wrong steps, how many calls have a probability-weighted score ("weighted") and the lowest share of the
-    score token's top_logprobs that the digits held in those ("mass"), and the format's record. It measures
-    the reply format on a real server, not the quality of the judgements."""
+def survey(
+    client: Client, fmt: str, k: int = 10, concurrency: int = 4, reasons: bool = False
+) -> dict:
+    """The three judges in format fmt on k arithmetic questions, each with a right and a wrong step
+    (6k calls): the share of calls that gave a score ("scored", after the follow-up) and that needed
+    no follow-up ("first"), judge tokens per call (prompt + completion; completion alone), the mean
+    ŝ of right and of wrong steps, how many calls have a probability-weighted score ("weighted") and
+    the lowest share of the score token's top_logprobs that the digits held in those ("mass"), and
+    the format's record. It measures the reply format on a real server, not the quality of the
+    judgements."""
     items = []  # (question, step, is the step right?)
     for i in range(k):
         a, b, d = 12 + 7 * i, 5 + 3 * i, 1 + i % 3
@@ -41,10 +45,12 @@ def survey(client: Client, fmt: str, k: int = 10, concurrency: int = 4, reasons:
     js = judges_of(Settings(judge_format=fmt, reasons=reasons), client, run_format)
     calls = [(j, q, c, right) for j in js for q, c, right in items]
     before = client.usage
-    judged = thread_map(concurrency)(lambda x: x[0].judgement(verdict.State(x[1]), x[2]), calls)  # [6k]
+    judged = thread_map(concurrency)(lambda x: x[0](verdict.State(x[1]), x[2]), calls)  # [6k]
     used = usage_change(before, client.usage)
-    s, right = np.array([j.score for j in judged]), np.array([x[3] for x in calls])  # [6k], [6k]
-    mass = np.array([j.record["digit_share"] for j in judged], dtype=float)  # [6k], NaN (None): none
+    s, right = np.array([float(j) for j in judged]), np.array([x[3] for x in calls])  # [6k], [6k]
+    mass = np.array(
+        [j.record["digit_share"] for j in judged], dtype=float
+    )  # [6k], NaN (None): none
     mean = lambda v: float(v[~np.isnan(v)].mean()) if (~np.isnan(v)).any() else math.nan
     retries = sum(j.record["replies"] - 1 for j in judged)  # the follow-ups asked
     return {
@@ -62,32 +68,44 @@ def survey(client: Client, fmt: str, k: int = 10, concurrency: int = 4, reasons:
 
 
 def _model_name(client: Client) -> str:
-    """The served model's name from GET /models (its file name, for llama-server), else the one we send."""
+    """The served model's name from GET /models (its file name, for llama-server), else the one we
+    send."""
     try:
         return os.path.basename(
-            client.endpoint.session.get(client.base_url + "/models", timeout=30).json()["data"][0]["id"]
+            client.endpoint.session.get(client.base_url + "/models", timeout=30).json()["data"][0][
+                "id"
+            ]
         )
     except (OSError, ValueError, LookupError, TypeError):  # requests' errors are OSErrors
         return client.model
 
 
 def main(argv=None) -> int:
-    """python -m verdict_lab.perf.reply_formats URL [URL ...]: survey() of every format at each server, as
-    one markdown table."""
+    """python -m verdict_lab.perf.reply_formats URL [URL ...]: survey() of every format at each
+    server, as one markdown table."""
     p = Parser(
         prog="verdict_lab.perf.reply_formats",
         description="Parse rate and tokens per judge call of each reply format.",
     )
-    p.add_argument("url", nargs="+", help="OpenAI-compatible endpoints, e.g. http://127.0.0.1:8080/v1")
-    p.add_argument("--formats", default=",".join(FORMATS), help=f"formats to measure ({','.join(FORMATS)})")
-    p.add_argument("--k", type=int, default=10, help="questions, each with a right and a wrong step (10)")
+    p.add_argument(
+        "url", nargs="+", help="OpenAI-compatible endpoints, e.g. http://127.0.0.1:8080/v1"
+    )
+    p.add_argument(
+        "--formats", default=",".join(FORMATS), help=f"formats to measure ({','.join(FORMATS)})"
+    )
+    p.add_argument(
+        "--k", type=int, default=10, help="questions, each with a right and a wrong step (10)"
+    )
     p.add_argument(
         "--model", default="default", help="the model name sent (llama-server serves its one model)"
     )
     args = p.parse_args(argv)
     formats = args.formats.split(",")
     if not set(formats) <= set(FORMATS) or args.k < 1:
-        p.error(f"need --formats from {','.join(FORMATS)} and --k >= 1, got {args.formats!r} and {args.k}")
+        p.error(
+            f"need --formats from {','.join(FORMATS)} and --k >= 1, got {args.formats!r} and "
+            f"{args.k}"
+        )
     num = lambda x, f: "—" if math.isnan(x) else format(x, f)
     print(
         "| model | format | judge calls | scored | scored at the first reply | tokens/call "
@@ -109,10 +127,10 @@ def main(argv=None) -> int:
                 else f"{fmt} (fell back to text at call {r['fallback']['at_call']})"
             )
             print(
-                f"| {_model_name(client)} | {used} | {r['calls']} | {r['scored']:.1%} | {r['first']:.1%} | "
-                f"{r['tokens']:.0f} | {r['completion']:.1f} | "
-                f"{num(r['right'], '.2f')} / {num(r['wrong'], '.2f')} | "
-                f"{r['weighted']} | {num(r['mass'], '.2f')} |",
+                f"| {_model_name(client)} | {used} | {r['calls']} | {r['scored']:.1%} | "
+                f"{r['first']:.1%} | {r['tokens']:.0f} | {r['completion']:.1f} | "
+                f"{num(r['right'], '.2f')} / {num(r['wrong'], '.2f')} | {r['weighted']} | "
+                f"{num(r['mass'], '.2f')} |",
                 flush=True,
             )
     return 0

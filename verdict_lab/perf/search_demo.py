@@ -1,14 +1,15 @@
-"""A compute sweep of the searches (best-of-N, weighted best-of-N, majority, beam search) beside base and
-VERDICT, run by evaluate against a scripted server: the command, table and picture of docs/search.md.
-SCRIPTED: no model answers, and nothing here is the paper's result nor any model's.
+"""A compute sweep of the searches (best-of-N, weighted best-of-N, majority, beam search) beside
+base and VERDICT, run by evaluate against a scripted server: the command, table and picture of
+docs/search.md. SCRIPTED: no model answers, and nothing here is the paper's result nor any model's.
 
 Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
-Disagreement-Aware Consensus", ECCV 2026 (the overhead claim: step-wise verification against regenerating
-whole trajectories). The server is perf/sweep_demo.py's (Scripted): docs/arith20.jsonl in two steps, ideas
-sound with probability 0.4, final answers right with probability 0.85 after a sound idea and 0.25 after an
-unsound one, judges scoring good steps around 0.72 and others around 0.45 (sd 0.25), the visual judge fooled
-half the time. Every draw is a hash of the request, so the same request always gets the same reply, and a
-chain's seed decides its candidates (chain i of seed s: reasoner seed s + 1000·i, harness/chains.py).
+Disagreement-Aware Consensus", ECCV 2026 (the overhead claim: step-wise verification against
+regenerating whole trajectories). The server is perf/sweep_demo.py's (Scripted): docs/arith20.jsonl
+in two steps, ideas sound with probability 0.4, final answers right with probability 0.85 after a
+sound idea and 0.25 after an unsound one, judges scoring good steps around 0.72 and others around
+0.45 (sd 0.25), the visual judge fooled half the time. Every draw is a hash of the request, so the
+same request always gets the same reply, and a chain's seed decides its candidates (chain i of seed
+s: reasoner seed s + 1000·i, harness/chains.py).
 
     python -m verdict_lab.perf.search_demo    # runs/search-demo/ (summary.md, compute.png), and
                                               # docs/search_compute.png
@@ -34,8 +35,8 @@ RULES = ",".join(
     + [f"beam{w}x2+last+key+filter" for w in WIDTHS]
 )
 NOTE = (
-    "SCRIPTED server (perf/search_demo.py: perf/sweep_demo.py's noise model), not a model, not the paper's "
-    "result"
+    "SCRIPTED server (perf/search_demo.py: perf/sweep_demo.py's noise model), not a model, not the "
+    "paper's result"
 )
 
 
@@ -47,7 +48,9 @@ def main(argv=None) -> int:
         "search_compute.png",
     )
     code = run_evaluate(
-        a, ["--rules", RULES, "--judge-format", "text", "--concurrency", "4"], stdout=subprocess.DEVNULL
+        a,
+        ["--rules", RULES, "--judge-format", "text", "--concurrency", "4"],
+        stdout=subprocess.DEVNULL,
     )
     if code == 0:
         summary = json.loads((Path(a.out) / "summary.json").read_text(encoding="utf-8"))

@@ -1,4 +1,5 @@
-"""A simulated continuous-batching GPU server for VERDICT's requests: replies by role, latency by a model.
+"""A simulated continuous-batching GPU server for VERDICT's requests: replies by role, latency by a
+model.
 
 Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
 Disagreement-Aware Consensus", ECCV 2026 (the step-wise loop with n candidates and m judges, and its
@@ -6,15 +7,16 @@ wall-clock overhead). bench.py measures that overhead against this server; it is
 measurement of a GPU:
 
 - LatencyModel: a vLLM server serving a 7B model on one A100, as sleep times (SOURCES);
-- prompt_units and block_hashes: the prompt as pseudo-tokens in the order the request lays them out (the
-  system message, each image's tokens where the message puts the image, the text) and the chained hashes of
-  its 16-token blocks, as vLLM's automatic prefix caching names them;
-- sim_reply: the reasoner's candidates and the judges' replies (any reply format); sim_logprobs: their
-  logprobs, when asked, in llama-server's shape;
-- SimulatedServer: a loopback.LoopbackServer handler that queues, prefills what its prefix cache lacks,
-  decodes, and reports the cached prompt tokens (usage.prompt_tokens_details.cached_tokens) as servers do;
-  with replicas = K, K such servers behind vLLM's data-parallel front end (--data-parallel-size K), which
-  routes a request to the replica its X-data-parallel-rank header names, else to the least busy one.
+- prompt_units and block_hashes: the prompt as pseudo-tokens in the order the request lays them out
+  (the system message, each image's tokens where the message puts the image, the text) and the
+  chained hashes of its 16-token blocks, as vLLM's automatic prefix caching names them;
+- sim_reply: the reasoner's candidates and the judges' replies (any reply format); sim_logprobs:
+  their logprobs, when asked, in llama-server's shape;
+- SimulatedServer: a loopback.LoopbackServer handler that queues, prefills what its prefix cache
+  lacks, decodes, and reports the cached prompt tokens (usage.prompt_tokens_details.cached_tokens)
+  as servers do; with replicas = K, K such servers behind vLLM's data-parallel front end
+  (--data-parallel-size K), which routes a request to the replica its X-data-parallel-rank header
+  names, else to the least busy one.
 """
 
 from __future__ import annotations
@@ -59,7 +61,8 @@ class LatencyModel:
     def __post_init__(self):
         if not (self.prefill_tps > 0 and self.decode_tps > 0):  # a rate of 0 would sleep forever
             raise ValueError(
-                f"rates must be > 0, got prefill_tps={self.prefill_tps!r}, decode_tps={self.decode_tps!r}"
+                f"rates must be > 0, got prefill_tps={self.prefill_tps!r}, "
+                f"decode_tps={self.decode_tps!r}"
             )
         if not (isinstance(self.capacity, int) and self.capacity >= 1):
             raise ValueError(f"capacity must be an integer >= 1, got {self.capacity!r}")
@@ -72,33 +75,36 @@ class LatencyModel:
 
 
 SOURCES = [
-    "decode 84.28 tokens/s per sequence: Qwen2.5-7B-Instruct, BF16, vLLM 0.6.3, one A100 80GB, batch 1, "
-    "input length 1, 2048 generated tokens (Qwen2.5 Speed Benchmark, qwen.readthedocs.io; QwenLM/Qwen2.5 "
-    "docs/source/benchmark/speed_benchmark.rst).",
+    "decode 84.28 tokens/s per sequence: Qwen2.5-7B-Instruct, BF16, vLLM 0.6.3, one A100 80GB, "
+    "batch 1, input length 1, 2048 generated tokens (Qwen2.5 Speed Benchmark, qwen.readthedocs.io; "
+    "QwenLM/Qwen2.5 docs/source/benchmark/speed_benchmark.rst).",
     "prefill 5,700 tokens/s: the same table gives 80.70 tokens/s at input length 6,144, so "
-    "2048/80.70 − 2048/84.28 = 1.08 s more for 6,143 more prompt tokens; charging all of it to prefill "
-    "gives at least 5,700 tokens/s, a deliberately low rate.",
-    "capacity 12 sequences = generated tokens/s at saturation ÷ 84.28: Qwen1.5-7B-Chat on vLLM, one "
-    "A100-80G, 1,000 prompt + 1,000 generated tokens per request, 1.15 requests/s (2298.89 tokens/s in all, "
-    "≈ 1,150 generated; Qwen1.5-MoE blog, qwenlm.github.io); reproducing it, a user measured ≈ 1,000 "
-    "tokens/s (QwenLM/Qwen3 issue 244); 1,000 / 84.28 ≈ 12.",
-    "1280 tokens per image: one token per 28×28-pixel patch (Qwen2-VL-7B-Instruct model card, discussion "
-    "47), so Qwen2.5-VL sees a 1280·28·28-pixel image (VLMEvalKit's min_pixels for Qwen2.5-VL-7B) as 1280 "
-    "visual tokens; the simulation charges 1280 visual tokens per image.",
-    "prefix caching: vLLM's automatic prefix caching covers image tokens (its prefix-caching design doc "
-    "hashes a block's multimodal inputs with its tokens); 16-token blocks.",
+    "2048/80.70 − 2048/84.28 = 1.08 s more for 6,143 more prompt tokens; charging all of it to "
+    "prefill gives at least 5,700 tokens/s, a deliberately low rate.",
+    "capacity 12 sequences = generated tokens/s at saturation ÷ 84.28: Qwen1.5-7B-Chat on vLLM, "
+    "one A100-80G, 1,000 prompt + 1,000 generated tokens per request, 1.15 requests/s (2298.89 "
+    "tokens/s in all, ≈ 1,150 generated; Qwen1.5-MoE blog, qwenlm.github.io); reproducing it, a "
+    "user measured ≈ 1,000 tokens/s (QwenLM/Qwen3 issue 244); 1,000 / 84.28 ≈ 12.",
+    "1280 tokens per image: one token per 28×28-pixel patch (Qwen2-VL-7B-Instruct model card, "
+    "discussion 47), so Qwen2.5-VL sees a 1280·28·28-pixel image (VLMEvalKit's min_pixels for "
+    "Qwen2.5-VL-7B) as 1280 visual tokens; the simulation charges 1280 visual tokens per image.",
+    "prefix caching: vLLM's automatic prefix caching covers image tokens (its prefix-caching "
+    "design doc hashes a block's multimodal inputs with its tokens); 16-token blocks.",
 ]
 
 
 def prompt_units(messages, image_tokens: int) -> list:
-    """The prompt as pseudo-tokens, in the order the messages lay it out: a role marker per message, a word or
-    punctuation mark of text, image_tokens units per image where the message puts it (each named by its URL's
-    hash, so an image cached in one request is cached for another that puts it at the same place)."""
+    """The prompt as pseudo-tokens, in the order the messages lay it out: a role marker per message,
+    a word or punctuation mark of text, image_tokens units per image where the message puts it (each
+    named by its URL's hash, so an image cached in one request is cached for another that puts it at
+    the same place)."""
     units = []
     for msg in messages:
         content = msg.get("content")
         units.append(f"<{msg.get('role')}>")
-        for part in [{"type": "text", "text": content}] if isinstance(content, str) else content or []:
+        for part in (
+            [{"type": "text", "text": content}] if isinstance(content, str) else content or []
+        ):
             if part.get("type") == "image_url":
                 h = hashlib.sha256(part["image_url"]["url"].encode()).hexdigest()[:16]
                 units += [f"{h}:{i}" for i in range(image_tokens)]
@@ -108,7 +114,10 @@ def prompt_units(messages, image_tokens: int) -> list:
 
 
 def block_hashes(units) -> list:
-    """One chained hash per full BLOCK of units, as vLLM names prefix-cache blocks.  [T] -> [T // BLOCK]"""
+    """One chained hash per full BLOCK of units, as vLLM names prefix-cache blocks.
+
+    [T] -> [T // BLOCK]
+    """
     out, h = [], ""
     for i in range(0, len(units) - len(units) % BLOCK, BLOCK):
         h = hashlib.sha256((h + "\x1f".join(units[i : i + BLOCK])).encode()).hexdigest()
@@ -117,10 +126,11 @@ def block_hashes(units) -> list:
 
 
 def sim_reply(body: dict, lm: LatencyModel, final_at: int) -> tuple:
-    """(texts, tokens per text) for a request of VERDICT's reasoner or a judge. The reasoner (it sends `stop`)
-    writes step t as n different candidates, and from step final_at on n identical final answers. A judge
-    writes its score in the format it asks for: a JSON object under response_format (with a reason, or the
-    score alone), else a rationale and a score line, or the score line alone (formats.SCORE_ONLY)."""
+    """(texts, tokens per text) for a request of VERDICT's reasoner or a judge. The reasoner (it
+    sends `stop`) writes step t as n different candidates, and from step final_at on n identical
+    final answers. A judge writes its score in the format it asks for: a JSON object under
+    response_format (with a reason, or the score alone), else a rationale and a score line, or the
+    score line alone (formats.SCORE_ONLY)."""
     user = body["messages"][-1]["content"]
     user = (
         user
@@ -134,7 +144,8 @@ def sim_reply(body: dict, lm: LatencyModel, final_at: int) -> tuple:
             return ["Final answer: B"] * n, lm.final_tokens
         seed = body.get("seed", 0)  # the sequential mode asks for its n candidates with n seeds
         return [
-            f"Observation {t}.{seed}.{i}: " + " ".join(["detail"] * (lm.step_tokens - 4)) for i in range(n)
+            f"Observation {t}.{seed}.{i}: " + " ".join(["detail"] * (lm.step_tokens - 4))
+            for i in range(n)
         ], lm.step_tokens
     digit = 5 + int(hashlib.sha256(user.encode()).hexdigest(), 16) % 5
     reason = " ".join(["because"] * (lm.rationale_tokens - 10))
@@ -151,9 +162,10 @@ def sim_reply(body: dict, lm: LatencyModel, final_at: int) -> tuple:
 
 
 def sim_logprobs(text: str, k: int) -> dict:
-    """A choice's logprobs as llama-server sends them: each pseudo-token of `text` (its leading space kept, so
-    the tokens spell the text) with its id, logprob and bytes, and k top_logprobs of the same shape; at a
-    digit, the ten digits come first. What a response cache would store of a judge's reply."""
+    """A choice's logprobs as llama-server sends them: each pseudo-token of `text` (its leading
+    space kept, so the tokens spell the text) with its id, logprob and bytes, and k top_logprobs of
+    the same shape; at a digit, the ten digits come first. What a response cache would store of a
+    judge's reply."""
 
     def entry(tok: str, lp: float, i: int) -> dict:
         return {"id": 1000 + i, "token": tok, "bytes": list(tok.encode()), "logprob": lp}
@@ -176,14 +188,16 @@ class _Replica:
 
 
 class SimulatedServer:
-    """A loopback.LoopbackServer handler: replies as sim_reply, taking as long as the LatencyModel says, and
-    reporting the prompt tokens its prefix cache served as usage.prompt_tokens_details.cached_tokens (whole
-    blocks, as vLLM counts them; reported even when 0, as llama-server and SGLang do and vLLM does not).
+    """A loopback.LoopbackServer handler: replies as sim_reply, taking as long as the LatencyModel
+    says, and reporting the prompt tokens its prefix cache served as
+    usage.prompt_tokens_details.cached_tokens (whole blocks, as vLLM counts them; reported even when
+    0, as llama-server and SGLang do and vLLM does not).
 
-    replicas: data-parallel engines, each with its own slots, prefill engine and prefix cache. A request
-    goes to the replica its X-data-parallel-rank header names (vLLM's; a rank out of range is an error, as
-    there), else to the replica with the fewest sequences in flight, ties taken in turn (vLLM's front end
-    balances by load, not by prefix). computed: the prompt tokens prefilled, over every replica."""
+    replicas: data-parallel engines, each with its own slots, prefill engine and prefix cache. A
+    request goes to the replica its X-data-parallel-rank header names (vLLM's; a rank out of range
+    is an error, as there), else to the replica with the fewest sequences in flight, ties taken in
+    turn (vLLM's front end balances by load, not by prefix). computed: the prompt tokens prefilled,
+    over every replica."""
 
     takes_headers = True
 
@@ -229,7 +243,8 @@ class SimulatedServer:
             with replica.prefill:  # one prefill engine: prompts are prefilled one after another
                 hashes = block_hashes(units) if lm.prefix_cache else []
                 cached = (
-                    next((i for i, h in enumerate(hashes) if h not in replica.cache), len(hashes)) * BLOCK
+                    next((i for i, h in enumerate(hashes) if h not in replica.cache), len(hashes))
+                    * BLOCK
                 )
                 replica.cache.update(hashes)
                 with self._route:
@@ -240,9 +255,13 @@ class SimulatedServer:
             with replica.slots:
                 replica.busy -= len(texts)
                 replica.slots.notify_all()
-        response = chat_response(texts, prompt_tokens=len(units), completion_tokens=tokens * len(texts))
+        response = chat_response(
+            texts, prompt_tokens=len(units), completion_tokens=tokens * len(texts)
+        )
         response["usage"]["prompt_tokens_details"] = {"cached_tokens": cached}
         if body.get("logprobs"):
             for c in response["choices"]:
-                c["logprobs"] = sim_logprobs(c["message"]["content"], int(body.get("top_logprobs") or 0))
+                c["logprobs"] = sim_logprobs(
+                    c["message"]["content"], int(body.get("top_logprobs") or 0)
+                )
         return response

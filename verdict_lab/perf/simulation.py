@@ -26,23 +26,24 @@ The five noise models, each the world above with one knob turned (sigma = 0.15 u
   5. abstain    q: each judge independently returns NaN (abstains) with probability q [0].
   6. premise    EVPV's gate (modes/evpv.py) against a hallucinated premise. A wrong step rests on a
                 contradicted visual premise with probability p_premise [0]; the judges it fools
-                (premise_fools [()], judge indices) score it around mu_fool. The premise check flags such a
-                step (a contradicted claim: r = 0, α(r) = 0) with probability p_detect [0.8], and any other
-                step (a false alarm) with probability p_false [0.1]; an unflagged step has r = 1, α = 1.
-                gate ["none"]: "visual" sets a flagged step's ŝ_V to 0.5 + α(r)(ŝ_V − 0.5) = 0.5,
-                "step" every judge's ŝ. Every simulated step makes a visual claim (ν_t = 1): a step
-                without one is never gated, so it would only lower the false-alarm rate.
+                (premise_fools [()], judge indices) score it around mu_fool. The premise check flags
+                such a step (a contradicted claim: r = 0, α(r) = 0) with probability p_detect [0.8],
+                and any other step (a false alarm) with probability p_false [0.1]; an unflagged step
+                has r = 1, α = 1. gate ["none"]: "visual" sets a flagged step's ŝ_V to
+                0.5 + α(r)(ŝ_V − 0.5) = 0.5, "step" every judge's ŝ. Every simulated step makes a
+                visual claim (ν_t = 1): a step without one is never gated, so it would only lower
+                the false-alarm rate.
 
 Measures, per rule: accuracy = P(the chosen candidate is correct | some candidate is correct);
 acceptance = the fraction of candidates passing the rule's filter (rules without a filter accept
-every candidate with 2 or more answers); fallback = the fraction of steps where none passes; and with
-p_premise > 0, contradicted_accepted = the fraction of contradicted-premise candidates passing the
-filter, contradicted_chosen = P(the chosen candidate has a contradicted premise | some candidate has).
-Each is the mean over `seeds` independent seeds of `trials` steps, ± the 95% Student-t half-width
-over seeds. All rules and all values of a sweep see the same random draws, so differences between
-rules are paired. `python -m verdict_lab.simulate` writes docs/simulation_report.md and
-docs/simulation.png (perf/simulation_report.py); with --sweep tau=0.01,0.1,0.6 it draws instead the τ, ε
-or λ curve of evaluate's --sweep (curve), in its form, to set beside a real model's.
+every candidate with 2 or more answers); fallback = the fraction of steps where none passes; and
+with p_premise > 0, contradicted_accepted = the fraction of contradicted-premise candidates passing
+the filter, contradicted_chosen = P(the chosen candidate has a contradicted premise | some candidate
+has). Each is the mean over `seeds` independent seeds of `trials` steps, ± the 95% Student-t
+half-width over seeds. All rules and all values of a sweep see the same random draws, so differences
+between rules are paired. `python -m verdict_lab.simulate` writes docs/simulation_report.md and
+docs/simulation.png (perf/simulation_report.py); with --sweep tau=0.01,0.1,0.6 it draws instead the
+τ, ε or λ curve of evaluate's --sweep (curve), in its form, to set beside a real model's.
 """
 
 from __future__ import annotations
@@ -96,22 +97,34 @@ class Scenario:
     eps: float = verdict.EPS
 
     def __post_init__(self):
-        for name in ("p_correct", "p_fool", "rho", "q", "p_premise", "p_detect", "p_false"):  # probabilities
+        for name in (
+            "p_correct",
+            "p_fool",
+            "rho",
+            "q",
+            "p_premise",
+            "p_detect",
+            "p_false",
+        ):  # probabilities
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must lie in [0, 1], got {name}={getattr(self, name)!r}")
         if not (self.sigma >= 0 and self.kappa >= 0):  # a negative sd or scale means nothing
             raise ValueError(
                 f"need sigma >= 0 and kappa >= 0, got sigma={self.sigma!r}, kappa={self.kappa!r}"
             )
-        if not (-1 <= self.fooled < len(self.lam) and 0 <= self.miscal < len(self.lam)):  # judge indices
+        if not (
+            -1 <= self.fooled < len(self.lam) and 0 <= self.miscal < len(self.lam)
+        ):  # judge indices
             raise ValueError(
-                f"fooled and miscal must index a judge, got fooled={self.fooled!r}, miscal={self.miscal!r}"
+                f"fooled and miscal must index a judge, got fooled={self.fooled!r}, "
+                f"miscal={self.miscal!r}"
             )
-        if len(set(self.premise_fools)) != len(self.premise_fools) or not set(self.premise_fools) <= set(
-            range(len(self.lam))
-        ):
+        if len(set(self.premise_fools)) != len(self.premise_fools) or not set(
+            self.premise_fools
+        ) <= set(range(len(self.lam))):
             raise ValueError(
-                f"premise_fools must list distinct judge indices, got premise_fools={self.premise_fools!r}"
+                "premise_fools must list distinct judge indices, got "
+                f"premise_fools={self.premise_fools!r}"
             )
         if self.gate not in TARGETS:
             raise ValueError(f"gate must be one of {', '.join(TARGETS)}, got gate={self.gate!r}")
@@ -133,10 +146,12 @@ class Draws:
 
 
 def draw(seeds: int, trials: int, seed: int = 0, n: int = 3, m: int = 3) -> Draws:
-    """Independent streams default_rng([seed, k]) for k < seeds, `trials` steps each (the premise draws
-    come last in each stream, so the other draws do not depend on the premise model)."""
+    """Independent streams default_rng([seed, k]) for k < seeds, `trials` steps each (the premise
+    draws come last in each stream, so the other draws do not depend on the premise model)."""
     if seeds < 2 or trials < 1 or n < 1:  # an interval needs 2 seeds; a step needs a candidate
-        raise ValueError(f"need seeds >= 2, trials >= 1, n >= 1, got seeds={seeds}, trials={trials}, n={n}")
+        raise ValueError(
+            f"need seeds >= 2, trials >= 1, n >= 1, got seeds={seeds}, trials={trials}, n={n}"
+        )
     blocks = []
     for k in range(seeds):  # a loop over seeds (for independent streams), never over trials
         r = np.random.default_rng([seed, k])
@@ -157,7 +172,9 @@ def draw(seeds: int, trials: int, seed: int = 0, n: int = 3, m: int = 3) -> Draw
 def premises(d: Draws, sc: Scenario) -> tuple[np.ndarray, np.ndarray]:
     """Which candidates rest on a contradicted premise, and which the premise check flags.
     -> [N, n], [N, n]"""
-    contradicted = (d.u_correct >= sc.p_correct) & (d.u_premise < sc.p_premise)  # [N, n] wrong steps only
+    contradicted = (d.u_correct >= sc.p_correct) & (
+        d.u_premise < sc.p_premise
+    )  # [N, n] wrong steps only
     flagged = d.u_check < np.where(contradicted, sc.p_detect, sc.p_false)  # [N, n]
     return contradicted, flagged
 
@@ -176,11 +193,15 @@ def raw_scores(d: Draws, sc: Scenario) -> tuple[np.ndarray, np.ndarray]:
         hit = ~correct & (d.u_fool < sc.p_fool)  # [N, n]
         x[..., f] = np.where(hit, sc.mu_fool + sc.sigma * noise[..., f], x[..., f])  # [N, n]
     for f in sc.premise_fools:  # a contradicted premise fools these judges
-        x[..., f] = np.where(contradicted, sc.mu_fool + sc.sigma * noise[..., f], x[..., f])  # [N, n]
+        x[..., f] = np.where(
+            contradicted, sc.mu_fool + sc.sigma * noise[..., f], x[..., f]
+        )  # [N, n]
     if sc.kappa != 1 or sc.delta != 0:  # one judge miscalibrated (skipped otherwise: exact scores)
         x[..., sc.miscal] = 0.5 + sc.kappa * (x[..., sc.miscal] - 0.5) + sc.delta  # [N, n]
     s_hat = np.clip(x, 0.0, 1.0)  # [N, n, m]
-    if sc.gate != "none":  # a flagged step: r = 0, α(0) = 0, so ŝ ← 0.5 + 0·(ŝ − 0.5) = 0.5 (exactly)
+    if (
+        sc.gate != "none"
+    ):  # a flagged step: r = 0, α(0) = 0, so ŝ ← 0.5 + 0·(ŝ − 0.5) = 0.5 (exactly)
         j = slice(0, 1) if sc.gate == "visual" else slice(None)  # V's column, or every judge's
         s_hat[..., j] = np.where(flagged[..., None], 0.5, s_hat[..., j])  # [N, n, m']
     s_hat[d.u_abstain < sc.q] = np.nan  # [N, n, m] NaN stays NaN
@@ -190,11 +211,13 @@ def raw_scores(d: Draws, sc: Scenario) -> tuple[np.ndarray, np.ndarray]:
 # ----------------------------------------------------------------------------- batched selection
 
 
-def select_batch(s_hat, lam=STUBBORNNESS, tau: float = verdict.TAU, eps: float = verdict.EPS) -> dict:
+def select_batch(
+    s_hat, lam=STUBBORNNESS, tau: float = verdict.TAU, eps: float = verdict.EPS
+) -> dict:
     """Every rule of ALL_RULES on T steps at once.  [T, n, m] -> {rule: verdict.Selection (batched)}
 
-    verdict.select_all is batched over leading axes; lam-mean (the λ-weighted raw mean with no filter,
-    the paper's weights without the game) is added here with verdict's own ranking helper.
+    verdict.select_all is batched over leading axes; lam-mean (the λ-weighted raw mean with no
+    filter, the paper's weights without the game) is added here with verdict's own ranking helper.
     """
     s_hat = np.asarray(s_hat, dtype=float)
     if s_hat.ndim != 3:  # steps × candidates × judges
@@ -210,12 +233,17 @@ def select_batch(s_hat, lam=STUBBORNNESS, tau: float = verdict.TAU, eps: float =
 
 
 def measure(d: Draws, sc: Scenario) -> dict:
-    """Every rule's accuracy, acceptance and fallback on each seed.  -> {rule: {measure: [seeds]}}"""
+    """Every rule's accuracy, acceptance and fallback on each seed.
+
+    -> {rule: {measure: [seeds]}}
+    """
     S, T = d.seeds, d.trials
     s_hat, correct = raw_scores(d, sc)  # [N, n, m], [N, n]
     contradicted = premises(d, sc)[0]  # [N, n]
     exists = correct.any(1).reshape(S, T)  # [S, T]
-    chosen = lambda mask, ch: np.take_along_axis(mask, ch.index[:, None], 1).reshape(S, T)  # [N, n] -> [S, T]
+    chosen = lambda mask, ch: np.take_along_axis(mask, ch.index[:, None], 1).reshape(
+        S, T
+    )  # [N, n] -> [S, T]
     share = lambda hits, of: hits.sum(1) / np.maximum(of.sum(1), 1)  # [S, ·], [S, ·] -> [S]
     out = {}
     for rule, ch in select_batch(s_hat, sc.lam, sc.tau, sc.eps).items():
@@ -225,7 +253,10 @@ def measure(d: Draws, sc: Scenario) -> dict:
             "fallback": ch.fallback.reshape(S, T).mean(1),  # [S]
         }
         if sc.p_premise > 0:
-            bad, any_bad = contradicted.reshape(S, -1), contradicted.any(1).reshape(S, T)  # [S, T·n], [S, T]
+            bad, any_bad = (
+                contradicted.reshape(S, -1),
+                contradicted.any(1).reshape(S, T),
+            )  # [S, T·n], [S, T]
             out[rule]["contradicted_accepted"] = share(ch.accepted.reshape(S, -1) & bad, bad)
             out[rule]["contradicted_chosen"] = share(chosen(contradicted, ch), any_bad)
     return out
@@ -259,7 +290,9 @@ class Sweep:
 P_FOOL = (0.0, 0.2, 0.4, 0.6, 0.8)
 LAM_V = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0)
 SWEEPS = (
-    Sweep("iid", "sigma (noise sd of every judge)", "sigma", (0.05, 0.1, 0.15, 0.2, 0.25, 0.3), 0.15),
+    Sweep(
+        "iid", "sigma (noise sd of every judge)", "sigma", (0.05, 0.1, 0.15, 0.2, 0.25, 0.3), 0.15
+    ),
     *(
         Sweep(
             f"fooled-{j}",
@@ -271,7 +304,9 @@ SWEEPS = (
         )
         for i, j in enumerate("VLC")
     ),
-    Sweep("correlated", "rho (weight of the shared noise)", "rho", (0.0, 0.25, 0.5, 0.75, 0.9), 0.5),
+    Sweep(
+        "correlated", "rho (weight of the shared noise)", "rho", (0.0, 0.25, 0.5, 0.75, 0.9), 0.5
+    ),
     Sweep("offset-V", "delta (offset of judge V)", "delta", (-0.2, -0.1, 0.0, 0.1, 0.2), 0.1),
     Sweep("compress-V", "kappa (scale of judge V)", "kappa", (1.0, 0.75, 0.5, 0.25, 0.0), 0.5),
     Sweep("abstain", "q (abstention probability)", "q", (0.0, 0.1, 0.2, 0.3, 0.5), 0.2),
@@ -310,7 +345,8 @@ def gate_name(field: str, fools: tuple, target: str) -> str:
     return f"{field}, {fools_name(fools)} fooled, gate {target}"
 
 
-# A gate's sweeps of each knob; with no gate neither knob matters, so "none" is measured at the headline only.
+# A gate's sweeps of each knob; with no gate neither knob matters, so "none" is measured at the
+# headline only.
 GATE_SWEEPS = tuple(
     Sweep(
         gate_name(field, f, g),
@@ -333,30 +369,58 @@ def run(trials: int = 2500, seeds: int = 20, seed: int = 0) -> dict:
     return {sw.name: [(v, measure(d, sw.at(v))) for v in sw.values] for sw in SWEEPS + GATE_SWEEPS}
 
 
-def curve(text: str, trials: int = 2500, seeds: int = 20, seed: int = 0, base: Scenario = Scenario()) -> dict:
-    """evaluate.py's sweep drawn from the noise model: `text` is its --sweep ("tau=0.01,0.1,0.6", any knob of
-    harness/sweep.KNOBS), `base` the world. -> a "verdict-sweep/1" summary (harness/sweep.py's), whose
-    per-seed accuracies (%) are a correct candidate chosen given one exists, base being candidate 0 (the
-    reasoner alone); harness.sweep.picture draws it as it draws a real model's."""
+def curve(
+    text: str, trials: int = 2500, seeds: int = 20, seed: int = 0, base: Scenario = Scenario()
+) -> dict:
+    """evaluate.py's sweep drawn from the noise model: `text` is its --sweep ("tau=0.01,0.1,0.6",
+    any knob of harness/sweep.KNOBS), `base` the world. -> a "verdict-sweep/1" summary
+    (harness/sweep.py's), whose per-seed accuracies (%) are a correct candidate chosen given one
+    exists, base being candidate 0 (the reasoner alone); harness.sweep.picture draws it as it draws
+    a real model's."""
     settings, d = parse_sweep(text), draw(seeds, trials, seed)
-    cell = lambda xs: {"mean": float(np.mean(xs)), "std": float(np.std(xs, ddof=1)), "per_seed": list(xs)}
-    acc, methods = {}, ["base", "mean", "verdict"]  # the paper's figures: VERDICT, Mean and the base model
+    cell = lambda xs: {
+        "mean": float(np.mean(xs)),
+        "std": float(np.std(xs, ddof=1)),
+        "per_seed": list(xs),
+    }
+    acc, methods = (
+        {},
+        ["base", "mean", "verdict"],
+    )  # the paper's figures: VERDICT, Mean and the base model
     for st in settings:
-        lam = tuple(st.value if "lam_" + j == st.axis else x for j, x in zip("VLC", base.lam))  # one λ
-        at = replace(base, lam=lam) if st.axis.startswith("lam_") else replace(base, **{st.axis: st.value})
+        lam = tuple(
+            st.value if "lam_" + j == st.axis else x for j, x in zip("VLC", base.lam)
+        )  # one λ
+        at = (
+            replace(base, lam=lam)
+            if st.axis.startswith("lam_")
+            else replace(base, **{st.axis: st.value})
+        )
         got, correct = measure(d, at), d.u_correct < at.p_correct  # {rule: {measure: [S]}}, [N, n]
         exists = correct.any(1).reshape(seeds, trials)  # [S, T]
-        first = (correct[:, 0].reshape(seeds, trials) & exists).sum(1) / exists.sum(1)  # [S] candidate 0
-        per = {"base": first, "mean": got["mean"]["accuracy"], "verdict": got["verdict"]["accuracy"]}  # [S]
+        first = (correct[:, 0].reshape(seeds, trials) & exists).sum(1) / exists.sum(
+            1
+        )  # [S] candidate 0
+        per = {
+            "base": first,
+            "mean": got["mean"]["accuracy"],
+            "verdict": got["verdict"]["accuracy"],
+        }  # [S]
         acc[st.label] = {m: {"Avg": cell([100 * float(x) for x in per[m]])} for m in methods}
-    margin = {k: {"Avg": v["verdict"]["Avg"]["mean"] - v["mean"]["Avg"]["mean"]} for k, v in acc.items()}
+    margin = {
+        k: {"Avg": v["verdict"]["Avg"]["mean"] - v["mean"]["Avg"]["mean"]} for k, v in acc.items()
+    }
     return head(
         settings,
         methods,
         ["Avg"],
         list(range(seeds)),
-        f"python -m verdict_lab.simulate --sweep {text} --trials {trials} --seeds {seeds} --seed {seed}",
-        note=f"SIMULATED (the simulation's iid world, sigma = {base.sigma}), steps of one decision each",
+        f"python -m verdict_lab.simulate --sweep {text} --trials {trials} --seeds {seeds} "
+        f"--seed {seed}",
+        note=(
+            f"SIMULATED (the simulation's iid world, sigma = {base.sigma}), "
+            "steps of one decision each"
+        ),
         accuracy=acc,
         margin=margin,
     )

@@ -1,9 +1,9 @@
 """The Monte-Carlo study's report and figure: docs/simulation_report.md and docs/simulation.png.
 
-simulate.py runs the study (its model, sweeps and run); this module writes what it measured: `markdown`, the
-report (the headline table of VERDICT against the mean, every rule's accuracy, acceptance and fallback, the
-sweeps, and EVPV's gate), a pure function of the results and the arguments; `plot`, one panel per sweep
-(charts.py). Like simulate.py, it imports no HTTP.
+simulate.py runs the study (its model, sweeps and run); this module writes what it measured:
+`markdown`, the report (the headline table of VERDICT against the mean, every rule's accuracy,
+acceptance and fallback, the sweeps, and EVPV's gate), a pure function of the results and the
+arguments; `plot`, one panel per sweep (charts.py). Like simulate.py, it imports no HTTP.
 """
 
 from __future__ import annotations
@@ -53,33 +53,35 @@ def gate_report(results: dict) -> list:
     L = [
         "## EVPV's gate: the visual judge's score, or the step's?",
         "",
-        "A wrong step rests on a contradicted visual premise with probability p_premise = 0.4; the judges "
-        "it fools score it around 0.9. The premise check flags it (r = 0, α(r) = 0) with probability "
-        "p_detect = 0.8 and flags any other step with probability p_false = 0.1 (unless swept); an "
-        "unflagged step has r = 1. Target `visual`: a flagged step's ŝ_V ← 0.5 + α(r)(ŝ_V − 0.5) = 0.5; "
-        "`step`: every judge's ŝ likewise; `none`: no gate. Contradicted accepted = contradicted-premise "
-        "candidates passing VERDICT's filter; contradicted chosen = steps where VERDICT picks one, given "
-        "one exists. With a perfect check (p_detect = 1) and target `step`, none passes the filter: each "
-        "answering judge reports 0.5, so s̄* = 0.5 < τ. The sweeps leave out `none`, which neither knob "
-        "changes (its row above).",
+        "A wrong step rests on a contradicted visual premise with probability p_premise = 0.4; the "
+        "judges it fools score it around 0.9. The premise check flags it (r = 0, α(r) = 0) with "
+        "probability p_detect = 0.8 and flags any other step with probability p_false = 0.1 "
+        "(unless swept); an unflagged step has r = 1. Target `visual`: a flagged step's "
+        "ŝ_V ← 0.5 + α(r)(ŝ_V − 0.5) = 0.5; `step`: every judge's ŝ likewise; `none`: no gate. "
+        "Contradicted accepted = contradicted-premise candidates passing VERDICT's filter; "
+        "contradicted chosen = steps where VERDICT picks one, given one exists. With a perfect "
+        "check (p_detect = 1) and target `step`, none passes the filter: each answering judge "
+        "reports 0.5, so s̄* = 0.5 < τ. The sweeps leave out `none`, which neither knob changes "
+        "(its row above).",
         "",
-        "| fooled by the premise | gate | VERDICT accuracy | mean accuracy | contradicted accepted | "
-        "contradicted chosen | VERDICT fallback |",
+        "| fooled by the premise | gate | VERDICT accuracy | mean accuracy | contradicted accepted "
+        "| contradicted chosen | VERDICT fallback |",
         "|---|---|---|---|---|---|---|",
     ]
     for f, g in cols:
         r = at("p_false", f, g, 0.1)["verdict"]
         L.append(
             f"| {fools_name(f)} | {g} | {_pm(r['accuracy'])} | "
-            f"{_pm(at('p_false', f, g, 0.1)['mean']['accuracy'])} | {_pm(r['contradicted_accepted'])} | "
-            f"{_pm(r['contradicted_chosen'])} | {_pm(r['fallback'])} |"
+            f"{_pm(at('p_false', f, g, 0.1)['mean']['accuracy'])} | "
+            f"{_pm(r['contradicted_accepted'])} | {_pm(r['contradicted_chosen'])} | "
+            f"{_pm(r['fallback'])} |"
         )
     for (field, label, values, _), whats in zip(
         GATE_KNOBS, (("accuracy",), ("accuracy", "contradicted_accepted"))
     ):
-        for (
-            what
-        ) in whats:  # a false alarm never touches a contradicted step: p_false leaves its acceptance alone
+        for what in (
+            whats
+        ):  # a false alarm never touches a contradicted step: p_false leaves its acceptance alone
             title = {
                 "accuracy": "VERDICT accuracy",
                 "contradicted_accepted": "contradicted steps accepted by VERDICT",
@@ -93,7 +95,9 @@ def gate_report(results: dict) -> list:
             ]
             L += [
                 f"| {v} | "
-                + " | ".join(f"{100 * at(field, f, g, v)['verdict'][what].mean():.1f}" for f, g in cols)
+                + " | ".join(
+                    f"{100 * at(field, f, g, v)['verdict'][what].mean():.1f}" for f, g in cols
+                )
                 + " |"
                 for v in values
             ]
@@ -101,9 +105,17 @@ def gate_report(results: dict) -> list:
 
 
 def markdown(results: dict, trials: int, seeds: int, seed: int) -> str:
-    """The markdown report; a pure function of the results and the arguments (no clock, no paths)."""
-    head = {sw.name: (sw, dict(results[sw.name])[sw.headline]) for sw in SWEEPS if sw.field != "lam_V"}
-    L = _assumptions(trials, seeds, seed) + _headline(results, head) + _per_rule(head) + _sweeps(results)
+    """The markdown report; a pure function of the results and the arguments (no clock, no
+    paths)."""
+    head = {
+        sw.name: (sw, dict(results[sw.name])[sw.headline]) for sw in SWEEPS if sw.field != "lam_V"
+    }
+    L = (
+        _assumptions(trials, seeds, seed)
+        + _headline(results, head)
+        + _per_rule(head)
+        + _sweeps(results)
+    )
     return "\n".join(L + gate_report(results))
 
 
@@ -113,42 +125,44 @@ def _assumptions(trials: int, seeds: int, seed: int) -> list:
     return [
         "# VERDICT simulation: when does the coupled consensus beat plain averaging?",
         "",
-        f"Format: `{FORMAT}`. Generated by `{cmd}` ({seeds} independent seeds × {trials} steps per setting).",
+        f"Format: `{FORMAT}`. Generated by `{cmd}` ({seeds} independent seeds × {trials} steps per "
+        "setting).",
         "Every number is a percentage: mean over seeds ± the 95% Student-t half-width over seeds.",
         "",
         "## Assumptions",
         "",
         "- One step: 3 candidates, each correct with probability 0.5; judges V, L, C with "
         "λ = (1.5, 1.0, 0.8), τ = 0.6, ε = 0.1.",
-        "- Raw score = 0.72 (correct step) or 0.45 (wrong step) + Gaussian noise (σ = 0.15 unless swept), "
-        "clipped to [0, 1].",
-        "- Noise models, one knob each: `iid` σ; `fooled-X` judge X scores a wrong step around 0.9 with "
-        "probability p_fool; `correlated` a per-candidate noise shared by all judges with weight ρ; "
-        "`offset-V` / `compress-V` judge V reports 0.5 + κ(ŝ − 0.5) + δ; `abstain` each judge returns NaN "
-        "with probability q.",
-        "- Accuracy = a correct candidate chosen, given that one exists. Acceptance = candidates passing "
-        "the rule's filter (no filter: every candidate with ≥ 2 answers). "
-        "Fallback = steps where none passes.",
+        "- Raw score = 0.72 (correct step) or 0.45 (wrong step) + Gaussian noise (σ = 0.15 unless "
+        "swept), clipped to [0, 1].",
+        "- Noise models, one knob each: `iid` σ; `fooled-X` judge X scores a wrong step around 0.9 "
+        "with probability p_fool; `correlated` a per-candidate noise shared by all judges with "
+        "weight ρ; `offset-V` / `compress-V` judge V reports 0.5 + κ(ŝ − 0.5) + δ; `abstain` each "
+        "judge returns NaN with probability q.",
+        "- Accuracy = a correct candidate chosen, given that one exists. Acceptance = candidates "
+        "passing the rule's filter (no filter: every candidate with ≥ 2 answers). Fallback = steps "
+        "where none passes.",
         "- `lam-mean` = the highest λ-weighted raw mean, no filter. Other rules as defined in "
         "`verdict.select`.",
-        "- `premise X, gate T` (last rows of the headline table): a wrong step rests on a contradicted "
-        "premise with probability 0.4 and fools judges X; EVPV's gate with target T (see the gate section "
-        "at the end).",
+        "- `premise X, gate T` (last rows of the headline table): a wrong step rests on a "
+        "contradicted premise with probability 0.4 and fools judges X; EVPV's gate with target T "
+        "(see the gate section at the end).",
         "",
     ]
 
 
 def _headline(results: dict, head: dict) -> list:
-    """The headline table: VERDICT against the mean per noise model, then per premise and gate target."""
+    """The headline table: VERDICT against the mean per noise model, then per premise and gate
+    target."""
     L = [
         "## Headline: VERDICT against the mean",
         "",
-        "`VERDICT − no-filter` isolates the dual filter and fallback; `no-filter` differs from `mean` only "
-        "by weighting the judges unequally (a fixed weighted mean: see the README's errata). Differences "
-        "are paired (same steps), per seed.",
+        "`VERDICT − no-filter` isolates the dual filter and fallback; `no-filter` differs from "
+        "`mean` only by weighting the judges unequally (a fixed weighted mean: see the README's "
+        "errata). Differences are paired (same steps), per seed.",
         "",
-        "| noise model | setting | VERDICT | mean | VERDICT − mean (pp) | VERDICT − no-filter (pp) | "
-        "raw-dual | best rule |",
+        "| noise model | setting | VERDICT | mean | VERDICT − mean (pp) | VERDICT − no-filter (pp) "
+        "| raw-dual | best rule |",
         "|---|---|---|---|---|---|---|---|",
     ]
     L += [_headline_row(name, f"{sw.field} = {sw.headline}", r) for name, (sw, r) in head.items()]
@@ -215,7 +229,9 @@ def _sweeps(results: dict) -> list:
     return L
 
 
-COLORS = tuple(charts.PALETTE[i] for i in (3, 0, 5, 6, 7, 8, 1, 2, 9, 4))  # ALL_RULES' colours, verdict red
+COLORS = tuple(
+    charts.PALETTE[i] for i in (3, 0, 5, 6, 7, 8, 1, 2, 9, 4)
+)  # ALL_RULES' colours, verdict red
 
 
 GATE_COLORS = {"none": charts.GREY, "visual": charts.BLUE, "step": charts.RED}
@@ -223,8 +239,8 @@ W, H, COLS = 400, 300, 4  # one panel's size in pixels; panels per row
 
 
 def _panel(c, k: int, title: str, xlabel: str, xs, ys: dict, colors: dict, bold: str = "") -> None:
-    """Panel k of the grid on canvas c: one line per label of ys (label -> [len(xs)] values), `bold` drawn
-    thick, last."""
+    """Panel k of the grid on canvas c: one line per label of ys (label -> [len(xs)] values), `bold`
+    drawn thick, last."""
     ox, oy = (k % COLS) * W, 40 + (k // COLS) * H
     x0, x1, y0, y1 = ox + 55, ox + W - 20, oy + 25, oy + H - 50  # the plot box, pixels
     xs = np.array(xs, float)
@@ -248,9 +264,9 @@ def _panel(c, k: int, title: str, xlabel: str, xs, ys: dict, colors: dict, bold:
 
 
 def plot(results: dict, path) -> None:
-    """Accuracy against the swept parameter: a panel per sweep, a line per rule; then a panel per group of
-    judges a contradicted premise fools, VERDICT's accuracy against p_false, a line per gate target
-    (pillow)."""
+    """Accuracy against the swept parameter: a panel per sweep, a line per rule; then a panel per
+    group of judges a contradicted premise fools, VERDICT's accuracy against p_false, a line per
+    gate target (pillow)."""
     acc = lambda name, rule: np.array([100 * m[rule]["accuracy"].mean() for _, m in results[name]])
     panels = [
         (
@@ -264,14 +280,18 @@ def plot(results: dict, path) -> None:
         for sw in SWEEPS
     ]
     field, label, values, _ = GATE_KNOBS[0]
-    flat = lambda name: np.full(len(values), acc(name, "verdict")[0])  # no gate: the knob changes nothing
+    flat = lambda name: np.full(
+        len(values), acc(name, "verdict")[0]
+    )  # no gate: the knob changes nothing
     panels += [
         (
             f"premise, {fools_name(f)} fooled: VERDICT accuracy (%)",
             label,
             values,
             {
-                gt: acc(gate_name(field, f, gt), "verdict") if gt != "none" else flat(gate_name(field, f, gt))
+                gt: acc(gate_name(field, f, gt), "verdict")
+                if gt != "none"
+                else flat(gate_name(field, f, gt))
                 for gt in TARGETS
             },
             GATE_COLORS,
@@ -280,7 +300,10 @@ def plot(results: dict, path) -> None:
         for f in FOOLS
     ]
     c = charts.Canvas((W * COLS, 40 + H * math.ceil((len(panels) + 1) / COLS)))
-    title = "VERDICT simulation: accuracy (%, a correct candidate chosen given one exists) by noise model"
+    title = (
+        "VERDICT simulation: accuracy (%, a correct candidate chosen given one exists) "
+        "by noise model"
+    )
     c.text((10, 10), title, 13, lines=1)
     for k, panel in enumerate(panels):
         _panel(c, k, *panel)

@@ -3,10 +3,10 @@
 Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
 Disagreement-Aware Consensus", ECCV 2026 (the step-wise loop, n = 3, m = 3). ratios() measures, per
 repetition, the wall time of VERDICT's whole chains (json score-only judges, the n·m judge calls
-overlapped) divided by the base reasoner's, with and without speculate.Speculator, the kinds interleaved and
-the server reset before each, on any server (bench.py's section 2b runs it on llama-server). measure() is a
-SIMULATION (perf/simserver.py): `python -m verdict_lab.perf.speculation [reps] [time_scale]` prints its
-medians.
+overlapped) divided by the base reasoner's, with and without speculate.Speculator, the kinds
+interleaved and the server reset before each, on any server (bench.py's section 2b runs it on
+llama-server). measure() is a SIMULATION (perf/simserver.py):
+`python -m verdict_lab.perf.speculation [reps] [time_scale]` prints its medians.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from verdict_lab.layouts import DEFAULT_LAYOUT, layout as laid_out
 from verdict_lab.verifier import thread_map
 
 QUESTION = (
-    "Question {k}: Is the red mug to the left of the laptop, as seen from the camera? "
-    "Options: A. yes B. no C. they overlap D. the mug is not visible. Answer with the option's letter."
+    "Question {k}: Is the red mug to the left of the laptop, as seen from the camera? Options: "
+    "A. yes B. no C. they overlap D. the mug is not visible. Answer with the option's letter."
 )
 
 
@@ -47,9 +47,9 @@ def chains(
     layout: str = "per-role",
     max_tokens: int = 256,
 ) -> float:
-    """Seconds of one chain per question, run one after another; kind: base, verdict or speculate. The base
-    reasoner's requests are always in the per-role layout (as bench.py's BASE), VERDICT's in `layout`.
-    images: one per question, or None (text only); max_tokens: a step's."""
+    """Seconds of one chain per question, run one after another; kind: base, verdict or speculate.
+    The base reasoner's requests are always in the per-role layout (as bench.py's BASE), VERDICT's
+    in `layout`. images: one per question, or None (text only); max_tokens: a step's."""
     config = verdict.Config(n=1 if kind == "base" else 3, max_steps=steps)
     lay = laid_out("per-role" if kind == "base" else layout)
     js = () if kind == "base" else judges.make_judges(client, layout=lay)
@@ -65,16 +65,26 @@ def chains(
 
 
 def ratios(
-    client: Client, reps: int, steps: int, questions: list, images, layout: str, reset, max_tokens: int = 256
+    client: Client,
+    reps: int,
+    steps: int,
+    questions: list,
+    images,
+    layout: str,
+    reset,
+    max_tokens: int = 256,
 ) -> dict:
-    """{"verdict": [ratio per repetition], "speculate": [...]}: whole chains over the base reasoner's on the
-    client's server, VERDICT in prompt layout `layout`; the kinds interleaved, reset() before each."""
+    """{"verdict": [ratio per repetition], "speculate": [...]}: whole chains over the base
+    reasoner's on the client's server, VERDICT in prompt layout `layout`; the kinds interleaved,
+    reset() before each."""
     seconds = {k: [] for k in ("base", "verdict", "speculate")}
     for r in range(reps):
         for kind in list(seconds) if r % 2 == 0 else list(seconds)[::-1]:
             reset()
             seconds[kind].append(chains(client, kind, questions, steps, images, layout, max_tokens))
-    return {k: [a / b for a, b in zip(seconds[k], seconds["base"])] for k in ("verdict", "speculate")}
+    return {
+        k: [a / b for a, b in zip(seconds[k], seconds["base"])] for k in ("verdict", "speculate")
+    }
 
 
 def said(out: dict) -> str:
@@ -84,7 +94,11 @@ def said(out: dict) -> str:
 
 
 def measure(
-    reps: int = 3, time_scale: float = 0.5, steps: int = 4, questions: int = 2, layout: str = DEFAULT_LAYOUT
+    reps: int = 3,
+    time_scale: float = 0.5,
+    steps: int = 4,
+    questions: int = 2,
+    layout: str = DEFAULT_LAYOUT,
 ) -> dict:
     """ratios() on the simulated server, each question with its own image."""
     lm, qs = LatencyModel(time_scale=time_scale), [QUESTION.format(k=k) for k in range(questions)]
@@ -96,4 +110,6 @@ def measure(
 if __name__ == "__main__":
     out = measure(*(int(sys.argv[1]),) if len(sys.argv) > 1 else (), *map(float, sys.argv[2:3]))
     for kind, r in out.items():
-        print(f"{kind}: median {statistics.median(r):.2f}× base (min {min(r):.2f}, max {max(r):.2f})")
+        print(
+            f"{kind}: median {statistics.median(r):.2f}× base (min {min(r):.2f}, max {max(r):.2f})"
+        )

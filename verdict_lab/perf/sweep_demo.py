@@ -1,13 +1,15 @@
-"""A τ sweep of evaluate against a scripted server whose judges follow the simulation's noise model: the
-command and picture of docs/sweeps.md. SCRIPTED: no model answers, and nothing here is the paper's result.
+"""A τ sweep of evaluate against a scripted server whose judges follow the simulation's noise model:
+the command and picture of docs/sweeps.md. SCRIPTED: no model answers, and nothing here is the
+paper's result.
 
 Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
-Disagreement-Aware Consensus", ECCV 2026 (the τ regimes). The server (Scripted) answers docs/arith20.jsonl
-in two steps. Step 1: n candidate ideas, each sound with probability 0.4. Step 2: n final answers, each right
-with probability 0.85 after a sound idea and 0.25 after an unsound one. Judge k scores a sound or right step
-around mu1 = 0.72 and any other around mu0 = 0.45, with noise sd 0.25 (the simulation's iid world, noisier),
-except that the visual judge is fooled on a wrong step with probability 0.5 and scores it around 0.9 (its
-fooled-V world). Every draw is a hash of the request, so the same request always gets the same reply.
+Disagreement-Aware Consensus", ECCV 2026 (the τ regimes). The server (Scripted) answers
+docs/arith20.jsonl in two steps. Step 1: n candidate ideas, each sound with probability 0.4. Step 2:
+n final answers, each right with probability 0.85 after a sound idea and 0.25 after an unsound one.
+Judge k scores a sound or right step around mu1 = 0.72 and any other around mu0 = 0.45, with noise
+sd 0.25 (the simulation's iid world, noisier), except that the visual judge is fooled on a wrong
+step with probability 0.5 and scores it around 0.9 (its fooled-V world). Every draw is a hash of the
+request, so the same request always gets the same reply.
 
     python -m verdict_lab.perf.sweep_demo            # runs/sweep-demo/, and docs/sweep_tau.png
 """
@@ -31,9 +33,16 @@ from verdict_lab.perf.footprint import EVALUATE, ROOT
 
 DATA = Path(ROOT) / "docs" / "arith20.jsonl"
 TAUS = "0.01,0.1,0.3,0.6,0.8,0.95"
-MU1, MU0, SIGMA, P_FOOL, MU_FOOL = 0.72, 0.45, 0.25, 0.5, 0.9  # the simulation's world: fooled-V, noisier
+MU1, MU0, SIGMA, P_FOOL, MU_FOOL = (
+    0.72,
+    0.45,
+    0.25,
+    0.5,
+    0.9,
+)  # the simulation's world: fooled-V, noisier
 NOTE = (
-    "SCRIPTED server (perf/sweep_demo.py: the simulation's noise model), not a model, not the paper's result"
+    "SCRIPTED server (perf/sweep_demo.py: the simulation's noise model), not a model, "
+    "not the paper's result"
 )
 
 
@@ -49,10 +58,15 @@ def normal(*key) -> float:
 
 
 class Scripted:
-    """The handler of LoopbackServer: the reasoner's candidates and the judges' scores (module docstring)."""
+    """The handler of LoopbackServer: the reasoner's candidates and the judges' scores (module
+    docstring)."""
 
     def __init__(self, data: Path = DATA):
-        rows = [json.loads(line) for line in data.read_text(encoding="utf-8").splitlines() if line.strip()]
+        rows = [
+            json.loads(line)
+            for line in data.read_text(encoding="utf-8").splitlines()
+            if line.strip()
+        ]
         self.answers = {r["question"]: r["answer"] for r in rows}
 
     def __call__(self, body, path):
@@ -64,13 +78,19 @@ class Scripted:
             if idea is None:  # step 1: ideas, sound or not
                 sound = [uniform(question, seed, j) < 0.4 for j in range(n)]
                 steps = [
-                    f"Idea {seed}.{j}: a {'sound' if s else 'hasty'} reading." for j, s in enumerate(sound)
+                    f"Idea {seed}.{j}: a {'sound' if s else 'hasty'} reading."
+                    for j, s in enumerate(sound)
                 ]
                 return 200, chat_response(steps, prompt_tokens=120)
             p = 0.85 if "sound" in idea.group(1) else 0.25
             right = [uniform(question, idea.group(1), j) < p for j in range(n)]
-            letters = [self.answers[question] if r else self._wrong(question, j) for j, r in enumerate(right)]
-            return 200, chat_response([f"Try {j}. Final answer: {x}" for j, x in enumerate(letters)], 160)
+            letters = [
+                self.answers[question] if r else self._wrong(question, j)
+                for j, r in enumerate(right)
+            ]
+            return 200, chat_response(
+                [f"Try {j}. Final answer: {x}" for j, x in enumerate(letters)], 160
+            )
         step = re.search(r"<step>\n(.*?)\n</step>", text, re.S).group(1)
         good = "sound" in step or step.endswith(f"Final answer: {self.answers[question]}")
         judge = verdict.JUDGES.index(role)
@@ -86,23 +106,35 @@ class Scripted:
 
 
 def parse_args(argv, description: str, out: str, picture: str):
-    """The demos' flags: --out (default `out`), --seeds, --picture (default docs/`picture`); --out made
-    absolute, as the command runs in the checkout."""
+    """The demos' flags: --out (default `out`), --seeds, --picture (default docs/`picture`); --out
+    made absolute, as the command runs in the checkout."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--out", default=out, help=f"the run's directory ({out})")
     p.add_argument("--seeds", type=int, default=3, help="seeds (3)")
-    p.add_argument("--picture", default=str(Path(ROOT) / "docs" / picture), help="the picture, labelled")
+    p.add_argument(
+        "--picture", default=str(Path(ROOT) / "docs" / picture), help="the picture, labelled"
+    )
     a = p.parse_args(argv)
     a.out = str(Path(a.out).resolve())
     return a
 
 
 def run_evaluate(a, flags: list, stdout=None) -> int:
-    """verdict_lab.evaluate on DATA against the Scripted server, as a user runs it, with `flags` after the
-    data, endpoint, --out and --seeds; its exit status. How many requests the server received goes to
-    stderr."""
+    """verdict_lab.evaluate on DATA against the Scripted server, as a user runs it, with `flags`
+    after the data, endpoint, --out and --seeds; its exit status. How many requests the server
+    received goes to stderr."""
     with LoopbackServer(Scripted()) as srv:
-        cmd = [*EVALUATE, "--data", str(DATA), "--base-url", srv.url, "--out", a.out, "--seeds", str(a.seeds)]
+        cmd = [
+            *EVALUATE,
+            "--data",
+            str(DATA),
+            "--base-url",
+            srv.url,
+            "--out",
+            a.out,
+            "--seeds",
+            str(a.seeds),
+        ]
         code = subprocess.run(cmd + flags, cwd=ROOT, stdout=stdout).returncode
         print(f"the server received {len(srv.chats)} requests", file=sys.stderr)
     return code

@@ -1,0 +1,110 @@
+"""Images as long runs meet them, made ready for judges.encode_image.
+
+judges.py sends an image as PIL converts it to RGB. A benchmark file holds more than that: 16-bit
+and floating-point scans, images with transparency, huge files, the same image in every request of
+an item. This module reads any of them into an upright RGB image that shows what the file shows,
+and encodes each file once:
+
+- load: a path, bytes or a PIL image, decoded now; a file that is not a regular file, or holds more
+  than MAX_FILE bytes, is refused before it is read;
+- to_rgb: upright RGB, with 16-bit and 32-bit modes scaled rather than clipped, and transparency
+  laid on white;
+- encode: the PNG data URL that judges.chat_messages sends as it is, cached for files and bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import stat
+import threading
+import warnings
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from judges import MAX_PIXELS, encode_image
+
+MAX_FILE = 2**28  # 256 MiB: a larger image file is refused before it is read
+# Two threads that decode one lazily opened PIL image corrupt it; this lock keeps them apart.
+_pil = threading.Lock()
+
+
+def load(image) -> Image.Image:
+    """A PIL image of a path, bytes or PIL image, decoded now. ValueError if it cannot be read."""
+    if isinstance(image, Image.Image):
+        return image
+    name = str(image) if isinstance(image, (str, Path)) else f"<{len(image)} bytes>"
+    try:
+        if isinstance(image, (str, Path)):
+            st = os.stat(image)
+            if not stat.S_ISREG(st.st_mode):  # a FIFO or a device would never end
+                raise ValueError("not a regular file")
+            if st.st_size > MAX_FILE:
+                raise ValueError(
+                    f"{st.st_size:,} bytes, more than the {MAX_FILE:,} an image file may hold"
+                )
+        data = Path(image).read_bytes() if isinstance(image, (str, Path)) else bytes(image)
+        with warnings.catch_warnings():
+            # The pixel budget scales a large image down, so PIL's warning says nothing new.
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img = Image.open(io.BytesIO(data))
+            img.load()  # decode now, so that a truncated file fails here
+        return img
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+        # DecompressionBombError: more than twice PIL's MAX_IMAGE_PIXELS.
+        raise ValueError(f"cannot decode image {name}: {e}") from None
+
+
+def to_rgb(img: Image.Image) -> Image.Image:
+    """The image upright (by its EXIF orientation) in RGB, showing what the file shows.
+
+    convert("RGB") would clip 16-bit and 32-bit pixels to white, so I;16 and I images are scaled
+    from 0..65535 when their values fit, and from their own min..max otherwise (as F always is).
+    Transparent pixels are laid on white.
+    """
+    img = ImageOps.exif_transpose(img)
+    if img.mode.startswith("I;16") or img.mode in ("I", "F"):
+        a = np.asarray(img, dtype=np.float64)  # [h, w]
+        fits = img.mode != "F" and a.min() >= 0 and a.max() <= 65535
+        lo, hi = (0.0, 65535.0) if fits else (a.min(), a.max())
+        scaled = np.round((a - lo) * (255 / max(hi - lo, 1e-12))).clip(0, 255)
+        img = Image.fromarray(scaled.astype(np.uint8))
+    if img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info:
+        white = Image.new("RGBA", img.size, (255, 255, 255, 255))
+        img = Image.alpha_composite(white, img.convert("RGBA"))
+    return img.convert("RGB")
+
+
+def encode(image, max_pixels: int = MAX_PIXELS) -> str:
+    """The PNG data URL of a path, bytes or PIL image: to_rgb, then judges.encode_image.
+
+    A file (by its path, modification time and size) or bytes are encoded once and then served from
+    a cache; a data URL is returned as it is.
+    """
+    if isinstance(max_pixels, bool) or not (isinstance(max_pixels, int) and max_pixels >= 1):
+        raise ValueError(f"max_pixels must be an integer >= 1, got max_pixels={max_pixels!r}")
+    if isinstance(image, str) and image.startswith("data:image/"):
+        return image
+    if isinstance(image, (str, Path)):
+        try:
+            st = os.stat(image)
+        except OSError as e:
+            raise ValueError(f"cannot read image {image}: {e.strerror}") from None
+        return _encoded(str(Path(image).resolve()), st.st_mtime_ns, st.st_size, max_pixels)
+    if isinstance(image, (bytes, bytearray, memoryview)):
+        return _encoded(bytes(image), None, None, max_pixels)
+    if not isinstance(image, Image.Image):
+        raise ValueError(
+            f"an image must be a path, bytes or a PIL.Image, got {type(image).__name__}"
+        )
+    with _pil:
+        rgb = to_rgb(image)  # a new image, this thread's own
+    return encode_image(rgb, max_pixels)
+
+
+@lru_cache(maxsize=32)
+def _encoded(source, mtime, size, max_pixels: int) -> str:
+    return encode_image(to_rgb(load(source)), max_pixels)
