@@ -901,3 +901,13 @@ def test_a_jsonl_prompt_is_vlmevalkits_unless_stripped(tmp_path):
         "Question: q\nOptions:\nA. x\nB. y\n"
         "Please select the correct answer from the options above."
     )
+
+
+def test_a_file_with_no_valid_row_loads_empty_whatever_its_name(tmp_path):
+    # 3DSRBench's scoring looks for a "qid" column among the valid rows' fields: with no valid row
+    # there are none, and the file loads empty rather than failing.
+    path = tmp_path / "3DSRBench.tsv"
+    path.write_text("index\timage\tquestion\tA\tB\tanswer\tcategory\n")
+    loaded = benchmarks.load(str(path))
+    assert (loaded.items, loaded.total, loaded.read) == ([], 0, 0)
+    assert loaded.scoring["setting"] == "vanilla"
