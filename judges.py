@@ -141,8 +141,8 @@ def encode_image(image, max_pixels: int = MAX_PIXELS) -> str:
         raise ValueError(f"max_pixels must be an integer >= 1, got max_pixels={max_pixels!r}")
     if isinstance(image, str) and image.startswith("data:image/"):
         return image
-    if isinstance(image, (str, Path, bytes, bytearray)):
-        image = _decoded(image)
+    if isinstance(image, (str, Path, bytes, bytearray, memoryview)):
+        image = decode_image(image)
     if not isinstance(image, Image.Image):
         raise ValueError(
             f"an image must be a path, bytes or a PIL.Image, got {type(image).__name__}"
@@ -156,8 +156,9 @@ def encode_image(image, max_pixels: int = MAX_PIXELS) -> str:
     return "data:image/png;base64," + base64.b64encode(png.getvalue()).decode("ascii")
 
 
-def _decoded(source) -> Image.Image:
-    """The PIL image of a path or bytes, decoded now, so that a truncated file fails here."""
+def decode_image(source) -> Image.Image:
+    """The PIL image of a path or bytes, decoded now, so that a truncated file fails here.
+    ValueError naming the file when it cannot be read or decoded."""
     name = str(source) if isinstance(source, (str, Path)) else f"<{len(source)} bytes>"
     try:
         data = Path(source).read_bytes() if isinstance(source, (str, Path)) else bytes(source)

@@ -14,7 +14,6 @@ and encodes each file once:
 
 from __future__ import annotations
 
-import io
 import os
 import stat
 import threading
@@ -25,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps
 
-from judges import MAX_PIXELS, encode_image
+from judges import MAX_PIXELS, decode_image, encode_image
 
 MAX_FILE = 2**28  # 256 MiB: a larger image file is refused before it is read
 # Two threads that decode one lazily opened PIL image corrupt it; this lock keeps them apart.
@@ -33,29 +32,27 @@ _pil = threading.Lock()
 
 
 def load(image) -> Image.Image:
-    """A PIL image of a path, bytes or PIL image, decoded now. ValueError if it cannot be read."""
+    """A PIL image of a path, bytes or PIL image, decoded now by judges.decode_image. A path that is
+    not a regular file, or holds more than MAX_FILE bytes, is refused before it is read.
+    ValueError naming the image if it cannot be read."""
     if isinstance(image, Image.Image):
         return image
-    name = str(image) if isinstance(image, (str, Path)) else f"<{len(image)} bytes>"
-    try:
-        if isinstance(image, (str, Path)):
+    if isinstance(image, (str, Path)):
+        try:
             st = os.stat(image)
-            if not stat.S_ISREG(st.st_mode):  # a FIFO or a device would never end
-                raise ValueError("not a regular file")
-            if st.st_size > MAX_FILE:
-                raise ValueError(
-                    f"{st.st_size:,} bytes, more than the {MAX_FILE:,} an image file may hold"
-                )
-        data = Path(image).read_bytes() if isinstance(image, (str, Path)) else bytes(image)
-        with warnings.catch_warnings():
-            # The pixel budget scales a large image down, so PIL's warning says nothing new.
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            img = Image.open(io.BytesIO(data))
-            img.load()  # decode now, so that a truncated file fails here
-        return img
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
-        # DecompressionBombError: more than twice PIL's MAX_IMAGE_PIXELS.
-        raise ValueError(f"cannot decode image {name}: {e}") from None
+        except OSError as e:
+            raise ValueError(f"cannot decode image {image}: {e}") from None
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or a device would never end
+            raise ValueError(f"cannot decode image {image}: not a regular file")
+        if st.st_size > MAX_FILE:
+            raise ValueError(
+                f"cannot decode image {image}: {st.st_size:,} bytes, more than the "
+                f"{MAX_FILE:,} an image file may hold"
+            )
+    with warnings.catch_warnings():
+        # The pixel budget scales a large image down, so PIL's warning says nothing new.
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        return decode_image(image)
 
 
 def to_rgb(img: Image.Image) -> Image.Image:

@@ -54,33 +54,35 @@ ROLES = ("reasoner",) + verdict.JUDGES + LAB_ROLES
 DEFAULT_LAYOUT = "role-first"
 
 
-@lru_cache(maxsize=None)
+# The folder's prompt files, each read once (keyed by its path, so a test may move LAB_PROMPTS).
+_read = lru_cache(maxsize=None)(read_prompt)
+
+
 def prompt_of(name: str) -> Prompt:
     """The prompt of role `name`: judges.py's for the reasoner and the judges; for this folder's
     roles, their [instructions] and [task] (verdict_lab/prompts/{name}.txt), with the [system],
     [question] and [steps] every role shares (those of prompts/reasoner.txt)."""
     if name not in LAB_ROLES:
         return load_prompt(name)
-    own = read_prompt(LAB_PROMPTS / f"{name}.txt", (("instructions", "context", "task"),))
+    own = _read(LAB_PROMPTS / f"{name}.txt", (("instructions", "context", "task"),))
     common = load_prompt("reasoner")
     sections = {k: common[k] for k in ("system", "question", "steps")}
     sections.update(instructions=own["instructions"], task=own["task"])
     return Prompt(tuple((k, sections[k]) for k in ROLE), own.path)
 
 
-@lru_cache(maxsize=None)
 def lab_prompt(name: str) -> Prompt:
     """verdict_lab/prompts/{name}.txt: a plain prompt of a [system] and a [user] section."""
-    return read_prompt(LAB_PROMPTS / f"{name}.txt", (("system", "user"),))
+    return _read(LAB_PROMPTS / f"{name}.txt", (("system", "user"),))
 
 
 def per_role_context(name: str) -> tuple:
     """(the context the per-role layout shows role `name`, with {question}, {note} and {steps};
     the file that holds it): a lab role's own [context], or the section `name` of per_role.txt."""
     if name in LAB_ROLES:
-        own = read_prompt(LAB_PROMPTS / f"{name}.txt", (("instructions", "context", "task"),))
+        own = _read(LAB_PROMPTS / f"{name}.txt", (("instructions", "context", "task"),))
         return own["context"], own.path
-    contexts = read_prompt(LAB_PROMPTS / "per_role.txt", (("reasoner",) + verdict.JUDGES,))
+    contexts = _read(LAB_PROMPTS / "per_role.txt", (("reasoner",) + verdict.JUDGES,))
     if name not in dict(contexts.sections):
         raise ValueError(f"{contexts.path} has no context for the role {name!r}")
     return contexts[name], contexts.path
