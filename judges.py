@@ -279,7 +279,7 @@ def shape_problem(body) -> str | None:
     return None
 
 
-def _server_message(r) -> str:
+def server_message(r) -> str:
     """An error body's message: OpenAI's {"error": {"message"}}, vLLM's {"message"}, or the text."""
     try:
         body = r.json()
@@ -356,13 +356,15 @@ class Endpoint:
         raise error
 
     def error(self, status: int | None, message: str) -> EndpointError:
-        """An EndpointError of this endpoint, on one line, with the API key removed."""
+        """An EndpointError of this endpoint: its message on one line of printable text, with the
+        API key removed."""
         raw = os.environ.get(self.api_key_env, "")
         url = shown_url(f"{self.base_url}/chat/completions")
         for key in sorted({k for k in (raw, raw.strip()) if k}, key=len, reverse=True):
             url = url.replace(key, "***")  # the longer form first
             message = message.replace(key, "***")
-        message = " ".join(message.split())
+        # One line of printable text: a server's escape sequences never reach a terminal.
+        message = " ".join("".join(c for c in message if c.isprintable() or c.isspace()).split())
         if len(message) > MAX_MESSAGE:
             message = message[:MAX_MESSAGE] + "..."
         return EndpointError(url, status, message)
@@ -391,12 +393,12 @@ class Endpoint:
         if r.status_code == 429 or r.status_code >= 500:  # it may pass: wait as told, or back off
             told = r.headers.get("Retry-After", "")  # in seconds; the HTTP-date form is not read
             told = float(told) if re.fullmatch(r"\s*\d+(\.\d*)?\s*", told) else None
-            return None, self.error(r.status_code, _server_message(r)), told
+            return None, self.error(r.status_code, server_message(r)), told
         if 300 <= r.status_code < 400:  # the endpoint is elsewhere
             where = shown_url(r.headers.get("Location") or "nowhere")
             raise self.error(r.status_code, f"redirected to {where!r}; name that endpoint")
         if r.status_code >= 400:  # the request itself is wrong
-            raise self.error(r.status_code, _server_message(r))
+            raise self.error(r.status_code, server_message(r))
         try:
             body = r.json()
         except (ValueError, RecursionError):
@@ -404,7 +406,7 @@ class Endpoint:
         problem = shape_problem(body)
         said = isinstance(body, dict) and ("error" in body or body.get("object") == "error")
         if problem == "response has no choices" and said:
-            problem += f" (server said: {_server_message(r)})"
+            problem += f" (server said: {server_message(r)})"
         return (None, self.error(None, problem), None) if problem else (body, None, None)
 
 

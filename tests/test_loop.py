@@ -387,3 +387,68 @@ def test_a_stop_in_revise_drops_the_step():
         "q", propose, judges, revise=lambda state, record: (_ for _ in ()).throw(V.Stop("budget"))
     )
     assert trace.stopped == "budget" and trace.steps == ()
+
+
+def test_candidates_with_the_same_text_and_score_get_a_record_each_in_the_order_made():
+    # The judges are wrapped to keep their records by candidate, and verdict.step calls them through
+    # map_fn as given: two candidates with the same text and score get one record each, in call
+    # order (test_each_judge_calls_record_stays_with_its_score_in_call_order: different scores).
+    made = []
+
+    def judge(state, step):
+        made.append(step)
+        return Judgement(0.9, {"call": len(made), "step": step})
+
+    done = loop.step(V.State("q"), lambda s, n: ["a", "a", "b"], [judge] * 3)
+    assert made == ["a"] * 6 + ["b"] * 3
+    assert [[r["call"] for r in row] for row in done.calls] == [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_a_judge_call_crosses_between_the_core_and_the_lab_three_times(loopback, threads):
+    # The seam runs one way: from verdict.step's call of a judge to the HTTP send, the stack goes
+    # verdict.py -> the lab's judge wrappers -> judges.py (Judge, Endpoint) -> the lab's session,
+    # under the harness's map and under a thread pool alike.
+    import traceback
+
+    import requests
+
+    from verdict_lab import verifier
+    from verdict_lab.client import Client
+    from verdict_lab.layouts import role_of
+    from verdict_lab.loopback import chat_response
+
+    def handler(body, path):
+        if role_of(body["messages"]) == "reasoner":
+            return chat_response([f"Final answer: {x}" for x in "ABC"][: body.get("n", 1)])
+        return chat_response('{"score": 7}')
+
+    stacks, send = [], requests.adapters.HTTPAdapter.send
+
+    def spy(self, request, **kw):
+        if b'"response_format"' in (request.body or b""):
+            stacks.append(traceback.extract_stack())
+        return send(self, request, **kw)
+
+    srv = loopback(handler)
+    requests.adapters.HTTPAdapter.send = spy
+    try:
+        v = verifier.build(verifier.Settings(max_steps=1), Client(srv.url, "m"))
+        map_fn = map if threads == 1 else verifier.thread_map(threads)
+        verifier.run(v, "Which? A. x B. y", map_fn=map_fn)
+    finally:
+        requests.adapters.HTTPAdapter.send = send
+    assert len(stacks) == 9  # 3 candidates x 3 judges
+
+    def side(filename: str) -> str | None:
+        name = filename.replace("\\", "/")
+        if "/verdict_lab/" in name:
+            return "lab"
+        return "core" if name.endswith(("/verdict.py", "/judges.py")) else None
+
+    for stack in stacks:
+        sides = [side(f.filename) for f in stack]
+        path = sides[sides.index("core") :]  # from the first frame in the core
+        path = [s for s in path if s is not None]
+        runs = [s for i, s in enumerate(path) if i == 0 or s != path[i - 1]]
+        assert runs == ["core", "lab", "core", "lab"]

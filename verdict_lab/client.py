@@ -1,15 +1,16 @@
-"""The client long runs need: judges.Endpoint's POST with a wall-clock deadline, identical requests
-in flight merged into one, the on-disk response cache, replica pinning and usage counters.
+"""The client long runs need: judges.Endpoint over a session that adds a wall-clock deadline,
+identical requests in flight merged into one, the on-disk response cache, replica pinning and usage
+counters.
 
 Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reasoning via
 Disagreement-Aware Consensus", ECCV 2026: the reasoner and the agents are model calls, and a
-benchmark run makes hundreds of thousands of them. judges.py makes one call with bounded retries;
-Client plugs into its seam (a `client` with chat(messages, **params)) and adds what a run of many
-chains needs:
+benchmark run makes hundreds of thousands of them. judges.py makes one call with bounded retries
+through a session it is given; Client gives it one (_Session) that adds what a run of many chains
+needs, so that a call runs judges.py's own code down to the session:
 
 - a deadline: `timeout` bounds each attempt from sending it to the reply's last byte, however
   slowly the server trickles it (requests' own timeout bounds each socket read, not the request);
-- merging: identical calls in flight at once (on a client and its forks) send one request;
+- merging: identical requests in flight at once (on a client and its forks) send one;
 - the response cache (cache.py), keyed on the endpoint and the request;
 - pinning: each chain's requests to one data-parallel replica (vLLM's X-data-parallel-rank header);
 - counters: requests, calls, cache hits, tokens and the prefix-cache reuse the replies report
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import re
 import socket
 import threading
@@ -30,7 +32,7 @@ from typing import Callable
 import requests
 import urllib3
 
-from judges import DEFAULT_KEY_ENV, Endpoint, EndpointError, shape_problem, shown_url
+from judges import DEFAULT_KEY_ENV, Endpoint, server_message, shape_problem, shown_url
 from verdict_lab.text import one_line
 from verdict_lab.cache import Cache, CacheError, cache_key
 from verdict_lab.formats import reported_cache, reported_usage, whole_text
@@ -174,16 +176,154 @@ class _Adapter(requests.adapters.HTTPAdapter):
         return manager
 
 
-class _Session(requests.Session):
-    """The session Client gives its Endpoint: every request within a _Deadline of `timeout` seconds
-    (an expired one raises requests.Timeout, a reply cut short by it included), counted by
-    on_request()."""
+class _Reply:
+    """A response as judges.Endpoint reads one (status_code, headers, reason, text, json()), made
+    here: a reply from the cache or from an identical request, or a refusal with its meaning
+    added. json() gives each caller its own copy of the body."""
 
-    def __init__(self, timeout: float, on_request: Callable[[], None]):
+    def __init__(self, status_code: int, body, headers=None):
+        self.status_code, self.body, self.reason = status_code, body, ""
+        self.headers = requests.structures.CaseInsensitiveDict(headers or {})
+
+    @property
+    def text(self) -> str:
+        return json.dumps(self.body)
+
+    def json(self):
+        return copy.deepcopy(self.body)
+
+
+def _valid(r) -> dict | None:
+    """The body of a response that judges.Endpoint takes as a reply, else None."""
+    if r.status_code >= 300:
+        return None
+    try:
+        body = r.json()
+    except (ValueError, RecursionError):
+        return None
+    return None if shape_problem(body) else body
+
+
+class _Flight:
+    """One attempt in flight: its outcome, once known, for every identical attempt waiting on it."""
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.reply, self.source, self.error = None, None, None
+
+    def finish(self, reply=None, source: str | None = None, error: BaseException | None = None):
+        """reply: a response; source: "server" or "cache" for a valid reply, None for a failure;
+        error: what the attempt raised instead."""
+        self.reply, self.source, self.error = reply, source, error
+        self.done.set()
+
+
+class InFlight:
+    """The requests a client and its forks have in flight, by cache key. An identical request made
+    meanwhile waits for the first one's outcome instead of sending a request of its own."""
+
+    def __init__(self):
+        self._lock, self._flights = threading.Lock(), {}
+
+    def join(self, key: str) -> tuple:
+        """(flight, True) for the first request of `key`, which must end it with leave();
+        (flight, False) for a follower."""
+        with self._lock:
+            flight = self._flights.get(key)
+            if flight is None:
+                flight = self._flights[key] = _Flight()
+                return flight, True
+            return flight, False
+
+    def leave(self, key: str) -> None:
+        with self._lock:
+            del self._flights[key]
+
+
+class _Session(requests.Session):
+    """The session a Client gives its judges.Endpoint, whose post() is one attempt of a call.
+
+    Endpoint.post retries a failed attempt with the same payload object, so an attempt that repeats
+    the payload of this thread's last failed one is a retry; any other is a new call, which calls
+    on_chat() first (an exception it raises refuses the call) and counts in `calls`. Then:
+    - an identical attempt in flight at the same time (the same cache key, on this client or its
+      forks) sends nothing and gets that attempt's outcome, a failure included;
+    - the cache answers a request made before; else the request goes out within a wall-clock
+      deadline of `timeout` seconds (an expired one raises requests.Timeout, a reply cut short by it
+      included), and a valid reply is cached;
+    - a valid reply comes back with its lone surrogates replaced (whole_text), and a refusal whose
+      meaning HINTS knows comes back with that meaning added to its message.
+    """
+
+    def __init__(self, client: "Client", timeout: float):
         super().__init__()
-        self.deadline, self.on_request = timeout, on_request
+        self.client, self.deadline = client, timeout
+        self.failed = threading.local()  # .payload: this thread's last attempt's, if it failed
         self.mount("http://", _Adapter(pool_maxsize=64))  # one connection per thread
         self.mount("https://", _Adapter(pool_maxsize=64))
+
+    def post(self, url, json=None, **kwargs):
+        c = self.client
+        if json is None or getattr(self.failed, "payload", None) is not json:  # a new call
+            if c.on_chat is not None:
+                c.on_chat()
+            c._count(calls=1)
+        self.failed.payload = json  # until this attempt gives a valid reply
+        key = cache_key(json, c.base_url)
+        flight, first = c.in_flight.join(key)
+        if first:
+            try:
+                flight.finish(*self._answer(url, key, json, kwargs))
+            except BaseException as e:
+                why = "the identical request this one waited for was interrupted"
+                flight.finish(
+                    error=e if isinstance(e, Exception) else requests.ConnectionError(why)
+                )
+                raise
+            finally:
+                c.in_flight.leave(key)
+        else:
+            flight.done.wait()
+            if flight.error is not None:
+                raise flight.error
+            if flight.source is not None:
+                tokens = sum(reported_usage(flight.reply.body).values())
+                c._count(
+                    call_tokens=tokens,
+                    **{"cache_hits" if flight.source == "cache" else "merged": 1},
+                )
+        if flight.source is not None:
+            self.failed.payload = None
+        return flight.reply
+
+    def _answer(self, url: str, key: str, payload, kwargs: dict) -> tuple:
+        """(reply, "cache") from the cache, (reply, "server") from the server, then cached, or
+        (the failed response, None)."""
+        c = self.client
+        hit = c.cache.get(key) if c.cache is not None else None
+        if hit is not None:
+            # The entry is valid JSON but not what put() stores, so the cache is damaged.
+            if problem := shape_problem(hit):
+                raise CacheError(
+                    f"{c.cache.path}: entry {key[:16]} is not a chat completion "
+                    f"({one_line(problem, 80)}); the cache is damaged: delete it or choose "
+                    "another file"
+                )
+            hit = whole_text(hit)
+            c._count(cache_hits=1, call_tokens=sum(reported_usage(hit).values()))
+            return _Reply(200, hit), "cache"
+        r = self.request("POST", url, json=payload, **kwargs)
+        body = _valid(r)
+        if body is None:
+            return explained(r), None
+        body = whole_text(body)
+        tokens, reuse = reported_usage(body), reported_cache(body)
+        c._count(
+            replies=1, call_tokens=sum(tokens.values()), **tokens, **_reuse_counts(tokens, reuse)
+        )
+        if c.cache is not None:
+            c.cache.put(key, body)
+        return _Reply(r.status_code, body), "server"
 
     def request(self, method, url, **kwargs):
         response = self._within_deadline(method, url, **kwargs)
@@ -197,7 +337,7 @@ class _Session(requests.Session):
         return response
 
     def _within_deadline(self, *args, **kwargs):
-        self.on_request()
+        self.client._count(requests=1)
         deadline = _Deadline(self.deadline)
         try:
             with deadline:
@@ -214,42 +354,6 @@ class _Session(requests.Session):
 # ----------------------------------------------------------------------------- the client
 
 
-class _Flight:
-    """One request in flight: its outcome, once known, for every identical call waiting on it."""
-
-    def __init__(self):
-        self.done = threading.Event()
-        self.response, self.source, self.error = None, None, None  # source: "server" or "cache"
-
-    def finish(
-        self, response: dict | None, source: str | None, error: BaseException | None = None
-    ) -> None:
-        self.response, self.source, self.error = response, source, error
-        self.done.set()
-
-
-class InFlight:
-    """The requests a client and its forks have in flight, by cache key. An identical call made
-    meanwhile waits for the first one's outcome instead of sending a request of its own."""
-
-    def __init__(self):
-        self._lock, self._flights = threading.Lock(), {}
-
-    def join(self, key: str) -> tuple:
-        """(flight, True) for the first call of `key`, which must end it with leave();
-        (flight, False) for a follower."""
-        with self._lock:
-            flight = self._flights.get(key)
-            if flight is None:
-                flight = self._flights[key] = _Flight()
-                return flight, True
-            return flight, False
-
-    def leave(self, key: str) -> None:
-        with self._lock:
-            del self._flights[key]
-
-
 USAGE = (  # Client.usage's counters, in order
     "requests calls cache_hits merged replies prompt_tokens completion_tokens call_tokens "
     "cache_reports cached_tokens computed_prompt_tokens timings_reports timings_cache_n "
@@ -258,14 +362,13 @@ USAGE = (  # Client.usage's counters, in order
 
 
 class Client:
-    """chat(messages, **params) -> a chat completion, for judges.py's roles: judges.Endpoint's POST
-    with bounded retries (at most `retries`; connection errors, timeouts, 429 with Retry-After, 5xx
-    and malformed replies), each attempt within `timeout` seconds of wall-clock time, its replies'
-    lone surrogates replaced (whole_text). Identical calls in flight at the same time (the same
-    cache key, on this client or its forks) send one request and share its response (or its error);
-    `cache` (a Cache) serves a request made before. on_chat(), when given, is called before every
-    call, merged ones included; an exception it raises refuses the call (the harness's call budget).
-    `headers` go with every request (pin)."""
+    """judges.Endpoint (its chat and post, with bounded retries: connection errors, timeouts, 429
+    with Retry-After, 5xx and malformed replies) over the lab's session (_Session): each attempt
+    within `timeout` seconds of wall-clock time, identical requests in flight at the same time (on
+    this client or its forks) sent once, `cache` (a Cache) serving a request made before, and
+    usage counters. on_chat(), when given, is called before every call, merged ones included; an
+    exception it raises refuses the call (the harness's call budget). `headers` go with every
+    request (pin)."""
 
     def __init__(
         self,
@@ -280,19 +383,21 @@ class Client:
         on_chat: Callable[[], None] | None = None,
         in_flight: InFlight | None = None,
     ):
+        self.cache, self.on_chat, self.in_flight = cache, on_chat, in_flight or InFlight()
+        self.replicas = 1  # data-parallel replicas behind the endpoint (--dp-replicas); see pin
+        self._lock, self._usage = threading.Lock(), dict.fromkeys(USAGE, 0)
         self.endpoint = Endpoint(
             check_base_url(base_url),
             model,
             api_key_env,
             timeout,
             retries,
-            session=_Session(timeout, lambda: self._count(requests=1)),
+            session=_Session(self, timeout),
             backoff=backoff,
             sleep=sleep,
         )
-        self.cache, self.on_chat, self.in_flight = cache, on_chat, in_flight or InFlight()
-        self.replicas = 1  # data-parallel replicas behind the endpoint (--dp-replicas); see pin
-        self._lock, self._usage = threading.Lock(), dict.fromkeys(USAGE, 0)
+        # The core's own methods, so that a role's call runs judges.py's code down to the session.
+        self.chat, self.post = self.endpoint.chat, self.endpoint.post
 
     base_url = property(lambda self: self.endpoint.base_url)
     model = property(lambda self: self.endpoint.model)
@@ -347,66 +452,6 @@ class Client:
             for k, v in inc.items():
                 self._usage[k] += v
 
-    def chat(self, messages: list, **params) -> dict:
-        """The response JSON of one chat completion; parameters set to None are not sent."""
-        if self.on_chat is not None:
-            self.on_chat()
-        payload = {
-            "model": self.model,
-            "messages": messages,
-            **{k: v for k, v in params.items() if v is not None},
-        }
-        self._count(calls=1)
-        key = cache_key(payload, self.base_url)
-        flight, first = self.in_flight.join(key)
-        if not first:  # an identical call is in flight: its outcome is this call's
-            flight.done.wait()
-            if flight.error is not None:
-                raise flight.error
-            source = "cache_hits" if flight.source == "cache" else "merged"
-            self._count(call_tokens=sum(reported_usage(flight.response).values()), **{source: 1})
-            return copy.deepcopy(flight.response)
-        try:
-            response, source = self._answer(key, payload)
-            flight.finish(response, source)
-            return response
-        except BaseException as e:
-            why = "the identical call this one waited for was interrupted"
-            flight.finish(
-                None, None, e if isinstance(e, Exception) else self.endpoint.error(None, why)
-            )
-            raise
-        finally:
-            self.in_flight.leave(key)
-
-    def _answer(self, key: str, payload: dict) -> tuple:
-        """(response, "cache") from the cache, else (response, "server") from the endpoint, then
-        cached."""
-        hit = self.cache.get(key) if self.cache is not None else None
-        if hit is not None:
-            # The entry is valid JSON but not what put() stores, so the cache is damaged.
-            if problem := shape_problem(hit):
-                raise CacheError(
-                    f"{self.cache.path}: entry {key[:16]} is not a chat completion "
-                    f"({one_line(problem, 80)}); the cache is damaged: delete it or choose "
-                    "another file"
-                )
-            hit = whole_text(hit)
-            self._count(cache_hits=1, call_tokens=sum(reported_usage(hit).values()))
-            return hit, "cache"
-        try:
-            response = whole_text(self.endpoint.post(payload))
-        except EndpointError as e:
-            # A server's message may hold a terminal's escape sequences: they are never shown.
-            raise explained(EndpointError(e.url, e.status, one_line(e.message))) from None
-        tokens, reuse = reported_usage(response), reported_cache(response)
-        self._count(
-            replies=1, call_tokens=sum(tokens.values()), **tokens, **_reuse_counts(tokens, reuse)
-        )
-        if self.cache is not None:
-            self.cache.put(key, response)
-        return response, "server"
-
 
 HINTS = (  # what a server's refusal means, for messages its words alone leave unclear
     (
@@ -422,13 +467,17 @@ HINTS = (  # what a server's refusal means, for messages its words alone leave u
 )
 
 
-def explained(e: EndpointError) -> EndpointError:
-    """e with what a known refusal means (HINTS) added to its message, one line still; else e
-    itself."""
+def explained(r):
+    """A failed response r, or, when r is a refusal (HTTP 400 and up) whose message HINTS knows,
+    the same refusal with the meaning added to its message."""
+    if r.status_code < 400:
+        return r
+    message = server_message(r)
     for pattern, hint in HINTS:
-        if m := re.search(pattern, e.message):
-            return EndpointError(e.url, e.status, f"{e.message} ({hint.format(*m.groups())})")
-    return e
+        if m := re.search(pattern, message):
+            said = f"{message} ({hint.format(*m.groups())})"
+            return _Reply(r.status_code, {"error": {"message": said}}, r.headers)
+    return r
 
 
 def _reuse_counts(tokens: dict, reuse: dict) -> dict:

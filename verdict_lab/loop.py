@@ -10,8 +10,8 @@ wraps it from outside and adds:
 - each step's cost, read from a meter (a callable returning {counter: number}, such as the clients'
   usage) before and after the step;
 - revise on reject (after ReVISE, which the paper does not have): when no candidate passes the
-rule's
-  filter, a reviser writes one more step, the same judges score it, and it is taken if it passes;
+  rule's filter, a reviser writes one more step, the same judges score it, and it is taken if it
+  passes;
 - the trace's JSON format, versioned (TRACE_FORMAT).
 
 A plain callable judge works too: its calls record None.
@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
+import threading
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Sequence
 
@@ -250,31 +251,51 @@ def run(
     return Trace(question, tuple(steps), config, "max_steps")
 
 
+class _Keeping:
+    """A judge as given, that keeps each of its return values by the candidate it judged."""
+
+    def __init__(self, judge: Callable, k: int, kept: dict, lock: threading.Lock):
+        self.judge, self.k, self.kept, self.lock = judge, k, kept, lock
+
+    def __repr__(self) -> str:
+        return repr(self.judge)  # verdict.step's messages name the judge given
+
+    def __call__(self, state, step: str):
+        result = self.judge(state, step)
+        with self.lock:
+            self.kept.setdefault((step, self.k), []).append(result)
+        return result
+
+
 def _recorded(state, propose, judges, config, map_fn) -> tuple:
     """verdict.step, and the record each of its judge calls returned.  -> (StepRecord, [n][m])
 
-    verdict.step sends its n·m judge calls through map_fn once, candidate-major; the results it gets
-    back are the judges' own return values, so a judges.Judgement's record is read off each.
+    Each judge is wrapped to keep its return values by candidate, so that verdict.step calls the
+    judges through map_fn as given. A record is what a return value carries (judges.Judgement's
+    record; None from a plain callable), and it stays beside its own score: of two candidates with
+    the same text, each takes the record that came with its ŝ.
     """
-    results = []
+    kept, lock = {}, threading.Lock()  # (candidate, k) -> the judge's return values
+    keeping = [_Keeping(judge, k, kept, lock) for k, judge in enumerate(judges)]
+    record = verdict.step(state, propose, keeping, config, map_fn)
+    rows = [
+        [_take(kept[c, k], record.s_hat[i, k]) for k in range(len(judges))]
+        for i, c in enumerate(record.candidates)
+    ]  # [n][m]
+    for row in rows:
+        for k, r in enumerate(row):
+            if not (r is None or isinstance(r, dict)):
+                raise ValueError(
+                    f"judge {k} ({judges[k]!r}) returned the record {r!r}; "
+                    "a record is a dict or None"
+                )
+    return record, tuple(tuple(row) for row in rows) if judges else ()
 
-    def recording(f, items):
-        out = list(map_fn(f, items))
-        results.extend(out)
-        return out
 
-    record = verdict.step(state, propose, judges, config, recording)
-    m = len(judges)
-    if m == 0:  # the base reasoner alone: no judge was called
-        return record, ()
-    records = [getattr(r, "record", None) for r in results]  # [n·m]
-    for i, r in enumerate(records):
-        if not (r is None or isinstance(r, dict)):
-            raise ValueError(
-                f"judge {i % m} ({judges[i % m]!r}) returned the record {r!r}; "
-                "a record is a dict or None"
-            )
-    return record, tuple(tuple(records[i : i + m]) for i in range(0, len(records), m))
+def _take(results: list, s: float):
+    """The record of the first of `results` whose score is s (NaN matching NaN), removed."""
+    j = next(j for j, x in enumerate(results) if float(x) == s or (s != s and float(x) != float(x)))
+    return getattr(results.pop(j), "record", None)
 
 
 def _reading(meter: Callable[[], dict] | None) -> dict:
