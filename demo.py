@@ -2,6 +2,7 @@
 
     python demo.py                 # offline: a scripted proposer and scripted judges, no network
     python demo.py --base-url URL --model NAME --question Q [--image PATH] [--choices "A. x|B. y"]
+    python demo.py --html          # also the case viewer of the trace, one HTML file (verdict_lab)
 
 Offline, a deterministic run on a drawn scene shows every decision VERDICT makes: acceptance by
 consensus, a rejection by dispersion (Proposition 1), the fallback, and a step where the raw mean
@@ -13,6 +14,7 @@ Every run prints a table per step and writes the trace (--trace, JSON) and the d
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -20,6 +22,7 @@ import re
 import sys
 import urllib.parse
 from dataclasses import asdict, replace
+from typing import Callable
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +36,7 @@ QUESTION = (
     "From the viewer's perspective, is the blue ball to the left or to the right of the red cube?\n"
     "A. left\nB. right"
 )
+ANSWER = "B"  # The scene's answer: the blue ball is to the right of the red cube.
 
 # Each step's candidates and their raw scores (ŝ_V, ŝ_L, ŝ_C), which the scripted judges look up.
 SCRIPT = [
@@ -73,14 +77,16 @@ def clean(text, width: int | None = None) -> str:
     return text if width is None or len(text) <= width else text[: width - 1] + "…"
 
 
-def print_trace(trace: verdict.Trace, out=sys.stdout) -> None:
-    """Each step's table (every candidate's ŝ, s̄* and Δ*, whether it passed the dual test, the
-    choice, and the raw mean's choice when it differs), the final answer and the totals."""
-    c = trace.config
-    for t, rec in enumerate(trace.steps, 1):
+def step_printer(c: verdict.Config, out=sys.stdout) -> Callable[[verdict.StepRecord], None]:
+    """verdict.run's on_step: each step's table as soon as it is decided (every candidate's ŝ, s̄*
+    and Δ*, whether it passed the dual test, the choice, and the raw mean's choice when it
+    differs)."""
+    t = itertools.count(1)
+
+    def print_step(rec: verdict.StepRecord) -> None:
         sel = rec.selection
         how = "fallback: none accepted, highest s̄*−Δ*" if sel.fallback else "accepted, highest s̄*"
-        print(f"\nstep {t}  (chosen #{sel.index}, {how})", file=out)
+        print(f"\nstep {next(t)}  (chosen #{sel.index}, {how})", file=out)
         print(f"  #  {'candidate':<46}   ŝ_V    ŝ_L    ŝ_C     s̄*     Δ*   ok", file=out)
         for k, candidate in enumerate(rec.candidates):
             values = (*rec.s_hat[k], sel.s_bar_star[k], sel.delta_star[k])
@@ -92,6 +98,13 @@ def print_trace(trace: verdict.Trace, out=sys.stdout) -> None:
         raw = verdict.select(rec.s_hat, c.lam, c.tau, c.eps, rule="mean").index
         if raw != sel.index:
             print(f"  the raw mean would have chosen #{raw} instead", file=out)
+        out.flush()  # a live step's table shows at once, even when stdout is a pipe
+
+    return print_step
+
+
+def print_totals(trace: verdict.Trace, out=sys.stdout) -> None:
+    """The final answer and the totals."""
     answer = "(none: stopped at max_steps)" if trace.answer is None else clean(trace.answer)
     tot = trace.totals()
     n = lambda key, word: f"{tot[key]} {word}{'' if tot[key] == 1 else 's'}"
@@ -218,6 +231,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-steps", metavar="N", type=int, default=8, help="at most N steps (8)")
     p.add_argument("--trace", metavar="PATH", default="verdict_trace.json", help="the trace, JSON")
     p.add_argument("--plot", metavar="PATH", default="verdict_decisions.png", help="the plane, PNG")
+    p.add_argument(
+        "--html",
+        metavar="PATH",
+        nargs="?",
+        const="verdict_cases.html",
+        help="also the case viewer, one HTML file (verdict_cases.html; needs verdict_lab)",
+    )
     return p.parse_args(argv)
 
 
@@ -241,6 +261,8 @@ def check_args(args) -> verdict.Config:
     config = verdict.Config(max_steps=args.max_steps)
     check_output(args.trace, "--trace")
     check_output(args.plot, "--plot", image=True)
+    if args.html is not None:
+        check_output(args.html, "--html")
     if args.question is not None and not args.question.strip():
         raise ValueError("--question is blank")
     options = [o.strip() for o in (args.choices or "").split("|")]
@@ -284,7 +306,19 @@ def write_whole(path: str, save) -> None:
             os.remove(tmp)
 
 
-def run_offline(config: verdict.Config | None = None) -> verdict.Trace:
+def page_writer():
+    """The case viewer's writer, verdict_lab.cases.write_trace_page, imported only for --html: the
+    demo needs verdict and judges alone, and the page is the lab's. ValueError if it is missing."""
+    try:
+        from verdict_lab.cases import write_trace_page
+    except ImportError as e:
+        raise ValueError(
+            f"--html needs verdict_lab (run from a checkout, or pip install it): {e}"
+        ) from None
+    return write_trace_page
+
+
+def run_offline(config: verdict.Config) -> verdict.Trace:
     """The scripted run: the scene, the question, SCRIPT's candidates and scores."""
     print(
         "offline demo: scripted proposer and scripted judges (plain functions), "
@@ -295,7 +329,9 @@ def run_offline(config: verdict.Config | None = None) -> verdict.Trace:
     # The proposer and the judges are plain functions that replay SCRIPT.
     propose = lambda state, n: list(SCRIPT[len(state.steps)])[:n]
     judge_fns = [lambda state, step, i=i: SCRIPT[len(state.steps)][step][i] for i in range(3)]
-    trace = verdict.run(QUESTION, propose, judge_fns, config, image="verdict_scene.png")
+    trace = verdict.run(
+        QUESTION, propose, judge_fns, config, "verdict_scene.png", on_step=step_printer(config)
+    )
     return replace(trace, meta={"mode": "offline", "scene": "verdict_scene.png"})
 
 
@@ -308,7 +344,9 @@ def run_live(args, config: verdict.Config) -> verdict.Trace:
     url = judges.shown_url(args.base_url)  # Its secrets are shown as ***.
     print(f"live demo: reasoner {args.model} at {url}")
     reasoner, judge_fns = judges.Reasoner(client), judges.make_judges(client)
-    trace = verdict.run(question, reasoner, judge_fns, config, image=args.image or None)
+    trace = verdict.run(
+        question, reasoner, judge_fns, config, args.image or None, on_step=step_printer(config)
+    )
     return replace(trace, meta={"mode": "live", "model": args.model, "base_url": url})
 
 
@@ -316,11 +354,12 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     try:
         config = check_args(args)
+        write_page = page_writer() if args.html is not None else None
         trace = run_offline(config) if args.base_url is None else run_live(args, config)
     except (judges.EndpointError, ValueError, OSError) as e:
         print(f"demo.py: error: {clean(e)}", file=sys.stderr)
         return 2
-    print_trace(trace)
+    print_totals(trace)
     try:  # The JSON is made before any file is touched: a trace it cannot hold writes nothing.
         text = json.dumps(trace_dict(trace), indent=1, allow_nan=False)
         write_whole(args.trace, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
@@ -329,6 +368,17 @@ def main(argv=None) -> int:
         print(f"demo.py: error: cannot write the trace or the plot: {clean(e)}", file=sys.stderr)
         return 2
     print(f"wrote {args.trace} and {args.plot}")
+    if write_page is None:
+        return 0
+    images, answer = (
+        (["verdict_scene.png"], ANSWER) if args.base_url is None else (args.image, None)
+    )
+    try:  # The trace and the plot are written already; a page not written leaves them.
+        write_page(args.html, trace_dict(trace), images, answer)
+    except (OSError, ValueError) as e:
+        print(f"demo.py: error: cannot write the page: {clean(e)}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.html}")
     return 0
 
 

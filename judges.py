@@ -28,6 +28,7 @@ import math
 import os
 import random
 import re
+import stat
 import threading
 import time
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
-from PIL import Image, ImageOps
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 import verdict
 
@@ -158,15 +159,23 @@ def encode_image(image, max_pixels: int = MAX_PIXELS) -> str:
 
 def decode_image(source) -> Image.Image:
     """The PIL image of a path or bytes, decoded now, so that a truncated file fails here.
-    ValueError naming the file when it cannot be read or decoded."""
+    ValueError naming the file when it cannot be read or decoded. A path must name a regular file:
+    a pipe or a device such as /dev/zero would never end."""
     name = str(source) if isinstance(source, (str, Path)) else f"<{len(source)} bytes>"
     try:
-        data = Path(source).read_bytes() if isinstance(source, (str, Path)) else bytes(source)
+        if isinstance(source, (str, Path)):
+            if not stat.S_ISREG(os.stat(source).st_mode):
+                raise ValueError(f"cannot read image {name}: not a regular file")
+            data = Path(source).read_bytes()
+        else:
+            data = bytes(source)
     except OSError as e:
         raise ValueError(f"cannot read image {name}: {e.strerror}") from None
     try:
         image = Image.open(io.BytesIO(data))
         image.load()
+    except UnidentifiedImageError:
+        raise ValueError(f"cannot decode image {name}: not an image format Pillow reads") from None
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
         raise ValueError(f"cannot decode image {name}: {e}") from None
     return image
@@ -299,7 +308,8 @@ class Endpoint:
     no chat completion. Before retry k it waits backoff · 2^k · U(0.5, 1) seconds, or what the
     server's Retry-After says, never more than MAX_WAIT. Any other status fails at once, with the
     server's message. A redirect is not followed: answers from another server are not this
-    endpoint's. The API key is read from the environment at each request, and no message shows it.
+    endpoint's. base_url is the API's root (http://127.0.0.1:8000/v1). The API key is read from the
+    environment at each request, and no message shows it.
     `session` (a requests.Session), `backoff` and `sleep` may be given, for example by verdict_lab's
     client, which passes a session with a wall-clock deadline.
     """
@@ -318,6 +328,11 @@ class Endpoint:
     ):
         if not (isinstance(retries, int) and not isinstance(retries, bool) and retries >= 0):
             raise ValueError(f"retries must be an integer >= 0, got retries={retries!r}")
+        if base_url.rstrip("/").endswith("/chat/completions"):  # it would POST to .../chat/...
+            raise ValueError(
+                f"the base URL names the API's root, without /chat/completions, e.g. "
+                f"http://127.0.0.1:8000/v1; got {shown_url(base_url)!r}"
+            )
         if not 0 < timeout <= threading.TIMEOUT_MAX:  # NaN fails too
             raise ValueError(f"timeout must be > 0 seconds, got timeout={timeout!r}")
         if not backoff >= 0:  # NaN fails too
@@ -454,9 +469,12 @@ def response_format(name: str, schema: dict) -> dict:
 def json_score(text: str, reasons: bool = False, step: str | None = None) -> tuple:
     """(d / 9, reason) of a reply {"reason": "...", "score": d} with d in 0..9; else ValueError.
 
-    A reply wrapped in a ```json fence is read too. The candidate `step` is not needed: the schema
-    leaves no room to quote it.
+    A reply wrapped in a ```json fence is read too. The schema leaves no room to quote the candidate
+    `step`, but a server may skip it: a reply that only repeats the candidate (whitespace aside) is
+    an echo, not a score, even when the candidate is itself such an object.
     """
+    if step is not None and text.split() == step.split():
+        raise ValueError("the reply only repeats the candidate step")
     try:
         reply = json.loads(_FENCED.sub(r"\1", text))
     except (ValueError, RecursionError):
@@ -584,15 +602,17 @@ def ask(chat: Callable, msgs: list, read: Callable, follow_up: Callable, params:
 
 STOP = ["\n\n", "\nStep "]  # a candidate is one step: it ends at a blank line or a new "Step" label
 SEED_STRIDE = 1000  # sampling seeds per reasoner seed (see Reasoner)
-# An echo of the reasoner's template line "Final answer: <the option letter, or the value>".
-_TEMPLATE_LINE = r"(?im)^[ \t]*final answer\s*:\s*<[a-z][^<>\n]*\s[^<>\n]*>\.?[ \t]*$"
+PLACEHOLDER = "<the option letter, or the value>"  # the reasoner prompt's "Final answer: ..." line
+# An echo of that line, literally: "Final answer: <image 2>" or "Final answer: <A>" is an answer.
+_TEMPLATE_LINE = r"(?im)^[ \t]*final answer\s*:\s*" + re.escape(PLACEHOLDER) + r"\.?[ \t]*$"
 
 
 def one_step(text: str) -> str:
     """A reply's first step: up to a blank line or a new "Step k" label, without its own label.
 
     An echo of the prompt's template line "Final answer: <the option letter, or the value>" is no
-    answer and is dropped (an echoed system prompt ends with it).
+    answer and is dropped (an echoed system prompt ends with it); any other "Final answer: <...>" is
+    the model's answer.
     """
     text = re.split(r"\n[ \t]*\n|\n(?=[ \t*_#]*step[ \t]*\d)", text.strip(), flags=re.I)[0]
     text = re.sub(r"(?i)^[ \t*_#]*step[ \t]*\d+[ \t]*[:.)-][ \t*_]*", "", text)
@@ -612,7 +632,8 @@ class Reasoner:
     returns fewer (llama-cpp-python ignores n) is asked again for the rest, at most `max_topups`
     times. Choice j of a request is sampled with its seed + j: reasoner seed k owns the seeds
     [k · SEED_STRIDE, (k + 1) · SEED_STRIDE), and its i-th request of a step sends
-    sampling_seed(k, i, n), so no two requests share a seed.
+    sampling_seed(k, i, n), so no two requests share a seed. With `logprobs`, it asks for each
+    token's log-probability and returns each candidate as a Candidate carrying their statistics.
     """
 
     def __init__(
@@ -626,6 +647,7 @@ class Reasoner:
         top_k: int | None = -1,  # vLLM serving Qwen2.5-VL applies top_k = 1 unless a request says
         max_topups: int | None = None,  # None: n
         layout: Callable = role_first,
+        logprobs: bool = False,
     ):
         if not (math.isfinite(temperature) and temperature >= 0 and 0 < top_p <= 1):
             raise ValueError(
@@ -642,6 +664,7 @@ class Reasoner:
         self.top_k = top_k
         self.max_topups = max_topups
         self.layout = layout
+        self.logprobs = logprobs
 
     def __call__(self, state: verdict.State, n: int) -> list:
         if not (isinstance(n, int) and not isinstance(n, bool) and n >= 1):
@@ -653,6 +676,8 @@ class Reasoner:
             )
         msgs = self.layout("reasoner", state)
         sampling = dict(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, stop=STOP)
+        if self.logprobs:  # top_logprobs 1: llama-server sends no token logprobs with 0
+            sampling.update(logprobs=True, top_logprobs=1)
         out = []
         for i in range(asks):
             if len(out) >= n:
@@ -661,8 +686,54 @@ class Reasoner:
             r = self.client.chat(
                 msgs, n=n - len(out), seed=seed, max_tokens=self.max_tokens, **sampling
             )
-            out += [one_step(c["message"]["content"]) for c in r["choices"]][: n - len(out)]
+            choices = _in_order(r["choices"])
+            steps = [one_step(c["message"]["content"]) for c in choices]
+            if self.logprobs:
+                stats = [token_stats(c.get("logprobs")) for c in choices]
+                steps = [Candidate(s, lp) for s, lp in zip(steps, stats)]
+            out += steps[: n - len(out)]
         return out
+
+
+class Candidate(str):
+    """A reasoner's candidate step, a str, that carries its tokens' log-probability statistics.
+
+    `logprobs` is token_stats of the choice it came from: {"tokens": T, "mean": ℓ̄, "min": ℓ_min}, or
+    None when the server sent no usable logprobs.
+    """
+
+    logprobs: dict | None
+
+    def __new__(cls, text: str, logprobs: dict | None = None):
+        candidate = super().__new__(cls, text)
+        candidate.logprobs = logprobs
+        return candidate
+
+    def __reduce__(self):
+        return Candidate, (str(self), self.logprobs)
+
+
+def token_stats(logprobs: Any) -> dict | None:
+    """{"tokens": T, "mean": ℓ̄ = (1/T) Σ_t ℓ_t, "min": min_t ℓ_t} of a choice's token
+    log-probabilities ℓ_t (OpenAI's shape: logprobs.content[t].logprob), over every token the server
+    generated for it; None without logprobs, or when any ℓ_t is not a finite number <= 0."""
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not (isinstance(content, list) and content):
+        return None
+    lp = [t.get("logprob") if isinstance(t, dict) else None for t in content]
+    ok = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and -math.inf < v <= 0
+    if not all(ok(v) for v in lp):
+        return None
+    return {"tokens": len(lp), "mean": sum(lp) / len(lp), "min": min(lp)}
+
+
+def _in_order(choices: list) -> list:
+    """The choices by their "index" (choice j was sampled with seed + j), when every one has a
+    distinct integer index; else as listed."""
+    index = [c.get("index") for c in choices]
+    if all(type(i) is int for i in index) and len(set(index)) == len(index):
+        return [c for _, c in sorted(zip(index, choices), key=lambda pair: pair[0])]
+    return choices
 
 
 class Judgement(float):

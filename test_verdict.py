@@ -1042,12 +1042,55 @@ def test_judges_may_return_any_real_number_or_nan():
             lambda: run("q", lambda s, n: None, [lambda s, c: 0.5] * 3),
             "propose must return a list of strings, got NoneType",
         ),
+        # s̄ and Δ of anything: a judge axis, and finite values (consensus values may leave [0, 1])
+        (lambda: V.dispersion(0.5), "scores must have shape [..., m], got shape ()"),
+        (lambda: V.mean(0.5), "scores must have shape [..., m], got shape ()"),
+        (lambda: V.dispersion([math.inf, 0, 0]), "scores must be finite (NaN = abstain), got"),
+        (lambda: V.mean([0.0, -math.inf]), "must be finite"),
+        (lambda: V.dispersion([None, 0.5]), "got None"),
+        # an integer no float holds is refused as any other bad number, never an OverflowError
+        (lambda: consensus([10**400, 0, 0]), "scores must be real numbers a float can hold"),
+        (lambda: select([[0.5] * 3], (10**400, 1, 1)), "lam must be real numbers a float can"),
+        (lambda: V.paper_rule([[0.5] * 3], tau=10**400), "tau and eps must be finite, got tau=1"),
+        (lambda: V.select_all([[0.5] * 3], eps=-(10**400)), "must be finite, got tau=0.6, eps=-1"),
+        (lambda: Config(lam=(1, 10**400, 1)), "lam must be real numbers a float can hold"),
+        (lambda: Config(tau=10**400), "tau must be in [0, 1]"),
     ],
 )
 def test_bad_input_names_the_problem(call, message):
     with pytest.raises(ValueError) as info:
         call()
     assert message in str(info.value)
+
+
+def test_a_huge_number_is_shown_cut_and_s_bar_and_delta_of_consensus_values_beyond_0_1():
+    with pytest.raises(ValueError) as info:
+        V.paper_rule([[0.5] * 3], tau=10**400)
+    assert str(info.value) == f"tau and eps must be finite, got tau={'1' + '0' * 39}, eps=0.1"
+    with pytest.raises(ValueError) as info:
+        Config(eps=10**400)
+    assert str(info.value).endswith(f"got eps={'1' + '0' * 39}")
+    # mean and dispersion take any finite values: consensus of other scores may leave [0, 1].
+    np.testing.assert_allclose(V.mean([[2.0, -1.0, NAN]]), [0.5])
+    np.testing.assert_allclose(V.dispersion([[2.0, -1.0, NAN]]), [1.5])
+    assert V.dispersion([NAN, NAN]) != V.dispersion([NAN, NAN])  # no answer: NaN
+
+
+def test_on_step_sees_each_step_as_soon_as_it_is_decided():
+    # on_step(record) runs after step t is decided and before step t + 1 is proposed.
+    events = []
+    propose, judges = scripted([])
+
+    def proposing(state, n):
+        events.append(("propose", len(state.steps)))
+        return propose(state, n)
+
+    trace = run("q", proposing, judges, on_step=lambda rec: events.append(("step", rec.chosen)))
+    chosen = [r.chosen for r in trace.steps]
+    assert (
+        events == [e for t, c in enumerate(chosen) for e in (("propose", t), ("step", c))]
+        and len(chosen) == 3
+    )
 
 
 def test_some_messages_in_full():

@@ -120,7 +120,7 @@ def mean(s) -> np.ndarray:
     NaN (an abstention) is left out, so m counts the judges that answered; a row with none is NaN.
     Of consensus scores this is the consensus confidence s̄*.
     """
-    s = np.asarray(s, dtype=float)
+    s = _check_values(s)
     answered = ~np.isnan(s)
     ones = np.ones(
         s.shape[-1]
@@ -136,8 +136,8 @@ def dispersion(s) -> np.ndarray:
 
     Of consensus scores this is the consensus dispersion Δ*; of raw scores, the raw dispersion Δ̂.
     """
-    s_bar = mean(s)  # [...], read as floats
-    return mean(np.abs(np.subtract(s, s_bar[..., None])))  # [..., m] -> [...]
+    s = _check_values(s)
+    return mean(np.abs(s - mean(s)[..., None]))  # [..., m] -> [...]
 
 
 # ----------------------------------------------------------------------------- 3. the dual test
@@ -445,13 +445,15 @@ def run(
     config: Config | None = None,  # None: the paper's settings, Config()
     image: Any = None,
     map_fn: Callable[..., Iterable] = map,
+    on_step: Callable[[StepRecord], Any] | None = None,
 ) -> Trace:
     """The step-wise loop: step, then extend the chain with the chosen step, until a chosen step
     matches config.final or config.max_steps steps are taken.
 
     image is None, one image, or a list or tuple of images, passed through in State.images. With no
     judges (judges=()) the base reasoner runs alone. A proposer or judge that raises Stop ends the
-    chain, and the trace keeps the steps completed before it.
+    chain, and the trace keeps the steps completed before it. on_step(record), when given, sees each
+    step as soon as it is decided (to print it, say).
     """
     config = Config() if config is None else config
     state = State(question, as_images(image))
@@ -462,6 +464,8 @@ def run(
         except Stop as e:
             return Trace(question, tuple(records), config, str(e))
         records.append(record)
+        if on_step is not None:
+            on_step(record)
         state = state.extend(record.chosen)
         if re.search(config.final, record.chosen):
             return Trace(question, tuple(records), config, "final")
@@ -480,11 +484,19 @@ def as_images(image) -> tuple:
 # in the caller, so it is never converted, clamped or read as an abstention.
 
 
+def _check_values(s) -> np.ndarray:
+    """Scores, raw or consensus, as finite floats with at least one axis. NaN means no answer."""
+    s = _reals(s, "scores")
+    if s.ndim == 0:  # a bare number has no judge axis
+        raise ValueError(f"scores must have shape [..., m], got shape {s.shape}")
+    if np.isinf(s).any():
+        raise ValueError(f"scores must be finite (NaN = abstain), got {s[np.isinf(s)][0]!r}")
+    return s
+
+
 def _check_scores(s_hat) -> np.ndarray:
     """Raw scores as floats in [0, 1], with at least one axis. NaN means the judge abstained."""
-    s_hat = _reals(s_hat, "scores")
-    if s_hat.ndim == 0:  # a bare number has no judge axis
-        raise ValueError(f"scores must have shape [..., m], got shape {s_hat.shape}")
+    s_hat = _check_values(s_hat)
     bad = s_hat[~(np.isnan(s_hat) | ((s_hat >= 0) & (s_hat <= 1)))]
     if bad.size:  # out of range or infinite: a bug in the judge
         raise ValueError(f"scores must lie in [0, 1] (NaN = abstain), got {bad[0]!r}")
@@ -511,8 +523,8 @@ def _check_step(s_hat, lam, tau, eps, batched: bool = True) -> tuple:
         raise ValueError(f"scores must have shape [n, m], got shape {s_hat.shape}")
     if s_hat.shape[-2] == 0:  # nothing to choose from
         raise ValueError("select needs at least one candidate, got n=0")
-    if not (math.isfinite(tau) and math.isfinite(eps)):
-        raise ValueError(f"tau and eps must be finite, got tau={tau!r}, eps={eps!r}")
+    if not (_is_finite(tau) and _is_finite(eps)):
+        raise ValueError(f"tau and eps must be finite, got tau={tau!r:.40}, eps={eps!r:.40}")
     return s_hat, _check_lam(lam, s_hat.shape[-1])
 
 
@@ -534,7 +546,7 @@ def _check_config(config: Config) -> None:
         v = getattr(config, name)
         number = numbers.Integral if kind is int else numbers.Real
         if not (_is_real(v, number) and ok(v)):  # NaN fails the range too
-            raise ValueError(f"{name} must be {what}, got {name}={v!r}")
+            raise ValueError(f"{name} must be {what}, got {name}={v!r:.40}")
         object.__setattr__(config, name, kind(v))
     _check_rule(config.rule)
     try:
@@ -588,7 +600,18 @@ def _reals(x, what: str) -> np.ndarray:
             stack.extend(v)
         elif not _is_real(v):
             raise ValueError(f"{what} must be real numbers (NaN to abstain), got {v!r}")
-    return np.asarray(x, dtype=float)
+    try:
+        return np.asarray(x, dtype=float)
+    except OverflowError:  # an integer such as 10**400, which no float holds
+        raise ValueError(f"{what} must be real numbers a float can hold, got {x!r:.80}") from None
+
+
+def _is_finite(x) -> bool:
+    """x is a real number (not a bool) that a float holds finitely: 10**400 is not."""
+    try:
+        return _is_real(x) and math.isfinite(x)
+    except OverflowError:
+        return False
 
 
 def _is_real(x, kind: type = numbers.Real) -> bool:

@@ -12,7 +12,7 @@ import numpy as np
 from PIL import Image
 
 from verdict_lab import bench
-from verdict_lab.perf import footprint, llama_server
+from verdict_lab.perf import client_cpu, footprint, llama_server
 from verdict_lab.loopback import LoopbackServer
 from verdict_lab.perf.overhead import (
     BASE,
@@ -55,8 +55,22 @@ def test_quick_report_has_every_section(tmp_path, monkeypatch):
         "| sequential",
         "| computed by the server |",
         "![overhead per mode and prompt layout](bench_overhead.png)",
+        "### 2d. The client's own CPU per judge request",
+        "Adaptive verification (verdict_lab/adaptive.py; perf/adaptive_rows.py)",
+        "| full VERDICT | 9.00 | 0% | ",
     ):
         assert heading in text
+    assert re.search(
+        r"^\| client's CPU per judge request ≤ 300× json\.dumps of its request \(section 2d\) "
+        r"\| [\d,.]+× \| — \| — \| (met|missed) \|$",
+        text,
+        re.M,
+    )
+    for signal in ("agree > 0.9", "mean-prob > 0.85", "min-prob > 0.5"):
+        assert re.search(rf"^\| {signal} \| [\d.]+ \| \d+% \| [\d.]+× \(", text, re.M)
+    assert re.search(
+        r"^[\d,]+ µs of the client's CPU per judge request \(median of 20\)", text, re.M
+    )
     assert Image.open(tmp_path / "bench_overhead.png").size == (
         440,
         360,
@@ -148,7 +162,9 @@ def test_targets_are_the_issues_judged_on_the_default_layout():
         at(CONC_SCORE, default): floor(result(9.0, 600.0), 400.0),  # 600 / 400 = 1.50: met
         at(CONC_SCORE, other): floor(result(9.0, 900.0), 400.0),
     }
-    rows = bench.targets({10**5: {"loop": 80.0}}, sim, live, 634.4, {"speculate": [1.3, 1.2, 1.25]})
+    cpu = client_cpu.ClientCpu(10, 5e-3, 1e-4, 1e-5, 50.0, 301.0)
+    spec = {"speculate": [1.3, 1.2, 1.25]}
+    rows = bench.targets({10**5: {"loop": 80.0}}, sim, live, 634.4, spec, cpu)
     find = lambda start: next(r for r in rows if r.startswith(start))
     col = lambda v_default, v_other: [
         v_default if lay == default else v_other if lay == other else "—" for lay in ORDER
@@ -158,6 +174,7 @@ def test_targets_are_the_issues_judged_on_the_default_layout():
     assert find("| closed form ≥ 50×").endswith("| 80.00× | — | — | met |")
     assert find("| closed form ≤ 10×").endswith("| — | — | — | not measured |")
     assert find("| response cache: ≤ 2 KB").endswith("| 634 B | — | — | met |")
+    assert find("| client's CPU per judge request ≤ 300×").endswith("| 301.00× | — | — | missed |")
     assert find("| simulated server: default settings").endswith(cells("1.55×", "1.70×") + " met |")
     assert find("| simulated server: the paper's sequential").endswith(
         cells("4.90×", "4.70×") + " missed |"
@@ -391,3 +408,12 @@ def test_roles_lines_give_each_layouts_computed_tokens_and_each_roles_cached_sha
     # them cached.
     assert "| role-first | visual | 6.0 | 400 | 25% |" in lines
     assert "| role-first | other | 2.0 | 0 | — |" in lines
+
+
+def test_client_cpu_times_each_call_and_its_references_and_divides_them():
+    c = client_cpu.measure(requests=3, batch=2)
+    assert c.requests == 3 and min(c.per_request, c.loads, c.dumps) > 0
+    # No timing is asserted: the figure exists, and the words name what was timed.
+    assert 0 < c.reply_ratio < float("inf") and 0 < c.request_ratio < float("inf")
+    text = client_cpu.said(c)
+    assert "(median of 3)" in text and "json.loads of its reply" in text

@@ -163,6 +163,18 @@ def test_tsv_prompt_column_is_used_as_is(tmp_path):
     assert benchmarks.load(str(other)).items[0].question.startswith("Question: q?\nOptions:")
 
 
+def test_a_jsonl_image_in_base64_jpeg_is_read_though_it_starts_with_a_slash(tmp_path):
+    jpeg = encoded(Image.new("RGB", (8, 6), (200, 30, 30)), "JPEG")
+    assert b64(jpeg).startswith("/9j/")  # every JPEG's base64 does: it is no absolute path
+    row = {"id": 1, "question": "q", "options": {"A": "x", "B": "y"}, "answer": "A"}
+    (tmp_path / "q.jsonl").write_text(json.dumps({**row, "image": b64(jpeg)}) + "\n")
+    f = benchmarks.load(str(tmp_path / "q.jsonl"))
+    assert not f.skipped and f.items[0].images == (jpeg,)
+    (tmp_path / "p.jsonl").write_text(json.dumps({**row, "image": "/no/such/file"}) + "\n")
+    (skipped,) = benchmarks.load(str(tmp_path / "p.jsonl")).skipped
+    assert skipped.reason.startswith("image file not found: /no/such/file")
+
+
 def test_jsonl_images_and_malformed_rows(tmp_path):
     (tmp_path / "pics").mkdir()
     (tmp_path / "pics" / "a.png").write_bytes(png("red"))
@@ -667,11 +679,31 @@ def test_jsonl_malformed_lines_and_images_say_why(tmp_path):
     f = benchmarks.load(str(tmp_path / "bad.jsonl"))
     letters = '"options" must be an object with letter keys, like {"A": "..."}'
     assert [(s.row, s.reason) for s in f.skipped] == [
-        (1, letters),
+        (1, NO_OBJECT.format("array")),
         (2, letters),
         (3, "an image must be a path or base64 string, got 5"),
         (4, "not valid UTF-8 (byte 0xff)"),
         (5, f"image file not found: p.png (looked for {tmp_path / 'p.png'})"),
+    ]
+
+
+NO_OBJECT = (
+    'a JSON {}, where each line must be one JSON object: {{"question": ..., "options": '
+    '{{"A": ..., "B": ...}}, "answer": ...}}'
+)
+
+
+@pytest.mark.parametrize(
+    "line, kind",
+    [('["q", {"A": "x"}, "A"]', "array"), ("7", "number"), ('"q"', "string"), ("null", "null")],
+)
+def test_a_jsonl_line_that_is_no_object_is_named_as_such(tmp_path, line, kind):
+    ok = {"id": "q1", "question": "q", "options": {"A": "x", "B": "y"}, "answer": "A"}
+    (tmp_path / "bad.jsonl").write_text(f"{line}\n{json.dumps(ok)}\n")
+    f = benchmarks.load(str(tmp_path / "bad.jsonl"))
+    assert [it.id for it in f.items] == ["q1"]
+    assert [(s.file, s.row, s.reason) for s in f.skipped] == [
+        ("bad.jsonl", 1, NO_OBJECT.format(kind))
     ]
 
 
@@ -769,6 +801,24 @@ def encoded(im: Image.Image, fmt: str, **kw) -> bytes:
     buf = io.BytesIO()
     im.save(buf, fmt, **kw)
     return buf.getvalue()
+
+
+def test_an_image_path_pillow_reads_but_cannot_write_is_that_rows_error(tmp_path):
+    # .psd, .fits, .xpm, .cur, .pcd: pillow reads them but cannot write them, as dump_image must.
+    png = encoded(Image.new("RGB", (4, 3), (10, 20, 30)), "PNG")
+    for ext in (".psd", ".xpm", ".cur"):
+        with pytest.raises(ValueError) as info:
+            items.vlmeval_resave(png, ext)
+        fmt = Image.registered_extensions()[ext]
+        assert f"as {ext} (pillow reads {fmt} files but cannot write them)" in str(info.value)
+    head = ["index", "image", "image_path", "question", "A", "B", "answer"]
+    rows = [
+        ["1", b64(png), "1.psd", "q", "x", "y", "A"],
+        ["2", b64(png), "2.png", "q", "x", "y", "A"],
+    ]
+    f = benchmarks.load(tsv(tmp_path / "BLINK.tsv", head, rows))
+    assert [s.row for s in f.skipped] == [2] and [it.id for it in f.items] == ["2"]
+    assert "cannot write them" in f.skipped[0].reason
 
 
 def test_images_reach_the_model_as_vlmevalkits_dump_image_leaves_them(tmp_path):

@@ -75,6 +75,22 @@ def test_cache_rejects_a_corrupt_file(tmp_path):
         Cache(path)
 
 
+def test_an_entry_nested_too_deep_is_a_cache_error_not_a_traceback(tmp_path, loopback):
+    path, messages = tmp_path / "deep.sqlite", [{"role": "user", "content": "hi"}]
+    srv = loopback(lambda body, p: chat_response("fresh"))
+    key = cache_key({"model": "m", "messages": messages}, srv.url)
+    Cache(path).close()
+    db = sqlite3.connect(path)
+    db.execute("INSERT INTO responses VALUES (?, ?)", (key, "[" * 100_000 + "]" * 100_000))
+    db.commit()
+    db.close()
+    with pytest.raises(CacheError, match=r"deep\.sqlite: entry [0-9a-f]{16} is not valid JSON"):
+        Cache(path).get(key)
+    with pytest.raises(CacheError, match="the cache is corrupt"):
+        Client(srv.url, "m", cache=Cache(path), retries=0).chat(messages)
+    assert not srv.chats  # the damaged entry was never replaced by a request
+
+
 def filled(path, entries: int) -> bytearray:
     """Write `entries` replies of about 1 kB each to a new cache at path; return the file's
     bytes."""

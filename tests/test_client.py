@@ -314,7 +314,9 @@ def test_usage_counts_the_prefix_cache_reuse_the_replies_report(loopback, tmp_pa
 
 def test_api_key_is_sent_but_absent_from_traces_reprs_and_errors(loopback, monkeypatch, png):
     monkeypatch.setenv("VERDICT_TEST_KEY", SECRET)
-    srv = loopback(lambda body, path: chat_response(["Fine.\nScore: 0.8"] * body.get("n", 1)))
+    # The reasoner (which sends n) steps; the judges score.
+    step_or_score = lambda body: ["The cup is left."] * body["n"] if "n" in body else "Score: 0.8"
+    srv = loopback(lambda body, path: chat_response(step_or_score(body)))
     client = Client(srv.url, "m", api_key_env="VERDICT_TEST_KEY")
     cfg = verdict.Config(n=2, max_steps=2)
     js = make_judges(client, reply=TEXT)

@@ -188,9 +188,10 @@ def test_the_decision_plane_at_the_ends_of_the_ranges(tmp_path, monkeypatch, tau
 
 def test_an_abstention_prints_a_dash_and_is_written_as_null(tmp_path):
     judge_fns = [lambda s, c: 0.8, lambda s, c: math.nan, lambda s, c: 0.8]
-    trace = verdict.run("q", lambda s, n: ["Final answer: B"], judge_fns, verdict.Config(n=1))
-    shown = io.StringIO()
-    demo.print_trace(trace, shown)
+    shown, config = io.StringIO(), verdict.Config(n=1)
+    propose = lambda s, n: ["Final answer: B"]
+    trace = verdict.run("q", propose, judge_fns, config, on_step=demo.step_printer(config, shown))
+    demo.print_totals(trace, shown)
     assert "  0  Final answer: B" in shown.getvalue() and "0.800    -    0.800" in shown.getvalue()
     d = json.loads(json.dumps(demo.trace_dict(trace), allow_nan=False))
     check_trace(d)
@@ -286,6 +287,34 @@ def test_live_mode_against_loopback(tmp_path):
         content = [m["content"] for m in body["messages"] if isinstance(m["content"], list)]
         assert sum(p.get("type") == "image_url" for c in content for p in c) == 2
     assert "final answer: B" in out.stdout and "wrote verdict_trace.json" in out.stdout
+
+
+def test_the_live_demo_prints_each_step_as_soon_as_it_is_decided(tmp_path):
+    # Step 2's reasoner request waits until step 1's table has reached the demo's stdout, a pipe: a
+    # table printed only at the end, or kept in a buffer, would never arrive while it waits.
+    import threading
+
+    printed, waited = threading.Event(), []
+
+    def server(body, path):
+        user = body["messages"][-1]["content"]
+        if role_of(body["messages"]) == "reasoner" and "Step 1" in str(user):
+            waited.append(printed.wait(60))
+        return json_judge_server(body, path)
+
+    with LoopbackServer(server) as srv:
+        argv = [*command("demo.py"), *live(srv.url, "Left or right?", "--max-steps 3")]
+        proc = subprocess.Popen(
+            argv, cwd=tmp_path, stdout=subprocess.PIPE, text=True, env=script_env()
+        )
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("step 1 "):
+                printed.set()
+        proc.wait(timeout=120)
+    assert proc.returncode == 0 and waited == [True]
+    assert lines.index(next(x for x in lines if x.startswith("step 2 "))) > 0
 
 
 def test_live_mode_text_only(tmp_path):
@@ -396,10 +425,15 @@ def test_a_key_no_header_can_carry_stops_before_any_call(tmp_path):
 
 def test_demo_imports_only_verdict_judges_numpy_pillow_and_the_standard_library():
     tree = ast.parse(open(os.path.join(HERE, "demo.py"), encoding="utf-8").read())
-    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    # --html's page writer, the lab's, is imported in page_writer alone, when the flag is given.
+    lazy = [f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == "page_writer"]
+    nodes = [n for top in tree.body if top not in lazy for n in ast.walk(top)]
+    names = {a.name for n in nodes if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module for n in nodes if isinstance(n, ast.ImportFrom)}
     tops = {name.split(".")[0] for name in names}
     assert tops - set(sys.stdlib_module_names) == {"verdict", "judges", "numpy", "PIL"}
+    froms = [n.module for n in ast.walk(lazy[0]) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert froms == ["verdict_lab.cases"]
     # Nor does anything demo.py imports pull in a module of verdict_lab.
     probe = "import demo, sys; print(sorted(m for m in sys.modules if m.startswith('verdict_lab')))"
     out = subprocess.run(

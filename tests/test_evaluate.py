@@ -644,20 +644,101 @@ def test_other_settings_in_out_dir_refused(tmp_path, loopback):
 # ---------------------------------------------------------------- run directory, cache, exit status
 
 
-def test_out_dir_made_against_another_endpoint_is_refused(tmp_path, loopback):
+def progress_free(err: str) -> list:
+    """The lines of stderr but the progress line's (non-tty: one line per update)."""
+    return [line for line in err.splitlines() if not re.match(r"\d+/\d+ items", line)]
+
+
+def test_a_resume_against_another_endpoint_with_the_same_settings_goes_on_and_says_so_once(
+    tmp_path, loopback, capsys
+):
+    # serve_tiny.sh picks a free port: the same model, back on another port, resumes the run.
     first, second = loopback(script), loopback(script)
-    data = write_jsonl(tmp_path / "q.jsonl", n=1)
-    args = ["--data", data, "--out", str(tmp_path / "o"), "--seeds", "1", "--rules", "base"]
-    assert evaluate.main(args + ["--base-url", first.url]) == 0
-    out = run(args + ["--base-url", second.url])
-    assert out.returncode == 2 and "base_url" in out.stderr and "use another --out" in out.stderr, (
-        out.stderr
-    )
-    out = run(args + ["--base-url", first.url, "--judge-base-url", second.url])
-    assert out.returncode == 2 and "judge_base_url" in out.stderr, out.stderr
-    assert (
-        second.chats == []
-    )  # the second server was never asked; its answers were never replaced by the first's
+    data, out = tmp_path / "q.jsonl", tmp_path / "o"
+    write_jsonl(data, n=2)
+    flags = "--seeds 1 --rules base,verdict --judge-format text"
+    assert evaluate.main(argv(data, first.url, out, flags)) == 0
+    kept = rows_of(out)
+    write_jsonl(data, n=3)  # one more item, for the second server
+    capsys.readouterr()
+    assert evaluate.main(argv(data, second.url, out, flags)) == 0
+    said = [line for line in progress_free(capsys.readouterr().err) if "was run against" in line]
+    assert len(said) == 1 and first.url in said[0] and second.url in said[0], said
+    assert rows_of(out)[: len(kept)] == kept and len(rows_of(out)) == 3 * 2
+    assert second.chats and all("0 or 1" not in user_text(b) for b in second.chats)
+    run_json = json.loads((out / "run.json").read_text())
+    assert run_json["settings"]["base_url"] == run_json["settings"]["judge_base_url"] == second.url
+    assert run_json["endpoints_before"] == [{"base_url": first.url, "judge_base_url": first.url}]
+    # Another model is another table: still refused, before any request.
+    sent = len(second.chats)
+    assert evaluate.main(argv(data, second.url, out, flags + " --model other")) == 2
+    assert "holds a run with other settings (model, judge_model)" in capsys.readouterr().err
+    assert len(second.chats) == sent
+
+
+def test_a_run_that_wrote_no_row_pins_nothing(tmp_path, loopback, capsys):
+    # A closed port first: nothing ran, so the right URL, even with other settings, is welcome.
+    srv, data, out = loopback(script), write_jsonl(tmp_path / "q.jsonl", n=2), tmp_path / "o"
+    wrong = argv(data, "http://127.0.0.1:9/v1", out, "--seeds 1 --rules base --retries 0")
+    assert evaluate.main(wrong) == 2 and not (out / "results.jsonl").read_text()
+    assert json.loads((out / "run.json").read_text())["settings"]["base_url"].endswith(":9/v1")
+    capsys.readouterr()
+    assert evaluate.main(argv(data, srv.url, out, "--seeds 1 --rules base --n 2")) == 0
+    assert not [line for line in capsys.readouterr().err.splitlines() if "run against" in line]
+    assert json.loads((out / "run.json").read_text())["settings"]["base_url"] == srv.url
+    assert len(rows_of(out)) == 2
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_a_redirect_on_the_first_request_exits_2_up_front(tmp_path, loopback, capsys, status):
+    elsewhere = {"Location": "http://127.0.0.1:9/v1/chat/completions"}
+    srv = loopback(lambda body, path: (status, {}, elsewhere))
+    data, out = write_jsonl(tmp_path / "q.jsonl", n=3), tmp_path / "o"
+    code = evaluate.main(argv(data, srv.url, out, "--seeds 1 --rules base,verdict --concurrency 1"))
+    err = progress_free(capsys.readouterr().err)
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith("verdict_lab.evaluate: error: the endpoint cannot be used: ")
+    assert f"HTTP {status}: redirected to" in err[0] and "run the same command" not in err[0]
+    assert len(srv.chats) == 1 and not (out / "summary.json").exists()
+    assert not (out / "results.jsonl").read_text()  # the chain that met it left no row
+
+
+def test_the_progress_line_shows_failed_chains_as_they_happen_and_every_method(
+    tmp_path, loopback, capsys
+):
+    def failing(body, path):  # the first item is answered, then the server breaks
+        if "0 or 1" in user_text(body):
+            return script(body, path)
+        return 500, {"error": {"message": "the model crashed"}}
+
+    srv, data, out = loopback(failing), write_jsonl(tmp_path / "q.jsonl", n=2), tmp_path / "o"
+    flags = "--seeds 1 --rules base,mean,verdict --retries 0 --concurrency 1 --judge-format text"
+    assert evaluate.main(argv(data, srv.url, out, flags)) == 3
+    lines = [line for line in capsys.readouterr().err.splitlines() if " items" in line]
+    first = lines[0]  # after q0: every method's accuracy, no failure yet
+    assert first.startswith("1/2 items") and "failed" not in first
+    assert all(f" {m} " in first for m in ("base", "mean", "verdict")), first
+    failed = next(i for i, line in enumerate(lines) if "failed" in line)
+    assert lines[failed].startswith("1/2 items")  # before q1 finished: as it happened
+    assert "1 of 4 chains failed" in lines[failed] and "the model crashed" in lines[failed]
+    assert lines[-1].startswith("2/2 items") and "3 of 6 chains failed" in lines[-1], lines[-1]
+
+
+def test_a_rerun_of_a_finished_run_says_nothing_new_ran(tmp_path, loopback, capsys):
+    srv, data, out = loopback(script), write_jsonl(tmp_path / "q.jsonl", n=2), tmp_path / "o"
+    args = argv(data, srv.url, out, "--seeds 1 --rules base")
+    assert evaluate.main(args) == 0
+    first = capsys.readouterr()
+    assert "nothing new ran" not in first.err
+    sent = len(srv.chats)
+    assert evaluate.main(args) == 0
+    again = capsys.readouterr()
+    said = [line for line in again.err.splitlines() if "nothing new ran" in line]
+    assert said == [
+        f"verdict_lab.evaluate: nothing new ran: the 2 rows in {out / 'results.jsonl'} were "
+        "already finished; the table is theirs"
+    ]
+    assert len(srv.chats) == sent and again.out == first.out  # the same table, no request
 
 
 def test_cache_error_stops_the_run_and_keeps_finished_rows(tmp_path, loopback, monkeypatch, capsys):

@@ -188,9 +188,10 @@ def test_the_demo_prints_a_models_reply_without_its_escape_sequences():
     def propose(state, n):
         return ["Final answer: \x1b]0;owned\x07B\x1b[2J"]
 
-    trace = verdict.run("q", propose, [lambda s, c: 0.8] * 3, verdict.Config(n=1))
-    shown = io.StringIO()
-    demo.print_trace(trace, shown)
+    shown, config = io.StringIO(), verdict.Config(n=1)
+    printer = demo.step_printer(config, shown)
+    trace = verdict.run("q", propose, [lambda s, c: 0.8] * 3, config, on_step=printer)
+    demo.print_totals(trace, shown)
     out = shown.getvalue()
     assert "\x1b" not in out and "\x07" not in out and "final answer: ]0;ownedB[2J" in out
 
@@ -595,3 +596,19 @@ def test_a_secret_in_the_base_url_never_reaches_the_run_directory(tmp_path, loop
         evaluate_run(data, url, out, "--rules", "base", "--seeds", "1", "--judge-format", "text")
         == 0
     )
+
+
+def test_evaluate_refuses_a_base_url_with_the_chat_path_before_any_request(
+    loopback, tmp_path, capsys
+):
+    from verdict_lab import evaluate
+
+    srv = loopback(lambda body, path: chat_response("x"))
+    data = tmp_path / "q.jsonl"
+    row = {"id": "q0", "question": "Which?", "options": {"A": "1", "B": "2"}, "answer": "B"}
+    data.write_text(json.dumps(row) + "\n")
+    url = srv.url + "/chat/completions"
+    code = evaluate.main(["--data", str(data), "--base-url", url, "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and not srv.requests and len(err.splitlines()) == 1
+    assert err.startswith("verdict_lab.evaluate: error: the base URL names the API's root")

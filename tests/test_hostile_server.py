@@ -253,6 +253,33 @@ def test_a_timeout_no_watchdog_can_wait_is_refused(timeout):
         Client("http://127.0.0.1:9/v1", "m", timeout=timeout)
 
 
+def test_a_reply_body_over_max_body_once_unpacked_fails_at_once_with_one_line(
+    loopback, monkeypatch
+):
+    # 8 MiB of JSON whitespace gzipped to a few kB: the bound counts the unpacked bytes, it stops
+    # reading there, and retrying a server that sends such a reply cannot help.
+    import gzip
+
+    from verdict_lab import client as client_module
+
+    monkeypatch.setattr(client_module, "MAX_BODY", 2**20)
+    bomb = gzip.compress(b"{" + b" " * 8 * 2**20 + b"}")
+    assert len(bomb) < 2**16
+    srv = loopback(lambda body, path: (200, bomb, {"Content-Encoding": "gzip"}))
+    client = Client(srv.url, "m", retries=3, sleep=lambda s: None)
+    with pytest.raises(EndpointError) as e:
+        client.chat([{"role": "user", "content": "hi"}])
+    assert e.value.status == 200 and len(srv.chats) == 1 and "\n" not in str(e.value)
+    assert e.value.message == (
+        "the reply's body is over 1,048,576 bytes, the most a chat completion may hold here "
+        "(verdict_lab.client.MAX_BODY)"
+    )
+    small = gzip.compress(json.dumps(chat_response("ok")).encode())
+    srv = loopback(lambda body, path: (200, small, {"Content-Encoding": "gzip"}))
+    reply = Client(srv.url, "m").chat([{"role": "user", "content": "hi"}])
+    assert reply["choices"][0]["message"]["content"] == "ok"
+
+
 def test_a_reply_within_the_timeout_is_not_cut_and_the_connection_is_reused(loopback):
     srv = loopback(lambda body, path: chat_response("fine"))
     c = Client(srv.url, "m", timeout=5)

@@ -215,6 +215,17 @@ def test_modes_i_and_i16_with_the_same_pixels_render_the_same(tmp_path):
     assert np.array_equal(out[0][..., 0], np.round(a / 65535 * 255).astype(np.uint8))
 
 
+def test_a_float_image_with_nan_or_inf_pixels_is_scaled_by_its_finite_pixels(recwarn):
+    # Its finite pixels span 0..2; +inf shows white, -inf and NaN black, and nothing warns.
+    a = np.array([[0.0, 1.0, 2.0, np.nan], [np.inf, -np.inf, 2.0, 0.0]], dtype=np.float32)
+    out = np.asarray(decode(encode_image(Image.fromarray(a, "F"))))
+    assert np.array_equal(out[..., 0], [[0, 128, 255, 0], [255, 0, 255, 0]])
+    assert np.array_equal(out[..., 0], out[..., 2])
+    nothing = Image.fromarray(np.full((2, 3), np.nan, dtype=np.float32), "F")
+    assert not np.asarray(decode(encode_image(nothing))).any()  # no finite pixel: black
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
 # --------------------------------------------------------------- chat messages: where the images go
 
 
@@ -344,3 +355,25 @@ def test_the_default_budget_is_vlmevalkits_and_max_pixels_sets_it(tmp_path):
     v.propose(state, 1), v.judges[0](state, "It is.")
     assert sent_sizes(client.requests) == [(40, 30)] * 2
     assert decode(encode_image(path)).size == (40, 30)
+
+
+def test_a_pil_images_encoding_is_kept_by_its_pixels(monkeypatch):
+    from verdict_lab import images
+
+    encoded, real = [], images.encode_image
+    monkeypatch.setattr(
+        images, "encode_image", lambda im, mp: encoded.append(im.size) or real(im, mp)
+    )
+    monkeypatch.setattr(images, "_memo", {})
+    red = Image.new("RGB", (5, 4), (255, 0, 0))
+    first = encode_image(red)
+    assert encode_image(Image.new("RGB", (5, 4), (255, 0, 0))) == first  # other object, same pixels
+    assert encode_image(red.convert("RGBA")) == first  # the same pixels once made RGB
+    blue = encode_image(Image.new("RGB", (5, 4), (0, 0, 255)))
+    assert blue != first and encode_image(red, max_pixels=10) != first
+    assert encoded == [(5, 4), (5, 4), (5, 4)]  # red, blue, red in another budget
+    for k in range(images.MEMO):  # the least recent goes first
+        encode_image(Image.new("RGB", (1, 1), (k, 0, 0)))
+    assert len(images._memo) == images.MEMO
+    encode_image(red)
+    assert len(encoded) == 3 + images.MEMO + 1

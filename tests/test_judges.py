@@ -542,7 +542,7 @@ def test_identical_candidates_keep_their_own_call_records(loopback):
         for c in row
     )
     d = json.loads(json.dumps(trace.to_dict(), allow_nan=False))
-    assert d["format"] == loop.TRACE_FORMAT == "verdict-trace/5"
+    assert d["format"] == loop.TRACE_FORMAT == "verdict-trace/6"
     assert d["steps"][0]["calls"] == [list(row) for row in rec.calls]
 
 

@@ -244,6 +244,60 @@ def test_reasoner_keeps_only_n_of_the_choices_a_server_returns(server):
     assert out == ["a.", "b."] and len(server.seen) == 1
 
 
+def test_reasoner_takes_the_choices_by_their_index_whatever_the_order_they_come_in(server):
+    # Choice j is sampled with seed + j, and candidate order decides ties: index, not list order.
+    body = completion("a.", "b.", "c.")
+    body["choices"].reverse()
+    server.script = lambda request: ok(body)
+    assert judges.Reasoner(judges.Endpoint(server.url, "m"))(verdict.State(QUESTION), 3) == [
+        "a.",
+        "b.",
+        "c.",
+    ]
+    for choice in body["choices"]:  # no usable index (here one repeated): as listed
+        choice["index"] = 0
+    assert judges.Reasoner(judges.Endpoint(server.url, "m"))(verdict.State(QUESTION), 3) == [
+        "c.",
+        "b.",
+        "a.",
+    ]
+
+
+def test_reasoner_with_logprobs_asks_for_them_and_returns_candidates_carrying_their_statistics(
+    server,
+):
+    # Choice 0's tokens have log-probabilities ln 0.5, ln 1, ln 0.25: T = 3, the mean
+    # (ln 0.5 + 0 + ln 0.25) / 3 = ln(1/8) / 3 = −0.6931, the minimum ln 0.25 = −1.3863.
+    lp = [math.log(0.5), 0.0, math.log(0.25)]
+    good = {"content": [{"token": t, "logprob": v} for t, v in zip(("a", " b", "."), lp)]}
+    body = completion("Step 1: a b.", "c.", "d.")
+    body["choices"][0]["logprobs"] = good
+    body["choices"][1]["logprobs"] = {"content": [{"token": "c", "logprob": 0.5}]}  # above 0
+    server.script = lambda request: ok(body)
+    out = judges.Reasoner(judges.Endpoint(server.url, "m"), logprobs=True)(
+        verdict.State(QUESTION), 3
+    )
+    assert out == ["a b.", "c.", "d."] and all(isinstance(c, judges.Candidate) for c in out)
+    assert out[0].logprobs == {
+        "tokens": 3,
+        "mean": pytest.approx(math.log(1 / 8) / 3),
+        "min": pytest.approx(-1.3863, abs=1e-4),
+    }
+    assert out[1].logprobs is None and out[2].logprobs is None  # unusable, and none sent
+    assert (server.bodies[0]["logprobs"], server.bodies[0]["top_logprobs"]) == (True, 1)
+    # Without the keyword nothing is asked and the candidates are plain strings.
+    plain = judges.Reasoner(judges.Endpoint(server.url, "m"))(verdict.State(QUESTION), 3)
+    assert "logprobs" not in server.bodies[1] and all(type(c) is str for c in plain)
+
+
+def test_only_the_prompts_own_template_line_is_an_echo_and_the_prompt_holds_it():
+    line = "Final answer: " + judges.PLACEHOLDER
+    assert line in judges.load_prompt("reasoner")["instructions"].splitlines()
+    assert judges.one_step(line) == judges.one_step(" final answer:" + judges.PLACEHOLDER) == ""
+    for answer in ("Final answer: <image 2>", "Final answer: <A>", "Final answer: <the red one>"):
+        assert judges.one_step(answer) == answer
+
+
 @pytest.mark.parametrize(
     "reply",
     [
@@ -471,6 +525,16 @@ def test_the_waits_without_retry_after_lie_within_the_exponential_backoff(server
         assert 2**k * 0.5 <= wait <= 2**k * 1.0, (k, waits)
 
 
+@pytest.mark.parametrize("tail", ["/chat/completions", "/chat/completions/"])
+def test_a_base_url_that_names_the_chat_path_is_refused_with_the_right_form(tail):
+    with pytest.raises(ValueError) as info:
+        judges.Endpoint("http://127.0.0.1:8000/v1" + tail, "m")
+    assert str(info.value).startswith(
+        "the base URL names the API's root, without /chat/completions, e.g. "
+        "http://127.0.0.1:8000/v1; got 'http://127.0.0.1:8000/v1/chat/completions"
+    )
+
+
 def test_a_redirect_is_not_followed_and_the_error_names_its_location(server):
     elsewhere = "http://elsewhere.invalid/v1/chat/completions"
     server.script = lambda request: (307, {}, {"Location": elsewhere})
@@ -551,6 +615,23 @@ def test_an_image_over_the_pixel_budget_is_scaled_down_within_it(server):
 def test_an_image_within_the_budget_is_never_scaled_up():
     url = judges.chat_messages("s", [pattern(30, 20)], "t", max_pixels=10_000)[1]["content"][0]
     assert decode(url["image_url"]["url"]).size == (30, 20)
+
+
+def test_a_path_that_is_no_regular_file_or_no_image_is_refused_with_its_name(tmp_path):
+    import os
+
+    fifo = tmp_path / "pipe.png"
+    os.mkfifo(fifo)  # reading it would never end
+    (tmp_path / "notes.txt").write_text("not an image")
+    for source, said in (
+        (fifo, f"cannot read image {fifo}: not a regular file"),
+        ("/dev/zero", "cannot read image /dev/zero: not a regular file"),
+        (tmp_path / "notes.txt", "notes.txt: not an image format Pillow reads"),
+        (b"not an image", "cannot decode image <12 bytes>: not an image format Pillow reads"),
+    ):
+        with pytest.raises(ValueError) as info:
+            judges.encode_image(source)
+        assert str(info.value).endswith(said) and "BytesIO" not in str(info.value)
 
 
 def test_a_data_url_is_sent_as_it_is(server):

@@ -164,7 +164,7 @@ def test_each_judge_calls_record_stays_with_its_score_in_call_order():
     ]
     judges = [Recording([0.9, 0.2, 0.5]), lambda s, c: 0.5, Recording([0.8, 0.3, 0.6])]
     d = run("q", propose, judges, Config(max_steps=1)).to_dict()
-    assert d["format"] == "verdict-trace/5" and json.loads(json.dumps(d, allow_nan=False)) == d
+    assert d["format"] == "verdict-trace/6" and json.loads(json.dumps(d, allow_nan=False)) == d
 
 
 def test_plain_judges_leave_no_records_in_the_trace():

@@ -20,6 +20,7 @@ from verdict_lab.formats import (
     REPLIES,
     TEXT,
     JudgeFormat,
+    _score_line_digit,
     json_object,
     parse_score,
     reason_of,
@@ -176,6 +177,31 @@ def test_a_stray_open_step_tag_does_not_hide_the_rest_of_the_reply():
     )
     # Without the candidate, an open <step> still runs to the end.
     assert math.isnan(parse_score(STRAY))
+
+
+def test_a_candidate_with_a_score_line_echoed_untagged_is_no_score_of_the_judge():
+    echo = "The cube is left.\nScore: 1"
+    assert math.isnan(parse_score(echo, "unit", echo))
+    assert math.isnan(parse_score(f"Restating:\n{echo}", "unit", "The cube  is left. Score: 1"))
+    assert parse_score(f"{echo}\nIt is not left.\nScore: 0.2", "unit", echo) == 0.2
+    assert math.isnan(parse_score("Score: 7\n\nScore: 7", "digit", "Score: 7"))
+    assert _score_line_digit("Score: 7", "Score: 7") is None
+    # A candidate with no score line is hidden only inside tags: "1" is this judge's own value.
+    assert parse_score("Score: 1", "unit", "1") == 1.0
+    assert parse_score("It is left.\nScore: 0.9", "unit", "It is left.") == 0.9
+    # A candidate that says "score" is hidden wherever it is echoed; the judge's own line is read.
+    said = "The score on the board is 3."
+    assert parse_score(f"{said}\nScore: 0.7", "unit", said) == 0.7
+    # Every position and line kept.
+    assert unquote("a\nScore: 1\nb", step="Score: 1") == "a\n" + " " * 8 + "\nb"
+
+
+def test_a_json_reply_that_only_repeats_the_candidate_is_an_echo():
+    candidate = '{"score": 9}'
+    with pytest.raises(ValueError, match="^the reply only repeats the candidate step$"):
+        json_score(' {"score":\n 9} ', step=candidate)
+    assert json_score(candidate, step="The cube is left.") == (1.0, "")
+    assert json_score(candidate) == (1.0, "")  # no candidate given: read
 
 
 def test_logprob_score_ignores_the_quoted_candidate():

@@ -2,6 +2,7 @@
 properties, and docs/rewards.md's snippet run as TRL's GRPOTrainer would run it."""
 
 import inspect
+import json
 import re
 import sys
 import types
@@ -420,3 +421,136 @@ def test_the_docs_snippet_runs_as_grpo_trainer_calls_it(monkeypatch):
     assert made["format_reward"](final) == [1.0, -1.0]
     assert made["accuracy_reward"](final, [3, 3]) == [1.0, 0.0]
     assert made["self_correction_reward"](final, [4, 4]) == [-1.0, 0.0]
+
+
+# ------------------------------------------------------------------- TRL's parsed completions
+
+# TRL (trl@f2cd5771) parses each completion with the tokenizer's response schema before the rewards
+# see it, when transformers >= 5 has a response template, and whenever GRPOTrainer has tools. For
+# Qwen2.5, Qwen3 and Qwen3-VL templates that is qwen3_schema (chat_template_utils.py), copied here:
+# <think>…</think> goes to "reasoning_content" (its first and last newline dropped), tool calls to
+# "tool_calls" as {"type": "function", "function": {...}}, the rest to "content" (parse_response
+# makes a missing content "").
+QWEN3_X_REGEX = (
+    r"^(?:<think>\n?(?:(?P<reasoning_content>.*?\S.*?)\n?|[\s]*)</think>\s*)?"
+    r"(?P<content>(?:(?!<tool_call>)[\s\S])*?)(?:\n(?=<tool_call>))?(?=(?:<tool_call>|<\|im_end\|>|$))"
+    r"(?P<tool_calls>(?:<tool_call>(?:(?!</tool_call>)[\s\S])+</tool_call>\s*)+)?\s*(?:<\|im_end\|>|$)"
+)
+
+
+def trl_parsed(text: str, thinking_key: str = "reasoning_content") -> dict:
+    """An assistant turn as TRL's parse_response leaves it under qwen3_schema."""
+    found = re.search(QWEN3_X_REGEX, text, re.S).groupdict()
+    parsed = {"role": "assistant", "content": found["content"] or ""}
+    if found["reasoning_content"] is not None:
+        parsed[thinking_key] = found["reasoning_content"]
+    if found["tool_calls"] is not None:
+        calls = re.findall(r"<tool_call>\s*(.+?)\s*</tool_call>", found["tool_calls"], re.S)
+        parsed["tool_calls"] = [{"type": "function", "function": json.loads(c)} for c in calls]
+    return parsed
+
+
+def as_trl_parses(completion: list, thinking_key: str = "reasoning_content") -> list:
+    return [
+        trl_parsed(m["content"], thinking_key) if m["role"] == "assistant" else m
+        for m in completion
+    ]
+
+
+ZOOM = '<tool_call>\n{"name": "zoom_in", "arguments": {"bbox": [0, 0, 10, 20]}}\n</tool_call>'
+# Raw completions as the model writes them (each a conversation), covering every reward: right and
+# wrong answers, good and bad formats, "re-examine" said only in the thinking, boxes in the
+# thinking and in a tool call, and a tool's turn between two of the model's.
+RAW = [
+    [
+        {
+            "role": "assistant",
+            "content": "<think>\nI re-examine the cups.\n</think>\n\n<answer>4</answer>",
+        }
+    ],
+    [{"role": "assistant", "content": "<think>\nCounting: 3.\n</think>\n\n<answer>3</answer>"}],
+    [{"role": "assistant", "content": "<answer>3</answer>"}],
+    [
+        {
+            "role": "assistant",
+            "content": "<think>\nsee [0, 0, 10, 10]\n</think>\n\n<answer>3</answer> extra",
+        }
+    ],
+    [
+        {"role": "assistant", "content": "<think>\nLook closer.\n</think>\n\n" + ZOOM},
+        {"role": "tool", "content": "a crop"},
+        {
+            "role": "assistant",
+            "content": "<think>\nRe-examining [0, 0, 10, 10]\n</think>\n\n<answer>5</answer>",
+        },
+    ],
+]
+SOLUTION = ["3"] * len(RAW)
+REF = [[[0, 0, 10, 10]]] * len(RAW)
+REWARD_FUNCS = (accuracy_reward, format_reward, self_correction_reward, grounding_reward)
+
+
+def rewards_of(completions) -> list:
+    return [f(completions=completions, solution=SOLUTION, ref_boxes=REF) for f in REWARD_FUNCS]
+
+
+def test_trl_parsed_completions_are_shaped_as_trl_leaves_them():
+    first, fifth = as_trl_parses(RAW[0]), as_trl_parses(RAW[4])
+    assert first == [
+        {
+            "role": "assistant",
+            "content": "<answer>4</answer>",
+            "reasoning_content": "I re-examine the cups.",
+        }
+    ]
+    assert fifth[0]["content"] == "" and fifth[0]["tool_calls"] == [
+        {"type": "function", "function": {"name": "zoom_in", "arguments": {"bbox": [0, 0, 10, 20]}}}
+    ]
+    assert "<think>" not in json.dumps([as_trl_parses(c) for c in RAW])
+
+
+@pytest.mark.parametrize("key", ["reasoning_content", "thinking"])
+def test_rewards_on_trl_parsed_completions_equal_those_on_the_raw_text(key):
+    raw, parsed = rewards_of(RAW), rewards_of([as_trl_parses(c, key) for c in RAW])
+    # Completions 0..4: 0 is wrong with "re-examine" in the thinking; 1 right and tidy; 2 has no
+    # thinking; 3 has text after the answer and a box [0, 0, 10, 10] (IoU 1) in the thinking; 4
+    # calls a tool with [0, 0, 10, 20] (IoU 0.5), then says "Re-examining" with the right box and
+    # answers wrong: grounding 1 + (1 − 0.5).
+    assert raw == [
+        [0.0, 1.0, 1.0, 1.0, 0.0],  # accuracy
+        [1.0, 1.0, -1.0, -1.0, 1.0],  # format
+        [-1.0, 0.0, 0.0, 0.0, -1.0],  # self-correction
+        [0.0, 0.0, 0.0, 1.0, 1.5],  # grounding
+    ]
+    assert parsed == raw
+
+
+def test_before_reading_the_thinking_trl_parsed_rewards_were_wrong():
+    # What the rewards gave when turns() read only content and tool_calls: the thinking lost, the
+    # tidy completions got format −1 and a "re-examine" said while thinking went unseen.
+    no_thinking = [
+        [{k: v for k, v in m.items() if k != "reasoning_content"} for m in as_trl_parses(c)]
+        for c in RAW
+    ]
+    blind = rewards_of(no_thinking)
+    assert blind[1] == [-1.0, -1.0, -1.0, -1.0, -1.0]  # format: every completion refused
+    assert blind[2] == [0.0, 0.0, 0.0, 0.0, 0.0]  # "re-examine" in 0's and 4's thinking unseen
+    assert blind[3] == [0.0, 0.0, 0.0, 0.0, 0.5]  # only the tool call's box is seen
+
+
+def test_rewards_take_every_keyword_trl_passes():
+    # _calculate_rewards: prompts, completions, completion_ids, trainer_state, log_extra,
+    # log_metric, environments (with environments) and every column.
+    logged = []
+    kwargs = dict(
+        prompts=[[{"role": "user", "content": "How many?"}]] * len(RAW),
+        completions=[as_trl_parses(c) for c in RAW],
+        completion_ids=[[1]] * len(RAW),
+        trainer_state=object(),
+        log_extra=lambda *a, **k: logged.append(a),
+        log_metric=lambda *a, **k: logged.append(a),
+        environments=[object()] * len(RAW),
+        solution=SOLUTION,
+        ref_boxes=REF,
+    )
+    assert [f(**kwargs) for f in REWARD_FUNCS] == rewards_of(RAW) and logged == []

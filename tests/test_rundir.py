@@ -23,20 +23,85 @@ def test_lock_is_held_until_released(tmp_path):
     rundir.lock(str(tmp_path / "o")).close()  # free again
 
 
+def finished_row(out) -> None:
+    """One finished row in OUT/results.jsonl: a run that wrote a row pins its settings."""
+    row = fake_row("d", 0, "base", True, id="q0")
+    (out / "results.jsonl").write_text(json.dumps(row.to_json()) + "\n")
+
+
 def test_claim_names_what_differs(tmp_path):
     settings = {"model": "m", "base_url": "http://a/v1", "verifier": {"n": 3}, "shard": None}
     rundir.claim(str(tmp_path), settings)
+    finished_row(tmp_path)
     rundir.claim(str(tmp_path), settings)  # the same settings: a resume
-    with pytest.raises(
-        ValueError,
-        match=r"other settings \(base_url: 'http://a/v1' there, 'http://b/v1' now, verifier\)",
-    ):
+    with pytest.raises(ValueError, match=r"other settings \(verifier\); use another --out"):
         rundir.claim(str(tmp_path), {**settings, "base_url": "http://b/v1", "verifier": {"n": 2}})
     (tmp_path / "run.json").write_text(
         json.dumps({"format": "verdict-eval-run/1", "settings": settings})
     )
     with pytest.raises(ValueError, match="is of format 'verdict-eval-run/1'"):
         rundir.claim(str(tmp_path), settings)
+
+
+def test_a_run_recorded_before_adaptive_existed_resumes_under_adaptive_off(tmp_path):
+    verifier = {"n": 3, "adaptive": "off", "adaptive_threshold": None}
+    settings = {"model": "m", "base_url": "http://a/v1", "verifier": verifier, "shard": None}
+    older = {**settings, "verifier": {"n": 3}}  # its run.json has no adaptive setting
+    (tmp_path / "run.json").write_text(json.dumps({"format": rundir.RUN_FORMAT, "settings": older}))
+    finished_row(tmp_path)
+    assert rundir.claim(str(tmp_path), settings) == []
+    (tmp_path / "run.json").write_text(json.dumps({"format": rundir.RUN_FORMAT, "settings": older}))
+    with pytest.raises(ValueError, match=r"other settings \(verifier\)"):
+        rundir.claim(str(tmp_path), {**settings, "verifier": {**verifier, "adaptive": "agree"}})
+
+
+def test_the_endpoint_may_change_under_the_same_settings_and_is_said_once(tmp_path):
+    settings = {"model": "m", "base_url": "http://a/v1", "judge_base_url": "http://a/v1"}
+    assert rundir.claim(str(tmp_path), settings) == []
+    finished_row(tmp_path)
+    moved = {**settings, "base_url": "http://b/v1", "judge_base_url": "http://b/v1"}
+    (note,) = rundir.claim(str(tmp_path), moved)
+    assert note == (
+        f"{tmp_path} was run against another endpoint (base_url: 'http://a/v1' there, "
+        "'http://b/v1' now; judge_base_url: 'http://a/v1' there, 'http://b/v1' now); the model and "
+        "settings are the same, so this run's rows join its table"
+    )
+    assert rundir.claim(str(tmp_path), moved) == []  # said once
+    run = rundir.read_run(str(tmp_path))
+    assert run["settings"] == moved
+    assert run["endpoints_before"] == [{"base_url": "http://a/v1", "judge_base_url": "http://a/v1"}]
+
+
+def test_a_run_directory_with_no_finished_row_pins_nothing(tmp_path):
+    settings = {"model": "m", "base_url": "http://127.0.0.1:9/v1", "verifier": {"n": 3}}
+    rundir.claim(str(tmp_path), settings)
+    failed = fake_row("d", 0, "base", False, id="q0", error="EndpointError: HTTP 500")
+    (tmp_path / "results.jsonl").write_text(json.dumps(failed.to_json()) + "\n")  # runs again
+    other = {"model": "n", "base_url": "http://127.0.0.1:8080/v1", "verifier": {"n": 2}}
+    assert rundir.claim(str(tmp_path), other) == []  # nothing to say: nothing was kept
+    assert rundir.read_run(str(tmp_path)) == {"format": rundir.RUN_FORMAT, "settings": other}
+
+
+@pytest.mark.parametrize("file", ["run.json", "results.jsonl"])
+def test_a_planted_temporary_file_symlink_is_never_followed(tmp_path, file):
+    out, outside = tmp_path / "o", tmp_path / "outside.txt"
+    out.mkdir()
+    outside.write_text("not yours")
+    os.symlink(outside, out / f"{file}.tmp")
+    settings = {"model": "m", "base_url": "http://a/v1"}
+    if file == "run.json":
+        rundir.claim(str(out), settings)
+    else:  # a torn last line: load_rows rewrites the file without it
+        finished_row(out)
+        with open(out / "results.jsonl", "a") as fh:
+            fh.write('{"format": "verdict-eval-row/3", "da')
+        assert len(rundir.load_rows(str(out / "results.jsonl"))[0]) == 1
+        assert (out / "results.jsonl").read_text().count("\n") == 1
+    assert outside.read_text() == "not yours" and os.path.islink(out / f"{file}.tmp")
+    text = (out / file).read_text()
+    assert json.loads(text if file == "run.json" else text.splitlines()[0])  # written, whole
+    left = {file, f"{file}.tmp"} | ({"results.jsonl"} if file == "results.jsonl" else set())
+    assert sorted(os.listdir(out)) == sorted(left)  # no temporary file of ours stays behind
 
 
 def test_a_run_of_the_settings_shape_before_the_verifier_dict_is_refused_by_its_format(

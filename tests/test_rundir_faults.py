@@ -8,6 +8,8 @@ import errno
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -16,7 +18,8 @@ from verdict_lab import evaluate
 from verdict_lab.loopback import chat_response, user_text
 from verdict_lab.layouts import role_of
 from verdict_lab.harness.rundir import RUN_FORMAT
-from test_demo import start_script
+from verdict_lab.harness.chains import STOP_GRACE
+from test_demo import script_env, start_script
 from test_evaluate import rows_of, run, script, write_jsonl
 
 BASE = ["--seeds", "1", "--rules", "base,verdict", "--max-steps", "3", "--judge-format", "text"]
@@ -376,38 +379,94 @@ def test_a_damaged_shard_is_one_line(tmp_path, loopback, damage, said):
 # ----------------------------------------------------------------------------- Ctrl-C
 
 
-def test_ctrl_c_is_one_line_exit_130_and_keeps_the_rows(tmp_path, loopback):
-    gate, reached = threading.Event(), threading.Event()
+def held_third_item(gate: threading.Event, reached: threading.Event):
+    """The script, but every request of the third item ("2 or 3") waits for `gate`: a chain in
+    flight that does not end by itself."""
 
-    def blocking(body, path):
-        if (
-            "2 or 3" in user_text(body) and not gate.is_set()
-        ):  # the third item: held until the signal
+    def handler(body, path):
+        if "2 or 3" in user_text(body) and not gate.is_set():
             reached.set()
-            gate.wait(120)
+            gate.wait(600)
         return script(body, path)
 
-    srv, out = loopback(blocking), tmp_path / "out"
-    args = [
-        "--data",
-        write_jsonl(tmp_path / "q.jsonl", n=4),
-        "--base-url",
-        srv.url,
-        "--out",
-        str(out),
-        *BASE,
-    ]
-    proc = start_script("verdict_lab.evaluate", [*args, "--concurrency", "1"])
+    return handler
+
+
+def interrupt(proc, times: int) -> str:
+    """Send SIGINT, read stderr up to the line saying the run is stopping, then send SIGINT
+    `times` - 1 more times; all of stderr."""
+    proc.send_signal(signal.SIGINT)
+    lines = []
+    while not lines or "stopping" not in lines[-1]:
+        line = proc.stderr.readline()
+        assert line, f"stderr ended before the run said it was stopping: {lines}"
+        lines.append(line)
+    for _ in range(times - 1):
+        proc.send_signal(signal.SIGINT)
+    return "".join(lines) + proc.communicate(timeout=120)[1]
+
+
+def test_ctrl_c_says_at_once_what_is_kept_and_does_not_wait_for_a_chain_in_flight(
+    tmp_path, loopback
+):
+    # The third item's request never ends (until the test does): the run stops without it.
+    gate, reached = threading.Event(), threading.Event()
+    srv, out = loopback(held_third_item(gate, reached)), tmp_path / "out"
+    args = ["--data", write_jsonl(tmp_path / "q.jsonl", n=4), "--base-url", srv.url]
+    args += ["--out", str(out), *BASE, "--timeout", "900", "--concurrency", "1"]
+    proc = start_script("verdict_lab.evaluate", args)
     try:
         assert reached.wait(120), "the run never reached the third item"
-        proc.send_signal(signal.SIGINT)
+        err = interrupt(proc, 1)
     finally:
+        proc.kill() if proc.poll() is None else None
         gate.set()
-        _, err = proc.communicate(timeout=120)
+    said = [line for line in err.splitlines() if "items" not in line]
     assert proc.returncode == 130 and "Traceback" not in err, err
-    assert [line for line in err.splitlines() if "items" not in line] == [
+    assert said[0] == (
+        f"verdict_lab.evaluate: stopping (Ctrl-C): the 4 finished rows in {out / 'results.jsonl'} "
+        f"are kept; waiting at most {STOP_GRACE:g} s for the 1 chain in flight (Ctrl-C again stops "
+        "at once)"
+    )
+    assert said[1:] == [
         "verdict_lab.evaluate: interrupted; the rows finished are kept: the same command resumes"
     ]
     kept = rows_of(out)
-    assert len(kept) >= 2 * 2  # q0 and q1, both methods
-    assert evaluate.main(args) == 0 and rows_of(out)[: len(kept)] == kept
+    assert {(r["id"], r["method"]) for r in kept} == {
+        (q, m) for q in ("q0", "q1") for m in ("base", "verdict")
+    }
+    assert evaluate.main(args) == 0 and rows_of(out)[: len(kept)] == kept  # resumed
+
+
+def test_a_second_ctrl_c_stops_at_once(tmp_path, loopback):
+    # The grace for chains in flight made long: only the second Ctrl-C can end the run.
+    gate, reached = threading.Event(), threading.Event()
+    srv, out = loopback(held_third_item(gate, reached)), tmp_path / "out"
+    args = ["--data", write_jsonl(tmp_path / "q.jsonl", n=4), "--base-url", srv.url]
+    args += ["--out", str(out), *BASE, "--timeout", "900", "--concurrency", "1"]
+    code = (
+        "import sys; from verdict_lab.harness import chains; chains.STOP_GRACE = 900.0; "
+        "import runpy; sys.argv[0] = 'evaluate'; "
+        "runpy.run_module('verdict_lab.evaluate', run_name='__main__')"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        env=script_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert reached.wait(120), "the run never reached the third item"
+        err = interrupt(proc, 2)
+    finally:
+        proc.kill() if proc.poll() is None else None
+        gate.set()
+    said = [line for line in err.splitlines() if "items" not in line]
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert "waiting at most 900 s for the 1 chain in flight" in said[0]
+    assert said[1:] == [
+        "verdict_lab.evaluate: stopped at once (a second Ctrl-C): the 1 chain in flight is dropped",
+        "verdict_lab.evaluate: interrupted; the rows finished are kept: the same command resumes",
+    ]
+    assert len(rows_of(out)) == 4

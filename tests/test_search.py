@@ -6,6 +6,7 @@ verdict.run."""
 
 import json
 import math
+import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -825,6 +826,18 @@ BAD = [  # (a search with bad settings, the ValueError's message)
         "unknown answer rule 'naive'; expected one of best, weighted, majority",
     ),
     (partial(S.StepScorer, BOOMS, TWO, "prm"), "unknown step_score 'prm'"),
+    # the public functions name the choices too, never a bare KeyError
+    (
+        partial(S.step_scores, [[0.5, 0.5, 0.5]], "median"),
+        "unknown step_score 'median'; expected one of key, mean, margin",
+    ),
+    (
+        partial(S.prefix_scores, [0.5], "sum"),
+        "unknown aggregate 'sum'; expected one of last, min, prod",
+    ),
+    # an integer no float holds is a ValueError, never an OverflowError
+    (partial(S.step_scores, [[0.5, 0.5, 0.5]], tau=10**400), "tau and eps must be finite"),
+    (partial(S.step_scores, [[10**400, 0.5, 0.5]]), "real numbers a float can hold"),
     (partial(S.StepScorer, BOOMS), "StepScorer needs 3 judges (one per lam), got 2"),
     (partial(S.StepScorer(BOOMS, TWO).score, ["q"], []), "got 1 questions, 0 outputs, 1 images"),
 ]
@@ -978,3 +991,201 @@ def test_beam_search_keeps_at_most_w_and_counts_its_calls(seed):
         for xs in search.depths:
             if any(x.accepted for x in xs):
                 assert all(x.accepted for x in xs if x.kept)
+
+
+# ----------------------------------------------------------------------------- the step scorer's
+# inputs, its aggregate, its threads and its failures
+
+
+@pytest.mark.parametrize(
+    "questions,outputs,images,says",
+    [
+        (["q"], ["abc"], None, "each question's outputs must be a list of strings, got str: 'abc'"),
+        ("q", [["a"]], None, "questions must be a list of strings, got str: 'q'"),
+        (["q"], [["a"]], "img.png", "images must be a list, got str: 'img.png'"),
+        (["q"], (o for o in [["a"]]), None, "outputs must be a list of lists of strings, got gen"),
+        (["q"], [[7]], None, "questions and outputs must be strings, got 7"),
+    ],
+)
+def test_step_scorer_takes_no_string_or_generator_for_a_list(questions, outputs, images, says):
+    # Before: outputs=["abc"] scored three outputs "a", "b", "c"; a generator was consumed and
+    # scored as [].
+    with pytest.raises(ValueError) as info:
+        S.StepScorer(BOOMS, TWO).score(questions, outputs, images)
+    assert says in str(info.value)
+
+
+@pytest.mark.parametrize("bad", [None, "0.9", True, 0.5j])
+def test_step_scores_refuse_what_select_refuses_before_converting(bad):
+    # Before: None became an abstention, "0.9" 0.9 and True 1.0; a complex number was a TypeError.
+    with pytest.raises(ValueError, match="scores must be real numbers"):
+        S.step_scores([[bad, 0.5]], "mean", TWO.lam)
+    with pytest.raises(ValueError, match="scores must be real numbers"):
+        V.select([[bad, 0.5]], TWO.lam)
+
+
+@pytest.mark.parametrize("bad", [NAN, math.inf, None, "low", True])
+def test_step_scorer_refuses_an_unjudged_score_that_is_no_finite_number(bad):
+    # Before: NaN, None or a string came back as a step's score; a NaN wins np.argmax.
+    with pytest.raises(ValueError, match=r"unjudged must be a finite real number, got"):
+        S.StepScorer(BOOMS, TWO, unjudged=bad)
+
+
+def test_step_scorer_takes_the_aggregate_and_refuses_prod_over_a_score_outside_0_1():
+    # Under prod, key's steps of 1.9, 1.9, 1.87 multiply to 6.75 and beat one step of 1.89: a longer
+    # chain wins by length. The aggregate comes from the caller (search-and-learn's agg_strategy).
+    with pytest.raises(ValueError, match="aggregate 'prod' needs a step score in \\[0, 1\\]"):
+        S.StepScorer(BOOMS, TWO, step_score="key", aggregate="prod")
+    with pytest.raises(ValueError, match=r"in \[0, 1\] under aggregate 'prod' .*, got -1.0"):
+        S.StepScorer(BOOMS, TWO, step_score="mean", aggregate="prod")
+    with pytest.raises(ValueError, match="unknown aggregate 'mean'"):
+        S.StepScorer(BOOMS, TWO, aggregate="mean")
+    # Under prod an unjudged step of 0 zeroes its output's product.
+    judge = lambda s, c: NAN if c == "bad" else 0.8
+    prm = S.StepScorer([judge] * 2, TWO, "mean", unjudged=0, aggregate="prod")
+    assert prm.score(["q"], [["good\n\nbad"]]) == [[[pytest.approx(0.8), 0.0]]]
+    assert S.StepScorer(BOOMS, TWO).unjudged == -1.0
+
+
+def concurrency_probe(k):
+    """(judge, peak): a judge whose calls wait until k of them run at once (or 10 s pass), and a
+    list holding the most calls seen running at once."""
+    lock, ready = threading.Lock(), threading.Event()
+    running, peak = [0], [0]
+
+    def judge(state, step):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+            if running[0] >= k:
+                ready.set()
+        ready.wait(10)
+        with lock:
+            running[0] -= 1
+        return 0.8
+
+    return judge, peak
+
+
+def test_step_scorer_judges_steps_concurrently_by_default_and_bounded(monkeypatch):
+    judge, peak = concurrency_probe(2)
+    outputs = [["a\n\nb\n\nc\n\nd", "e\n\nf"]]
+    scores = S.StepScorer([judge, judge], TWO).score(["q"], outputs)
+    assert peak[0] >= 2 and [len(o) for o in scores[0]] == [4, 2]
+    pools = []
+
+    class Pool(ThreadPoolExecutor):
+        def __init__(self, max_workers):
+            pools.append(max_workers)
+            super().__init__(max_workers)
+
+    monkeypatch.setattr(S, "ThreadPoolExecutor", Pool)
+    S.StepScorer(table_judges(SAL_TABLE), TWO).score(["q1", "q2"], SAL_OUTPUTS)  # 5 steps
+    S.StepScorer(table_judges(SAL_TABLE), TWO, concurrency=2).score(["q1", "q2"], SAL_OUTPUTS)
+    S.StepScorer(table_judges(SAL_TABLE), TWO, concurrency=1).score(["q1", "q2"], SAL_OUTPUTS)
+    assert pools == [5, 2]  # at most `concurrency` threads (8), never more than the steps
+    with pytest.raises(ValueError, match="concurrency must be an integer >= 1, got concurrency=0"):
+        S.StepScorer(BOOMS, TWO, concurrency=0)
+
+
+def test_a_judge_that_fails_after_its_retries_makes_its_step_unjudged_and_is_counted(capsys):
+    from judges import EndpointError
+
+    def judge(state, step):
+        if step == "down":
+            raise EndpointError("http://127.0.0.1:9/v1", 503, "overloaded")
+        return 0.8
+
+    prm = S.StepScorer(S.memoise([judge, judge]), TWO)
+    scores = prm.score(["q1", "q2"], [["ok\n\ndown", "down"], ["ok"]])
+    assert scores == [[[pytest.approx(1.8), -1.0], [-1.0]], [[pytest.approx(1.8)]]]
+    assert prm.counts == {"steps": 4, "unjudged": 2, "failed": 2}
+    err = capsys.readouterr().err
+    assert (
+        err.count("StepScorer: a judge failed (http://127.0.0.1:9/v1: HTTP 503: overloaded)") == 1
+    )
+    # A judge's bug is not a failure of the server: it still raises, as in verdict.step.
+    with pytest.raises(ValueError, match="returned '0.9'"):
+        S.StepScorer([lambda s, c: "0.9"] * 2, TWO).score(["q"], [["a"]])
+
+
+# search-and-learn's scripts/test_time_compute.py, as read at 6f81cac, with only its model calls
+# replaced: it imports load_prm from sal.models.reward_models when it starts, builds
+# prm = load_prm(config), and best_of_n reads prm.score and config.agg_strategy.
+TEST_TIME_COMPUTE = """
+import json, sys
+import numpy as np
+from sal.config import Config
+from sal.models.reward_models import load_prm
+
+config = Config(prm_path=sys.argv[1], agg_strategy=sys.argv[2], prm_batch_size=2)
+prm = load_prm(config)
+outputs = [["a\\n\\nFinal answer: 1", "b\\n\\nFinal answer: 2"]]
+scores = prm.score(["q"], outputs)
+agg = {"last": lambda s: s[-1], "min": min, "prod": lambda s: float(np.prod(s))}
+agg = [agg[config.agg_strategy](s) for s in scores[0]]
+print(json.dumps({"scores": scores, "pred": outputs[0][int(np.argmax(agg))]}))
+"""
+
+
+@pytest.fixture
+def sal_stand_in(monkeypatch):
+    """A stand-in of search-and-learn's sal.config.Config and sal.models.reward_models.load_prm
+    (which knows only its own prm_path strings), put in sys.modules."""
+    import dataclasses
+    import types
+
+    @dataclasses.dataclass
+    class Config:
+        prm_path: str = "RLHFlow/Llama3.1-8B-PRM-Deepseek-Data"
+        agg_strategy: str = "last"
+        prm_batch_size: int = 4
+
+    def load_prm(config):
+        raise NotImplementedError(config.prm_path)
+
+    mods = {name: types.ModuleType(name) for name in ("sal", "sal.config", "sal.models")}
+    mods["sal.models.reward_models"] = types.ModuleType("sal.models.reward_models")
+    mods["sal.config"].Config = Config
+    mods["sal.models.reward_models"].load_prm = load_prm
+    for name, mod in mods.items():
+        monkeypatch.setitem(__import__("sys").modules, name, mod)
+    return mods
+
+
+def test_register_sal_makes_test_time_compute_use_verdict_without_an_edit(
+    sal_stand_in, tmp_path, monkeypatch, capsys
+):
+    import runpy
+    import sys
+
+    script = tmp_path / "test_time_compute.py"
+    script.write_text(TEST_TIME_COMPUTE)
+    made = []
+
+    def make_judges():
+        made.append(1)
+        return S.memoise(table_judges(SAL_TABLE))
+
+    before = S.register_sal(make_judges, step_score="mean", config=TWO)
+    assert before.__name__ == "load_prm"
+    for agg, pred in (("last", "b\n\nFinal answer: 2"), ("min", "a\n\nFinal answer: 1")):
+        monkeypatch.setattr(sys, "argv", [str(script), "verdict", agg])
+        runpy.run_path(str(script), run_name="__main__")
+        out = json.loads(capsys.readouterr().out)
+        np.testing.assert_allclose(sum(out["scores"][0], []), [0.9, 0.8, 0.5, 0.85], atol=1e-12)
+        assert out["pred"] == pred
+    assert len(made) == 2
+    prm = sal_stand_in["sal.models.reward_models"].load_prm(
+        sal_stand_in["sal.config"].Config(prm_path="verdict", agg_strategy="prod")
+    )
+    assert (prm.aggregate, prm.concurrency, prm.unjudged) == ("prod", 4, 0.0)
+    # Another prm_path goes to the load_prm search-and-learn had.
+    monkeypatch.setattr(sys, "argv", [str(script), "RLHFlow/Llama3.1-8B-PRM-Deepseek-Data", "last"])
+    with pytest.raises(NotImplementedError):
+        runpy.run_path(str(script), run_name="__main__")
+    # key under prod is refused when the PRM is built, before any judge call.
+    S.register_sal(make_judges, config=TWO)
+    monkeypatch.setattr(sys, "argv", [str(script), "verdict", "prod"])
+    with pytest.raises(ValueError, match="aggregate 'prod' needs a step score in"):
+        runpy.run_path(str(script), run_name="__main__")

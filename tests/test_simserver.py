@@ -3,6 +3,7 @@ of a prompt, the prefix cache as the two prompt layouts meet it, and the simulat
 timing is asserted."""
 
 import json
+import os
 
 import pytest
 from PIL import Image
@@ -221,3 +222,32 @@ def test_the_prefix_cache_is_a_longest_common_prefix_in_whole_blocks(layout, que
                 )  # both images
             seen.append(units)
         state = state.extend(candidates[0])
+
+
+def test_the_reasoners_logprobs_vary_with_its_text_and_a_judges_stay_fixed():
+    # step_logprob is ln(0.6 + 0.39·u), u a hash of the text: in [ln 0.6, ln 0.99), the same for the
+    # same text; a reasoner's first token is p⁴, so its minimum is 4·lp.
+    lp = simserver.step_logprob("Observation 0.0.1: detail")
+    assert lp == simserver.step_logprob("Observation 0.0.1: detail")
+    assert lp != simserver.step_logprob("Observation 0.0.2: detail")
+    assert all(
+        -0.5109 <= simserver.step_logprob(f"text {i}") < -0.01005 for i in range(200)
+    )  # ln 0.6 = −0.5108, ln 0.99 = −0.01005
+    with LoopbackServer(SimulatedServer(LatencyModel(time_scale=0.0))) as srv:
+        out = judges.Reasoner(Client(srv.url, "sim"), logprobs=True)(verdict.State("q"), 3)
+    for c in out:
+        lp = simserver.step_logprob(str(c))
+        assert c.logprobs["min"] == pytest.approx(4 * lp)
+        assert c.logprobs["mean"] == pytest.approx(
+            lp * (c.logprobs["tokens"] + 3) / c.logprobs["tokens"]
+        )
+
+
+def test_a_remote_simulated_server_answers_from_its_own_process_and_resets():
+    with simserver.Remote(LatencyModel(time_scale=0.0), final_at=1) as srv:
+        reasoner = judges.Reasoner(Client(srv.url, "sim"))
+        assert reasoner(verdict.State("q"), 2)[0].startswith("Observation 0.")
+        assert reasoner(verdict.State("q", (), ("one",)), 2) == ["Final answer: B"] * 2
+        srv.reset()  # answered by the server's process, not a chat completion
+        assert srv.url.startswith("http://127.0.0.1:") and srv._process.pid != os.getpid()
+    assert not srv._process.is_alive()

@@ -2,7 +2,9 @@
 against verdict.select (oracle), the noise-free and symmetric cases, EVPV's gate, the intervals, and
 the reproducibility of the report."""
 
+import json
 import math
+import os
 from dataclasses import replace
 
 import numpy as np
@@ -11,6 +13,7 @@ import pytest
 from verdict_lab import simulate
 from verdict_lab.perf import simulation
 import verdict
+from test_demo import run_script
 from verdict_lab.perf.simulation import (
     ALL_RULES,
     Scenario,
@@ -278,3 +281,35 @@ def test_other_guards():
         raw_scores(draw(2, 5), Scenario(lam=(1.0, 1.0)))
     with pytest.raises(ValueError, match="2 per-seed"):
         interval([0.5])
+
+
+# ----------------------------------------------------------------------------- the command's files
+
+
+@pytest.mark.parametrize(
+    "flags, files",
+    [
+        (["--sweep", "tau=0.1,0.6"], ["sim_tau.json", "sim_tau.png"]),
+        ([], ["simulation.png", "simulation_report.md"]),
+    ],
+)
+def test_the_command_writes_in_the_current_directory_and_prints_its_table(tmp_path, flags, files):
+    p = run_script(
+        "verdict_lab.simulate", [*flags, "--trials", "30", "--seeds", "2"], str(tmp_path)
+    )
+    assert p.returncode == 0, p.stderr
+    assert sorted(os.listdir(tmp_path)) == files
+    if flags:  # the curve's table: a row per τ, the numbers of sim_tau.json
+        s = json.loads((tmp_path / "sim_tau.json").read_text())
+        acc = lambda k, m: f"{s['accuracy'][k][m]['Avg']['mean']:.2f}"
+        assert "| τ | base | mean | verdict | VERDICT − Mean |" in p.stdout, p.stdout
+        for k, t in zip(s["settings"], s["ticks"]):
+            assert (
+                f"| {t} | {acc(k, 'base')} ±" in p.stdout and f"| {acc(k, 'verdict')} ±" in p.stdout
+            )
+    else:
+        assert p.stdout.startswith("| noise model")
+    wrote = {"sim_tau.json": "sim_tau.json and sim_tau.png"}.get(
+        files[0], " and ".join(files[::-1])
+    )
+    assert p.stdout.splitlines()[-1] == f"wrote {wrote}"  # in the current directory

@@ -17,7 +17,8 @@ import verdict
 from verdict_lab.harness import sweep
 from verdict_lab.loopback import chat_response, user_text
 from verdict_lab.layouts import role_of
-from test_evaluate import argv, write_jsonl
+from test_demo import run_script
+from test_evaluate import HERE, argv, write_jsonl
 
 N, M = 3, 3  # candidates per step, judges
 TAUS = (0.1, 0.3, 0.6, 0.7, 0.9)
@@ -236,3 +237,86 @@ def test_the_simulator_draws_the_same_curves(tmp_path):
     assert (tmp_path / "sim_eps.png").exists() and json.loads(
         (tmp_path / "sim_eps.json").read_text()
     )["axis"] == "eps"
+
+
+# ----------------------------------------------------------------------------- the scripted demo
+
+DOCS = os.path.join(HERE, "docs")
+
+
+def docs_stamp() -> dict:
+    """{name: (size, mtime)} of docs/'s files the τ demo would touch (its picture, sweep_*)."""
+    return {
+        f: (os.stat(p).st_size, os.stat(p).st_mtime_ns)
+        for f in os.listdir(DOCS)
+        if f.startswith(("sweep_", "sim_")) and os.path.isfile(p := os.path.join(DOCS, f))
+    }
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """python -m verdict_lab.perf.sweep_demo as a new user runs it, from a directory of their own:
+    (its output, that directory, docs/'s stamp before, after)."""
+    cwd = tmp_path_factory.mktemp("user")
+    before = docs_stamp()
+    p = run_script("verdict_lab.perf.sweep_demo", [], cwd=str(cwd), timeout=900)
+    return p, cwd, before, docs_stamp()
+
+
+def test_the_sweep_demo_writes_in_the_current_directory_never_in_docs_and_prints_its_table(demo):
+    p, cwd, before, after = demo
+    assert p.returncode == 0, p.stderr
+    assert after == before  # docs/sweep_tau.png untouched
+    picture = cwd / "runs" / "sweep-demo" / "sweep_tau.png"
+    assert Image.open(picture).size[0] > 0 and f"wrote {picture} (scripted server)" in p.stderr
+    taus = re.findall(r"(?m)^\| ([0-9.]+) \| [0-9.]+ ±", p.stdout)
+    assert taus == ["0.01", "0.1", "0.3", "0.6", "0.8", "0.95"], p.stdout
+
+
+def test_the_request_counts_of_docs_sweeps_md_are_what_the_demo_prints(demo):
+    p = demo[0]
+    needed = re.search(r"(?m)^\| needed \| (\d+) \|", p.stdout).group(1)
+    separate = re.search(r"(?m)^\| separate runs \| (\d+) \|", p.stdout).group(1)
+    with open(os.path.join(DOCS, "sweeps.md"), encoding="utf-8") as fh:
+        text = " ".join(fh.read().split())
+    said = re.search(
+        r"the sweep needed (\d+) requests where six separate runs would send (\d+)", text
+    )
+    assert said and said.groups() == (needed, separate), (said and said.groups(), needed, separate)
+
+
+def test_an_adaptive_threshold_sweep_trades_judge_calls_for_accuracy_in_one_run(tmp_path, loopback):
+    # agree's v: step 1 offers n distinct ideas (v = 1/3), step 2 the answers A, B, A (v = 2/3).
+    # θ = 0.5 judges step 1 (1/3 is not above 0.5) and not step 2 (2/3 is): 9 judge calls a chain;
+    # θ = 0.2 judges neither: 0; θ = 1, added to the sweep, judges both: 18, full VERDICT. AGREE
+    # makes full VERDICT take candidate 0 at step 1, the one θ = 0.2 takes unjudged (no two ideas
+    # agree: the first), so every setting's reasoner requests are full VERDICT's and the sweep
+    # sends the requests of one full run: per chain, base 2 and VERDICT 2 · (1 + n·m) = 20.
+    srv, data = loopback(scripted(AGREE)), write_jsonl(tmp_path / "q.jsonl", n=3)
+    out = tmp_path / "out"
+    flags = "--seeds 2 --rules base,verdict --judge-format text --max-steps 3 --adaptive agree"
+    assert (
+        evaluate.main(argv(data, srv.url, out, f"{flags} --sweep adaptive_threshold=0.2,0.5")) == 0
+    )
+    s = json.loads((out / "summary.json").read_text())
+    assert s["axis"] == "adaptive_threshold" and s["values"] == [0.2, 0.5, 1.0]
+    assert len(srv.chats) == s["cost"]["needed"]["calls"] == 3 * 2 * (2 + 20)
+    per_item = {k: v["verdict"] for k, v in s["judge_calls"].items()}
+    assert per_item == {
+        "adaptive_threshold=0.2": 0,
+        "adaptive_threshold=0.5": N * M,
+        "adaptive_threshold=1": 2 * N * M,
+    }  # per item and seed
+    with open(out / "adaptive_threshold=0.5" / "results.jsonl") as fh:
+        rows = [json.loads(line) for line in fh if '"verdict"' in line]
+    trace = next(r["trace"] for r in rows if r["method"] == "verdict")
+    assert [st.get("adaptive", {}).get("judged") for st in trace["steps"]] == [True, False]
+    assert trace["totals"]["adaptive"] == {
+        "signal": "agree",
+        "threshold": 0.5,
+        "judged": 1,
+        "unverified": 1,
+    }
+    md = (out / "summary.md").read_text()
+    assert "| θ (adaptive) | base | verdict | fallback | VERDICT judge calls / item |" in md
+    assert Image.open(out / "compute.png").size == (760, 440)

@@ -5,12 +5,17 @@ sent (roles, images and their order, the question) and the output returned (the 
 output)."""
 
 import dataclasses
+import hashlib
 import json
+import os
 import re
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -389,16 +394,20 @@ def test_every_verifier_setting_is_a_checked_keyword(loopback):
         max_calls=10,
         max_pixels=1000,
         layout="shared",
+        adaptive="mean-prob",
+        adaptive_threshold=0.5,
     )
     assert set(given) == {f.name for f in dataclasses.fields(Settings)}
     for k, v in given.items():
-        assert getattr(model(srv, **{k: v}).settings, k) == v, k
+        signal = {"adaptive": "agree"} if k == "adaptive_threshold" else {}  # θ needs a signal
+        assert getattr(model(srv, **{k: v}, **signal).settings, k) == v, k
         assert getattr(Settings(), k) != v, k  # not a default: the keyword did it
     bad = dict(
         rule="best", n=0, tau=2, eps=0, lam=(1, 1), max_steps=0, max_tokens=0, judge_format="xml"
     )
     bad |= dict(judge_max_tokens=0, reasons="yes", weighted=1, judge_mode="sgv", mode_max_tokens=0)
     bad |= dict(revise=None, speculate="no", max_calls=0, max_pixels=0, layout="diagonal")
+    bad |= dict(adaptive="always", adaptive_threshold=2)
     assert set(bad) == set(given)
     for k, v in bad.items():
         with pytest.raises(ValueError) as e:
@@ -437,3 +446,191 @@ def test_interleaved_texts_keep_vlmevalkits_whitespace():
     text, images = question_and_images(msg)
     assert text.endswith("options above. \n") and text.startswith("Question: Is <image 1> odd?")
     assert search.Memo(lambda state, step: 0.5)(verdict.State("q"), "s") == 0.5
+
+
+# ----------------------------------------------------------------------------- the sidecar's faults
+
+# A process that writes one Sidecar `writes` times, once the test says "go" on its stdin (so that
+# both processes write at the same time), then prints its run's id.
+WRITER = """
+import sys
+from verdict_lab.vlmevalkit import Sidecar
+
+work_dir, writes = sys.argv[1], int(sys.argv[2])
+sidecar = Sidecar(work_dir, "VERDICT-x-s00000000", {"model": "m"})
+print("ready", flush=True)
+sys.stdin.readline()
+for i in range(1, writes + 1):
+    sidecar.write("MMStar", {"items": i})
+print(sidecar.run["run"], flush=True)
+"""
+
+
+def test_two_processes_writing_one_sidecar_keep_it_valid_json_with_both_runs(tmp_path):
+    """Two VLMEvalKit processes of one entry write one sidecar at once, 200 times each: the file
+    stays valid JSON, and it holds both runs, each with its last count (no write lost another's
+    record), with no warning and no temporary file left behind."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    writes = 200
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(tmp_path), str(writes)],
+            cwd=root,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    for p in procs:
+        assert p.stdout.readline() == "ready\n"
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert [err for _, err in outs] == ["", ""]
+    folder = tmp_path / "VERDICT-x-s00000000"
+    body = json.loads((folder / "VERDICT-x-s00000000_MMStar_verdict.json").read_text())
+    runs = {r["run"]: r["counts"]["items"] for r in body["runs"]}
+    assert runs == {out.strip(): writes for out, _ in outs}
+    assert not [f.name for f in folder.iterdir() if f.name.endswith(".tmp")]
+
+
+DAMAGED = {
+    "runs is a number": '{"format": "verdict-vlmeval-run/1", "runs": 5}',
+    "runs is null": '{"format": "verdict-vlmeval-run/1", "runs": null}',
+    "nested too deep": '{"format": "verdict-vlmeval-run/1", "runs": '
+    + "[" * 100_000
+    + "]" * 100_000
+    + "}",
+    "not JSON": '{"format": "verdict-vlmeval-run/1", "runs": [',
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGED))
+def test_a_damaged_sidecar_is_one_warning_and_every_item_keeps_its_answer(
+    loopback, tmp_path, capsys, damage
+):
+    """A sidecar that is not a list of runs ("runs": 5 or null), nested deeper than json reads, or
+    torn: generate() still answers each item, on its success path and its failure path; stderr gets
+    one warning naming the file, and the file is left as it was."""
+    srv, failing = (
+        loopback(script),
+        loopback(lambda body, path: (400, {"error": {"message": "no"}})),
+    )
+    name, vlm = entry("VERDICT-x", base_url=srv.url, model="qwen-loopback", work_dir=str(tmp_path))
+    path = tmp_path / name / f"{name}_MMStar_verdict.json"
+    path.parent.mkdir()
+    path.write_text(DAMAGED[damage])
+    first = vlm()
+    for _ in range(2):
+        assert first.generate([{"type": "text", "value": MCQ}], dataset="MMStar") == "B"
+    broken = vlm(base_url=failing.url)
+    assert broken.generate([{"type": "text", "value": MCQ}], dataset="MMStar").startswith(FAIL_MSG)
+    err = capsys.readouterr().err
+    warnings = [line for line in err.splitlines() if line.startswith("VerdictVLM: warning")]
+    assert len(warnings) == 2 and all(str(path) in w for w in warnings), err  # one per instance
+    assert path.read_text() == DAMAGED[damage]
+    assert first.totals["items"] == 2 and broken.totals["failed"] == 1
+
+
+# ----------------------------------------------------------------------------- the constructor
+
+
+@pytest.mark.parametrize(
+    "keyword, value",
+    [
+        ("timeout", "60"),
+        ("timeout", None),
+        ("model", None),
+        ("model", 7),
+        ("model", ""),
+        ("judge_model", 7),
+        ("retry", "6"),
+        ("retries", -1),
+        ("concurrency", "2"),
+        ("api_key_env", None),
+        ("cache", 5),
+        ("work_dir", 5),
+        ("verbose", "yes"),
+    ],
+)
+def test_a_bad_endpoint_keyword_is_one_valueerror_naming_it(loopback, keyword, value):
+    """Each keyword that is not a setting is checked at construction: a wrong type or value is a
+    ValueError whose one line names the keyword and the value, before any request."""
+    srv = loopback(script)
+    kw = {"base_url": srv.url, "model": "qwen-loopback", keyword: value}
+    with pytest.raises(ValueError) as e:
+        VerdictVLM(**kw)
+    message = str(e.value)
+    assert f"{keyword}={value!r}" in message and "\n" not in message, message
+    assert srv.chats == []
+
+
+def test_lam_as_a_numpy_array_is_lams_values(loopback, tmp_path):
+    """λ given as a NumPy array is the same λ as the tuple: the same entry name, the same settings,
+    a sidecar that is written, and an answer."""
+    srv = loopback(script)
+    lam = np.array([1.5, 1.0, 0.8])
+    name, vlm = entry("V", base_url=srv.url, model="qwen-loopback", lam=lam, work_dir=str(tmp_path))
+    assert name == entry_name("V", model="qwen-loopback")
+    model_ = vlm()
+    assert model_.settings == Settings()
+    assert model_.generate([{"type": "text", "value": MCQ}], dataset="MMStar") == "B"
+    body = json.loads((tmp_path / name / f"{name}_MMStar_verdict.json").read_text())
+    assert body["runs"][0]["settings"]["lam"] == [1.5, 1.0, 0.8]
+
+
+# ----------------------------------------------------------------------------- the entry's digest
+
+
+@pytest.mark.parametrize(
+    "spelled, canonical",
+    [
+        (dict(tau=1), dict(tau=1.0)),
+        (dict(eps=1), dict(eps=1.0)),
+        (dict(lam=(1.5, 1, 0.8)), dict(lam=(1.5, 1.0, 0.8))),
+        (dict(lam=[2, 1, 1]), dict(lam=(2.0, 1.0, 1.0))),
+        (dict(tau=np.float64(0.5), n=np.int64(2)), dict(tau=0.5, n=2)),
+        (dict(max_steps=np.int32(4), seed=np.int64(3)), dict(max_steps=4, seed=3)),
+    ],
+)
+def test_an_entrys_digest_does_not_depend_on_how_a_number_is_spelled(spelled, canonical):
+    """Equal settings are one entry whatever their spelling: 1 and 1.0, a list and a tuple, a NumPy
+    number and a Python one. (Other values stay other entries: see the test above.)"""
+    assert entry_name("V", model="m", **spelled) == entry_name("V", model="m", **canonical)
+
+
+def test_a_config_that_writes_1_0_keeps_an_entry_named_with_1(loopback, tmp_path):
+    """An entry named with tau=1 and λ (2, 1, 1), built by VLMEvalKit with a --config JSON that
+    writes 1.0 and [2.0, 1.0, 1.0]: the same settings, so the name holds."""
+    srv = loopback(script)
+    name, vlm = entry(
+        "V", base_url=srv.url, model="qwen-loopback", tau=1, lam=(2, 1, 1), work_dir=str(tmp_path)
+    )
+    built = vlm(tau=1.0, lam=[2.0, 1.0, 1.0])  # build_model_from_config: supported_VLM[name](**cfg)
+    assert built.sidecar.digest == name[-8:] and built.settings.tau == 1.0
+
+
+def test_a_name_digested_before_numbers_were_normalised_still_holds(loopback, tmp_path, capsys):
+    """A name written by hand from a digest of the settings as spelled (tau=1: "tau": 1 in the
+    hashed JSON, before numbers were normalised) still names those settings; its sidecar's earlier
+    runs, recorded with that digest and spelling, are the same settings, not others."""
+    srv = loopback(script)
+    spelled = {"model": "m", "judge_model": "m", "seed": 0} | Settings(tau=1).record()
+    assert spelled["tau"] == 1 and isinstance(spelled["tau"], int)
+    old = hashlib.sha256(json.dumps(spelled, sort_keys=True).encode()).hexdigest()[:8]
+    name = f"V-s{old}"
+    assert name != entry_name("V", model="m", tau=1)  # the digest changed for this spelling
+    path = tmp_path / name / f"{name}_MMStar_verdict.json"
+    path.parent.mkdir()
+    earlier = {"run": "0123456789ab", "digest": old, "settings": spelled, "counts": {"items": 1}}
+    path.write_text(json.dumps({"format": "verdict-vlmeval-run/1", "runs": [earlier]}))
+    vlm = VerdictVLM(base_url=srv.url, model="m", tau=1, name=name, work_dir=str(tmp_path))
+    vlm._count("MMStar", None, dict.fromkeys(("calls", "requests", "cache_hits", "call_tokens"), 0))
+    assert "other settings" not in capsys.readouterr().err
+    assert [r["run"] for r in json.loads(path.read_text())["runs"]][0] == "0123456789ab"
+    with pytest.raises(ValueError, match="digest"):
+        VerdictVLM(base_url=srv.url, model="m", tau=0.9, name=name, work_dir=str(tmp_path))

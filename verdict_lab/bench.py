@@ -12,8 +12,11 @@ n = 3 candidates and m = 3 judges; the 3.80× sequential wall-clock overhead of 
 1. Consensus throughput of the closed form against np.linalg.solve and the mean floor (here).
 2. Step overhead (perf/overhead.py): wall time of one VERDICT step / wall time of one base step, and
    the prompt tokens the server computed, in five modes and the prompt layouts (prompting.py), (a)
-   on a SIMULATED continuous-batching server (here; the server is perf/simserver.py), (b) on a real
-   llama-server, (c) with llama-server's flags (both perf/llama_server.py).
+   on a SIMULATED continuous-batching server (here; the server is perf/simserver.py), with the
+   adaptive verification rows (perf/adaptive_rows.py; also on a --live-url server), (b) on a real
+   llama-server, (c) with llama-server's flags (both perf/llama_server.py), and (d) the client's own
+   CPU time per judge request against json.dumps of its request, timed in the same run
+   (perf/client_cpu.py): a figure that does not move with the machine's speed.
 3. Memory: peak RSS of a 100-item evaluate.py run against the simulated server (perf/footprint.py).
 4. The response cache: Cache.put in a file and in memory; the same evaluate.py run with either
    (likewise).
@@ -39,8 +42,15 @@ import verdict
 from verdict_lab.client import Client
 from verdict_lab.cli import Parser
 from verdict_lab.perf.footprint import cache_section, memory_section
-from verdict_lab.perf.llama_server import LIVE_MODES, LIVE_QUESTIONS, flags_section, live_section
-from verdict_lab.perf import speculation
+from verdict_lab.perf.llama_server import (
+    LIVE_MODES,
+    LIVE_QUESTIONS,
+    flags_section,
+    live_section,
+    server_props,
+)
+from verdict_lab.perf import adaptive_rows, client_cpu, speculation
+from verdict_lab.perf.llama_server import LIVE_LIMITS
 from verdict_lab.loopback import LoopbackServer
 from verdict_lab.perf.overhead import (
     BASE,
@@ -168,7 +178,13 @@ def simulated_section(lm: LatencyModel, questions: int, steps: int, reps: int) -
         f"score-only judges overlapped, the {DEFAULT_LAYOUT} layout, against the base reasoner's "
         f"chains; {reps} repetition(s), interleaved, the same questions, steps and clock): "
         f"{speculation.said(spec)}.",
+        "",
     ]
+    gated = SimulatedServer(lm, steps - 1)
+    with LoopbackServer(gated, model="sim") as srv:
+        lines += adaptive_rows.section(
+            Client(srv.url, "sim"), reps, steps, qs, images, gated.reset
+        )[0]
     return lines, result, spec
 
 
@@ -249,6 +265,19 @@ def sequential_explanation(lm: LatencyModel, n: int = 3, m: int = 3) -> list:
     ]
 
 
+CPU_NOTE = (
+    "The calling thread's CPU time (time.thread_time) of one visual-judge call in the default "
+    "layout through the lab's Client (json score-only reply with its logprobs, one 448×448 PIL "
+    "image) on the simulated server "
+    "at zero latency, each call another candidate, against json.loads of the same reply and "
+    "json.dumps of the same request, timed on the same thread in the same run "
+    "(verdict_lab/perf/client_cpu.py). The server's threads are not counted. Wall-clock ratios "
+    "move with the machine; this ratio moves when the client's own work per request changes. "
+    "A step pays it n·m times, and on the simulated server the judges' calls share the GIL with "
+    "the simulator and each other."
+)
+
+
 # ----------------------------------------------------------------------------- report
 
 
@@ -272,11 +301,12 @@ def targets(
     live: dict | None,
     per_judge: float | None = None,
     spec: dict | None = None,
+    cpu: client_cpu.ClientCpu | None = None,
 ) -> list:
     """The targets, each with its measured figure in every layout (ORDER); met or missed is judged
     on the default layout (layouts.DEFAULT_LAYOUT). per_judge: the response cache's stored bytes per
     judge reply (section 4); spec: perf/speculation.py's ratios (section 2a), measured in the
-    default layout."""
+    default layout; cpu: the client's CPU per judge request (section 2d)."""
     each = lambda result, m, f: [
         f(result, replace(m, layout=lay)) if result else None for lay in ORDER
     ]
@@ -310,6 +340,12 @@ def targets(
             [per_judge],
             at_most(2000),
             " B",
+        ),
+        _target_row(
+            f"client's CPU per judge request ≤ {client_cpu.TARGET:.0f}× json.dumps of its request "
+            "(section 2d)",
+            [cpu.request_ratio if cpu else None],
+            at_most(client_cpu.TARGET),
         ),
     ] + measured
 
@@ -489,12 +525,25 @@ def real_server_sections(args) -> tuple:
         lines, live = live_section(
             args.live_url, args.live_model, reps, args.live_steps, LIVE_MODES, args.live_questions
         )
+        lines += ["", *live_adaptive(args, reps)]
         return lines, skipped, live
     none = (
         "skipped: no live server (pass --serve, or --live-url URL or set "
         "VERDICT_LIVE_URL; serve_tiny.sh "
     )
     return [none + "starts one)."], skipped, None
+
+
+def live_adaptive(args, reps: int) -> list:
+    """The adaptive rows on the live server (its caches stay warm: it is not this process's to
+    restart), each question with its own image when the server takes images."""
+    qs = LIVE_QUESTIONS[: args.live_questions]
+    vision = server_props(args.live_url).get("modalities", {}).get("vision")
+    images = speculation.images(len(qs)) if vision else None
+    client = Client(args.live_url, args.live_model, timeout=900.0)
+    return adaptive_rows.section(
+        client, reps, args.live_steps, qs, images, lambda: None, max_tokens=LIVE_LIMITS[0]
+    )[0]
 
 
 def main(argv=None) -> int:
@@ -520,6 +569,9 @@ def main(argv=None) -> int:
     live_lines, flag_lines, live = real_server_sections(args)
     lines += sim_lines + ["", "### 2b. Real llama-server (llama.cpp, C++)", ""]
     lines += live_lines + ["", "### 2c. llama-server's flags", ""] + flag_lines
+    cpu = client_cpu.measure(20 if q else 200)
+    lines += ["", "### 2d. The client's own CPU per judge request", "", CPU_NOTE, ""]
+    lines += [client_cpu.said(cpu) + "."]
     docs = os.path.dirname(os.path.abspath(args.out))
     os.makedirs(docs, exist_ok=True)
     picture(
@@ -529,7 +581,7 @@ def main(argv=None) -> int:
     lines += ["", "## 3. Memory", ""] + memory_section(5 if q else 100)
     cache_lines, per_judge = cache_section(5 if q else 100, 200 if q else 2000)
     lines += ["", "## 4. The response cache", ""] + cache_lines
-    lines += ["", "## Targets", ""] + targets(ratios, sim, live, per_judge, spec)
+    lines += ["", "## Targets", ""] + targets(ratios, sim, live, per_judge, spec, cpu)
     lines += ["", "What sets the figures the targets compare:", ""] + causes(sim, live)
     report = (
         "\n".join(lines + ["", f"The whole run took {time.perf_counter() - t0:,.0f} s."]) + "\n"

@@ -246,7 +246,7 @@ class Cache:
             return None
         try:
             return json.loads(row[0])
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: JSON nested too deep to read
             raise CacheError(
                 f"{self.path}: entry {key[:16]} is not valid JSON; the cache is corrupt"
             ) from None

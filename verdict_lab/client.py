@@ -37,6 +37,7 @@ from verdict_lab.text import one_line
 from verdict_lab.cache import Cache, CacheError, cache_key
 from verdict_lab.formats import reported_cache, reported_usage, whole_text
 
+MAX_BODY = 64 * 2**20  # bytes: the largest reply body read, after decompression
 RANK_HEADER = "X-data-parallel-rank"  # vLLM's request header: the data-parallel replica to serve it
 
 
@@ -341,7 +342,18 @@ class _Session(requests.Session):
         deadline = _Deadline(self.deadline)
         try:
             with deadline:
-                response = super().request(*args, **kwargs)
+                response = super().request(*args, stream=True, **kwargs)
+                body = b""
+                for chunk in response.iter_content(1 << 16):  # decoded: gzip counts unpacked
+                    body += chunk
+                    if len(body) > MAX_BODY:
+                        response.close()
+                        raise self.client.endpoint.error(
+                            response.status_code,
+                            f"the reply's body is over {MAX_BODY:,} bytes, the most a chat "
+                            "completion may hold here (verdict_lab.client.MAX_BODY)",
+                        )
+                response._content = body  # requests' own field for a body read in full
         except requests.RequestException:
             if deadline.expired:
                 raise requests.Timeout(f"timed out after {self.deadline:g} s") from None

@@ -58,17 +58,21 @@ reads a truncated response; answers.score turns it into a letter (VLMEvalKit's c
 value. With --extract-model, a model on any OpenAI-compatible endpoint reads what the rules cannot
 (off by default; VLMEvalKit uses gpt-4o-mini whenever a key is set); its calls are counted apart.
 
-Output in OUT (harness/rundir.py, harness/tables.py): results.jsonl (one "verdict-eval-row/3" per
-(item, seed, method), appended whole and flushed as each finishes, with its input columns, the
-digest of its item's input (question, options, answer, columns, image bytes) and full trace),
+Output in OUT (harness/rundir.py, harness/tables.py, cases.py): results.jsonl (one
+"verdict-eval-row/3" per (item, seed, method), appended whole and flushed as each finishes, with its
+input columns, the digest of its item's input (question, options, answer, columns, image bytes) and
+full trace),
 summary.md, summary.json ("verdict-eval/4": also each file's sha256 and its items' digests),
-summary.png, and VLMEvalKit's prediction and accuracy files in OUT/<model>-<method>/seed<k>/
+summary.png, cases.html (the case viewer: every chain, step by step; docs/cases.md), and
+VLMEvalKit's prediction and accuracy files in OUT/<model>-<method>/seed<k>/
 (docs/benchmarks.md). A re-run with the same OUT keeps finished rows, runs again rows that ended in
 an error and the rows of an item whose input changed (or is unknown: rows of format /2), says how
-many items changed, and drops a truncated last line. OUT/run.json holds the settings (endpoints
-included), written once the inputs are read: a re-run with other ones is refused; a second run on an
-OUT in use stops at once. --concurrency K runs K items at once; within an item every call runs one
-after another, so at most K requests are in flight (set K to the server's parallel slots).
+many items changed, and drops a truncated last line; with nothing left to run, it says so and
+prints the table. OUT/run.json holds the settings, written once the inputs are read: once a row is
+finished, a re-run with another model or setting is refused, while the endpoint may change (said
+once); a second run on an OUT in use stops at once. --concurrency K runs K items at once; within an
+item every call runs one after another, so at most K requests are in flight (set K to the server's
+parallel slots).
 --shard i/k runs the items whose id hashes to i of k; `python evaluate.py merge OUT1 ... --out OUT`
 merges the shards: of one run, read from the same files (sha256), into an OUT that holds no run
 yet.
@@ -79,11 +83,13 @@ sweep's tables and picture in OUT (harness/sweep.py; docs/sweeps.md).
 
 Exit status: 0; 2 when nothing could run or the run could not go on (a bad flag or file, a file with
 no item, an OUT in use or damaged, an endpoint that never answered or refused us with 401, 403 or
-404, a response cache that cannot be used, a full disk: the rows already written are kept, whole);
+404 or redirected us (3xx), a response cache that cannot be used, a full disk: the rows already
+written are kept, whole; OUT/cases.html not written, said after the tables);
 3 when more than --max-error-rate of the chains ended in an error (an EndpointError after the first
 reply, which is that row's error and counts wrong), or when the judges of a judged method never
-gave a score (every judge call abstained: its rows are the reasoner's alone); 130 on Ctrl-C (the
-chains in flight finish, and every finished row is kept). Each error is one line on stderr.
+gave a score (every judge call abstained: its rows are the reasoner's alone); 130 on Ctrl-C (said at
+once; every finished row is kept, and the chains in flight get a few seconds to finish, none after a
+second Ctrl-C). Each error is one line on stderr.
 """
 
 from __future__ import annotations
@@ -94,7 +100,8 @@ import sys
 from dataclasses import replace
 
 from judges import shown_url
-from verdict_lab import cli, flags
+from verdict_lab import cases, cli, flags
+from verdict_lab.text import one_line
 from verdict_lab.cache import CacheError
 from verdict_lab.flags import add_verifier_args, modes_of, settings_of
 from verdict_lab.harness import benchmarks, rundir, sweep, tables, vlmeval_files
@@ -376,7 +383,8 @@ def finish(summary: dict) -> int:
 
 
 def main(argv=None) -> int:
-    """The command; Ctrl-C ends it with one line and exit 130, the rows finished kept."""
+    """The command; Ctrl-C ends it with exit 130, the rows finished kept: the chains' harness says
+    at once what is kept (chains.Harness), and a line here says that the same command resumes."""
     try:
         return _main(sys.argv[1:] if argv is None else list(argv))
     except KeyboardInterrupt:
@@ -428,7 +436,13 @@ def run(args, methods: list, settings: Settings, record: dict, tap=None) -> int:
     plan = [it for f in loaded for it in f.items]
     keys = [(it.data, it.id, s, str(m)) for it in plan for s in seeds for m in methods]
     todo = pending(plan, seeds, methods, done)
-    progress = Progress(len(plan), len(todo), [done[k] for k in keys if k in done])
+    if not todo:  # a finished run, run again: its table, and nothing sent
+        print(
+            f"verdict_lab.evaluate: nothing new ran: the {len(keys)} rows in {results} were "
+            "already finished; the table is theirs",
+            file=sys.stderr,
+        )
+    progress = Progress(len(plan), len(todo), [done[k] for k in keys if k in done], methods)
     harness = Harness(reasoner, judge, settings, results, done, progress, extractor, digests)
     try:
         fatal = harness.run(todo, args.concurrency)
@@ -454,7 +468,24 @@ def run(args, methods: list, settings: Settings, record: dict, tap=None) -> int:
             "resumes"
         )
     print(md, end="")
-    return finish(summary)
+    page = write_cases(args.out, rows, plan, summary)
+    return finish(summary) or page
+
+
+def write_cases(out: str, rows: list, items: list, summary: dict) -> int:
+    """OUT/cases.html, the case viewer (cases.py): 0, or 2 with one line on stderr when it cannot
+    be written (the rows and the tables are kept whole)."""
+    try:
+        cases.write_run(out, rows, items, summary)
+    except Exception as e:  # The page only shows files already written: whatever fails, they stand.
+        print(
+            f"verdict_lab.evaluate: cannot write {os.path.join(out, 'cases.html')}: {one_line(e)}; "
+            f"the rows and tables are kept: python -m verdict_lab.cases {out} --data FILE "
+            "writes it",
+            file=sys.stderr,
+        )
+        return 2
+    return 0
 
 
 def start(args, record: dict, methods: int, tap=None) -> tuple:
@@ -473,7 +504,8 @@ def start(args, record: dict, methods: int, tap=None) -> tuple:
         if args.extract_model
         else None
     )
-    rundir.claim(args.out, record)
+    for note in rundir.claim(args.out, record):  # an endpoint that changed, said once
+        print(f"verdict_lab.evaluate: {note}", file=sys.stderr)
     return loaded, shas, digests, (reasoner, judge, extractor)
 
 
@@ -562,4 +594,9 @@ def merge_main(argv) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    if status == 130:  # Ctrl-C: a request still in flight, in any thread, must not hold the exit
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)

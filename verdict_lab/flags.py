@@ -16,6 +16,7 @@ import urllib.parse
 from dataclasses import fields
 
 from judges import DEFAULT_KEY_ENV, MAX_PIXELS
+from verdict_lab.adaptive import OFF, SIGNALS
 from verdict_lab.cache import Cache
 from verdict_lab.client import Client
 from verdict_lab.formats import FORMATS
@@ -239,6 +240,22 @@ def _add_chain_args(g, d: Settings) -> None:
         "the chosen candidate's proposal gives the next candidates, the others are dropped; "
         "the same decisions, more reasoner tokens, faster only on a server with spare parallel "
         "capacity",
+    )
+    g.add_argument(
+        "--adaptive",
+        choices=(OFF,) + SIGNALS,
+        default=d.adaptive,
+        help="adaptive verification: judge a step only when its signal is not above "
+        "--adaptive-threshold, else take the reasoner's most likely candidate, unverified "
+        "(docs/adaptive.md): agree (the share of the n candidates that agree, by text or final "
+        "answer), mean-prob (the geometric-mean token probability of the most likely candidate), "
+        f"min-prob (its least likely token's probability) ({d.adaptive})",
+    )
+    g.add_argument(
+        "--adaptive-threshold",
+        type=float,
+        help="θ in [0, 1]: a step whose signal is above θ is not judged; 1 judges every step "
+        "(agree 0.9, mean-prob 0.9, min-prob 0.5)",
     )
     g.add_argument(
         "--layout",

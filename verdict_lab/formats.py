@@ -132,13 +132,21 @@ def unquote(text: str, step: str | None = None) -> str:
     """text with what the judge quotes of the candidate blanked out, every position and line kept:
     each <step>…</step>, and after a <step> left open, the candidate's own text (`step`, whitespace
     aside) if it follows. Any other open <step> is a stray tag and hides only itself. Without `step`
-    a quote cannot be told from a stray tag, and an open <step> hides the rest of the reply."""
+    a quote cannot be told from a stray tag, and an open <step> hides the rest of the reply.
+
+    A candidate that says "score" could smuggle its own score line through a judge that echoes it,
+    so its text is blanked wherever it appears, tags or none. Any other candidate is blanked only
+    inside tags: its text may be the judge's own value ("1" in "Score: 1").
+    """
     blank = lambda m: re.sub(r"[^\n]", " ", m.group(0))
     text = re.sub(r"(?is)<step>.*?</step>", blank, text)
     if step is None:
         return re.sub(r"(?is)<step>.*\Z", blank, text)
-    quote = r"\s*" + r"\s+".join(map(re.escape, fence(step).split()))
-    return re.sub(r"(?i)<step>(?:" + quote + ")?", blank, text)
+    words = r"\s+".join(map(re.escape, fence(step).split()))
+    text = re.sub(r"(?i)<step>(?:\s*" + words + ")?", blank, text)
+    if words and re.search(r"(?i)score", step):  # an echo of the candidate, untagged
+        text = re.sub(words, blank, text)
+    return text
 
 
 def _value_at(line: re.Match) -> int:

@@ -5,8 +5,8 @@ and floating-point scans, images with transparency, huge files, the same image i
 an item. This module reads any of them into an upright RGB image that shows what the file shows,
 and encodes each file once:
 
-- load: a path, bytes or a PIL image, decoded now; a file that is not a regular file, or holds more
-  than MAX_FILE bytes, is refused before it is read;
+- load: a path, bytes or a PIL image, decoded now; a file that holds more than MAX_FILE bytes is
+  refused before it is read (and judges.decode_image refuses one that is not a regular file);
 - to_rgb: upright RGB, with 16-bit and 32-bit modes scaled rather than clipped, and transparency
   laid on white;
 - encode: the PNG data URL that judges.chat_messages sends as it is, cached for files and bytes.
@@ -14,8 +14,8 @@ and encodes each file once:
 
 from __future__ import annotations
 
+import hashlib
 import os
-import stat
 import threading
 import warnings
 from functools import lru_cache
@@ -29,12 +29,14 @@ from judges import MAX_PIXELS, decode_image, encode_image
 MAX_FILE = 2**28  # 256 MiB: a larger image file is refused before it is read
 # Two threads that decode one lazily opened PIL image corrupt it; this lock keeps them apart.
 _pil = threading.Lock()
+MEMO = 32  # PIL images whose encodings encode keeps, by their pixels
+_memo: dict = {}  # (digest, mode, size, max_pixels) -> data URL, least recent first
 
 
 def load(image) -> Image.Image:
-    """A PIL image of a path, bytes or PIL image, decoded now by judges.decode_image. A path that is
-    not a regular file, or holds more than MAX_FILE bytes, is refused before it is read.
-    ValueError naming the image if it cannot be read."""
+    """A PIL image of a path, bytes or PIL image, decoded now by judges.decode_image. A path that
+    holds more than MAX_FILE bytes is refused before it is read. ValueError naming the image if it
+    cannot be read."""
     if isinstance(image, Image.Image):
         return image
     if isinstance(image, (str, Path)):
@@ -42,9 +44,7 @@ def load(image) -> Image.Image:
             st = os.stat(image)
         except OSError as e:
             raise ValueError(f"cannot decode image {image}: {e}") from None
-        if not stat.S_ISREG(st.st_mode):  # a FIFO or a device would never end
-            raise ValueError(f"cannot decode image {image}: not a regular file")
-        if st.st_size > MAX_FILE:
+        if st.st_size > MAX_FILE:  # judges.decode_image refuses what is not a regular file
             raise ValueError(
                 f"cannot decode image {image}: {st.st_size:,} bytes, more than the "
                 f"{MAX_FILE:,} an image file may hold"
@@ -60,13 +60,17 @@ def to_rgb(img: Image.Image) -> Image.Image:
 
     convert("RGB") would clip 16-bit and 32-bit pixels to white, so I;16 and I images are scaled
     from 0..65535 when their values fit, and from their own min..max otherwise (as F always is).
-    Transparent pixels are laid on white.
+    In an F image, the min..max is that of the finite pixels: +inf shows white, and −inf and NaN
+    black. Transparent pixels are laid on white.
     """
     img = ImageOps.exif_transpose(img)
     if img.mode.startswith("I;16") or img.mode in ("I", "F"):
         a = np.asarray(img, dtype=np.float64)  # [h, w]
-        fits = img.mode != "F" and a.min() >= 0 and a.max() <= 65535
-        lo, hi = (0.0, 65535.0) if fits else (a.min(), a.max())
+        finite = a[np.isfinite(a)]  # [k]
+        lo, hi = (finite.min(), finite.max()) if finite.size else (0.0, 0.0)
+        if img.mode != "F" and lo >= 0 and hi <= 65535:
+            lo, hi = 0.0, 65535.0
+        a = np.nan_to_num(a, nan=lo, posinf=hi, neginf=lo)
         scaled = np.round((a - lo) * (255 / max(hi - lo, 1e-12))).clip(0, 255)
         img = Image.fromarray(scaled.astype(np.uint8))
     if img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info:
@@ -78,8 +82,8 @@ def to_rgb(img: Image.Image) -> Image.Image:
 def encode(image, max_pixels: int = MAX_PIXELS) -> str:
     """The PNG data URL of a path, bytes or PIL image: to_rgb, then judges.encode_image.
 
-    A file (by its path, modification time and size) or bytes are encoded once and then served from
-    a cache; a data URL is returned as it is.
+    A file (by its path, modification time and size), bytes or a PIL image's pixels are encoded once
+    and then served from a cache; a data URL is returned as it is.
     """
     if isinstance(max_pixels, bool) or not (isinstance(max_pixels, int) and max_pixels >= 1):
         raise ValueError(f"max_pixels must be an integer >= 1, got max_pixels={max_pixels!r}")
@@ -99,7 +103,17 @@ def encode(image, max_pixels: int = MAX_PIXELS) -> str:
         )
     with _pil:
         rgb = to_rgb(image)  # a new image, this thread's own
-    return encode_image(rgb, max_pixels)
+    # The same pixels come in every request of an item (lmms-eval hands over PIL images), and a PNG
+    # encoding costs milliseconds: the last MEMO encodings are kept by their pixels' digest.
+    key = (hashlib.sha256(rgb.tobytes()).digest(), rgb.mode, rgb.size, max_pixels)
+    with _pil:
+        url = _memo.pop(key, None)
+    url = encode_image(rgb, max_pixels) if url is None else url
+    with _pil:
+        _memo[key] = url  # the most recent last
+        while len(_memo) > MEMO:
+            del _memo[next(iter(_memo))]
+    return url
 
 
 @lru_cache(maxsize=32)

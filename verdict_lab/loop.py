@@ -12,6 +12,9 @@ wraps it from outside and adds:
 - revise on reject (after ReVISE, which the paper does not have): when no candidate passes the
   rule's filter, a reviser writes one more step, the same judges score it, and it is taken if it
   passes;
+- adaptive verification (adaptive.Adaptive; the paper's limitations suggest it): a step whose
+  signal reaches its threshold is not judged and takes the reasoner's most likely candidate,
+  recorded as unverified with the signal, its value and the threshold (Step.adaptive);
 - the trace's JSON format, versioned (TRACE_FORMAT).
 
 A plain callable judge works too: its calls record None.
@@ -29,8 +32,9 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 import verdict
+from verdict_lab.adaptive import Adaptive, Decision
 
-TRACE_FORMAT = "verdict-trace/5"  # the "format" of Trace.to_dict
+TRACE_FORMAT = "verdict-trace/6"  # the "format" of Trace.to_dict
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,7 @@ class Step:
     calls: tuple = ()  # [n][m] dict, or None from a plain callable; () with no judges
     usage: dict = field(default_factory=dict)  # each counter's change over the step, or {}
     revision: Revision | None = None
+    adaptive: Decision | None = None  # whether adaptive verification judged the step, and why
 
     @property
     def candidates(self) -> tuple:
@@ -128,6 +133,7 @@ class Step:
             **({"usage": dict(self.usage)} if self.usage else {}),
             **({"revision": self.revision.to_dict()} if self.revision else {}),
             **({"calls": calls} if any(c is not None for row in calls for c in row) else {}),
+            **({"adaptive": self.adaptive.to_dict()} if self.adaptive else {}),
         }
 
 
@@ -156,17 +162,26 @@ class Trace:
 
     def totals(self) -> dict:
         """verdict.Trace's counts, with the revisions' judge calls and abstentions. "revisions" and
-        "revised" count the revisions written and taken (a taken revision is no fallback), and
-        "usage" sums each counter of the steps' usage, when a meter was given."""
+        "revised" count the revisions written and taken (a taken revision is no fallback),
+        "usage" sums each counter of the steps' usage, when a meter was given, and "adaptive" counts
+        the steps adaptive verification judged and left unverified, when it decided any."""
         totals = self.core().totals()
         revisions = [s.revision for s in self.steps if s.revision is not None]
         totals["judge_calls"] += sum(v.s_hat.size for v in revisions)
         usage = {k: sum(s.usage.get(k, 0) for s in self.steps) for s in self.steps for k in s.usage}
+        decided = [s.adaptive for s in self.steps if s.adaptive is not None]
+        adaptive = decided and {
+            "signal": decided[0].signal,
+            "threshold": decided[0].threshold,
+            "judged": sum(d.judged for d in decided),
+            "unverified": sum(not d.judged for d in decided),
+        }
         return {
             **totals,
             "revisions": len(revisions),
             "revised": sum(v.taken for v in revisions),
             **({"usage": usage} if usage else {}),
+            **({"adaptive": adaptive} if adaptive else {}),
         }
 
     def to_dict(self) -> dict:
@@ -199,18 +214,27 @@ def step(
     map_fn: Callable[..., Iterable] = map,
     meter: Callable[[], dict] | None = None,
     revise: Callable[[verdict.State, Step], str | None] | None = None,
+    adaptive: Adaptive | None = None,
 ) -> Step:
-    """verdict.step, with each call's record, the step's usage by `meter`, and revise on reject.
+    """verdict.step, with each call's record, the step's usage by `meter`, revise on reject, and
+    adaptive verification.
 
     The usage is each counter's change over the step: after[k] − before[k] (0 before for a new key).
     When no candidate passes the rule's filter and `revise` is given, revise(state, the step so far)
     returns one revised step, or None. The same judges score it (m calls) and config.rule is applied
     to it alone: it is chosen if it passes the filter (for VERDICT: s̄* > τ and Δ* < ε), else the
-    fallback stands.
+    fallback stands. With `adaptive` (and judges), adaptive.decide reads the proposed candidates
+    first: a step it does not judge is verdict.step's record with no judges (ŝ [n, 0], unverified),
+    except that it takes the most likely candidate and marks none accepted; it makes no judge call,
+    is no fallback and so is never revised. Step.adaptive keeps the Decision either way.
     """
     before = _reading(meter)
-    record, calls = _recorded(state, propose, judges, config, map_fn)
-    done = Step(record, calls, _usage(meter, before))
+    decision = None
+    if adaptive is None or not judges:
+        record, calls = _recorded(state, propose, judges, config, map_fn)
+    else:
+        record, calls, decision = _gated(state, propose, judges, config, map_fn, adaptive)
+    done = Step(record, calls, _usage(meter, before), adaptive=decision)
     if revise is None or not record.selection.fallback:  # with no judges there is no fallback
         return done
     at = _reading(meter)
@@ -234,14 +258,15 @@ def run(
     map_fn: Callable[..., Iterable] = map,
     meter: Callable[[], dict] | None = None,
     revise: Callable[[verdict.State, Step], str | None] | None = None,
+    adaptive: Adaptive | None = None,
 ) -> Trace:
     """verdict.run's loop over this module's step: the same chain, the same stops, with the records,
-    the usage and the revisions kept."""
+    the usage, the revisions and the adaptive decisions kept."""
     state = verdict.State(question, verdict.as_images(image))
     steps = []
     for _ in range(config.max_steps):
         try:
-            done = step(state, propose, judges, config, map_fn, meter, revise)
+            done = step(state, propose, judges, config, map_fn, meter, revise, adaptive)
         except verdict.Stop as e:
             return Trace(question, tuple(steps), config, str(e))
         steps.append(done)
@@ -290,6 +315,24 @@ def _recorded(state, propose, judges, config, map_fn) -> tuple:
                     "a record is a dict or None"
                 )
     return record, tuple(tuple(row) for row in rows) if judges else ()
+
+
+def _gated(state, propose, judges, config, map_fn, adaptive: Adaptive) -> tuple:
+    """One step under adaptive verification.  -> (StepRecord, [n][m] records or (), Decision)
+
+    verdict.step with no judges proposes the candidates and checks them; the judged path hands the
+    same candidates to verdict.step with the judges, so both paths propose once.
+    """
+    bare = verdict.step(state, propose, (), config)  # ŝ [n, 0], candidate 0, unverified
+    candidates = bare.candidates
+    decision = adaptive.decide(candidates, config.final)
+    if decision.judged:
+        record, calls = _recorded(state, lambda s, n: candidates, judges, config, map_fn)
+        return record, calls, decision
+    # Not judged: the most likely candidate, and no candidate is marked accepted.
+    n = len(candidates)
+    selection = replace(bare.selection, index=decision.index, accepted=np.zeros(n, bool))
+    return replace(bare, selection=selection), (), decision
 
 
 def _take(results: list, s: float):

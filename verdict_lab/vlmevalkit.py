@@ -43,9 +43,12 @@ VLMEvalKit's model interface without its base class, so it imports, and is teste
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import errno
 import hashlib
 import json
+import numbers
 import os
 import re
 import sys
@@ -53,6 +56,8 @@ import threading
 import uuid
 from dataclasses import replace
 from functools import partial
+
+import numpy as np
 
 import verdict
 from judges import DEFAULT_KEY_ENV, EndpointError
@@ -63,9 +68,15 @@ from verdict_lab.formats import JudgeFormat
 from verdict_lab.layouts import PLACEHOLDER
 from verdict_lab.search import memoise
 
+try:  # POSIX: a lock on a file that holds across processes (Sidecar)
+    import fcntl
+except ImportError:  # Windows: Sidecar's writes are atomic, but not serialised across processes
+    fcntl = None
+
 # VLMEvalKit's FAIL_MSG (inference.py): VLMEvalKit runs the items that got it again.
 FAIL_MSG = "Failed to obtain answer via API."
 SIDECAR_FORMAT = "verdict-vlmeval-run/1"
+DAMAGED = "it is left as it is; move it aside to record runs"  # what a damaged sidecar says
 DIGEST = re.compile(r"-s([0-9a-f]{8})$")  # the settings digest entry_name puts at the end of a name
 # keywords that change no prediction: the endpoints, how requests are made, where files go
 NOT_SETTINGS = (
@@ -82,6 +93,8 @@ NOT_SETTINGS = (
     "name",
     "work_dir",
 )
+# verdict.Config's real-valued knobs (τ, ε, λ): 1 and 1.0 are one value of each
+REAL_SETTINGS = ("tau", "eps", "lam")
 
 
 def final_output(trace: verdict.Trace) -> str:
@@ -131,11 +144,44 @@ def question_and_images(message) -> tuple:
     return "".join(pieces), images
 
 
+def plain_numbers(settings: dict) -> dict:
+    """settings with every number in one spelling, so that equal settings make one record and one
+    digest: τ, ε and each λ as a float (tau=1 is tau=1.0: verdict.Config takes them as floats),
+    any other integer as an int (NumPy's too), a tuple or a NumPy array as a list. Anything else
+    is left as given, for Settings' checks to take or refuse: a bool stays a bool, "0.6" a str."""
+    return {k: _plain(v, real=k in REAL_SETTINGS) for k, v in settings.items()}
+
+
+def _plain(v, real: bool):
+    """One value of plain_numbers: a float if real, else an int for an integer."""
+    if isinstance(v, np.ndarray):
+        v = v.tolist()  # NumPy's numbers become Python's
+    if isinstance(v, (list, tuple)):
+        return [_plain(x, real) for x in v]
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        return v
+    if real:
+        try:
+            return float(v)
+        except OverflowError:  # 10**400: no float holds it, and verdict.Config refuses it
+            return v
+    return int(v) if isinstance(v, numbers.Integral) else v
+
+
 def settings_record(model: str, judge_model: str | None = None, seed: int = 0, **settings) -> dict:
     """What decides a VerdictVLM's predictions, JSON-ready: the models, the reasoner's seed and
-    every field of verifier.Settings (defaults filled in; ValueError for a keyword that names
-    none)."""
-    kw = {k: v for k, v in settings.items() if k not in NOT_SETTINGS}
+    every field of verifier.Settings (defaults filled in), each number spelled as plain_numbers
+    spells it. ValueError naming the keyword for a model or judge_model that is not a model's name,
+    a seed that is not an integer >= 0, and a keyword that names no setting."""
+    for key, value in (("model", model), ("judge_model", judge_model)):
+        if not (isinstance(value, str) and value.strip()) and (key, value) != ("judge_model", None):
+            raise ValueError(
+                f"{key} must be the served model's name, a non-empty string; got {key}={value!r}"
+            )
+    seed = _plain(seed, real=False)
+    if not (isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0):
+        raise ValueError(f"seed must be an integer >= 0, got seed={seed!r}")
+    kw = plain_numbers({k: v for k, v in settings.items() if k not in NOT_SETTINGS})
     return {
         "model": model,
         "judge_model": judge_model or model,
@@ -147,6 +193,26 @@ def settings_record(model: str, judge_model: str | None = None, seed: int = 0, *
 def settings_digest(record: dict) -> str:
     """The first 8 hex digits of the sha256 of a settings_record's canonical JSON."""
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def spelled_digest(record: dict, settings: dict) -> str | None:
+    """The digest entry_name gave a record's settings before numbers were spelled one way: the
+    settings hashed as given (tau=1 as 1, not 1.0). None when they have no JSON form (a NumPy
+    number). A name that holds it names the same settings, so it still holds."""
+    kw = {k: v for k, v in settings.items() if k not in NOT_SETTINGS}
+    try:
+        given = verifier.Settings.of(**kw).record()
+        return settings_digest({k: record[k] for k in ("model", "judge_model", "seed")} | given)
+    except (TypeError, ValueError):
+        return None
+
+
+def run_digest(run: dict):
+    """A sidecar run's settings digest, from its settings spelled as plain_numbers spells them
+    (a run recorded before that holds them as given); its recorded digest if it has none."""
+    if isinstance(run.get("settings"), dict):
+        return settings_digest(plain_numbers(run["settings"]))
+    return run.get("digest")
 
 
 def entry_name(prefix: str, **keywords) -> str:
@@ -168,10 +234,20 @@ def entry(prefix: str, **keywords) -> tuple:
 class Sidecar:
     """The settings and counts of each run of a named VerdictVLM, per dataset, beside VLMEvalKit's
     predictions: <work_dir>/<name>/<name>_<dataset>_verdict.json ("verdict-vlmeval-run/1"), one
-    record per run (process) in "runs", updated after every item (written whole: a temporary file
-    renamed over it). A file whose earlier runs had other settings gets a warning on stderr:
-    VLMEvalKit's --reuse would have taken their predictions (name entries with entry_name). A file
-    that cannot be written gets one warning, not an error: VLMEvalKit's run goes on."""
+    record per run (process) in "runs", updated after every item.
+
+    Every update reads the file, replaces this run's record and writes the file whole, under an
+    exclusive lock on <file>.lock that holds across processes (fcntl.flock), so that the runs of
+    several processes on one entry keep each other's records. The new file is written to a
+    temporary name of this process's own, created exclusively in the same folder, then renamed over
+    the old one: a reader sees the old file or the new, never a torn one. Without fcntl (Windows),
+    the writes stay whole, but two processes that update at the same moment may drop each other's
+    latest count until their next update.
+
+    A file whose earlier runs had other settings gets a warning on stderr: VLMEvalKit's --reuse
+    would have taken their predictions (name entries with entry_name). A file that cannot be read
+    as a sidecar or cannot be written gets one warning, is left as it is, and VLMEvalKit's run goes
+    on without recording its counts there."""
 
     def __init__(self, work_dir: str, name: str, settings: dict):
         self.dir, self.name, self.settings = os.path.join(work_dir, name), name, settings
@@ -187,40 +263,50 @@ class Sidecar:
         return os.path.join(self.dir, f"{self.name}_{dataset}_verdict.json")
 
     def write(self, dataset, counts: dict) -> None:
-        path, run = (
-            self.path(dataset),
-            {**self.run, "digest": self.digest, "settings": self.settings},
-        )
+        path = self.path(dataset)
+        run = {**self.run, "digest": self.digest, "settings": self.settings, "counts": counts}
         with self._lock:
             try:
-                runs = self._runs(path)
-                others = [r for r in runs if r.get("run") != run["run"]]
-                body = {"format": SIDECAR_FORMAT, "entry": self.name, "dataset": dataset}
-                body["runs"] = others + [{**run, "counts": counts}]
                 os.makedirs(self.dir, exist_ok=True)
-                with open(path + ".tmp", "w", encoding="utf-8") as fh:
-                    json.dump(body, fh, indent=1)
-                os.replace(path + ".tmp", path)
-            except (OSError, ValueError) as e:
-                self._warn(path, f"cannot write {path}: {e}")
-                return
-            if any(r.get("digest") != self.digest for r in others):
+                with _locked(path + ".lock"):
+                    others = [r for r in self._runs(path) if r.get("run") != run["run"]]
+                    body = {"format": SIDECAR_FORMAT, "entry": self.name, "dataset": dataset}
+                    _write_whole(path, body | {"runs": others + [run]})
+                mixed = any(run_digest(r) != self.digest for r in others)
+            except (OSError, ValueError, TypeError, RecursionError) as e:
                 self._warn(
-                    path + "/digest",
-                    f"{path} holds runs with other settings under the name {self.name}: "
-                    "VLMEvalKit's --reuse takes earlier predictions by that name; name entries "
-                    "with verdict_lab.vlmevalkit.entry",
+                    path,
+                    f"cannot write {path}: {one_line(str(e))}; the run goes on without "
+                    "recording its counts",
                 )
+                return
+        if mixed:
+            self._warn(
+                path + "/digest",
+                f"{path} holds runs with other settings under the name {self.name}: "
+                "VLMEvalKit's --reuse takes earlier predictions by that name; name entries "
+                "with verdict_lab.vlmevalkit.entry",
+            )
 
-    def _runs(self, path: str) -> list:
+    @staticmethod
+    def _runs(path: str) -> list:
+        """The runs recorded in the file ([] when there is none yet); ValueError when it is not a
+        sidecar: not JSON, nested deeper than json reads, another format, or "runs" not a list."""
         try:
             with open(path, encoding="utf-8") as fh:
                 body = json.load(fh)
         except FileNotFoundError:
             return []
+        except (ValueError, RecursionError) as e:  # a UnicodeDecodeError is a ValueError
+            raise ValueError(f"it is damaged ({e}): {DAMAGED}") from None
         if not (isinstance(body, dict) and body.get("format") == SIDECAR_FORMAT):
             raise ValueError(f"it is not a {SIDECAR_FORMAT} file")
-        return [r for r in body.get("runs", []) if isinstance(r, dict)]
+        runs = body.get("runs", [])
+        if not isinstance(runs, list):
+            raise ValueError(
+                f'it is damaged ("runs" is {type(runs).__name__}, not a list): {DAMAGED}'
+            )
+        return [r for r in runs if isinstance(r, dict)]
 
     def _warn(self, key: str, text: str) -> None:
         if key not in self._warned:
@@ -228,7 +314,82 @@ class Sidecar:
             print(f"VerdictVLM: warning: {text}", file=sys.stderr)
 
 
+@contextlib.contextmanager
+def _locked(path: str):
+    """An exclusive lock on the file at path (created if need be, never through a symlink), held
+    across processes until the block ends (fcntl.flock; closing the file releases it). Without
+    fcntl (Windows), or on a file system that has no locks, no lock."""
+    if fcntl is None:
+        yield
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as e:
+            # A file system without locks: the writes stay whole, as on Windows.
+            if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP):
+                raise
+        yield
+    finally:
+        os.close(fd)
+
+
+def _write_whole(path: str, body: dict) -> None:
+    """body as JSON at path, whole: written to a temporary file of this process's own beside it
+    (created exclusively, so that no planted file or symlink is followed), then renamed over
+    path. The temporary file is removed if anything fails."""
+    tmp = f"{path}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(body, fh, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 COUNTS = ("items", "failed", "steps", "fallbacks", "calls", "requests", "cache_hits", "call_tokens")
+
+
+def check_keywords(
+    timeout, retries, retry, concurrency, api_key_env, cache, work_dir, verbose
+) -> None:
+    """VerdictVLM's keywords that are not settings, checked: ValueError naming the keyword and its
+    value for a wrong kind or range (a key given as api_key_env by mistake is not shown)."""
+    if not (isinstance(api_key_env, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", api_key_env)):
+        shown = "(a str, not shown)" if isinstance(api_key_env, str) else repr(api_key_env)
+        raise ValueError(
+            "api_key_env must name the variable that holds the API key, such as OPENAI_API_KEY; "
+            f"got api_key_env={shown}"
+        )
+    real = isinstance(timeout, numbers.Real) and not isinstance(timeout, bool)
+    path = (str, os.PathLike)
+    checks = (
+        # threading's own bound on a wait; NaN fails the range too
+        (
+            "timeout",
+            timeout,
+            real and 0 < timeout <= threading.TIMEOUT_MAX,
+            "a number of seconds > 0",
+        ),
+        ("retries", retries, retries is None or _integer(retries, 0), "an integer >= 0 or None"),
+        ("retry", retry, retry is None or _integer(retry, 0), "an integer >= 0 or None"),
+        ("concurrency", concurrency, _integer(concurrency, 1), "an integer >= 1"),
+        ("cache", cache, cache is None or isinstance(cache, path), "a file's path or None"),
+        ("work_dir", work_dir, work_dir is None or isinstance(work_dir, path), "a path or None"),
+        ("verbose", verbose, isinstance(verbose, bool), "True or False"),
+    )
+    for key, value, ok, what in checks:
+        if not ok:
+            raise ValueError(f"{key} must be {what}, got {key}={value!r:.80}")
+
+
+def _integer(v, low: int) -> bool:
+    """v is an integer >= low (not a bool)."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= low
 
 
 class VerdictVLM:
@@ -280,18 +441,21 @@ class VerdictVLM:
         work_dir: str | None = None,
         **settings,
     ):
-        self.settings = verifier.Settings.of(**settings)
-        if not (isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0):
-            raise ValueError(f"seed must be an integer >= 0, got seed={seed!r}")
+        # The models and the seed are checked by settings_record, the settings by Settings.
+        check_keywords(timeout, retries, retry, concurrency, api_key_env, cache, work_dir, verbose)
+        self.record = settings_record(model, judge_model, seed, **settings)
+        self.settings = verifier.Settings.of(**plain_numbers(settings))
+        seed = self.record["seed"]  # a NumPy integer as an int
         if retries is not None and retry is not None:
             raise ValueError(
                 "give retry (VLMEvalKit's --retry sets it) or retries, not both: "
                 f"{retry}, {retries}"
             )
-        self.record = settings_record(model, judge_model, seed, **settings)
-        self.sidecar = self._sidecar(name, work_dir)
+        self.sidecar = self._sidecar(name, work_dir, settings)
         store = Cache(cache) if cache else None
-        tries = 4 if retry is None and retries is None else retry if retry is not None else retries
+        tries = int(
+            4 if retry is None and retries is None else retry if retry is not None else retries
+        )
         self.reasoner = client.Client(base_url, model, api_key_env, timeout, tries, store)
         judge_url, judge_model = judge_base_url or base_url, judge_model or model
         same = (judge_url, judge_model) == (base_url, model)
@@ -308,15 +472,16 @@ class VerdictVLM:
         self.totals = dict.fromkeys(COUNTS, 0)
         self.by_dataset: dict = {}  # dataset -> its counts, as totals
 
-    def _sidecar(self, name: str | None, work_dir: str | None) -> Sidecar | None:
+    def _sidecar(self, name: str | None, work_dir: str | None, settings: dict) -> Sidecar | None:
         """The Sidecar of a named model (None without a name); ValueError for a name that carries
-        another settings digest than this model's."""
+        another settings digest than this model's (settings: the keywords as given). A name that
+        carries the digest of the settings as spelled (spelled_digest) holds too."""
         if name is None:
             return None
         if not (isinstance(name, str) and name.strip()):
             raise ValueError(f"name must be an entry's name, got name={name!r}")
         m, digest = DIGEST.search(name), settings_digest(self.record)
-        if m and m.group(1) != digest:
+        if m and m.group(1) not in (digest, spelled_digest(self.record, settings)):
             raise ValueError(
                 f"the entry {name!r} was named for the settings of digest {m.group(1)}, but these "
                 f"settings digest to {digest}: something changed them after the entry was named (a "
@@ -343,6 +508,17 @@ class VerdictVLM:
         the dataset's name, names the Sidecar's file. FAIL_MSG and the reason when the endpoint
         fails after its retries."""
         question, images = question_and_images(message)
+        trace, error = self.answer(question, images, dataset)
+        if error is not None:
+            print(f"VerdictVLM ({dataset}): {error}", file=sys.stderr)
+            return f"{FAIL_MSG} ({one_line(str(error))})"
+        return final_output(trace)
+
+    def answer(self, question: str, images: list, dataset=None) -> tuple:
+        """(the item's trace, None), or (None, the judges.EndpointError) when the endpoint fails
+        after its retries, for one question and its images (paths, bytes or PIL images, passed as
+        they are), on forks of the clients; counted under `dataset` (and in its Sidecar). VerdictVLM
+        and the lmms-eval model (verdict_lab/lmms_eval.py) run every item through here."""
         reasoner = self.reasoner.fork()
         judge = reasoner if self.judge is self.reasoner else self.judge.fork()
         trace = error = None
@@ -355,17 +531,14 @@ class VerdictVLM:
             for c in {reasoner, judge}:
                 c.close()
         self._count(dataset, trace, usage)
-        if error is not None:
-            print(f"VerdictVLM ({dataset}): {error}", file=sys.stderr)
-            return f"{FAIL_MSG} ({one_line(str(error))})"
-        if self.verbose:
+        if self.verbose and trace is not None:
             tot = trace.totals()
             print(
                 f"VerdictVLM ({dataset}): {tot['steps']} steps, {tot['fallbacks']} fallbacks, "
                 f"{usage['calls']} calls, stopped {trace.stopped}",
                 file=sys.stderr,
             )
-        return final_output(trace)
+        return trace, error
 
     def _count(self, dataset, trace: verdict.Trace | None, usage: dict) -> None:
         """Add one item to totals and to its dataset's counts (trace None: it failed); write the

@@ -103,12 +103,12 @@ def scoring(name: str, columns, splits=frozenset()) -> dict:
 
 
 def _jsonl_image(base: str, s, allow_any_path: bool):
-    """A JSONL image: a file path (it has a "." or exists; base64 never holds a ".") or base64. A
-    short name (64 characters or fewer) that is neither a file nor an image in base64 is said to be
-    a missing file."""
+    """A JSONL image: a file path (it has a "." or exists; base64 never holds a ".") or base64,
+    which may start with "/" (a JPEG's starts "/9j/"). A short name (64 characters or fewer) that
+    is neither a file nor an image in base64 is said to be a missing file."""
     if not isinstance(s, str) or not s:
         raise ValueError(f"an image must be a path or base64 string, got {s!r}")
-    if "." in s or os.path.isabs(s) or os.path.isfile(os.path.join(base, s)):
+    if "." in s or os.path.isfile(os.path.join(base, s)):
         return image_file(base, s, allow_any_path)
     try:
         return decode_image(s)
@@ -118,6 +118,9 @@ def _jsonl_image(base: str, s, allow_any_path: bool):
         raise ValueError(
             f"image file not found: {s} (looked for {os.path.join(base, s)}; nor is it base64: {e})"
         ) from None
+
+
+JSON_KINDS = {list: "array", str: "string", bool: "boolean", type(None): "null"}  # else a number
 
 
 def _jsonl_item(
@@ -133,7 +136,12 @@ def _jsonl_item(
     d = whole_text(
         d
     )  # a lone surrogate ("\\ud800" in the JSON) is no text: U+FFFD, as in a server's reply
-    given = d.get("options") if isinstance(d, dict) else None
+    if not isinstance(d, dict):  # a line is one item: an object, never a list of them
+        raise ValueError(
+            f"a JSON {JSON_KINDS.get(type(d), 'number')}, where each line must be one JSON object: "
+            '{"question": ..., "options": {"A": ..., "B": ...}, "answer": ...}'
+        )
+    given = d.get("options")
     if not isinstance(given, dict) or not all(
         isinstance(k, str) and LETTER.fullmatch(k) for k in given
     ):

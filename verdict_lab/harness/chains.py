@@ -24,7 +24,8 @@ files and writes the tables; this module runs the chains between:
 - Harness: each item's chains one after another in one thread, --concurrency items at once, every
   row appended to results.jsonl as it finishes; it stops every thread when the endpoint refuses us
   before any reply, or the response cache cannot be used;
-- Progress: one line on stderr, items finished, running accuracy and an ETA.
+- Progress: one line on stderr: items finished, chains failed, every method's running accuracy and
+  an ETA.
 
 It makes requests (through verifier): the harness readers never import it.
 """
@@ -33,10 +34,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import shutil
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 
 import verdict
@@ -142,14 +144,16 @@ def file_sha256(path: str) -> str:
 
 def chain_settings(settings: Settings, method: Method) -> Settings:
     """The settings of one method's chains: its rule, judge mode and revising (base: none of them,
-    and no speculation)."""
+    and no speculation and no adaptive verification)."""
     speculate = settings.speculate and method.judged
+    gated = {} if method.judged else dict(adaptive="off", adaptive_threshold=None)
     return replace(
         settings,
         rule=method.rule,
         judge_mode=method.mode.name,
         revise=method.revise,
         speculate=speculate,
+        **gated,
     )
 
 
@@ -298,7 +302,9 @@ def run_search(
     of the settings. Answers are compared as the option or value answers.score reads (an answer it
     cannot read, as its text), never by the extraction model, which reads the picked answer alone.
     The trace is the search's record (search.Search.to_dict) with its meta."""
-    plain = dict(judge_mode="plain", revise=False, speculate=False)
+    plain = dict(
+        judge_mode="plain", revise=False, speculate=False, adaptive="off", adaptive_threshold=None
+    )
     propose = lambda k: (
         verifier.build(replace(settings, rule="base", **plain), clients.reasoner, seed=k).propose
     )
@@ -359,38 +365,71 @@ def revisions(trace: verdict.Trace | None) -> dict:
 
 
 class Progress:
-    """One line on stderr: items finished, the running accuracy of base and verdict, an ETA. Not
-    thread-safe: the Harness calls it under its lock."""
+    """One line on stderr: items finished, the chains that ended in an error (shown as they fail,
+    with the last error), the running accuracy of every method, and an ETA. On a terminal the line
+    is rewritten in place (cut to its width); in a log a line is added per item finished, and at the
+    first failure since. Not thread-safe: the Harness calls it under its lock."""
 
-    def __init__(self, total: int, todo: int, rows):
+    def __init__(self, total: int, todo: int, rows, methods=()):
         self.total, self.todo, self.finished = total, todo, total - todo
-        self.score = {"base": [0, 0], "verdict": [0, 0]}  # method -> [correct, rows]
+        self.score = {str(m): [0, 0] for m in methods}  # method -> [correct, rows], in run order
+        self.ran, self.failed, self.last_error, self.said_failure = 0, 0, "", False
         self.t0, self.tty = time.perf_counter(), sys.stderr.isatty()
-        for row in rows:
-            self.count(row)
+        for row in rows:  # an earlier run's finished rows: their accuracy counts
+            self.scored(row)
+
+    def scored(self, row: Row) -> None:
+        score = self.score.setdefault(str(row.method), [0, 0])
+        score[0] += row.correct
+        score[1] += 1
 
     def count(self, row: Row) -> None:
-        if str(row.method) in self.score:
-            self.score[str(row.method)][0] += row.correct
-            self.score[str(row.method)][1] += 1
+        """A chain of this run finished: its row counts; a failure is shown at once."""
+        self.scored(row)
+        self.ran += 1
+        if row.error:
+            self.failed += 1
+            # The error without its type and endpoint URL: what the server said.
+            self.last_error = re.sub(r"^\w+: (https?://\S+: )?", "", row.error)
+            if self.tty or not self.said_failure:
+                self.said_failure = True
+                self.show()
 
     def item_done(self) -> None:
         self.finished += 1
+        self.said_failure = False
+        self.show()
+
+    def line(self) -> str:
+        """ "3/6 items  1 of 18 chains failed (last: HTTP 500: ...)  acc: base 50.0%, ...  ETA"."""
         ran = self.finished - (self.total - self.todo)
-        eta = (time.perf_counter() - self.t0) / ran * (self.total - self.finished)
         line = f"{self.finished}/{self.total} items"
-        line += "".join(f"  acc {m} {100 * c / n:.1f}%" for m, (c, n) in self.score.items() if n)
-        line += f"  ETA {int(eta // 60)}m{int(eta % 60):02d}s"
-        print(
-            "\r" + line + "\033[K" if self.tty else line,
-            end="" if self.tty else "\n",
-            file=sys.stderr,
-            flush=True,
-        )
+        if self.failed:
+            last = self.last_error[:80] + ("..." if len(self.last_error) > 80 else "")
+            line += f"  {self.failed} of {self.ran} chains failed (last: {last})"
+        acc = [f"{m} {100 * c / n:.1f}%" for m, (c, n) in self.score.items() if n]
+        line += ("  acc: " + ", ".join(acc)) if acc else ""
+        if ran:
+            eta = (time.perf_counter() - self.t0) / ran * (self.total - self.finished)
+            line += f"  ETA {int(eta // 60)}m{int(eta % 60):02d}s"
+        return line
+
+    def show(self) -> None:
+        line = self.line()
+        if self.tty:  # one line, rewritten: never wider than the terminal
+            line = "\r" + line[: shutil.get_terminal_size().columns - 1] + "\033[K"
+        print(line, end="" if self.tty else "\n", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self.tty:  # end the progress line
             print(file=sys.stderr)
+
+
+STOP_GRACE = 5.0  # seconds a Ctrl-C waits for the chains in flight before it drops them
+
+
+def in_flight(k: int) -> str:
+    return f"{k} chain{'' if k == 1 else 's'} in flight"
 
 
 class Harness:
@@ -399,7 +438,10 @@ class Harness:
     Fail fast: every thread stops, and run() returns why, if a row cannot be written (a full disk:
     the file keeps the rows before, whole), if the response cache cannot be used (CacheError, never
     one item's error), or if, before any reply came, the endpoint could not be reached or refused us
-    (401, 403, 404); the chain that met it leaves no row."""
+    (401, 403, 404, or a redirect: 3xx); the chain that met it leaves no row. Ctrl-C (run): no
+    chain starts, the rows finished are kept, the chains in flight get STOP_GRACE seconds to finish
+    (a second Ctrl-C: none), and then KeyboardInterrupt goes on up; the item threads are daemons, so
+    that a request still in flight holds nothing (its chain's row is never written)."""
 
     def __init__(
         self,
@@ -418,22 +460,80 @@ class Harness:
         self.format = JudgeFormat(settings.judge_format)
         self.digests = digests or {}  # {(data, id): input_digest(item)}, computed once per item
         self.lock, self.stop, self.reached = threading.Lock(), threading.Event(), threading.Event()
+        self.ended, self.left = threading.Event(), 0  # set when every item thread has ended
         self.fatal: str | None = None
+        self.crash: BaseException | None = None  # a bug in a thread, raised again by run()
+        self.busy, self.closed = 0, False  # chains in flight; True once no row may be written
 
     def run(self, todo: list, concurrency: int) -> str | None:
+        """Run every (item, [(seed, method)]) of todo; the reason the run stopped early, or None."""
+        queue = iter(todo)
         # Unbuffered, so that a row is on disk whole or not at all.
         with open(self.results, "ab", buffering=0) as self.fh:
-            pool = ThreadPoolExecutor(max_workers=concurrency)
+            self.left = max(1, min(concurrency, len(todo)))  # threads still running
+            for k in range(self.left):
+                threading.Thread(
+                    target=self.work, args=(queue,), daemon=True, name=f"item-{k}"
+                ).start()
             try:
-                for f in [pool.submit(self.item, it, chains) for it, chains in todo]:
-                    f.result()  # a bug in a task surfaces here, with its traceback
+                # An Event, not Thread.join: a join that Ctrl-C interrupts marks its thread stopped.
+                self.ended.wait()
+            except KeyboardInterrupt:
+                self.interrupted()
+                raise
             finally:
-                # This runs on Ctrl-C too: no new chain starts, and the chains in flight finish and
-                # are kept.
+                with self.lock:  # a chain that ends from now on is not written
+                    self.closed = True
                 self.stop.set()
-                pool.shutdown(cancel_futures=True)
                 self.progress.close()
+        if self.crash is not None:  # a bug in a thread surfaces here, with its traceback
+            raise self.crash
         return self.fatal
+
+    def work(self, queue) -> None:
+        """One thread: the next item of the queue, until none is left or the run stops; the last
+        thread to end sets `ended`."""
+        try:
+            while not self.stop.is_set():
+                with self.lock:
+                    todo = next(queue, None)
+                if todo is None:
+                    return
+                self.item(*todo)
+        except BaseException as e:  # a bug: every thread stops, and run() raises it
+            with self.lock:
+                self.crash = self.crash or e
+            self.stop.set()
+        finally:
+            with self.lock:
+                self.left -= 1
+                if not self.left:
+                    self.ended.set()
+
+    def interrupted(self) -> None:
+        """Ctrl-C: say at once what is kept, give the chains in flight STOP_GRACE seconds, or none
+        after a second Ctrl-C."""
+        self.stop.set()
+        with self.lock:
+            kept, busy = len(self.done), self.busy
+        waiting = f"; waiting at most {STOP_GRACE:g} s for the {in_flight(busy)}" if busy else ""
+        try:  # from the first word on, a second Ctrl-C stops at once
+            print(
+                f"verdict_lab.evaluate: stopping (Ctrl-C): the {kept} finished rows in "
+                f"{self.results} are kept{waiting} (Ctrl-C again stops at once)",
+                file=sys.stderr,
+                flush=True,
+            )
+            self.ended.wait(STOP_GRACE)
+        except KeyboardInterrupt:
+            with self.lock:
+                self.closed, busy = True, self.busy
+            print(
+                f"verdict_lab.evaluate: stopped at once (a second Ctrl-C): the {in_flight(busy)} "
+                f"{'is' if busy == 1 else 'are'} dropped",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def item(self, item: Item, chains: list) -> None:
         clients = ChainClients.fork(
@@ -446,9 +546,15 @@ class Harness:
                 try:
                     digest = self.digests.get((item.data, item.id))
                     client.pin((clients.reasoner, clients.judges), f"{item.data}/{item.id}", seed)
-                    row, error = run_chain(
-                        item, seed, method, clients, self.settings, self.format, digest
-                    )
+                    with self.lock:
+                        self.busy += 1
+                    try:
+                        row, error = run_chain(
+                            item, seed, method, clients, self.settings, self.format, digest
+                        )
+                    finally:
+                        with self.lock:
+                            self.busy -= 1
                 except CacheError as e:
                     return self.halt(f"the response cache cannot be used: {e}")
                 if row.replies:
@@ -458,7 +564,8 @@ class Harness:
                 if not self.write(row):
                     return
             with self.lock:
-                self.progress.item_done()
+                if not self.closed:
+                    self.progress.item_done()
         finally:
             clients.close()
 
@@ -469,11 +576,11 @@ class Harness:
         self.stop.set()
 
     def refused(self, error) -> bool:
-        """The endpoint never answered and this error says it will not: unreachable, or 401, 403,
-        404."""
+        """The endpoint never answered and this error says it will not: unreachable, 401, 403, 404,
+        or a redirect (the endpoint is elsewhere: judges.Endpoint follows none)."""
         return (
             isinstance(error, EndpointError)
-            and error.status in (None, 401, 403, 404)
+            and (error.status in (None, 401, 403, 404) or 300 <= (error.status or 0) < 400)
             and not self.reached.is_set()
         )
 
@@ -481,6 +588,8 @@ class Harness:
         """Append the row to results.jsonl, whole (rundir.append); False, with every thread stopped,
         if it cannot be written (a full disk): the file ends with the last row written."""
         with self.lock:
+            if self.closed:  # a chain that outlived a Ctrl-C: its row is not written
+                return False
             try:
                 rundir.append(self.fh, json.dumps(row.to_json(), allow_nan=False) + "\n")
             except OSError as e:

@@ -116,6 +116,8 @@ def vlmeval_resave(data: bytes, ext: str) -> bytes:
         fmt = Image.registered_extensions().get(ext.lower())
         if fmt is None:
             raise ValueError(f"unknown file extension {ext!r}")
+        if fmt not in Image.SAVE:  # .psd, .fits, .xpm, .cur, .pcd, ...: pillow reads them only
+            raise ValueError(f"pillow reads {fmt} files but cannot write them")
         buf = io.BytesIO()
         image.save(buf, format=fmt)
     except (OSError, ValueError) as e:

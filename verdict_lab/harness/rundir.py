@@ -8,10 +8,12 @@ holds:
 
 - .lock: held (flock) by the run using OUT, released when its process ends, even by SIGKILL; a
   second run on the same OUT stops at once;
-- run.json ("verdict-eval-run/3"): the settings a resumed run must share, the endpoints included
-  (answers from another server are never mixed into a table), and the shard "i/k" if any; written
-  whole (a temporary file renamed), once the run's inputs are read; a damaged one is a ValueError,
-  never a traceback;
+- run.json ("verdict-eval-run/3"): the settings a resumed run must share (the model and every
+  setting that changes an answer) and the shard "i/k" if any; the endpoints too, which alone may
+  change between runs (the same model back on another port: said once, and the earlier ones kept in
+  "endpoints_before"). A run that left no finished row binds nothing. Written whole (a temporary
+  file of its own, created exclusively, renamed), once the run's inputs are read; a damaged one is a
+  ValueError, never a traceback;
 - results.jsonl: one row (rows.Row) per (item, seed, method), appended whole as each finishes
   (append: a full disk leaves the rows before, and no partial line); a row records its item's input
   digest, and load_rows drops the rows of an item whose input changed, so that they run again;
@@ -25,8 +27,10 @@ only. The merged directory must hold no run: a finished run's rows are never rep
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
 from dataclasses import replace
 
 from verdict_lab.harness import tables
@@ -40,6 +44,10 @@ ENDPOINTS = (
     "judge_base_url",
     "extract_base_url",
 )  # may differ between shards of one run
+
+# Settings of the verifier added after runs were recorded, with the value those runs had: a run
+# recorded before them resumes under the same settings.
+ADDED = {"adaptive": "off", "adaptive_threshold": None}
 
 try:
     import fcntl
@@ -97,41 +105,78 @@ def read_run(out: str) -> dict | None:
     return run
 
 
-def check(out: str, settings: dict) -> None:
-    """ValueError if OUT holds a run with other settings (or a damaged run.json): two runs never
-    share a table."""
+def holds_rows(out: str) -> bool:
+    """Whether OUT/results.jsonl holds a finished row (one that did not end in an error): only such
+    a row is kept by a resumed run, so only then do its settings bind. Read up to the first one."""
+    path = os.path.join(out, "results.jsonl")
+    if not os.path.exists(path):
+        return False
+    try:
+        with open(path, "rb") as fh:
+            for line in fh:
+                with contextlib.suppress(ValueError):  # a line read_rows leaves out
+                    if Row.from_json(json.loads(line.decode("utf-8"))).error is None:
+                        return True
+    except OSError:  # unreadable (a directory): load_rows says so, naming the file
+        return True
+    return False
+
+
+def check(out: str, settings: dict) -> list:
+    """The notes to say once (an endpoint that changed), or ValueError if OUT holds a run with other
+    settings (or a damaged run.json): two runs never share a table. The endpoints (ENDPOINTS) may
+    change where the model and every other setting are the same (a server back on another port),
+    and a run whose results.jsonl holds no finished row binds nothing."""
     old = read_run(out)
-    diff = [k for k in settings if old is not None and old["settings"].get(k) != settings[k]]
-    if diff:
-        shown = ", ".join(
-            f"{k}: {old['settings'].get(k)!r} there, {settings[k]!r} now"
-            if k in ENDPOINTS + ("shard",)
-            else k
-            for k in diff
-        )
-        raise ValueError(f"{out} holds a run with other settings ({shown}); use another --out")
+    if old is None or not holds_rows(out):
+        return []
+    then, now = dict(old["settings"]), settings.get("verifier")
+    if isinstance(then.get("verifier"), dict) and isinstance(now, dict):
+        then["verifier"] = {**{k: v for k, v in ADDED.items() if k in now}, **then["verifier"]}
+    diff = [k for k in settings if then.get(k) != settings[k]]
+    shown = lambda k: f"{k}: {then.get(k)!r} there, {settings[k]!r} now"
+    if other := [k for k in diff if k not in ENDPOINTS]:
+        named = ", ".join(shown(k) if k == "shard" else k for k in other)
+        raise ValueError(f"{out} holds a run with other settings ({named}); use another --out")
+    if not diff:
+        return []
+    return [
+        f"{out} was run against another endpoint ({'; '.join(shown(k) for k in diff)}); the model "
+        "and settings are the same, so this run's rows join its table"
+    ]
 
 
-def claim(out: str, settings: dict) -> None:
-    """check, then record the settings in OUT/run.json (atomically: a full disk leaves the old
-    one)."""
-    check(out, settings)
+def claim(out: str, settings: dict) -> list:
+    """check, then record the settings in OUT/run.json (atomically: a full disk leaves the old one),
+    with the endpoints of the earlier runs whose rows are kept (endpoints_before); returns check's
+    notes."""
+    notes, old = check(out, settings), read_run(out)
+    kept = old is not None and holds_rows(out)
+    before = old.get("endpoints_before") if kept else []
+    before = before if isinstance(before, list) else []
+    then = {k: old["settings"][k] for k in ENDPOINTS if old["settings"].get(k)} if notes else None
+    before += [then] if then and then not in before else []
+    run = {"format": RUN_FORMAT, "settings": settings}
     _write_atomic(
         os.path.join(out, "run.json"),
-        json.dumps({"format": RUN_FORMAT, "settings": settings}, indent=1),
+        json.dumps(run | ({"endpoints_before": before} if before else {}), indent=1),
     )
+    return notes
 
 
 def _write_atomic(path: str, text: str) -> None:
-    """Write a file whole or not at all: a temporary file, then renamed over it; the temporary file
-    is removed if writing it fails (OSError raised)."""
+    """Write a file whole or not at all: a temporary file of its own (created exclusively, so that
+    nothing planted under its name is followed), then renamed over it; the temporary file is removed
+    if writing it fails (OSError raised)."""
+    tmp = f"{path}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with open(path + ".tmp", "w", encoding="utf-8") as fh:
+        with open(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
-        os.replace(path + ".tmp", path)
-    except OSError:
-        if os.path.exists(path + ".tmp"):
-            os.remove(path + ".tmp")
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, or Ctrl-C mid-write: no temporary file stays behind
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
         raise
 
 

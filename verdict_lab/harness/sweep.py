@@ -6,7 +6,9 @@ Disagreement-Aware Consensus", ECCV 2026, analyses: stubbornness sensitivity (on
 τ regimes (ε = 0.1), the ε plateau (τ = 0.6), and judge quality (7B against 2B judges, VERDICT's
 margin over Mean). This module runs one such axis as settings, each a run of evaluate.py of its own:
 
-- `--sweep NAME=V1,V2,...` for NAME in tau, eps, lam_V, lam_L, lam_C; `--judge-model A,B` (judges
+- `--sweep NAME=V1,V2,...` for NAME in tau, eps, lam_V, lam_L, lam_C, and adaptive_threshold (θ of
+  the --adaptive signal, adaptive.py; the point θ = 1, full VERDICT, is added when not listed);
+  `--judge-model A,B` (judges
   compared on one reasoner); `--model A,B` with one `--judge-model` (reasoners compared under one
   judge model);
 - every setting runs the same items, seeds and methods in OUT/<setting>/ (its own summary.md, tables
@@ -48,9 +50,12 @@ import verdict
 from verdict_lab.harness import rundir
 
 SWEEP_FORMAT = "verdict-sweep/1"
-KNOBS = ("tau", "eps", "lam_V", "lam_L", "lam_C")  # what --sweep varies; lam_X is λ of judge X
+# What --sweep varies: lam_X is λ of judge X; adaptive_threshold is θ of adaptive verification.
+KNOBS = ("tau", "eps", "lam_V", "lam_L", "lam_C", "adaptive_threshold")
 SYMBOLS = {"tau": "τ", "eps": "ε", "lam_V": "λ_V", "lam_L": "λ_L", "lam_C": "λ_C"}
+SYMBOLS["adaptive_threshold"] = "θ (adaptive)"
 ASCII = {"tau": "tau", "eps": "eps", "lam_V": "lambda_V", "lam_L": "lambda_L", "lam_C": "lambda_C"}
+ASCII["adaptive_threshold"] = "theta (adaptive)"
 AXES = KNOBS + ("model", "judge_model")
 
 
@@ -82,7 +87,8 @@ class Setting:
 def parse_sweep(text: str) -> list:
     """ "tau=0.01,0.1,0.6" -> [Setting("tau", 0.01), ...]; ValueError names an unknown knob, a
     value that is not a finite number, a repeated value, or fewer than two values. Config checks the
-    ranges later."""
+    ranges later. An adaptive_threshold sweep ends with θ = 1 (every step judged: full VERDICT on
+    the same requests) when its values leave it out."""
     name, eq, values = (text or "").partition("=")
     name = name.strip()
     if name not in KNOBS or not eq:
@@ -97,6 +103,8 @@ def parse_sweep(text: str) -> list:
         len(xs) < 2 or len(set(xs)) != len(xs) or not all(map(math.isfinite, xs))
     ):  # one point is no curve
         raise ValueError(f"--sweep {name}: give two or more distinct finite values, got {values!r}")
+    if name == "adaptive_threshold" and 1.0 not in xs:
+        xs.append(1.0)
     return [Setting(name, x) for x in xs]
 
 
@@ -312,6 +320,10 @@ def summarize(args, settings: list, tallies: dict) -> dict:
         fallback_rate={
             k: v["stats"].get("verdict", {}).get("fallback_rate") for k, v in subs.items()
         },
+        judge_calls={
+            k: {m: v["stats"].get(m, {}).get("judge_calls_per_item") for m in first["methods"]}
+            for k, v in subs.items()
+        },
         cost=cost({k: t.seen for k, t in tallies.items()}, sent, tuple(uncached)),
     )
 
@@ -366,6 +378,31 @@ def axis_name(axis: str) -> str:
     )
 
 
+def _paper_table(s: dict, paper: list, head) -> list:
+    """summary.md's first table: each setting's accuracy of base, Mean and VERDICT, VERDICT − Mean,
+    the fallback rate and, in a sweep of θ, VERDICT's judge calls per item."""
+    out = []
+    margin = ["VERDICT − Mean"] if s["margin"] else []  # with both methods run
+    # A sweep of θ trades judge calls for accuracy: VERDICT's judge calls per item beside it.
+    calls = ["VERDICT judge calls / item"] if s["axis"] == "adaptive_threshold" else []
+    out += head(axis_name(s["axis"]), paper + margin + ["fallback"] + calls)
+    for k, t in zip(s["settings"], s["ticks"]):
+        fb = s["fallback_rate"].get(k)
+        cells = [_pct(s["accuracy"][k][m]["Avg"]) for m in paper]
+        cells += [_signed(s["margin"][k]["Avg"])] if margin else []
+        cells += ["—" if fb is None else f"{fb:.1%}"]
+        per = s.get("judge_calls", {}).get(k, {}).get("verdict")
+        cells += [("—" if per is None else f"{per:.1f}")] if calls else []
+        out.append(f"| {t} | " + " | ".join(cells) + " |")
+    if calls:
+        out += [
+            "",
+            "θ = 1 judges every step: full VERDICT. compute.png draws VERDICT's accuracy against "
+            "its judge calls per item, a point per θ, beside base (no judge call).",
+        ]
+    return out
+
+
 def render(s: dict) -> str:
     """summary.md of a sweep: the paper's form, the cost, then each setting's table."""
     head = lambda first, cs: [f"| {first} | " + " | ".join(cs) + " |", "|---" * (len(cs) + 1) + "|"]
@@ -382,13 +419,7 @@ def render(s: dict) -> str:
         "steps where no candidate passed.",
         "",
     ]
-    margin = ["VERDICT − Mean"] if s["margin"] else []  # with both methods run
-    out += head(axis_name(s["axis"]), paper + margin + ["fallback"])
-    for k, t in zip(s["settings"], s["ticks"]):
-        fb = s["fallback_rate"].get(k)
-        cells = [_pct(s["accuracy"][k][m]["Avg"]) for m in paper]
-        cells += [_signed(s["margin"][k]["Avg"])] if margin else []
-        out.append(f"| {t} | " + " | ".join(cells + ["—" if fb is None else f"{fb:.1%}"]) + " |")
+    out += _paper_table(s, paper, head)
     c = s["cost"]
     ratio = lambda a, b: f"{a / b:.2f}" if b else "—"
     out += [
@@ -440,6 +471,8 @@ def write(out: str, s: dict) -> str:
         fh.write(md)
     write_csv(os.path.join(out, "sweep_acc.csv"), s)
     picture(s, os.path.join(out, "summary.png"))
+    if s["axis"] == "adaptive_threshold":
+        compute_picture(s, os.path.join(out, "compute.png"))
     return md
 
 
@@ -497,6 +530,63 @@ def picture(s: dict, path: str, title: str | None = None, column: str = "Avg") -
     )
     c.save(path)
     return points
+
+
+def compute_picture(s: dict, path: str, method: str = "verdict") -> list:
+    """compute.png of a θ sweep: Avg accuracy (%) of `method` against its judge calls per item, a
+    point per θ labelled with it and joined in θ's order, ± the std over seeds, and base at 0 judge
+    calls (its accuracy averaged over the settings, which all run it alike). Returns the points
+    drawn as (label, (x, y))."""
+    W, H, x0, x1, y0, y1 = 760, 440, 62, 700, 50, 350  # the image; the plot box, pixels
+    keys, calls = s["settings"], s.get("judge_calls", {})
+    cells = [(calls.get(k, {}).get(method), s["accuracy"][k][method]["Avg"]) for k in keys]
+    base = [s["accuracy"][k]["base"]["Avg"]["mean"] for k in keys if "base" in s["methods"]]
+    base = [b for b in base if b is not None]
+    ys = [c for x, c in cells if x is not None and c["mean"] is not None]
+    if base:
+        ys.append({"mean": sum(base) / len(base), "std": None})
+    lo, hi, ystep = _y_range(ys)
+    x_lo, x_hi, xstep = charts.nice(0, max([x for x, _ in cells if x is not None] or [1]))
+    px = lambda v: x0 + (v - x_lo) / ((x_hi - x_lo) or 1) * (x1 - x0)
+    py = lambda v: y1 - (v - lo) / ((hi - lo) or 1) * (y1 - y0)
+    c = charts.Canvas((W, H))
+    c.text((10, 8), f"Avg accuracy (%) against judge calls per item, {method} at each θ", 13)
+    c.draw.rectangle((x0, y0, x1, y1), outline=charts.INK)
+    for t in [lo + j * ystep for j in range(int(round((hi - lo) / ystep)) + 1)]:
+        c.draw.line((x0, py(t), x1, py(t)), fill=charts.GRID)
+        c.text((x0 - 6, py(t)), f"{t:g}", 11, anchor="rm")
+    for t in [x_lo + j * xstep for j in range(int(round((x_hi - x_lo) / xstep)) + 1)]:
+        c.text((px(t), y1 + 8), f"{t:g}", 11, anchor="mt")
+    c.text((x0, H - 22), f"x: judge calls per item; {s['source']}", 11, width=W - x0 - 10, lines=1)
+    drawn = _draw_thetas(c, s["ticks"], cells, (px, py))
+    if base:
+        b = (px(0), py(sum(base) / len(base)))
+        c.draw.ellipse((b[0] - 4, b[1] - 4, b[0] + 4, b[1] + 4), fill=charts.GREY)
+        c.text((b[0] + 6, b[1] + 4), "base", 11, fill=charts.GREY)
+        drawn.append(("base", b))
+    c.save(path)
+    return drawn
+
+
+def _draw_thetas(c, ticks: list, cells: list, scale: tuple) -> list:
+    """compute.png's points, a point per θ with its ± std whisker and label, joined in θ's order;
+    the points drawn as (label, (x, y))."""
+    (px, py), drawn = scale, []
+    for tick, (x, cell) in zip(ticks, cells):
+        if x is None or cell["mean"] is None:
+            continue
+        at = (px(x), py(cell["mean"]))
+        if cell["std"]:
+            top = py(min(100, cell["mean"] + cell["std"]))
+            bottom = py(max(0, cell["mean"] - cell["std"]))
+            c.draw.line((at[0], top, at[0], bottom), fill=charts.RED)
+        c.text((at[0] + 6, at[1] - 14), f"θ={tick}", 11, fill=charts.RED)
+        drawn.append((f"θ={tick}", at))
+    if len(drawn) > 1:
+        c.draw.line([at for _, at in drawn], fill=charts.RED, width=3)
+    for _, (x, y) in drawn:
+        c.draw.ellipse((x - 4, y - 4, x + 4, y + 4), fill=charts.RED)
+    return drawn
 
 
 def _y_range(cells: list) -> tuple:

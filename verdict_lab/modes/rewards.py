@@ -7,12 +7,15 @@ boxes plus the positive localisation improvement, 0 when no box is produced or u
 accuracy.
 
 TRL's GRPOTrainer calls a reward as reward(prompts=..., completions=..., completion_ids=...,
-**columns), every other dataset column a keyword argument. So a reward's only named parameters are
-`completions` and the one column it reads (`solution` or `ref_boxes`); everything else lands in
-**kwargs and is ignored. The patterns are bound by factories (make_accuracy_reward,
-make_format_reward, make_self_correction_reward), never taken from a column; accuracy_reward,
-format_reward and self_correction_reward are their defaults. docs/rewards.md shows them as a
-GRPOTrainer's reward_funcs. Left out: the training itself.
+trainer_state=..., log_extra=..., log_metric=..., [environments=...,] **columns), every other
+dataset column a keyword argument (trl@f2cd5771, grpo_trainer.py, _calculate_rewards). So a
+reward's only named parameters are `completions` and the one column it reads (`solution` or
+`ref_boxes`); everything else lands in **kwargs and is ignored. With a response template
+(transformers >= 5) or tools, TRL hands over each completion parsed, its <think>…</think> in
+"reasoning_content": turns() puts it back. The patterns are bound by factories
+(make_accuracy_reward, make_format_reward, make_self_correction_reward), never taken from a column;
+accuracy_reward, format_reward and self_correction_reward are their defaults. docs/rewards.md shows
+them as a GRPOTrainer's reward_funcs. Left out: the training itself.
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ FORMAT = re.compile(
 )
 REEXAMINE = re.compile(r"(?i)\bre-?examin")  # "re-examine", "Re-examining", "reexamined", ...
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
+# The keys TRL's response parsing moves <think>…</think> to, by chat template (trl@f2cd5771,
+# chat_template_utils.py: qwen3_template and most others "reasoning_content"; LFM2.5's and
+# gpt-oss's "thinking").
+THINKING = ("reasoning_content", "thinking")
 _BOXED = re.compile(r"\\boxed\{((?:[^{}]|\{[^{}]*\})*)\}")
 _NUM = r"\s*(-?\d+(?:\.\d+)?)\s*"
 # A box [x1, y1, x2, y2] is four plain decimal numbers.
@@ -44,9 +51,14 @@ def turns(completion) -> list:
     - standard: a string, which is one turn;
     - conversational: a list of messages. Each message whose role is "assistant" (or that has no
       role) is a turn; "tool", "user" and "system" messages are not the model's words and are
-      skipped. Its text is the content (a string, or the "text" parts of a list), followed by each
-      structured tool call written as Qwen2.5's chat template writes it:
-      <tool_call>{"name": ..., "arguments": ...}</tool_call>.
+      skipped. Its text is its thinking, then the content (a string, or the "text" parts of a
+      list), then each structured tool call written as Qwen2.5's chat template writes it:
+      <tool_call>{"name": ..., "arguments": ...}</tool_call>. The thinking is what TRL's response
+      parsing (transformers >= 5 with a response template, and GRPOTrainer with tools) moved out
+      of the text: "reasoning_content" (Qwen2.5, Qwen3, Qwen3-VL), or "thinking" where a template
+      names it so (LFM2.5, gpt-oss). It is put back as Qwen3's template writes it,
+      "<think>\n" + thinking + "\n</think>\n\n" before the content, so every reward reads what
+      the model wrote.
     What a model's message holds is its output, malformed or not: content that is no text adds no
     text, tool calls that are not a list of objects add none, and arguments no JSON can write
     (nested too deep, an integer of more digits than Python writes) are written as null."""
@@ -70,8 +82,20 @@ def turns(completion) -> list:
             else "".join(p.get("text", "") for p in parts if isinstance(p, dict))
         )
         calls = [t for t in calls if isinstance(t, dict)] if isinstance(calls, list) else []
-        out.append(text + "".join(_tool_call_text(t) for t in calls))
+        out.append(_thinking(m, text) + "".join(_tool_call_text(t) for t in calls))
     return out
+
+
+def _thinking(message: dict, text: str) -> str:
+    """The content `text` after the message's parsed-out thinking, as Qwen3's template writes
+    them; the text alone when the message has none (or it is no string)."""
+    think = next(
+        (t for t in (message.get(k) for k in THINKING) if isinstance(t, str)),
+        None,
+    )
+    if think is None:
+        return text
+    return "<think>\n" + think.strip("\n") + "\n</think>\n\n" + text.lstrip("\n")
 
 
 def _tool_call_text(call: dict) -> str:

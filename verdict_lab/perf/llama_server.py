@@ -14,6 +14,7 @@ limitations).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -26,6 +27,8 @@ import urllib.parse
 import urllib.request
 from collections import Counter
 from dataclasses import replace
+
+from PIL import Image
 
 from judges import EndpointError
 from verdict_lab.client import Client
@@ -304,7 +307,7 @@ def _workload_lines(
     load and time since (load, t0)."""
     avg = lambda xs: ", ".join(f"{x:.1f}" for x in xs)
     what = (
-        f"question(s), each with its own {images[0].width}×{images[0].height} image "
+        f"question(s), each with its own {'×'.join(map(str, _size(images[0])))} image "
         "in every request"
         if images
         else "text question(s)"
@@ -468,3 +471,8 @@ if __name__ == "__main__":
     with open(os.path.join(cache, f"server-{port}.log"), encoding="utf-8", errors="replace") as fh:
         print(f"{CONC_SCORE.name}, {layout} layout, 1 question, 2 steps:")
         print("\n".join(slot_lines(slot_requests(fh.read()))))
+
+
+def _size(image) -> tuple:
+    """(width, height) of a PIL image or of an image file's bytes."""
+    return (image if isinstance(image, Image.Image) else Image.open(io.BytesIO(image))).size

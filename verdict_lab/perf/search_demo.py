@@ -11,8 +11,9 @@ sound idea and 0.25 after an unsound one, judges scoring good steps around 0.72 
 same request always gets the same reply, and a chain's seed decides its candidates (chain i of seed
 s: reasoner seed s + 1000·i, harness/chains.py).
 
-    python -m verdict_lab.perf.search_demo    # runs/search-demo/ (summary.md, compute.png), and
-                                              # docs/search_compute.png
+    python -m verdict_lab.perf.search_demo    # runs/search-demo/ (summary.md, compute.png,
+                                              # search_compute.png); --picture PATH to put the
+                                              # last elsewhere (docs/search_compute.png)
 """
 
 from __future__ import annotations

@@ -11,18 +11,24 @@ measurement of a GPU:
   (the system message, each image's tokens where the message puts the image, the text) and the
   chained hashes of its 16-token blocks, as vLLM's automatic prefix caching names them;
 - sim_reply: the reasoner's candidates and the judges' replies (any reply format); sim_logprobs:
-  their logprobs, when asked, in llama-server's shape;
+  their logprobs, when asked, in llama-server's shape (a reasoner step's confidence varies with its
+  text: step_logprob);
 - SimulatedServer: a loopback.LoopbackServer handler that queues, prefills what its prefix cache
   lacks, decodes, and reports the cached prompt tokens (usage.prompt_tokens_details.cached_tokens)
   as servers do; with replicas = K, K such servers behind vLLM's data-parallel front end
   (--data-parallel-size K), which routes a request to the replica its X-data-parallel-rank header
-  names, else to the least busy one.
+  names, else to the least busy one;
+- Remote: a SimulatedServer in a process of its own, so that its CPU (parsing, hashing, writing
+  replies) never holds the client's interpreter lock: a GPU server is another machine.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
+import multiprocessing
+import urllib.request
 import re
 import threading
 import time
@@ -30,7 +36,7 @@ from dataclasses import dataclass
 
 from verdict_lab import formats
 from verdict_lab.client import RANK_HEADER
-from verdict_lab.loopback import chat_response
+from verdict_lab.loopback import LoopbackServer, chat_response
 
 BLOCK = 16  # prefix-cache block size in tokens (vLLM's default block size)
 TOKEN = re.compile(r"\w+|[^\w\s]")  # one pseudo-token: a word or a punctuation mark
@@ -161,21 +167,30 @@ def sim_reply(body: dict, lm: LatencyModel, final_at: int) -> tuple:
     return [f"{reason}\n{line}"], lm.rationale_tokens
 
 
-def sim_logprobs(text: str, k: int) -> dict:
+def step_logprob(text: str) -> float:
+    """The log-probability of a reasoner step's tokens: ln p with p = 0.6 + 0.39·u, u in [0, 1) a
+    hash of the text, so that candidates and steps differ in confidence (adaptive.py's signals) and
+    the same text always has the same."""
+    u = int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) / 16**8  # [0, 1)
+    return math.log(0.6 + 0.39 * u)
+
+
+def sim_logprobs(text: str, k: int, lp: float = -0.1, first: float | None = None) -> dict:
     """A choice's logprobs as llama-server sends them: each pseudo-token of `text` (its leading
-    space kept, so the tokens spell the text) with its id, logprob and bytes, and k top_logprobs of
-    the same shape; at a digit, the ten digits come first. What a response cache would store of a
-    judge's reply."""
+    space kept, so the tokens spell the text) with its id, logprob `lp` (the first token's
+    `first`, when given) and bytes, and k top_logprobs of the same shape; at a digit, the ten digits
+    come first. What a response cache would store of a judge's reply."""
 
     def entry(tok: str, lp: float, i: int) -> dict:
         return {"id": 1000 + i, "token": tok, "bytes": list(tok.encode()), "logprob": lp}
 
     content = []
-    for tok in re.findall(r"\s*(?:\w+|[^\w\s])|\s+$", text):
+    for t, tok in enumerate(re.findall(r"\s*(?:\w+|[^\w\s])|\s+$", text)):
         names = [str(d) for d in range(10)] if tok.strip().isdigit() else []
         names += [f"{tok}{i}" for i in range(k - len(names))]
-        top = [entry(a, -0.1 - i, i) for i, a in enumerate(names[:k])]
-        content.append({**entry(tok, -0.1, 0), "top_logprobs": top})
+        own = first if t == 0 and first is not None else lp
+        top = [entry(a, own - i, i) for i, a in enumerate(names[:k])]
+        content.append({**entry(tok, own, 0), "top_logprobs": top})
     return {"content": content}
 
 
@@ -236,12 +251,16 @@ class SimulatedServer:
         if len(texts) > lm.capacity:  # such a request could never be scheduled
             raise ValueError(f"n={len(texts)} exceeds the batch capacity {lm.capacity}")
         units = prompt_units(body["messages"], lm.image_tokens)
+        # The simulator's own work (hashing the prompt, writing the reply) is done outside the
+        # model's time: before the request queues, or while it sleeps to a deadline. So the
+        # latency a client sees is the model's, however slow this machine computes it.
+        hashes = block_hashes(units) if lm.prefix_cache else []
         with replica.slots:  # beyond capacity, requests queue
             replica.slots.wait_for(lambda: replica.busy + len(texts) <= lm.capacity)
             replica.busy += len(texts)
         try:
             with replica.prefill:  # one prefill engine: prompts are prefilled one after another
-                hashes = block_hashes(units) if lm.prefix_cache else []
+                start = time.perf_counter()
                 cached = (
                     next((i for i, h in enumerate(hashes) if h not in replica.cache), len(hashes))
                     * BLOCK
@@ -249,19 +268,88 @@ class SimulatedServer:
                 replica.cache.update(hashes)
                 with self._route:
                     self.computed += len(units) - cached
-                time.sleep(lm.time_scale * lm.seconds(len(units) - cached, 0))
-            time.sleep(lm.time_scale * lm.seconds(0, tokens))  # the n sequences decode side by side
+                prefilled = start + lm.time_scale * lm.seconds(len(units) - cached, 0)
+                _sleep_until(prefilled)
+            response = self._response(body, texts, len(units), tokens, cached)
+            # The n sequences decode side by side.
+            _sleep_until(prefilled + lm.time_scale * lm.seconds(0, tokens))
         finally:
             with replica.slots:
                 replica.busy -= len(texts)
                 replica.slots.notify_all()
-        response = chat_response(
-            texts, prompt_tokens=len(units), completion_tokens=tokens * len(texts)
-        )
+        return response
+
+    def _response(self, body, texts: list, prompt: int, tokens: int, cached: int) -> dict:
+        """The chat completion: the texts, the usage with the cached prompt tokens, and the logprobs
+        when asked (a reasoner step's by step_logprob, its first token the least likely, p⁴)."""
+        response = chat_response(texts, prompt_tokens=prompt, completion_tokens=tokens * len(texts))
         response["usage"]["prompt_tokens_details"] = {"cached_tokens": cached}
         if body.get("logprobs"):
             for c in response["choices"]:
-                c["logprobs"] = sim_logprobs(
-                    c["message"]["content"], int(body.get("top_logprobs") or 0)
-                )
+                text, k = c["message"]["content"], int(body.get("top_logprobs") or 0)
+                if "stop" in body:
+                    lp = step_logprob(text)
+                    c["logprobs"] = sim_logprobs(text, k, lp, 4 * lp)
+                else:
+                    c["logprobs"] = sim_logprobs(text, k)
         return response
+
+
+def _sleep_until(deadline: float) -> None:
+    """Sleep until time.perf_counter() reaches deadline (at once if it has)."""
+    left = deadline - time.perf_counter()
+    if left > 0:
+        time.sleep(left)
+
+
+RESET = "/sim/reset"  # Remote's path: forget every cached prefix
+
+
+class Remote:
+    """A context manager serving SimulatedServer(lm, final_at, replicas) on loopback from a process
+    of its own (spawned, so that it shares nothing with this one). `url` is its /v1 root; reset()
+    clears its prefix caches, as SimulatedServer.reset does."""
+
+    def __init__(self, lm: LatencyModel, final_at: int = 3, replicas: int = 1):
+        self.args, self.url = (lm, final_at, replicas), None
+
+    def __enter__(self) -> "Remote":
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._process = ctx.Process(target=_serve, args=(*self.args, child), daemon=True)
+        self._process.start()
+        if not self._conn.poll(60):  # the child imports and binds in about a second
+            self._process.kill()
+            raise RuntimeError("the simulated server's process did not start within 60 s")
+        self.url = self._conn.recv()
+        return self
+
+    def reset(self) -> None:
+        request = urllib.request.Request(self.url + RESET, data=b"{}", method="POST")
+        with urllib.request.urlopen(request, timeout=60) as r:
+            r.read()
+
+    def __exit__(self, *exc) -> None:
+        self._conn.send("stop")
+        self._process.join(timeout=30)
+        if self._process.is_alive():
+            self._process.kill()
+
+
+def _serve(lm: LatencyModel, final_at: int, replicas: int, conn) -> None:
+    """Remote's process: the server until the parent says stop (or goes away)."""
+    sim = SimulatedServer(lm, final_at, replicas)
+
+    def handler(body, path, headers=None):
+        if path.endswith(RESET):
+            sim.reset()
+            return {"reset": True}
+        return sim(body, path, headers)
+
+    handler.takes_headers = True
+    with LoopbackServer(handler, model="sim") as srv:
+        conn.send(srv.url)
+        try:
+            conn.recv()
+        except EOFError:  # the parent is gone
+            pass

@@ -5,12 +5,14 @@ Disagreement-Aware Consensus", ECCV 2026 (the step-wise loop, n = 3, m = 3). rat
 repetition, the wall time of VERDICT's whole chains (json score-only judges, the n·m judge calls
 overlapped) divided by the base reasoner's, with and without speculate.Speculator, the kinds
 interleaved and the server reset before each, on any server (bench.py's section 2b runs it on
-llama-server). measure() is a SIMULATION (perf/simserver.py):
-`python -m verdict_lab.perf.speculation [reps] [time_scale]` prints its medians.
+llama-server). measure() is a SIMULATION (perf/simserver.py), served from a process of its own
+(simserver.Remote) unless asked otherwise, so that the simulator's CPU is not charged to the client:
+`python -m verdict_lab.perf.speculation [reps] [time_scale] [in-process]` prints its medians.
 """
 
 from __future__ import annotations
 
+import io
 import statistics
 import sys
 import time
@@ -22,7 +24,7 @@ from verdict_lab import speculate
 import verdict
 from verdict_lab.client import Client
 from verdict_lab.loopback import LoopbackServer
-from verdict_lab.perf.simserver import LatencyModel, SimulatedServer
+from verdict_lab.perf.simserver import LatencyModel, Remote, SimulatedServer
 from verdict_lab.layouts import DEFAULT_LAYOUT, layout as laid_out
 from verdict_lab.verifier import thread_map
 
@@ -32,10 +34,19 @@ QUESTION = (
 )
 
 
-def images(k: int) -> list:
+def images(k: int, as_bytes: bool = True) -> list:
     """k different 448×448 images, one per question (a benchmark's items each have their own, so no
-    question's chain finds another's image in a prefix cache)."""
-    return [Image.new("RGB", (448, 448), (200, 40 + (10 * i) % 200, 40)) for i in range(k)]
+    question's chain finds another's image in a prefix cache): PNG bytes, as evaluate's items hold a
+    file's images (verdict_lab.images.encode encodes such an image once), or PIL images (as_bytes
+    False, as lmms-eval hands them over)."""
+    out = [Image.new("RGB", (448, 448), (200, 40 + (10 * i) % 200, 40)) for i in range(k)]
+    return [_png(im) for im in out] if as_bytes else out
+
+
+def _png(image: Image.Image) -> bytes:
+    buf = io.BytesIO()
+    image.save(buf, "PNG")
+    return buf.getvalue()
 
 
 def chains(
@@ -99,16 +110,26 @@ def measure(
     steps: int = 4,
     questions: int = 2,
     layout: str = DEFAULT_LAYOUT,
+    own_process: bool = True,
 ) -> dict:
-    """ratios() on the simulated server, each question with its own image."""
+    """ratios() on the simulated server, each question with its own image; the server in a process
+    of its own (own_process), else on this process's threads, where its CPU competes with the
+    client's for the interpreter lock."""
     lm, qs = LatencyModel(time_scale=time_scale), [QUESTION.format(k=k) for k in range(questions)]
+    if own_process:
+        with Remote(lm, steps - 1) as srv:
+            client = Client(srv.url, "sim")
+            return ratios(client, reps, steps, qs, images(questions), layout, srv.reset)
     sim = SimulatedServer(lm, steps - 1)
     with LoopbackServer(sim, model="sim") as srv:
         return ratios(Client(srv.url, "sim"), reps, steps, qs, images(questions), layout, sim.reset)
 
 
 if __name__ == "__main__":
-    out = measure(*(int(sys.argv[1]),) if len(sys.argv) > 1 else (), *map(float, sys.argv[2:3]))
+    reps = (int(sys.argv[1]),) if len(sys.argv) > 1 else ()
+    scale = tuple(map(float, sys.argv[2:3]))
+    here = sys.argv[3:4] == ["in-process"]
+    out = measure(*reps, *scale, **({"own_process": False} if here else {}))
     for kind, r in out.items():
         print(
             f"{kind}: median {statistics.median(r):.2f}× base (min {min(r):.2f}, max {max(r):.2f})"

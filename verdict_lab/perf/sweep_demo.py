@@ -11,12 +11,16 @@ sd 0.25 (the simulation's iid world, noisier), except that the visual judge is f
 step with probability 0.5 and scores it around 0.9 (its fooled-V world). Every draw is a hash of the
 request, so the same request always gets the same reply.
 
-    python -m verdict_lab.perf.sweep_demo            # runs/sweep-demo/, and docs/sweep_tau.png
+    python -m verdict_lab.perf.sweep_demo     # prints the sweep's tables; writes runs/sweep-demo/
+                                              # under the current directory, its picture included
+    python -m verdict_lab.perf.sweep_demo --picture docs/sweep_tau.png    # docs/sweeps.md's picture
+
+Nothing is written in the checkout unless named: --out (runs/sweep-demo) and --picture
+(OUT/sweep_tau.png) are taken from the current directory.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
@@ -26,6 +30,7 @@ import sys
 from pathlib import Path
 
 import verdict
+from verdict_lab.cli import Parser
 from verdict_lab.harness import sweep
 from verdict_lab.layouts import role_of
 from verdict_lab.loopback import LoopbackServer, chat_response, user_text
@@ -106,16 +111,15 @@ class Scripted:
 
 
 def parse_args(argv, description: str, out: str, picture: str):
-    """The demos' flags: --out (default `out`), --seeds, --picture (default docs/`picture`); --out
-    made absolute, as the command runs in the checkout."""
-    p = argparse.ArgumentParser(description=description)
+    """The demos' flags: --out (default `out`), --seeds, --picture (default OUT/`picture`), both
+    relative to the current directory and made absolute (evaluate runs in the checkout)."""
+    p = Parser(description=description)
     p.add_argument("--out", default=out, help=f"the run's directory ({out})")
     p.add_argument("--seeds", type=int, default=3, help="seeds (3)")
-    p.add_argument(
-        "--picture", default=str(Path(ROOT) / "docs" / picture), help="the picture, labelled"
-    )
+    p.add_argument("--picture", help=f"the picture, labelled (OUT/{picture})")
     a = p.parse_args(argv)
     a.out = str(Path(a.out).resolve())
+    a.picture = str(Path(a.picture).resolve()) if a.picture else str(Path(a.out) / picture)
     return a
 
 
@@ -152,7 +156,12 @@ def main(argv=None) -> int:
     )
     if code == 0:
         summary = json.loads((Path(a.out) / "summary.json").read_text(encoding="utf-8"))
-        sweep.picture({**summary, "note": NOTE}, a.picture)
+        try:
+            Path(a.picture).parent.mkdir(parents=True, exist_ok=True)
+            sweep.picture({**summary, "note": NOTE}, a.picture)
+        except OSError as e:  # the run and its tables stand; only the picture is missing
+            print(f"sweep_demo: cannot write {a.picture}: {e}", file=sys.stderr)
+            return 2
         print(f"wrote {a.picture} (scripted server)", file=sys.stderr)
     return code
 
