@@ -493,6 +493,13 @@ def test_batched_select_equals_select_step_by_step(seed):
             assert np.array_equal(batch.accepted[t], one.accepted), (rule, t)
 
 
+def round12(x: float) -> float:
+    """x rounded to 12 decimals as the core rounds (verdict._rounded: numpy.round). Python's round
+    is correctly rounded and can land on the other side of a half-way point: 0.2999999999995 is
+    0.3 to numpy and 0.299999999999 to Python."""
+    return float(np.round(x, V.DECIMALS))
+
+
 def reference_candidate(row, lam, tau, solve=solve_system):
     """One candidate's statistics, in plain Python over the judges who answered (DESIGN §4); s* is
     their own game, solved by `solve` (the oracle; tests/test_claims.py passes verdict.consensus).
@@ -514,23 +521,23 @@ def reference_candidate(row, lam, tau, solve=solve_system):
         "std": math.sqrt(mean([(x - mean(raw)) ** 2 for x in raw])) if raw else NAN,
         "min": min(raw, default=NAN),
         "max": max(raw, default=NAN),
-        "above": sum(round(x, 12) > tau for x in raw),
+        "above": sum(round12(x) > tau for x in raw),
     }
 
 
 def reference_rule(rule, c, tau, eps):
     """(accepted, ranking key if some candidate is accepted, ranking key if none is) of candidate c,
     from the definitions in select's docstring; comparisons on values rounded to 12 decimals."""
-    dual = c["verified"] and round(c["s_bar_star"], 12) > tau and round(c["delta_star"], 12) < eps
+    dual = c["verified"] and round12(c["s_bar_star"]) > tau and round12(c["delta_star"]) < eps
     if rule == "verdict":
         return dual, (c["s_bar_star"],), (c["s_bar_star"] - c["delta_star"],)
     if rule == "no-rank":
         return dual, (), ()
     if rule == "raw-dual":
-        raw_dual = c["verified"] and round(c["s_bar"], 12) > tau and round(c["delta"], 12) < eps
+        raw_dual = c["verified"] and round12(c["s_bar"]) > tau and round12(c["delta"]) < eps
         return raw_dual, (c["s_bar"],), (c["s_bar"] - c["delta"],)
     if rule == "variance":
-        return c["verified"] and round(c["std"], 12) < eps, (c["s_bar"],), (c["s_bar"],)
+        return c["verified"] and round12(c["std"]) < eps, (c["s_bar"],), (c["s_bar"],)
     key = {
         "mean": (c["s_bar"],),
         "min": (c["min"],),
@@ -553,7 +560,7 @@ def reference_select(cands, rule, tau, eps):
         or list(range(len(cands)))
     )
     rank = lambda i: tuple(
-        -math.inf if math.isnan(k) else round(k, 12) for k in judged[i][1 if any(accepted) else 2]
+        -math.inf if math.isnan(k) else round12(k) for k in judged[i][1 if any(accepted) else 2]
     )
     index = pool[0]
     for i in pool[1:]:
@@ -586,7 +593,7 @@ def test_every_rule_matches_an_independent_reference(seed):
             assert sel.accepted[t].tolist() == accepted, (rule, t)
     # the inputs reach what the rules decide at: a mean at τ, a dispersion at ε, tied means
     if grid:
-        r = lambda x: round(x, 12)
+        r = round12
         assert any(r(c["s_bar"]) == tau for cs in cands for c in cs)
         assert any(r(c["delta"]) == eps or r(c["std"]) == eps for cs in cands for c in cs)
         assert any(

@@ -269,7 +269,8 @@ def select_all(s_hat, lam=STUBBORNNESS, tau: float = TAU, eps: float = EPS, rule
 
 def _rounded(x) -> np.ndarray:
     """x rounded to DECIMALS, so that floating-point error (about 1e-16) cannot decide an exact tie:
-    ŝ = (0.6, 0.6, 0.6) is not above τ = 0.6."""
+    ŝ = (0.6, 0.6, 0.6) is not above τ = 0.6. numpy.round scales by 10^DECIMALS and rounds half to
+    even, so at a half-way point it can differ from Python's round: 0.2999999999995 becomes 0.3."""
     return np.round(x, DECIMALS)
 
 

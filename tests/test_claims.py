@@ -18,11 +18,13 @@ import numpy as np
 import pytest
 
 pytest.importorskip("hypothesis")
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 import verdict as V
-from test_verdict import reference_candidate, reference_rule  # one candidate's statistics and rule
+
+# One candidate's statistics and rule, and the core's rounding.
+from test_verdict import reference_candidate, reference_rule, round12
 
 pytestmark = pytest.mark.filterwarnings(
     "error"
@@ -239,7 +241,7 @@ def reference_select(s_hat, lam, tau, eps, rule):
     ]  # s* of the judges who answered
     judged_ = [reference_rule(rule, c, tau, eps) for c in cs]
     some = any(ok for ok, _, _ in judged_)
-    rounded = lambda keys: tuple(-math.inf if math.isnan(x) else round(x, 12) for x in keys)
+    rounded = lambda keys: tuple(-math.inf if math.isnan(x) else round12(x) for x in keys)
     rank = [
         (c["verified"], ok) + rounded(key if some else fb) for c, (ok, key, fb) in zip(cs, judged_)
     ]
@@ -249,6 +251,8 @@ def reference_select(s_hat, lam, tau, eps, rule):
 
 @pytest.mark.parametrize("rule", ["verdict", "raw-dual"])
 @given(step=steps())
+# Δ* = 0.2999999999995 at ε = 0.3, a half-way point of the rounding: both sides round as numpy does.
+@example(step=(np.array([[1e-12, 0.6]]), np.array([2.0**53, 2.0**53]), 0.0, 0.3))
 def test_the_dual_test_and_the_fallback_match_a_per_candidate_reference(rule, step):
     """The paper, §3: "accept iff s̄* > τ ∧ Δ* < ε ... Among accepted candidates the step with the
     highest s̄* extends the trace. When no candidate satisfies both criteria, the system falls back
