@@ -60,6 +60,9 @@ GOLDEN = {
 # (the neutral H dropped): correct accepted 3 of 4, the incorrect L rejected: F1_correct = 6/7,
 # F1_incorrect = 2/3, macro 0.761905.
 PER_SOURCE = {"geo": 1.0, "chart": (6 / 7 + 2 / 3) / 2}
+# The mean of the sources weighted by counted steps (geo 6, chart 5): (6·1 + 5·0.761905)/11 =
+# 0.891775, below the pooled 0.905983.
+BY_SOURCE = (6 * 1.0 + 5 * (6 / 7 + 2 / 3) / 2) / 11
 
 
 def step_text(sample: str, t: int, pattern: str) -> str:
@@ -88,7 +91,10 @@ def test_hand_worked_metrics():
         assert got == pytest.approx(want, abs=1e-12), rule
     for src, f1 in PER_SOURCE.items():
         assert rep[src]["rules"]["verdict"]["macro_f1"] == pytest.approx(f1, abs=1e-12)
+    by_source = rep["overall"]["rules"]["verdict"]["macro_f1_by_source"]
+    assert by_source == pytest.approx(BY_SOURCE, abs=1e-12)
     assert rep["overall"]["steps"] == {"+1": 7, "0": 1, "-1": 4}
+    assert (rep["geo"]["counted"], rep["chart"]["counted"], rep["overall"]["counted"]) == (6, 5, 11)
 
 
 def test_neutral_counted_as_correct_or_incorrect():

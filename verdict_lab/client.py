@@ -19,7 +19,6 @@ needs, so that a call runs judges.py's own code down to the session:
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import re
@@ -180,18 +179,16 @@ class _Adapter(requests.adapters.HTTPAdapter):
 class _Reply:
     """A response as judges.Endpoint reads one (status_code, headers, reason, text, json()), made
     here: a reply from the cache or from an identical request, or a refusal with its meaning
-    added. json() gives each caller its own copy of the body."""
+    added. json() gives each caller its own copy of the body, parsed from its JSON text (a deep
+    copy of a reply's nodes costs several times more)."""
 
     def __init__(self, status_code: int, body, headers=None):
         self.status_code, self.body, self.reason = status_code, body, ""
         self.headers = requests.structures.CaseInsensitiveDict(headers or {})
-
-    @property
-    def text(self) -> str:
-        return json.dumps(self.body)
+        self.text = json.dumps(body)
 
     def json(self):
-        return copy.deepcopy(self.body)
+        return json.loads(self.text)
 
 
 def _valid(r) -> dict | None:

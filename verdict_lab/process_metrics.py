@@ -242,8 +242,19 @@ def report(samples, sources, labels, s_hat, lam, tau, eps, neutral: str = "drop"
             for rule in RULES
         }
         steps = {k: int((labels[mask] == v).sum()) for k, v in (("+1", 1), ("0", 0), ("-1", -1))}
-        out[name] = {"rules": rules, "scores": auc, "steps": steps}
+        out[name] = {"rules": rules, "scores": auc, "steps": steps, "counted": int(kept.sum())}
+    for rule in RULES:
+        out["overall"]["rules"][rule]["macro_f1_by_source"] = by_source(out, rule)
     return out
+
+
+def by_source(groups: dict, rule: str) -> float:
+    """The other reading of "overall": the mean of the sources' macro F1s, each weighted by its
+    counted steps K_g,  Σ_g K_g F1_g / Σ_g K_g  (NaN with no counted step). report's "overall" is
+    macro F1 over all counted steps pooled, which is not a mean of the sources' figures."""
+    k = [(g["counted"], g["rules"][rule]["macro_f1"]) for n, g in groups.items() if n != "overall"]
+    total = sum(c for c, _ in k)
+    return sum(c * f for c, f in k) / total if total else math.nan
 
 
 def sweep(labels, s_hat, taus, epss, lams, neutral: str = "drop") -> dict:

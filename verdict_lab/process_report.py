@@ -140,6 +140,8 @@ def _per_source(s: dict) -> list:
         n = rep[g]["steps"]
         f1s = " | ".join(_f(rep[g]["rules"][r]["macro_f1"]) for r in pm.RULES)
         out.append(f"| {g} | {n['+1']}/{n['0']}/{n['-1']} | {f1s} |")
+    means = " | ".join(_f(rep["overall"]["rules"][r]["macro_f1_by_source"]) for r in pm.RULES)
+    out.append(f"| mean of the sources, weighted by counted steps | | {means} |")
     return out
 
 
