@@ -377,3 +377,23 @@ def test_a_pil_images_encoding_is_kept_by_its_pixels(monkeypatch):
     assert len(images._memo) == images.MEMO
     encode_image(red)
     assert len(encoded) == 3 + images.MEMO + 1
+
+
+def test_a_pil_image_that_to_rgb_changes_is_kept_by_what_it_shows(monkeypatch):
+    # The same RGB bytes, rotated by EXIF or with a transparent colour, show something else: each
+    # is memoised by its upright RGB pixels, never as the plain image.
+    from verdict_lab import images
+
+    monkeypatch.setattr(images, "_memo", {})
+    pixels = np.zeros((4, 6, 3), np.uint8)
+    pixels[:, :3] = (255, 0, 0)  # the left half red
+    plain = Image.fromarray(pixels)
+    rotated = Image.fromarray(pixels)
+    rotated.getexif()[images.ORIENTATION] = 6  # shown turned by 90°
+    keyed = Image.fromarray(pixels)
+    keyed.info["transparency"] = (255, 0, 0)  # red is transparent: shown white
+    urls = [encode_image(im) for im in (plain, rotated, keyed)]
+    assert len(set(urls)) == 3
+    assert decode(urls[1]).size == (4, 6)
+    assert decode(urls[2]).getpixel((0, 0)) == (255, 255, 255)
+    assert encode_image(Image.fromarray(pixels)) == urls[0]

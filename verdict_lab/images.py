@@ -29,6 +29,7 @@ from judges import MAX_PIXELS, decode_image, encode_image
 MAX_FILE = 2**28  # 256 MiB: a larger image file is refused before it is read
 # Two threads that decode one lazily opened PIL image corrupt it; this lock keeps them apart.
 _pil = threading.Lock()
+ORIENTATION = 0x0112  # the EXIF tag that ImageOps.exif_transpose reads
 MEMO = 32  # PIL images whose encodings encode keeps, by their pixels
 _memo: dict = {}  # (digest, mode, size, max_pixels) -> data URL, least recent first
 
@@ -101,11 +102,12 @@ def encode(image, max_pixels: int = MAX_PIXELS) -> str:
         raise ValueError(
             f"an image must be a path, bytes or a PIL.Image, got {type(image).__name__}"
         )
-    with _pil:
-        rgb = to_rgb(image)  # a new image, this thread's own
     # The same pixels come in every request of an item (lmms-eval hands over PIL images), and a PNG
-    # encoding costs milliseconds: the last MEMO encodings are kept by their pixels' digest.
-    key = (hashlib.sha256(rgb.tobytes()).digest(), rgb.mode, rgb.size, max_pixels)
+    # encoding costs milliseconds: the last MEMO encodings are kept by their pixels' digest. An
+    # upright RGB image without transparency is what to_rgb would copy, so it is not copied.
+    with _pil:
+        rgb = image if _upright_rgb(image) else to_rgb(image)
+        key = (hashlib.sha256(rgb.tobytes()).digest(), rgb.mode, rgb.size, max_pixels)
     with _pil:
         url = _memo.pop(key, None)
     url = encode_image(rgb, max_pixels) if url is None else url
@@ -114,6 +116,15 @@ def encode(image, max_pixels: int = MAX_PIXELS) -> str:
         while len(_memo) > MEMO:
             del _memo[next(iter(_memo))]
     return url
+
+
+def _upright_rgb(img: Image.Image) -> bool:
+    """Whether to_rgb(img) has img's own pixels: RGB, no transparency, no EXIF rotation."""
+    return (
+        img.mode == "RGB"
+        and "transparency" not in img.info
+        and img.getexif().get(ORIENTATION, 1) == 1
+    )
 
 
 @lru_cache(maxsize=32)
