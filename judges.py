@@ -632,8 +632,10 @@ class Reasoner:
     returns fewer (llama-cpp-python ignores n) is asked again for the rest, at most `max_topups`
     times. Choice j of a request is sampled with its seed + j: reasoner seed k owns the seeds
     [k · SEED_STRIDE, (k + 1) · SEED_STRIDE), and its i-th request of a step sends
-    sampling_seed(k, i, n), so no two requests share a seed. With `logprobs`, it asks for each
-    token's log-probability and returns each candidate as a Candidate carrying their statistics.
+    sampling_seed(k, i, n), so no two requests of a step share a seed. Every step and every
+    question of seed k starts from the same seed, so a rerun sends the same requests. With
+    `logprobs`, it asks for each token's log-probability and returns each candidate as a Candidate
+    carrying their statistics.
     """
 
     def __init__(
