@@ -25,7 +25,7 @@ from verdict_lab.loopback import chat_response
 from verdict_lab.layouts import role_of
 from verdict_lab import search
 from verdict_lab.vlmevalkit import FAIL_MSG, VerdictVLM, entry, entry_name, question_and_images
-from verdict_lab.verifier import Settings
+from verdict_lab.verifier import ADDED, Settings
 
 # Step 2's candidates and their judges' digits (ŝ = d / 9). A: the raw mean's choice (0.741), judges
 # that conflict (Δ* > ε: rejected); B: agreement at 6/9 = 0.667 > τ, Δ* = 0: accepted. VERDICT
@@ -317,6 +317,16 @@ def test_entry_names_carry_the_settings_and_a_changed_setting_is_refused(loopbac
     with pytest.raises(ValueError, match="unknown setting 'tua'"):
         entry("VERDICT-x", base_url=srv.url, model="m", tua=0.7)
     assert srv.chats == []
+
+
+def test_names_given_before_a_setting_was_added_still_hold():
+    """verifier.ADDED: a setting added later leaves the digest as it was at its ADDED value, so an
+    entry named before it (these two names were made at 0c2f583, before adaptive existed) keeps its
+    name; another value of it gives another name."""
+    assert entry_name("VERDICT", model="m") == "VERDICT-sb1b7cb89"
+    assert entry_name("VERDICT", model="m", tau=0.7) == "VERDICT-s74b327be"
+    assert entry_name("VERDICT", model="m", adaptive="off") == "VERDICT-sb1b7cb89"
+    assert entry_name("VERDICT", model="m", adaptive="agree") != "VERDICT-sb1b7cb89"
 
 
 def test_the_sidecar_holds_each_runs_settings_and_counts(loopback, tmp_path, capsys):
@@ -621,7 +631,8 @@ def test_a_name_digested_before_numbers_were_normalised_still_holds(loopback, tm
     srv = loopback(script)
     spelled = {"model": "m", "judge_model": "m", "seed": 0} | Settings(tau=1).record()
     assert spelled["tau"] == 1 and isinstance(spelled["tau"], int)
-    old = hashlib.sha256(json.dumps(spelled, sort_keys=True).encode()).hexdigest()[:8]
+    before = {k: v for k, v in spelled.items() if k not in ADDED}  # those came after this name
+    old = hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:8]
     name = f"V-s{old}"
     assert name != entry_name("V", model="m", tau=1)  # the digest changed for this spelling
     path = tmp_path / name / f"{name}_MMStar_verdict.json"

@@ -191,8 +191,10 @@ def settings_record(model: str, judge_model: str | None = None, seed: int = 0, *
 
 
 def settings_digest(record: dict) -> str:
-    """The first 8 hex digits of the sha256 of a settings_record's canonical JSON."""
-    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:8]
+    """The first 8 hex digits of the sha256 of a settings_record's canonical JSON. A setting added
+    later (verifier.ADDED) is left out at its ADDED value, so names given before it still hold."""
+    kept = {k: v for k, v in record.items() if k not in verifier.ADDED or v != verifier.ADDED[k]}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:8]
 
 
 def spelled_digest(record: dict, settings: dict) -> str | None:

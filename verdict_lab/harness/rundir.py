@@ -35,6 +35,7 @@ from dataclasses import replace
 
 from verdict_lab.harness import tables
 from verdict_lab.harness.rows import Row
+from verdict_lab.verifier import ADDED
 
 RUN_FORMAT = (
     "verdict-eval-run/3"  # the verifier's settings are one dict, verifier.Settings.record()
@@ -44,10 +45,6 @@ ENDPOINTS = (
     "judge_base_url",
     "extract_base_url",
 )  # may differ between shards of one run
-
-# Settings of the verifier added after runs were recorded, with the value those runs had: a run
-# recorded before them resumes under the same settings.
-ADDED = {"adaptive": "off", "adaptive_threshold": None}
 
 try:
     import fcntl
@@ -132,6 +129,7 @@ def check(out: str, settings: dict) -> list:
         return []
     then, now = dict(old["settings"]), settings.get("verifier")
     if isinstance(then.get("verifier"), dict) and isinstance(now, dict):
+        # A run recorded before a setting was added ran with its ADDED value.
         then["verifier"] = {**{k: v for k, v in ADDED.items() if k in now}, **then["verifier"]}
     diff = [k for k in settings if then.get(k) != settings[k]]
     shown = lambda k: f"{k}: {then.get(k)!r} there, {settings[k]!r} now"
