@@ -77,8 +77,8 @@ def test_evaluate_writes_the_page_and_its_numbers_are_the_traces(run):
 
 def test_proposition_1s_pair_is_shown_as_the_trace_holds_it(run):
     # Step 2 of every judged chain scores "Final answer: A" (0.9, 0.2, 0.9) and "Final answer: B"
-    # (0.7, 0.6, 0.7): s̄* = 0.4007·0.9 + 0.3206·0.2 + 0.2787·0.9 = 0.6756 and Δ* = 0.1268, rejected;
-    # s̄* = 0.6679 and Δ* = 0.0181, accepted (DESIGN §3, erratum 2).
+    # (0.7, 0.6, 0.7): s̄* = 0.4007·0.9 + 0.3206·0.2 + 0.2787·0.9 = 0.6756 and Δ* = 0.1268,
+    # rejected; s̄* = 0.6679 and Δ* = 0.0181, accepted (DESIGN §3, erratum 2).
     out, _ = run
     data = page_data(out / "cases.html")
     pair = {"Final answer: A", "Final answer: B"}

@@ -433,8 +433,10 @@ def test_the_docs_snippet_runs_as_grpo_trainer_calls_it(monkeypatch):
 # makes a missing content "").
 QWEN3_X_REGEX = (
     r"^(?:<think>\n?(?:(?P<reasoning_content>.*?\S.*?)\n?|[\s]*)</think>\s*)?"
-    r"(?P<content>(?:(?!<tool_call>)[\s\S])*?)(?:\n(?=<tool_call>))?(?=(?:<tool_call>|<\|im_end\|>|$))"
-    r"(?P<tool_calls>(?:<tool_call>(?:(?!</tool_call>)[\s\S])+</tool_call>\s*)+)?\s*(?:<\|im_end\|>|$)"
+    r"(?P<content>(?:(?!<tool_call>)[\s\S])*?)(?:\n(?=<tool_call>))?"
+    r"(?=(?:<tool_call>|<\|im_end\|>|$))"
+    r"(?P<tool_calls>(?:<tool_call>(?:(?!</tool_call>)[\s\S])+</tool_call>\s*)+)?"
+    r"\s*(?:<\|im_end\|>|$)"
 )
 
 
