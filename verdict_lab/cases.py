@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import html
 import io
 import json
 import math
@@ -317,24 +318,14 @@ def page(data: dict) -> str:
     for ch in "<>&\u2028\u2029":
         text = text.replace(ch, f"\\u{ord(ch):04x}")
     head, tail = PAGE.split("{{DATA}}")  # The title is put in the head alone, never in the data.
-    return head.replace("{{TITLE}}", _html_text(data["title"])) + text + tail
-
-
-def _html_text(text: str) -> str:
-    """Text escaped for HTML's text content."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return head.replace("{{TITLE}}", html.escape(data["title"], quote=False)) + text + tail
 
 
 def write(path: str, html: str) -> None:
-    """Write the page whole or not at all: a temporary file beside it, renamed over it."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(html)
-        os.replace(tmp, path)
-    finally:  # After a failure the temporary file is removed (after the rename it is gone).
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    """Write the page whole or not at all (rundir._write_atomic)."""
+    from verdict_lab.harness.rundir import _write_atomic
+
+    _write_atomic(path, html)
 
 
 # ----------------------------------------------------------------------------- the sources

@@ -265,6 +265,10 @@ class Sidecar:
         return os.path.join(self.dir, f"{self.name}_{dataset}_verdict.json")
 
     def write(self, dataset, counts: dict) -> None:
+        # The harness's writer, imported when a sidecar is first written (not when VLMEvalKit
+        # imports this module).
+        from verdict_lab.harness.rundir import _write_atomic
+
         path = self.path(dataset)
         run = {**self.run, "digest": self.digest, "settings": self.settings, "counts": counts}
         with self._lock:
@@ -273,7 +277,7 @@ class Sidecar:
                 with _locked(path + ".lock"):
                     others = [r for r in self._runs(path) if r.get("run") != run["run"]]
                     body = {"format": SIDECAR_FORMAT, "entry": self.name, "dataset": dataset}
-                    _write_whole(path, body | {"runs": others + [run]})
+                    _write_atomic(path, json.dumps(body | {"runs": others + [run]}, indent=1))
                 mixed = any(run_digest(r) != self.digest for r in others)
             except (OSError, ValueError, TypeError, RecursionError) as e:
                 self._warn(
@@ -335,22 +339,6 @@ def _locked(path: str):
         yield
     finally:
         os.close(fd)
-
-
-def _write_whole(path: str, body: dict) -> None:
-    """body as JSON at path, whole: written to a temporary file of this process's own beside it
-    (created exclusively, so that no planted file or symlink is followed), then renamed over
-    path. The temporary file is removed if anything fails."""
-    tmp = f"{path}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(body, fh, indent=1)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 COUNTS = ("items", "failed", "steps", "fallbacks", "calls", "requests", "cache_hits", "call_tokens")
