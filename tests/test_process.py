@@ -254,6 +254,19 @@ def test_a_rerun_costs_nothing_and_an_interrupted_run_resumes(tmp_path, capsys):
     assert s["sweep"]["best"]["verdict"]["macro_f1"] == pytest.approx(GOLDEN["verdict"][2])
 
 
+def test_a_run_record_without_settings_is_one_line_and_exit_2(tmp_path, capsys):
+    # A process_run.json of the right format but no "settings" is named, not a traceback.
+    data, out = tmp_path / "labels.jsonl", tmp_path / "out"
+    write_samples(data, tmp_path)
+    out.mkdir()
+    (out / "process_run.json").write_text(json.dumps({"format": process.RUN_FORMAT}))
+    status, _, err = run(
+        ["--data", data, "--base-url", "http://127.0.0.1:9/v1", "--out", out], capsys
+    )
+    assert status == 2 and "process_run.json is not a run record" in err
+    assert "Traceback" not in err
+
+
 def test_bad_rows_are_named_and_the_others_run(tmp_path, capsys):
     data, out = tmp_path / "labels.jsonl", tmp_path / "out"
     write_samples(data, tmp_path, SAMPLES[:1])

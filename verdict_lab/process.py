@@ -38,7 +38,6 @@ import json
 import math
 import os
 import sys
-import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
@@ -56,16 +55,6 @@ from verdict_lab.harness.items import image_file
 ROW_FORMAT = "verdict-process-row/1"
 RUN_FORMAT = "verdict-process-run/1"
 LABELS = (1, 0, -1)  # correct, neutral, incorrect
-JUDGED = (  # the settings that change the judges' calls: a resumed run must share them
-    "judge_format",
-    "judge_max_tokens",
-    "reasons",
-    "weighted",
-    "judge_mode",
-    "mode_max_tokens",
-    "max_pixels",
-    "layout",
-)
 
 
 # ----------------------------------------------------------------------------- reading
@@ -185,10 +174,11 @@ def digest(s: Sample) -> str:
 # ----------------------------------------------------------------------------- judging
 
 
-def judge_sample(s: Sample, settings, client, fmt: JudgeFormat) -> dict:
-    """The row of one sample: every step scored by the m judges of verifier.build, step t as a
-    candidate after steps 1..t−1 (verdict.State), with the calls and tokens it cost. EndpointError
-    and CacheError propagate: the sample has no row, and a rerun judges it again."""
+def judge_sample(s: Sample, digest_: str, settings, client, fmt: JudgeFormat) -> dict:
+    """The row of one sample (whose digest is digest_): every step scored by the m judges of
+    verifier.build, step t as a candidate after steps 1..t−1 (verdict.State), with the calls and
+    tokens it cost. EndpointError and CacheError propagate: the sample has no row, and a rerun
+    judges it again."""
     c = client.fork()
     try:
         v = verifier.build(settings, c, fmt=fmt)
@@ -206,7 +196,7 @@ def judge_sample(s: Sample, settings, client, fmt: JudgeFormat) -> dict:
         "id": s.id,
         "row": s.row,
         "source": s.source,
-        "digest": digest(s),
+        "digest": digest_,
         "labels": list(s.labels),
         "s_hat": [[None if math.isnan(x) else x for x in r] for r in s_hat],
         "judge_calls": used["calls"],
@@ -290,7 +280,7 @@ def fail(e) -> int:
 def run_record(args, settings) -> dict:
     """What a resumed run must share: the judges' endpoint, model and settings."""
     url = args.judge_base_url or args.base_url
-    judged = {k: v for k, v in settings.record().items() if k in JUDGED}
+    judged = {k: v for k, v in settings.record().items() if k in process_report.JUDGED}
     return {
         "judge_model": args.judge_model or args.model,
         "judge_base_url": shown_url(url.rstrip("/")) if url else None,
@@ -303,8 +293,12 @@ def check_run(out: str, record: dict, claim: bool) -> None:
     with no --base-url (the tables again) does not compare the endpoint."""
     path = os.path.join(out, "process_run.json")
     old = rundir._json(path) if os.path.exists(path) else None
-    if old is not None and (not isinstance(old, dict) or old.get("format") != RUN_FORMAT):
-        raise ValueError(f"{path} is not of format {RUN_FORMAT!r}; use another --out")
+    if old is not None and not (
+        isinstance(old, dict)
+        and old.get("format") == RUN_FORMAT
+        and isinstance(old.get("settings"), dict)
+    ):
+        raise ValueError(f"{path} is not a run record of format {RUN_FORMAT!r}; use another --out")
     keys = [k for k in record if claim or k != "judge_base_url"]
     diff = [k for k in keys if old is not None and old["settings"].get(k) != record[k]]
     if diff:
@@ -374,7 +368,7 @@ def run(args, settings, grid: dict) -> int:
         return fail(e)
     if dropped:
         print(f"verdict_lab.process: {dropped} row(s) will be judged again", file=sys.stderr)
-    failed = judge_all(args, settings, todo, rows, rows_path) if todo else 0
+    failed = judge_all(args, settings, todo, digests, rows, rows_path) if todo else 0
     if isinstance(failed, str):
         return fail(failed)
     done = [rows[(s.data, s.id)] for s in samples if (s.data, s.id) in rows]
@@ -395,19 +389,23 @@ def run(args, settings, grid: dict) -> int:
     return 1 if skipped else 0
 
 
-def judge_all(args, settings, todo: list, rows: dict, rows_path: str):
-    """Judge `todo` on --concurrency threads, each row appended whole as it finishes; the number of
-    samples that failed on the endpoint, or a message when the run cannot go on."""
+def judge_all(args, settings, todo: list, digests: dict, rows: dict, rows_path: str):
+    """Judge `todo` on --concurrency threads, each row appended whole as it finishes (by this
+    thread); the number of samples that failed on the endpoint, or a message when the run cannot go
+    on."""
     try:
         args.cache = args.cache or os.path.join(args.out, "cache.sqlite")
         _, client = flags.clients_from_args(args)
     except (ValueError, CacheError) as e:
         return str(e)
-    fmt, lock, failed, errors = JudgeFormat(settings.judge_format), threading.Lock(), 0, {}
+    fmt, failed, errors = JudgeFormat(settings.judge_format), 0, {}
     pool = ThreadPoolExecutor(args.concurrency)
     try:
         with open(rows_path, "ab", buffering=0) as fh:
-            futures = {pool.submit(judge_sample, s, settings, client, fmt): s for s in todo}
+            futures = {
+                pool.submit(judge_sample, s, digests[(s.data, s.id)], settings, client, fmt): s
+                for s in todo
+            }
             for n, fut in enumerate(as_completed(futures), 1):
                 s = futures[fut]
                 try:
@@ -416,9 +414,8 @@ def judge_all(args, settings, todo: list, rows: dict, rows_path: str):
                     failed += 1
                     errors[str(e)] = errors.get(str(e), 0) + 1
                     continue
-                with lock:
-                    rundir.append(fh, json.dumps(row, allow_nan=False) + "\n")
-                    rows[(s.data, s.id)] = row
+                rundir.append(fh, json.dumps(row, allow_nan=False) + "\n")
+                rows[(s.data, s.id)] = row
                 print(f"\rverdict_lab.process: {n}/{len(todo)} samples", end="", file=sys.stderr)
     finally:  # on Ctrl-C the samples not started are dropped, those running finish (cached)
         pool.shutdown(wait=True, cancel_futures=True)

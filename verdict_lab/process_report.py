@@ -84,7 +84,7 @@ def summarize(rows: list, settings, grid_: dict, neutral: str) -> dict:
         "tokens": sum(r["tokens"] for r in rows),
         "abstentions": int(np.isnan(s_hat).sum()),
         "settings": {"tau": tau, "eps": eps, "lam": list(lam), "neutral": neutral},
-        "judge_settings": {k: v for k, v in settings.record().items() if k in _JUDGED},
+        "judge_settings": {k: v for k, v in settings.record().items() if k in JUDGED},
         "rules": pm.DEFINITIONS,
         "score_of": pm.SCORE_OF,
         "report": pm.report(samples, sources, labels, s_hat, lam, tau, eps, neutral),
@@ -92,7 +92,17 @@ def summarize(rows: list, settings, grid_: dict, neutral: str) -> dict:
     }
 
 
-_JUDGED = ("judge_format", "weighted", "reasons", "judge_mode", "layout", "max_pixels")
+# The settings that change the judges' calls: a resumed run must share them.
+JUDGED = (
+    "judge_format",
+    "judge_max_tokens",
+    "reasons",
+    "weighted",
+    "judge_mode",
+    "mode_max_tokens",
+    "max_pixels",
+    "layout",
+)
 
 
 def _f(x, digits: int = 3) -> str:
