@@ -1079,7 +1079,9 @@ def test_step_scorer_judges_steps_concurrently_by_default_and_bounded(monkeypatc
             pools.append(max_workers)
             super().__init__(max_workers)
 
-    monkeypatch.setattr(S, "ThreadPoolExecutor", Pool)
+    from verdict_lab import verifier  # StepScorer maps through verifier.thread_map
+
+    monkeypatch.setattr(verifier, "ThreadPoolExecutor", Pool)
     S.StepScorer(table_judges(SAL_TABLE), TWO).score(["q1", "q2"], SAL_OUTPUTS)  # 5 steps
     S.StepScorer(table_judges(SAL_TABLE), TWO, concurrency=2).score(["q1", "q2"], SAL_OUTPUTS)
     S.StepScorer(table_judges(SAL_TABLE), TWO, concurrency=1).score(["q1", "q2"], SAL_OUTPUTS)

@@ -31,7 +31,7 @@ import numbers
 import re
 import sys
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Iterable, Sequence
 
@@ -722,12 +722,10 @@ class StepScorer:
             return np.full(len(self.judges), NAN)
 
     def _map(self, items: list) -> list:
-        if self.map_fn is not None:
-            return list(self.map_fn(self._s_hat, items))
-        if len(items) <= 1 or self.concurrency == 1:
-            return [self._s_hat(x) for x in items]
-        with ThreadPoolExecutor(min(self.concurrency, len(items))) as pool:
-            return list(pool.map(self._s_hat, items))  # in input order
+        """_s_hat over items, in input order: through map_fn, else on `concurrency` threads."""
+        from verdict_lab.verifier import thread_map  # verifier imports much that search does not
+
+        return list((self.map_fn or thread_map(self.concurrency))(self._s_hat, items))
 
     def score(self, questions, outputs, images=None) -> list:
         """[question][output] str -> [question][output][step] float; images: None, or one per

@@ -179,7 +179,7 @@ def settings_record(model: str, judge_model: str | None = None, seed: int = 0, *
                 f"{key} must be the served model's name, a non-empty string; got {key}={value!r}"
             )
     seed = _plain(seed, real=False)
-    if not (isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0):
+    if not verifier._count(seed, 0):
         raise ValueError(f"seed must be an integer >= 0, got seed={seed!r}")
     kw = plain_numbers({k: v for k, v in settings.items() if k not in NOT_SETTINGS})
     return {
@@ -365,9 +365,14 @@ def check_keywords(
             real and 0 < timeout <= threading.TIMEOUT_MAX,
             "a number of seconds > 0",
         ),
-        ("retries", retries, retries is None or _integer(retries, 0), "an integer >= 0 or None"),
-        ("retry", retry, retry is None or _integer(retry, 0), "an integer >= 0 or None"),
-        ("concurrency", concurrency, _integer(concurrency, 1), "an integer >= 1"),
+        (
+            "retries",
+            retries,
+            retries is None or verifier._count(retries, 0),
+            "an integer >= 0 or None",
+        ),
+        ("retry", retry, retry is None or verifier._count(retry, 0), "an integer >= 0 or None"),
+        ("concurrency", concurrency, verifier._count(concurrency, 1), "an integer >= 1"),
         ("cache", cache, cache is None or isinstance(cache, path), "a file's path or None"),
         ("work_dir", work_dir, work_dir is None or isinstance(work_dir, path), "a path or None"),
         ("verbose", verbose, isinstance(verbose, bool), "True or False"),
@@ -375,11 +380,6 @@ def check_keywords(
     for key, value, ok, what in checks:
         if not ok:
             raise ValueError(f"{key} must be {what}, got {key}={value!r:.80}")
-
-
-def _integer(v, low: int) -> bool:
-    """v is an integer >= low (not a bool)."""
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= low
 
 
 class VerdictVLM:
