@@ -34,7 +34,7 @@ import urllib3
 from judges import DEFAULT_KEY_ENV, Endpoint, server_message, shape_problem, shown_url
 from verdict_lab.text import one_line
 from verdict_lab.cache import Cache, CacheError, cache_key
-from verdict_lab.formats import reported_cache, reported_usage, whole_text
+from verdict_lab.formats import SURROGATE, reported_cache, reported_usage, whole_text
 
 MAX_BODY = 64 * 2**20  # bytes: the largest reply body read, after decompression
 RANK_HEADER = "X-data-parallel-rank"  # vLLM's request header: the data-parallel replica to serve it
@@ -185,10 +185,17 @@ class _Reply:
     def __init__(self, status_code: int, body, headers=None):
         self.status_code, self.body, self.reason = status_code, body, ""
         self.headers = requests.structures.CaseInsensitiveDict(headers or {})
-        self.text = json.dumps(body)
+        self.text = json.dumps(body, ensure_ascii=False)
 
     def json(self):
         return json.loads(self.text)
+
+
+def _whole_reply(status_code: int, body) -> _Reply:
+    """The _Reply of a valid reply, with its lone surrogates replaced (whole_text) when its JSON
+    text shows one: nearly every reply has none, and is serialised once."""
+    reply = _Reply(status_code, body)
+    return _Reply(status_code, whole_text(body)) if SURROGATE.search(reply.text) else reply
 
 
 def _valid(r) -> dict | None:
@@ -307,21 +314,21 @@ class _Session(requests.Session):
                     f"({one_line(problem, 80)}); the cache is damaged: delete it or choose "
                     "another file"
                 )
-            hit = whole_text(hit)
-            c._count(cache_hits=1, call_tokens=sum(reported_usage(hit).values()))
-            return _Reply(200, hit), "cache"
+            reply = _whole_reply(200, hit)
+            c._count(cache_hits=1, call_tokens=sum(reported_usage(reply.body).values()))
+            return reply, "cache"
         r = self.request("POST", url, json=payload, **kwargs)
         body = _valid(r)
         if body is None:
             return explained(r), None
-        body = whole_text(body)
-        tokens, reuse = reported_usage(body), reported_cache(body)
+        reply = _whole_reply(r.status_code, body)
+        tokens, reuse = reported_usage(reply.body), reported_cache(reply.body)
         c._count(
             replies=1, call_tokens=sum(tokens.values()), **tokens, **_reuse_counts(tokens, reuse)
         )
         if c.cache is not None:
-            c.cache.put(key, body)
-        return _Reply(r.status_code, body), "server"
+            c.cache.put(key, reply.body)
+        return reply, "server"
 
     def request(self, method, url, **kwargs):
         response = self._within_deadline(method, url, **kwargs)

@@ -106,10 +106,7 @@ SURROGATE = re.compile("[\ud800-\udfff]")  # after json.loads, a surrogate is al
 def whole_text(x):
     """x with every lone surrogate in its strings ("\\ud800" in a JSON reply) replaced by U+FFFD:
     such a string is no text, and no UTF-8 file (a trace, a predictions TSV) or console could take
-    it. A reply without one, nearly every reply, is returned as it is, after one search of its
-    JSON text (a walk of its thousands of nodes costs ten times more)."""
-    if isinstance(x, (dict, list)) and not SURROGATE.search(json.dumps(x, ensure_ascii=False)):
-        return x
+    it."""
     if isinstance(x, str):
         return SURROGATE.sub("\ufffd", x)
     if isinstance(x, dict):

@@ -35,8 +35,9 @@ from verdict_lab.perf.simserver import LatencyModel, SimulatedServer
 from verdict_lab.perf.speculation import QUESTION, images
 
 # The most request_ratio may be (bench.py's targets): b3dc14b's client measured 222–240×; 437–482×
-# while a PIL image was encoded again for every request; 213–317× with that memoised; 200–215×
-# since a reply is copied from its JSON text and an upright RGB image is not copied to key the memo.
+# while a PIL image was encoded again for every request; 213–317× with that memoised; 178–215×
+# since a reply is serialised once, copied from that text, and an upright RGB image is not copied
+# to key the memo.
 TARGET = 300.0
 
 
