@@ -22,6 +22,7 @@ Left out: rotated text, and keeping text off lines and bars unless a chart asks 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
 
@@ -151,6 +152,8 @@ class Canvas:
         self.shapes.append(tuple(box))
 
     def save(self, path) -> None:
+        """The picture at path, its directory made if need be."""
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.img.save(path)
 
 

@@ -16,7 +16,7 @@ import urllib.parse
 from dataclasses import fields
 
 from judges import DEFAULT_KEY_ENV, MAX_PIXELS
-from verdict_lab.adaptive import OFF, SIGNALS
+from verdict_lab.adaptive import OFF, SIGNALS, THRESHOLDS
 from verdict_lab.cache import Cache
 from verdict_lab.client import Client
 from verdict_lab.formats import FORMATS
@@ -255,7 +255,7 @@ def _add_chain_args(g, d: Settings) -> None:
         "--adaptive-threshold",
         type=float,
         help="θ in [0, 1]: a step whose signal is above θ is not judged; 1 judges every step "
-        "(agree 0.9, mean-prob 0.9, min-prob 0.5)",
+        f"({', '.join(f'{k} {v}' for k, v in THRESHOLDS.items())})",
     )
     g.add_argument(
         "--layout",

@@ -105,9 +105,10 @@ def encode(image, max_pixels: int = MAX_PIXELS) -> str:
     # The same pixels come in every request of an item (lmms-eval hands over PIL images), and a PNG
     # encoding costs milliseconds: the last MEMO encodings are kept by their pixels' digest. An
     # upright RGB image without transparency is what to_rgb would copy, so it is not copied.
-    with _pil:
+    with _pil:  # decoded under the lock; once loaded, its pixels are only read
         rgb = image if _upright_rgb(image) else to_rgb(image)
-        key = (hashlib.sha256(rgb.tobytes()).digest(), rgb.mode, rgb.size, max_pixels)
+        rgb.load()
+    key = (hashlib.sha256(rgb.tobytes()).digest(), rgb.mode, rgb.size, max_pixels)
     with _pil:
         url = _memo.pop(key, None)
     url = encode_image(rgb, max_pixels) if url is None else url

@@ -242,7 +242,7 @@ def build(
     of settings.judge_format)."""
     judge, fmt = judge or reasoner, fmt or JudgeFormat(settings.judge_format)
     lay, config = layout(settings.layout, settings.max_pixels), settings.config
-    gate = settings.gate if settings.judged else None
+    gate = settings.gate  # None for base: Settings refuses adaptive without judges
     logprobs = gate is not None and gate.logprobs  # only a logprob signal changes the requests
     propose = Reasoner(reasoner, settings.max_tokens, seed, layout=lay, logprobs=logprobs)
     chain, judges, revise = None, (), None

@@ -157,7 +157,6 @@ def main(argv=None) -> int:
     if code == 0:
         summary = json.loads((Path(a.out) / "summary.json").read_text(encoding="utf-8"))
         try:
-            Path(a.picture).parent.mkdir(parents=True, exist_ok=True)
             sweep.picture({**summary, "note": NOTE}, a.picture)
         except OSError as e:  # the run and its tables stand; only the picture is missing
             print(f"sweep_demo: cannot write {a.picture}: {e}", file=sys.stderr)
