@@ -25,7 +25,8 @@ from verdict_lab.loopback import chat_response
 from verdict_lab.layouts import role_of
 from verdict_lab import search
 from verdict_lab.vlmevalkit import FAIL_MSG, VerdictVLM, entry, entry_name, question_and_images
-from verdict_lab.verifier import ADDED, Settings
+from verdict_lab.harness.rundir import ADDED
+from verdict_lab.verifier import Settings
 
 # Step 2's candidates and their judges' digits (ŝ = d / 9). A: the raw mean's choice (0.741), judges
 # that conflict (Δ* > ε: rejected); B: agreement at 6/9 = 0.667 > τ, Δ* = 0: accepted. VERDICT
@@ -320,7 +321,7 @@ def test_entry_names_carry_the_settings_and_a_changed_setting_is_refused(loopbac
 
 
 def test_names_given_before_a_setting_was_added_still_hold():
-    """verifier.ADDED: a setting added later leaves the digest as it was at its ADDED value, so an
+    """rundir.ADDED: a setting added later leaves the digest as it was at its ADDED value, so an
     entry named before it (these two names were made at 0c2f583, before adaptive existed) keeps its
     name; another value of it gives another name."""
     assert entry_name("VERDICT", model="m") == "VERDICT-sb1b7cb89"

@@ -40,9 +40,6 @@ from verdict_lab.speculate import Speculator
 
 _PAPER = verdict.Config()  # the paper's n, τ, ε, λ and max_steps
 RULES = ("base",) + verdict.RULES  # base: the reasoner alone, one sampled chain (n = 1, no judge)
-# Settings added after runs were recorded and entries named, with the value those had: a record
-# without them means these values, and a settings digest leaves them out at these values.
-ADDED = {"adaptive": "off", "adaptive_threshold": None}
 
 
 def _count(v, low: int = 1) -> bool:

@@ -65,6 +65,7 @@ from verdict_lab.text import one_line
 from verdict_lab import client, verifier
 from verdict_lab.cache import Cache
 from verdict_lab.formats import JudgeFormat
+from verdict_lab.harness.rundir import ADDED, _write_atomic
 from verdict_lab.layouts import PLACEHOLDER
 from verdict_lab.search import memoise
 
@@ -192,8 +193,8 @@ def settings_record(model: str, judge_model: str | None = None, seed: int = 0, *
 
 def settings_digest(record: dict) -> str:
     """The first 8 hex digits of the sha256 of a settings_record's canonical JSON. A setting added
-    later (verifier.ADDED) is left out at its ADDED value, so names given before it still hold."""
-    kept = {k: v for k, v in record.items() if k not in verifier.ADDED or v != verifier.ADDED[k]}
+    later (rundir.ADDED) is left out at its ADDED value, so names given before it still hold."""
+    kept = {k: v for k, v in record.items() if k not in ADDED or v != ADDED[k]}
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:8]
 
 
@@ -265,10 +266,6 @@ class Sidecar:
         return os.path.join(self.dir, f"{self.name}_{dataset}_verdict.json")
 
     def write(self, dataset, counts: dict) -> None:
-        # The harness's writer, imported when a sidecar is first written (not when VLMEvalKit
-        # imports this module).
-        from verdict_lab.harness.rundir import _write_atomic
-
         path = self.path(dataset)
         run = {**self.run, "digest": self.digest, "settings": self.settings, "counts": counts}
         with self._lock:

@@ -35,7 +35,6 @@ from dataclasses import replace
 
 from verdict_lab.harness import tables
 from verdict_lab.harness.rows import Row
-from verdict_lab.verifier import ADDED
 
 RUN_FORMAT = (
     "verdict-eval-run/3"  # the verifier's settings are one dict, verifier.Settings.record()
@@ -45,6 +44,11 @@ ENDPOINTS = (
     "judge_base_url",
     "extract_base_url",
 )  # may differ between shards of one run
+
+# Settings of the verifier added after runs were recorded and entries named, with the value those
+# had: a run recorded before them resumes under the same settings, and an entry's settings digest
+# (vlmevalkit.settings_digest) leaves them out at these values.
+ADDED = {"adaptive": "off", "adaptive_threshold": None}
 
 try:
     import fcntl
