@@ -522,6 +522,35 @@ def test_a_rerun_from_the_cache_counts_every_call_as_a_hit(loopback, tmp_path):
     assert len(srv.chats) == 3 and rerun.usage["cache_hits"] == 9 and rerun.usage["merged"] == 0
 
 
+def test_when_sent_calls_its_hook_before_the_reply_for_a_sent_or_joined_call_never_a_cached_one(
+    loopback, tmp_path
+):
+    hooked, seen = [], []
+
+    def handler(body, path):  # answers once both calls have called their hook (at most 10 s)
+        deadline = time.monotonic() + 10
+        while len(hooked) < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        seen.append(len(hooked))
+        return chat_response("ok")
+
+    srv = loopback(handler)
+    client = Client(srv.url, "m", cache=Cache(tmp_path / "c.sqlite"))
+
+    def ask(_):
+        with client_module.when_sent(lambda: hooked.append(threading.get_ident())):
+            return text_of(client.chat(messages("s", [], "q")))
+
+    # Two identical calls at once: one is sent, the other joins it; both hooks precede the reply.
+    assert thread_map(2)(ask, range(2)) == ["ok", "ok"]
+    assert seen == [2] and len(srv.chats) == 1 and len(set(hooked)) == 2
+    # The cache answers the same call again: nothing is sent, so no hook is called.
+    assert ask(0) == "ok" and len(hooked) == 2 and len(srv.chats) == 1
+    # Outside the block, nothing is called.
+    client.chat(messages("s", [], "another"))
+    assert len(hooked) == 2 and len(srv.chats) == 2
+
+
 # ----------------------------------------------------------------------------- command-line flags
 
 

@@ -1,6 +1,6 @@
-"""Tests for perf/simserver.py: the latency model's arithmetic, the pseudo-tokens and block hashes
-of a prompt, the prefix cache as the two prompt layouts meet it, and the simulated replies. No
-timing is asserted."""
+"""Tests for perf/simserver.py: the latency model's arithmetic, its first-come-first-served
+schedule, the pseudo-tokens and block hashes of a prompt, the prefix cache as the two prompt
+layouts meet it, and the simulated replies. No timing is asserted."""
 
 import json
 import os
@@ -47,6 +47,20 @@ def test_latency_model_seconds():
 def test_latency_model_guards(kwargs):
     with pytest.raises(ValueError):
         LatencyModel(**kwargs)
+
+
+def test_requests_are_scheduled_first_come_first_served():
+    # Four slots. (arrival, sequences, prefill seconds, decode seconds) -> (admitted, prefilled,
+    # end), worked by hand:
+    r = simserver._Replica()
+    take = lambda now, n, prefill, decode: r.schedule(now, n, 4, prefill, decode)
+    assert take(0.0, 3, 1.0, 5.0) == (0.0, 1.0, 6.0)  # free slots and an idle prefill engine
+    assert take(0.5, 2, 1.0, 1.0) == (6.0, 7.0, 8.0)  # 3 + 2 > 4: it waits for the slots at 6
+    # One slot is free at 0.6, but the request before it came first: admitted with it, at 6, and
+    # prefilled after it, from 7 to 9.
+    assert take(0.6, 1, 2.0, 1.0) == (6.0, 9.0, 10.0)
+    assert take(20.0, 4, 0.0, 1.0) == (20.0, 20.0, 21.0)  # everything before it has ended
+    assert r.held == [(21.0, 4)]
 
 
 def test_prompt_units_count_image_tokens_where_the_message_puts_them():

@@ -236,6 +236,48 @@ def test_a_dropped_proposal_still_running_never_delays_the_next_steps_proposals(
         s.finish()
 
 
+def test_the_candidates_go_back_once_their_proposals_are_sent_when_the_client_tells(monkeypatch):
+    # Speculative proposals are held before they send until `go` is set. A proposer over a lab
+    # Client tells when its request is sent, so the step's candidates wait for that (here for up to
+    # 60 s); any other proposer cannot tell, and its candidates go back at once.
+    monkeypatch.setattr(speculate, "SEND_WAIT", 60.0)
+    config, go, held = verdict.Config(n=2, max_steps=4), threading.Event(), threading.Semaphore(0)
+
+    def hold():
+        held.release()
+        go.wait()
+
+    class Held(judges.Reasoner):
+        def __call__(self, state, n):
+            if state.steps:  # a speculative proposal
+                hold()
+            return super().__call__(state, n)
+
+    def plain(state, n):
+        if state.steps:
+            hold()
+        return ["a", "b"]
+
+    with LoopbackServer(Deterministic()) as srv:
+        for propose, waits in ((plain, False), (Held(Client(srv.url, "m")), True)):
+            go.clear()
+            s, got = speculate.Speculator(propose, config), []
+            worker = threading.Thread(target=lambda: got.append(s(verdict.State("q"), 2)))
+            worker.start()
+            try:
+                # Both proposals are held: only a wait for them keeps the candidates back.
+                assert held.acquire(timeout=30) and held.acquire(timeout=30)
+                worker.join(timeout=0.5 if waits else 30)
+                assert worker.is_alive() is waits and len(got) == (0 if waits else 1)
+            finally:
+                go.set()
+            worker.join(timeout=30)
+            assert len(got) == 1 and len(got[0]) == 2
+            assert s.finish()["totals"]["made"] == 2
+        # The held Reasoner's first request and its two proposals reached the server.
+        assert [role for role, _ in srv.handler.seen] == ["reasoner"] * 3
+
+
 def test_the_verifier_and_evaluate_take_speculate():
     from verdict_lab import evaluate
 

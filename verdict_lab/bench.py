@@ -200,8 +200,9 @@ def simulated_description(
             "GPU and no model.",
             "",
             f"Latency model: prefill {lm.prefill_tps:,.0f} tokens/s, decode {lm.decode_tps} "
-            f"tokens/s per sequence, batch capacity {lm.capacity} sequences, {lm.image_tokens} "
-            f"tokens per image, prefix cache {'on' if lm.prefix_cache else 'off'} (blocks of 16 "
+            f"tokens/s per sequence, batch capacity {lm.capacity} sequences and one prefill "
+            f"engine, served first come, first served; {lm.image_tokens} tokens per image, prefix "
+            f"cache {'on' if lm.prefix_cache else 'off'} (blocks of 16 "
             "pseudo-tokens, hashed in the order the request lays them out: the system message, "
             f"each image where the message puts it, the text). Replies: a step {lm.step_tokens} "
             f"tokens, a final answer {lm.final_tokens}, a judge's reason and score "

@@ -14,11 +14,14 @@ needs, so that a call runs judges.py's own code down to the session:
 - the response cache (cache.py), keyed on the endpoint and the request;
 - pinning: each chain's requests to one data-parallel replica (vLLM's X-data-parallel-rank header);
 - counters: requests, calls, cache hits, tokens and the prefix-cache reuse the replies report
-  (usage).
+  (usage);
+- when_sent: a hook called once a request is on its way, for a caller that must send some requests
+  before others (speculate.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -62,8 +65,27 @@ def check_base_url(url) -> str:
 
 # ----------------------------------------------------------------------------- the deadline
 
-# Its attribute .deadline is the _Deadline of the request this thread is making, if any.
+# Its attribute .deadline is the _Deadline of the request this thread is making, if any, and .sent
+# the hook of when_sent.
 _current = threading.local()
+
+
+@contextlib.contextmanager
+def when_sent(hook: Callable[[], None]):
+    """Within the block, hook() is called on this thread whenever one of its calls has its request
+    on the way: the request's bytes written (the reply not yet awaited), or an identical request in
+    flight joined. A call the response cache answers sends nothing and calls no hook."""
+    outer, _current.sent = getattr(_current, "sent", None), hook
+    try:
+        yield
+    finally:
+        _current.sent = outer
+
+
+def _sent() -> None:
+    hook = getattr(_current, "sent", None)
+    if hook is not None:
+        hook()
 
 
 class _Deadline:
@@ -122,13 +144,18 @@ class _Deadline:
 
 
 class _Reporting:
-    """A connection that tells the current _Deadline its socket once connected."""
+    """A connection that tells the current _Deadline its socket once connected, and this thread's
+    when_sent hook that a request is written."""
 
     def connect(self):
         super().connect()
         deadline = getattr(_current, "deadline", None)
         if deadline is not None:
             deadline.socket(self.sock)
+
+    def getresponse(self, *args, **kwargs):
+        _sent()  # urllib3 awaits the reply once the request is written
+        return super().getresponse(*args, **kwargs)
 
 
 class _Conn(_Reporting, urllib3.connection.HTTPConnection):
@@ -288,6 +315,7 @@ class _Session(requests.Session):
             finally:
                 c.in_flight.leave(key)
         else:
+            _sent()
             flight.done.wait()
             if flight.error is not None:
                 raise flight.error

@@ -23,6 +23,11 @@ gives, per step of the trace and in totals, the proposals made, taken and droppe
 (as the server reported them). Speculative requests go through the same client: its response cache
 stores them, its usage counts them, and a --max-calls budget spends on them too (so a chain stopped
 by its budget may stop earlier).
+
+When the proposer's client is a lab Client, the candidates go back to verdict.run only once their
+proposals' requests are on their way (or after SEND_WAIT seconds), so before the judges' requests:
+a server that serves first come, first served (vLLM's default policy) then starts the step's
+longest requests first, whatever order this machine's threads happen to run in.
 """
 
 from __future__ import annotations
@@ -30,13 +35,16 @@ from __future__ import annotations
 import copy
 import re
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Sequence
 
 import verdict
+from verdict_lab.client import Client, when_sent
 from verdict_lab.formats import reported_usage
 
 COUNTS = ("made", "taken", "dropped", "tokens", "dropped_tokens")  # record()'s counters per step
+SEND_WAIT = 1.0  # seconds: the longest a step's candidates wait for its proposals to be sent
 
 
 class _Tally:
@@ -65,6 +73,8 @@ class Speculator:
         self, propose: Callable[[verdict.State, int], Sequence[str]], config: verdict.Config
     ):
         self.propose, self.config = propose, config
+        # A proposer over the lab's Client tells when its request is sent (client.when_sent).
+        self._tells = isinstance(getattr(propose, "client", None), Client)
         # Room for a step's n proposals beside up to n - 1 dropped ones of the step before that may
         # still be running, so that a new proposal never waits for a thread.
         self._pool = ThreadPoolExecutor(max_workers=2 * config.n, thread_name_prefix="speculate")
@@ -109,7 +119,7 @@ class Speculator:
         t = len(state.steps)
         if t + 2 > self.config.max_steps:  # the chain ends at this step: no step t+1 to propose
             return
-        self._parent = state
+        self._parent, waits = state, []
         for c in dict.fromkeys(candidates):  # each distinct candidate once
             if re.search(self.config.final, c):  # a final answer ends the chain if chosen
                 continue
@@ -118,10 +128,16 @@ class Speculator:
             if tally is not None:
                 propose = copy.copy(self.propose)
                 propose.client = tally
-            future = self._pool.submit(propose, state.extend(c), n)
+            sent = threading.Event()
+            future = self._pool.submit(_sending, sent, propose, state.extend(c), n)
             future.add_done_callback(lambda f, tally=tally: self._count(t, tokens=_tokens(tally)))
             self._pending[c] = (future, tally)
             self._count(t, made=1)
+            waits.append(sent)
+        if self._tells:
+            deadline = time.monotonic() + SEND_WAIT
+            for sent in waits:
+                sent.wait(max(0.0, deadline - time.monotonic()))
 
     def __call__(self, state: verdict.State, n: int) -> list:
         hit = self._take(state)
@@ -145,6 +161,16 @@ class Speculator:
             steps = [dict(s) for s in self._steps]
             steps += [dict.fromkeys(COUNTS, 0) for _ in range(steps_wanted - len(steps))]
         return {"steps": steps, "totals": {k: sum(s[k] for s in steps) for k in COUNTS}}
+
+
+def _sending(sent: threading.Event, propose, state: verdict.State, n: int) -> list:
+    """propose(state, n), `sent` set once its request is on its way (client.when_sent), or once the
+    call ends, whatever it sent."""
+    try:
+        with when_sent(sent.set):
+            return propose(state, n)
+    finally:
+        sent.set()
 
 
 def _tokens(tally: _Tally | None) -> int:

@@ -13,11 +13,11 @@ measurement of a GPU:
 - sim_reply: the reasoner's candidates and the judges' replies (any reply format); sim_logprobs:
   their logprobs, when asked, in llama-server's shape (a reasoner step's confidence varies with its
   text: step_logprob);
-- SimulatedServer: a loopback.LoopbackServer handler that queues, prefills what its prefix cache
-  lacks, decodes, and reports the cached prompt tokens (usage.prompt_tokens_details.cached_tokens)
-  as servers do; with replicas = K, K such servers behind vLLM's data-parallel front end
-  (--data-parallel-size K), which routes a request to the replica its X-data-parallel-rank header
-  names, else to the least busy one;
+- SimulatedServer: a loopback.LoopbackServer handler that queues (first come, first served),
+  prefills what its prefix cache lacks, decodes, and reports the cached prompt tokens
+  (usage.prompt_tokens_details.cached_tokens) as servers do; with replicas = K, K such servers
+  behind vLLM's data-parallel front end (--data-parallel-size K), which routes a request to the
+  replica its X-data-parallel-rank header names, else to the least busy one;
 - Remote: a SimulatedServer in a process of its own, so that its CPU (parsing, hashing, writing
   replies) never holds the client's interpreter lock: a GPU server is another machine.
 """
@@ -48,9 +48,11 @@ class LatencyModel:
 
     A request takes n of `capacity` sequence slots (it queues while they are busy), prefills its
     uncached prompt tokens on the one prefill engine (prompts are prefilled one after another), then
-    decodes its reply at decode_tps per sequence, alongside every other admitted sequence. With
-    prefix_cache, prompt blocks prefilled before are free (vLLM's automatic prefix caching).
-    Sources of the defaults: SOURCES. Sleeps are model seconds × time_scale (0: no sleeping).
+    decodes its reply at decode_tps per sequence, alongside every other admitted sequence. Requests
+    are admitted and prefilled first come, first served, as vLLM's default scheduling policy (fcfs)
+    does. With prefix_cache, prompt blocks prefilled before are free (vLLM's automatic prefix
+    caching). Sources of the defaults: SOURCES. Sleeps are model seconds × time_scale (0: no
+    sleeping).
     """
 
     prefill_tps: float = 5700.0  # prompt tokens/s (a lower bound)
@@ -96,6 +98,8 @@ SOURCES = [
     "Qwen2.5-VL-7B) as 1280 visual tokens; the simulation charges 1280 visual tokens per image.",
     "prefix caching: vLLM's automatic prefix caching covers image tokens (its prefix-caching "
     "design doc hashes a block's multimodal inputs with its tokens); 16-token blocks.",
+    "first come, first served: vLLM's scheduling policy is fcfs unless --scheduling-policy "
+    "priority is given (its SchedulerConfig: SchedulerPolicy = Literal['fcfs', 'priority']).",
 ]
 
 
@@ -195,11 +199,42 @@ def sim_logprobs(text: str, k: int, lp: float = -0.1, first: float | None = None
 
 
 class _Replica:
-    """One engine: its sequence slots, its prefill engine and its prefix cache (block hashes)."""
+    """One engine: its sequence slots, its prefill engine and its prefix cache (block hashes), with
+    the schedule of the requests it has admitted.
+
+    A request's times are set when it arrives, on the clock the server sleeps by (schedule), so the
+    order of arrival alone decides the order of service: how late this machine wakes a server
+    thread moves no other request."""
 
     def __init__(self):
-        self.slots, self.busy = threading.Condition(), 0
-        self.prefill, self.cache = threading.Lock(), set()
+        self.lock, self.cache = threading.Lock(), set()
+        self.held: list = []  # [(end, sequences)] of the requests admitted and not yet ended
+        self.admitted = self.prefilled = -math.inf  # the last request's admission and prefill end
+        self.busy = 0  # sequences in flight, queued ones too (what the front end balances)
+
+    def schedule(self, now: float, n: int, capacity: int, prefill: float, decode: float) -> tuple:
+        """(admitted, prefilled, end) of a request of n sequences arriving at `now` that takes
+        `prefill` seconds to prefill and `decode` to decode; call in order of arrival, under lock.
+
+            admitted  = the first t ≥ max(now, the previous request's admission) at which
+                        n + Σ sequences of the held requests with end > t ≤ capacity
+            prefilled = max(admitted, the previous request's prefilled) + prefill
+            end       = prefilled + decode
+
+        First come, first served: a request waits for those that arrived before it, in the slots
+        and on the prefill engine.
+        """
+        self.held = [(e, k) for e, k in self.held if e > now]  # ended before anything to come
+        t = max(now, self.admitted)
+        for e in sorted(e for e, _ in self.held if e > t):
+            if n + sum(k for e2, k in self.held if e2 > t) <= capacity:
+                break
+            t = e  # the next release of slots
+        self.admitted = t
+        self.prefilled = max(t, self.prefilled) + prefill
+        end = self.prefilled + decode
+        self.held.append((end, n))
+        return t, self.prefilled, end
 
 
 class SimulatedServer:
@@ -226,7 +261,7 @@ class SimulatedServer:
     def reset(self) -> None:
         """Forget every cached prefix (a cold server)."""
         for r in self.replicas:
-            with r.prefill:
+            with r.lock:
                 r.cache.clear()
 
     def _replica(self, headers: dict | None) -> _Replica:
@@ -255,28 +290,30 @@ class SimulatedServer:
         # model's time: before the request queues, or while it sleeps to a deadline. So the
         # latency a client sees is the model's, however slow this machine computes it.
         hashes = block_hashes(units) if lm.prefix_cache else []
-        with replica.slots:  # beyond capacity, requests queue
-            replica.slots.wait_for(lambda: replica.busy + len(texts) <= lm.capacity)
+        with replica.lock:  # in order of arrival
+            now = time.perf_counter()
+            cached = (
+                next((i for i, h in enumerate(hashes) if h not in replica.cache), len(hashes))
+                * BLOCK
+            )
+            replica.cache.update(hashes)
             replica.busy += len(texts)
+            computed = len(units) - cached
+            _, _, end = replica.schedule(
+                now,
+                len(texts),
+                lm.capacity,
+                lm.time_scale * lm.seconds(computed, 0),
+                lm.time_scale * lm.seconds(0, tokens),  # the n sequences decode side by side
+            )
+        with self._route:
+            self.computed += computed
         try:
-            with replica.prefill:  # one prefill engine: prompts are prefilled one after another
-                start = time.perf_counter()
-                cached = (
-                    next((i for i, h in enumerate(hashes) if h not in replica.cache), len(hashes))
-                    * BLOCK
-                )
-                replica.cache.update(hashes)
-                with self._route:
-                    self.computed += len(units) - cached
-                prefilled = start + lm.time_scale * lm.seconds(len(units) - cached, 0)
-                _sleep_until(prefilled)
             response = self._response(body, texts, len(units), tokens, cached)
-            # The n sequences decode side by side.
-            _sleep_until(prefilled + lm.time_scale * lm.seconds(0, tokens))
+            _sleep_until(end)
         finally:
-            with replica.slots:
+            with replica.lock:
                 replica.busy -= len(texts)
-                replica.slots.notify_all()
         return response
 
     def _response(self, body, texts: list, prompt: int, tokens: int, cached: int) -> dict:
