@@ -700,8 +700,8 @@ class Reasoner:
 class Candidate(str):
     """A reasoner's candidate step, a str, that carries its tokens' log-probability statistics.
 
-    `logprobs` is token_stats of the choice it came from, {"tokens": T, "mean": ℓ̄, "min": ℓ_min},
-    or None when the server sent no usable logprobs.
+    `logprobs` is token_stats of the choice it came from,
+    {"tokens": T, "mean": ℓ̄, "min": ℓ_min}, or None when the server sent no usable logprobs.
     """
 
     logprobs: dict | None
